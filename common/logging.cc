@@ -1,0 +1,150 @@
+#include "common/logging.h"
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace collective::log {
+namespace {
+
+constexpr std::array<absl::string_view, kSubsystemCount> kNames = {
+    "daemon", "rpc", "shm", "coord", "exec", "mpi", "nccl", "cfg", "client", "bench"};
+
+// %j: the message, escaped for a JSON string.
+class JsonMessageFlag final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    auto append = [&dest](absl::string_view text) {
+      dest.append(text.data(), text.data() + text.size());
+    };
+    for (char c : absl::string_view(msg.payload.data(), msg.payload.size())) {
+      switch (c) {
+        case '"':
+          append("\\\"");
+          break;
+        case '\\':
+          append("\\\\");
+          break;
+        case '\n':
+          append("\\n");
+          break;
+        case '\r':
+          append("\\r");
+          break;
+        case '\t':
+          append("\\t");
+          break;
+        default:
+          if (static_cast<unsigned char>(c) < 0x20) {
+            append(fmt::format("\\u{:04x}", static_cast<unsigned>(c)));
+          } else {
+            dest.push_back(c);
+          }
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessageFlag>();
+  }
+};
+
+std::unique_ptr<spdlog::formatter> MakeFormatter(Format format) {
+  if (format == Format::kText) {
+    return std::make_unique<spdlog::pattern_formatter>("%Y-%m-%d %H:%M:%S.%e %^%L%$ %n: %v");
+  }
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  formatter->add_flag<JsonMessageFlag>('j').set_pattern(
+      R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n","pid":%P,"tid":%t,"msg":"%j"})");
+  return formatter;
+}
+
+// The loggers exist once per process; spdlog's registry is not used so that
+// a host application's own spdlog setup is left alone.
+std::array<std::shared_ptr<spdlog::logger>, kSubsystemCount>& Loggers() {
+  static auto* loggers = [] {
+    auto* all = new std::array<std::shared_ptr<spdlog::logger>, kSubsystemCount>();
+    auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+    sink->set_formatter(MakeFormatter(Format::kText));
+    for (int i = 0; i < kSubsystemCount; ++i) {
+      (*all)[i] = std::make_shared<spdlog::logger>(std::string(kNames[i]), sink);
+      (*all)[i]->set_level(spdlog::level::info);
+    }
+    return all;
+  }();
+  return *loggers;
+}
+
+absl::StatusOr<spdlog::level::level_enum> ParseLevel(absl::string_view text) {
+  for (int level = spdlog::level::trace; level <= spdlog::level::off; ++level) {
+    const auto name = spdlog::level::to_string_view(static_cast<spdlog::level::level_enum>(level));
+    if (text == absl::string_view(name.data(), name.size())) {
+      return static_cast<spdlog::level::level_enum>(level);
+    }
+  }
+  if (text == "warn" || text == "warning") return spdlog::level::warn;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown log level '", text, "' (use trace, debug, info, warn, error, critical or off)"));
+}
+
+}  // namespace
+
+absl::string_view SubsystemName(Subsystem subsystem) { return kNames[static_cast<int>(subsystem)]; }
+
+absl::StatusOr<LevelSpec> ParseLevelSpec(absl::string_view spec) {
+  LevelSpec result;
+  bool have_default = false;
+  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) {
+      if (have_default) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("log level spec '", spec, "' names more than one default level"));
+      }
+      auto level = ParseLevel(part);
+      if (!level.ok()) return level.status();
+      result.default_level = *level;
+      have_default = true;
+      continue;
+    }
+    const absl::string_view name = absl::StripAsciiWhitespace(part.substr(0, eq));
+    auto level = ParseLevel(absl::StripAsciiWhitespace(part.substr(eq + 1)));
+    if (!level.ok()) return level.status();
+    bool found = false;
+    for (int i = 0; i < kSubsystemCount; ++i) {
+      if (kNames[i] == name) {
+        result.overrides[static_cast<Subsystem>(i)] = *level;
+        found = true;
+      }
+    }
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown subsystem '", name,
+          "' in log level spec (subsystems: daemon, rpc, shm, coord, exec, mpi, nccl, cfg, "
+          "client, bench)"));
+    }
+  }
+  return result;
+}
+
+void Configure(const LevelSpec& levels, Format format) {
+  auto& loggers = Loggers();
+  // All loggers share one sink; set its formatter once.
+  loggers[0]->sinks().front()->set_formatter(MakeFormatter(format));
+  for (int i = 0; i < kSubsystemCount; ++i) {
+    const auto it = levels.overrides.find(static_cast<Subsystem>(i));
+    loggers[i]->set_level(it == levels.overrides.end() ? levels.default_level : it->second);
+  }
+}
+
+spdlog::logger& Get(Subsystem subsystem) { return *Loggers()[static_cast<int>(subsystem)]; }
+
+}  // namespace collective::log

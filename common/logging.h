@@ -1,0 +1,62 @@
+// Named spdlog loggers, one per subsystem, sharing one stderr sink (journald
+// and container runtimes collect stderr). Text or JSON lines.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+// fmt (and so spdlog) prints absl::string_view and absl::Status as text.
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  auto format(absl::string_view text, fmt::format_context& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(text.data(), text.size()),
+                                                    ctx);
+  }
+};
+template <>
+struct fmt::formatter<absl::Status> : fmt::formatter<fmt::string_view> {
+  auto format(const absl::Status& status, fmt::format_context& ctx) const {
+    const std::string text = status.ToString();
+    return fmt::formatter<fmt::string_view>::format(fmt::string_view(text), ctx);
+  }
+};
+
+namespace collective::log {
+
+enum class Subsystem { kDaemon, kRpc, kShm, kCoord, kExec, kMpi, kNccl, kCfg, kClient, kBench };
+inline constexpr int kSubsystemCount = 10;
+
+absl::string_view SubsystemName(Subsystem subsystem);
+
+enum class Format { kText, kJson };
+
+// "info" or "info,coord=debug,rpc=trace": a default level and per-subsystem
+// overrides. Levels: trace, debug, info, warn, error, critical, off.
+struct LevelSpec {
+  spdlog::level::level_enum default_level = spdlog::level::info;
+  std::map<Subsystem, spdlog::level::level_enum> overrides;
+};
+absl::StatusOr<LevelSpec> ParseLevelSpec(absl::string_view spec);
+
+// Applies format and levels to every subsystem logger. Call before threads
+// start logging (it swaps formatters).
+void Configure(const LevelSpec& levels, Format format);
+
+spdlog::logger& Get(Subsystem subsystem);
+
+inline spdlog::logger& Daemon() { return Get(Subsystem::kDaemon); }
+inline spdlog::logger& Rpc() { return Get(Subsystem::kRpc); }
+inline spdlog::logger& Shm() { return Get(Subsystem::kShm); }
+inline spdlog::logger& Coord() { return Get(Subsystem::kCoord); }
+inline spdlog::logger& Exec() { return Get(Subsystem::kExec); }
+inline spdlog::logger& Cfg() { return Get(Subsystem::kCfg); }
+inline spdlog::logger& Client() { return Get(Subsystem::kClient); }
+inline spdlog::logger& Bench() { return Get(Subsystem::kBench); }
+
+}  // namespace collective::log
