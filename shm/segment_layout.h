@@ -1,0 +1,180 @@
+// Everything that lives in shared memory, in one header used by the daemon
+// and the client library. Plain data only: offsets, never pointers; every word
+// that both sides write is a lock-free atomic of at most 8 bytes; no mutex and
+// no shared heap allocator, so a client that dies at any instruction cannot
+// wedge the daemon.
+//
+// Client segment (one per client, created by the daemon, mode 0600, owned by
+// the client's uid):
+//
+//   [ ClientSegmentHeader        ] page 0
+//   [ CompletionRecord ring      ] ring_capacity records, page aligned
+//   [ submission ring            ] submit_bytes, page aligned
+//   [ data arena                 ] arena_bytes, page aligned
+//
+// The completion ring carries the daemon's answers to the client; the
+// submission ring carries the client's requests (serialized
+// collective.v1.ClientMessage, the same bytes the Session stream accepts) to
+// the daemon. Each has a futex word so that the side that waits can sleep.
+//
+// Result segment (one per job, written by the daemon, mapped read-only by
+// the job's clients):
+//
+//   [ ResultSegmentHeader        ] page 0
+//   [ data                       ] data_bytes
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace collective::shm {
+
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint64_t kClientSegmentMagic = 0x31544e45494c4343ull;  // "CCLIENT1"
+inline constexpr uint64_t kResultSegmentMagic = 0x31544c5553455243ull;  // "CRESULT1"
+inline constexpr uint64_t kPageBytes = 4096;
+// Every tensor the daemon places (and every block the client allocator hands
+// out) starts on a cache line, so that vector loads never straddle one.
+inline constexpr uint64_t kDataAlignment = 64;
+// Submission ring records start on this boundary.
+inline constexpr uint64_t kSubmitAlignment = 8;
+// The largest submission record (header included). A client never needs more:
+// one request is bounded by the name and dimension limits, and the client
+// puts several requests into one record only while they fit.
+inline constexpr uint32_t kMaxSubmitRecordBytes = 64 << 10;
+// The smallest submission ring: a record of the largest size always fits.
+inline constexpr uint64_t kMinSubmitRingBytes = 4 * uint64_t{kMaxSubmitRecordBytes};
+
+// One finished request. Written by the daemon into the slot
+// `ring_head % ring_capacity` before it advances ring_head; read by the client.
+struct CompletionRecord {
+  uint64_t request_id;
+  // absl::StatusCode. Non-zero: the request failed, and the daemon sent the
+  // full message on the session stream before writing this record.
+  int32_t status_code;
+  uint32_t flags;
+  // Where the result lies in the result segment's data area.
+  uint64_t result_offset;
+  uint64_t result_bytes;
+  // First dimension of the result: the client knows every other dimension.
+  int64_t result_dim0;
+  uint64_t reserved[3];
+};
+
+// A record of the submission ring: this header, then `bytes` of payload,
+// padded to kSubmitAlignment. A record never wraps: when the space left before
+// the end of the ring is too small, the client writes a kPad record that
+// fills it and starts over at offset 0.
+struct SubmitRecordHeader {
+  uint32_t bytes;
+  uint32_t kind;
+};
+inline constexpr uint32_t kSubmitMessage = 1;  // payload: a ClientMessage
+inline constexpr uint32_t kSubmitPad = 2;      // skip to the start of the ring
+
+struct alignas(kDataAlignment) ClientSegmentHeader {
+  // Written by the daemon before the client learns the segment's name;
+  // constant afterwards.
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t ring_capacity;  // a power of two
+  uint64_t epoch;          // the daemon instance that made the segment
+  uint64_t client_id;
+  int64_t client_pid;
+  uint64_t segment_bytes;
+  uint64_t ring_offset;  // from the start of the segment
+  uint64_t arena_offset;
+  uint64_t arena_bytes;
+  uint64_t submit_offset;
+  uint64_t submit_bytes;  // a power of two
+
+  // Daemon-written: CLOCK_MONOTONIC nanoseconds of the daemon's last sign of
+  // life, so that a client can tell a hung daemon from a slow collective.
+  alignas(kDataAlignment) std::atomic<uint64_t> daemon_heartbeat_ns;
+
+  // Daemon-written: number of records ever published.
+  alignas(kDataAlignment) std::atomic<uint64_t> ring_head;
+
+  // Client-written: number of records ever consumed. The daemon never relies
+  // on it for memory safety (slots are always indexed modulo capacity).
+  alignas(kDataAlignment) std::atomic<uint64_t> ring_tail;
+
+  // Futex word, bumped after every publish (by the daemon) and on local
+  // events (by the client library's own threads).
+  alignas(kDataAlignment) std::atomic<uint32_t> wake_word;
+  // Client threads currently blocked in futex wait on wake_word. The daemon
+  // issues the wake system call only when this is non-zero.
+  std::atomic<uint32_t> sleepers;
+
+  // Client-written: bytes ever published into the submission ring.
+  alignas(kDataAlignment) std::atomic<uint64_t> submit_head;
+  // Futex word the daemon's engine sleeps on; bumped after every publish.
+  std::atomic<uint32_t> submit_word;
+
+  // Daemon-written: bytes ever consumed from the submission ring.
+  alignas(kDataAlignment) std::atomic<uint64_t> submit_tail;
+  // Non-zero while the engine sleeps (or is about to): the client issues the
+  // wake system call only then.
+  std::atomic<uint32_t> daemon_sleeping;
+};
+
+struct alignas(kDataAlignment) ResultSegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t reserved0;
+  uint64_t epoch;
+  uint64_t job_sequence;
+  uint64_t data_offset;  // from the start of the segment
+  uint64_t data_bytes;
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<uint32_t>) == 4);
+static_assert(std::is_standard_layout_v<ClientSegmentHeader>);
+static_assert(std::is_standard_layout_v<ResultSegmentHeader>);
+static_assert(std::is_trivially_copyable_v<CompletionRecord>);
+static_assert(sizeof(CompletionRecord) == 64);
+static_assert(sizeof(ClientSegmentHeader) <= kPageBytes);
+static_assert(sizeof(ResultSegmentHeader) <= kPageBytes);
+static_assert(sizeof(SubmitRecordHeader) == kSubmitAlignment);
+static_assert(offsetof(ClientSegmentHeader, daemon_heartbeat_ns) == 128);
+static_assert(offsetof(ClientSegmentHeader, ring_head) == 192);
+static_assert(offsetof(ClientSegmentHeader, ring_tail) == 256);
+static_assert(offsetof(ClientSegmentHeader, wake_word) == 320);
+static_assert(offsetof(ClientSegmentHeader, submit_head) == 384);
+static_assert(offsetof(ClientSegmentHeader, submit_word) == 392);
+static_assert(offsetof(ClientSegmentHeader, submit_tail) == 448);
+static_assert(offsetof(ClientSegmentHeader, daemon_sleeping) == 456);
+
+constexpr uint64_t RoundUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+// Where each part of a client segment lies, derived from its two sizes. The
+// daemon writes these into the header; the client checks them against it.
+struct ClientSegmentGeometry {
+  uint64_t ring_offset;
+  uint64_t submit_offset;
+  uint64_t submit_bytes;
+  uint64_t arena_offset;
+  uint64_t arena_bytes;
+  uint64_t segment_bytes;
+};
+
+// `ring_capacity` and `submit_bytes` must be powers of two, submit_bytes at
+// least kMinSubmitRingBytes.
+constexpr ClientSegmentGeometry ComputeClientSegmentGeometry(uint32_t ring_capacity,
+                                                             uint64_t submit_bytes,
+                                                             uint64_t arena_bytes) {
+  const uint64_t ring_offset = kPageBytes;
+  const uint64_t submit_offset =
+      RoundUp(ring_offset + uint64_t{ring_capacity} * sizeof(CompletionRecord), kPageBytes);
+  const uint64_t arena_offset = RoundUp(submit_offset + submit_bytes, kPageBytes);
+  const uint64_t arena = RoundUp(arena_bytes, kPageBytes);
+  return {ring_offset, submit_offset, submit_bytes, arena_offset, arena, arena_offset + arena};
+}
+
+}  // namespace collective::shm

@@ -1,0 +1,58 @@
+#include "shm/segment_names.h"
+
+#include <functional>
+
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+
+namespace collective::shm {
+namespace {
+
+// FNV-1a: stable across builds and machines, unlike std::hash.
+uint32_t SocketTag(absl::string_view path) {
+  uint32_t hash = 2166136261u;
+  for (char c : path) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 16777619u;
+  }
+  return hash;
+}
+
+}  // namespace
+
+SegmentNames::SegmentNames(uid_t daemon_uid, absl::string_view socket_path, uint64_t epoch)
+    : prefix_(absl::StrFormat("collectived.%u.%08x.", daemon_uid, SocketTag(socket_path))),
+      epoch_(absl::StrFormat("%016x", epoch)) {}
+
+std::string SegmentNames::Client(uint64_t client_id) const {
+  return absl::StrCat(prefix_, epoch_, ".c", client_id);
+}
+
+std::string SegmentNames::Result(uint64_t job_sequence) const {
+  return absl::StrCat(prefix_, epoch_, ".r", job_sequence);
+}
+
+int SegmentNames::RemoveStale() const {
+  // glibc implements POSIX shared memory as files in /dev/shm.
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  const std::string ours = absl::StrCat(prefix_, epoch_);
+  while (const dirent* entry = ::readdir(dir)) {
+    const absl::string_view name = entry->d_name;
+    if (!absl::StartsWith(name, prefix_) || absl::StartsWith(name, ours)) continue;
+    if (::shm_unlink(absl::StrCat("/", name).c_str()) == 0) {
+      log::Shm().info("removed stale segment '/{}' left by an earlier daemon", name);
+      ++removed;
+    }
+  }
+  ::closedir(dir);
+  return removed;
+}
+
+}  // namespace collective::shm

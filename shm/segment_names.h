@@ -1,0 +1,35 @@
+// Names of the daemon's shared-memory objects. Every name carries the
+// daemon's uid and a tag derived from its socket path, so that a daemon can
+// remove what a crashed predecessor on the same socket left behind without
+// touching the segments of another daemon; the epoch (a random number per
+// daemon start) keeps a new instance's names apart from the old ones.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <sys/types.h>
+
+#include "absl/strings/string_view.h"
+
+namespace collective::shm {
+
+class SegmentNames {
+ public:
+  SegmentNames(uid_t daemon_uid, absl::string_view socket_path, uint64_t epoch);
+
+  std::string Client(uint64_t client_id) const;
+  // What every name of this daemon uid and socket starts with.
+  const std::string& prefix() const { return prefix_; }
+  std::string Result(uint64_t job_sequence) const;
+
+  // Removes every object named for this uid and socket whose epoch is not
+  // ours. Call only while holding the socket's lock. Returns how many went.
+  int RemoveStale() const;
+
+ private:
+  std::string prefix_;  // "collectived.<uid>.<socket tag>."
+  std::string epoch_;   // 16 hex digits
+};
+
+}  // namespace collective::shm
