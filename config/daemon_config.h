@@ -1,0 +1,63 @@
+// The daemon's configuration: every knob as a typed field. The schema (name,
+// type, default, environment variable, description, validation) is declared
+// once, in knobs.cc; this struct only holds the effective values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace collective::config {
+
+enum class LogFormat { kText, kJson };
+
+struct DaemonConfig {
+  // Unix socket clients and collectivectl connect to.
+  std::string socket = "/run/collectived/collectived.sock";
+  // Group of the socket file (name or number); empty: the daemon's own group.
+  std::string socket_group;
+  // Peers allowed besides the daemon's own uid and root.
+  std::vector<uint32_t> allowed_uids;
+  // Peers whose primary gid is listed are allowed too.
+  std::vector<uint32_t> allowed_gids;
+
+  // "info" or "info,coord=debug,rpc=trace" (see common/logging.h).
+  std::string log_level = "info";
+  LogFormat log_format = LogFormat::kText;
+
+  // How long a job may take to form, from its first registration, and how
+  // long a registered client may take to open its session.
+  double register_timeout_seconds = 60.0;
+  // How often the daemon stamps its heartbeat into every client segment.
+  uint32_t heartbeat_interval_ms = 500;
+
+  // Ready tensors of the same kind are fused up to this many bytes; 0
+  // disables fusion.
+  uint64_t fusion_threshold_bytes = 64ull << 20;
+  // Data arena of a client that does not ask for a size, and the largest one
+  // a client may ask for.
+  uint64_t default_arena_bytes = 256ull << 20;
+  uint64_t max_arena_bytes = 16ull << 30;
+  // Size of each job's result segment.
+  uint64_t result_arena_bytes = 512ull << 20;
+  // Per client; also sizes its completion and submission rings.
+  uint32_t max_outstanding_requests = 4096;
+  uint32_t max_name_bytes = 1024;
+  // Threads that share a large reduction; 0: one per online core.
+  uint32_t reduce_threads = 0;
+
+  friend bool operator==(const DaemonConfig&, const DaemonConfig&) = default;
+};
+
+enum class Source { kDefault, kFile, kEnvironment, kFlag };
+
+struct EffectiveConfig {
+  DaemonConfig values;
+  // Knob name -> where its value came from.
+  std::map<std::string, Source> sources;
+  // The YAML file that was read; empty if none.
+  std::string file;
+};
+
+}  // namespace collective::config

@@ -1,0 +1,358 @@
+#include "config/knobs.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <utility>
+
+#include <sys/un.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "config/knob_values.h"
+
+namespace collective::config {
+namespace {
+
+template <typename T>
+using Field = T DaemonConfig::*;
+
+using TextCheck = absl::Status (*)(absl::string_view text);
+
+// "low..high", or ">= low" when only the type bounds it.
+std::string RangeText(const std::string& low, const std::string& high, bool unbounded) {
+  return unbounded ? absl::StrCat(">= ", low) : absl::StrCat(low, "..", high);
+}
+
+absl::Status OutOfRange(absl::string_view text, bool too_low, const std::string& limit) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", text, "' is ", too_low ? "below the minimum " : "above the maximum ", limit));
+}
+
+Knob Text(absl::string_view name, Field<std::string> field, KnobType type, TextCheck check,
+          std::string accepts, absl::string_view description) {
+  auto format = [field](const DaemonConfig& config) { return config.*field; };
+  return Knob{
+      .name = name,
+      .type = type,
+      .description = description,
+      .accepts = std::move(accepts),
+      .parse = [field, check](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        RETURN_IF_ERROR(check(text));
+        config.*field = std::string(text);
+        return absl::OkStatus();
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+template <typename E>
+Knob Enum(absl::string_view name, Field<E> field,
+          std::vector<std::pair<absl::string_view, E>> names, absl::string_view description) {
+  std::vector<absl::string_view> spellings;
+  for (const auto& entry : names) spellings.push_back(entry.first);
+  auto format = [field, names](const DaemonConfig& config) {
+    for (const auto& [spelling, value] : names) {
+      if (config.*field == value) return std::string(spelling);
+    }
+    return std::string("?");
+  };
+  return Knob{
+      .name = name,
+      .type = KnobType::kEnum,
+      .description = description,
+      .accepts = absl::StrJoin(spellings, "|"),
+      .parse = [field, names](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        const absl::string_view word = absl::StripAsciiWhitespace(text);
+        std::vector<absl::string_view> known;
+        for (const auto& [spelling, value] : names) {
+          if (absl::EqualsIgnoreCase(word, spelling)) {
+            config.*field = value;
+            return absl::OkStatus();
+          }
+          known.push_back(spelling);
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", text, "' is not one of ", absl::StrJoin(known, ", ")));
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+template <typename T>
+Knob Unsigned(absl::string_view name, Field<T> field, T min, T max, absl::string_view description) {
+  static_assert(std::is_same_v<T, uint32_t> || std::is_same_v<T, uint64_t>);
+  auto format = [field](const DaemonConfig& config) { return absl::StrCat(config.*field); };
+  return Knob{
+      .name = name,
+      .type = sizeof(T) == 4 ? KnobType::kUint32 : KnobType::kUint64,
+      .description = description,
+      .accepts =
+          RangeText(absl::StrCat(min), absl::StrCat(max), max == std::numeric_limits<T>::max()),
+      .parse = [field, min, max](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        ASSIGN_OR_RETURN(const uint64_t value, ParseUnsigned(text, std::numeric_limits<T>::max()));
+        if (value < min) return OutOfRange(text, true, absl::StrCat(min));
+        if (value > max) return OutOfRange(text, false, absl::StrCat(max));
+        config.*field = static_cast<T>(value);
+        return absl::OkStatus();
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+Knob Bytes(absl::string_view name, Field<uint64_t> field, uint64_t min, uint64_t max,
+           absl::string_view description) {
+  return Knob{
+      .name = name,
+      .type = KnobType::kByteSize,
+      .description = description,
+      .accepts = RangeText(FormatByteSize(min), FormatByteSize(max),
+                           max == std::numeric_limits<uint64_t>::max()),
+      .parse = [field, min, max](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        ASSIGN_OR_RETURN(const uint64_t value, ParseByteSize(text));
+        if (value < min) return OutOfRange(text, true, FormatByteSize(min));
+        if (value > max) return OutOfRange(text, false, FormatByteSize(max));
+        config.*field = value;
+        return absl::OkStatus();
+      },
+      .format = [field](const DaemonConfig& config) { return absl::StrCat(config.*field); },
+      .format_readable =
+          [field](const DaemonConfig& config) { return FormatByteSize(config.*field); },
+  };
+}
+
+// Durations must be positive: a zero timeout would fail every job at once.
+Knob Seconds(absl::string_view name, Field<double> field, double max,
+             absl::string_view description) {
+  auto format = [field](const DaemonConfig& config) { return FormatSeconds(config.*field); };
+  return Knob{
+      .name = name,
+      .type = KnobType::kSeconds,
+      .description = description,
+      .accepts = absl::StrCat("> 0 and <= ", FormatSeconds(max)),
+      .parse = [field, max](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        ASSIGN_OR_RETURN(const double value, ParseSeconds(text));
+        if (value <= 0) {
+          return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not greater than 0"));
+        }
+        if (value > max) return OutOfRange(text, false, FormatSeconds(max));
+        config.*field = value;
+        return absl::OkStatus();
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+Knob Uint32List(absl::string_view name, Field<std::vector<uint32_t>> field,
+                absl::string_view description) {
+  auto format = [field](const DaemonConfig& config) { return FormatUint32List(config.*field); };
+  return Knob{
+      .name = name,
+      .type = KnobType::kUint32List,
+      .description = description,
+      .accepts = "comma-separated or a YAML sequence",
+      .parse = [field](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        ASSIGN_OR_RETURN(config.*field, ParseUint32List(text));
+        return absl::OkStatus();
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+absl::Status CheckSocketPath(absl::string_view path) {
+  // sun_path counts the terminating NUL.
+  constexpr size_t kSunPathBytes = sizeof(sockaddr_un{}.sun_path);
+  if (path.empty()) return absl::InvalidArgumentError("the socket path is empty");
+  if (path.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not an absolute path"));
+  }
+  if (absl::StrContains(path, absl::string_view("\0", 1))) {
+    return absl::InvalidArgumentError("the socket path contains a NUL byte");
+  }
+  if (path.size() >= kSunPathBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", path.size(),
+                                                   " bytes long; a Unix socket path must be ",
+                                                   "shorter than ", kSunPathBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// A name or a number; it is resolved when the socket is created, where an
+// unknown group is reported.
+absl::Status CheckGroup(absl::string_view group) {
+  if (group.empty()) return absl::OkStatus();
+  if (std::all_of(group.begin(), group.end(), absl::ascii_isdigit)) {
+    return ParseUnsigned(group, std::numeric_limits<uint32_t>::max()).status();
+  }
+  // What shadow-utils accepts: a letter or '_', then letters, digits, '_',
+  // '.', '-', and an optional trailing '$'.
+  const absl::string_view body = absl::StripSuffix(group, "$");
+  bool valid = !body.empty() && (absl::ascii_isalpha(body.front()) || body.front() == '_');
+  for (const char c : body) {
+    valid = valid && (absl::ascii_isalnum(c) || c == '_' || c == '.' || c == '-');
+  }
+  if (!valid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", group, "' is neither a group name nor a group id"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLogLevel(absl::string_view spec) {
+  return collective::log::ParseLevelSpec(spec).status();
+}
+
+void AddSection(std::vector<Knob>& table, absl::string_view section, std::vector<Knob> knobs) {
+  for (Knob& knob : knobs) {
+    knob.section = section;
+    table.push_back(std::move(knob));
+  }
+}
+
+// Names each knob after its field, so the two cannot drift apart.
+#define COLLECTIVE_KNOB(field) #field, &DaemonConfig::field
+
+std::vector<Knob> BuildTable() {
+  std::vector<Knob> table;
+  AddSection(table, "Socket & security",
+             {
+                 Text(COLLECTIVE_KNOB(socket), KnobType::kPath, CheckSocketPath,
+                      "absolute path shorter than 108 bytes",
+                      "Unix socket that clients and collectivectl connect to."),
+                 Text(COLLECTIVE_KNOB(socket_group), KnobType::kString, CheckGroup,
+                      "group name, group id, or empty",
+                      "Group that owns the socket file; empty: the daemon's own group."),
+                 Uint32List(COLLECTIVE_KNOB(allowed_uids),
+                            "Uids allowed to connect besides the daemon's own uid and root."),
+                 Uint32List(COLLECTIVE_KNOB(allowed_gids),
+                            "Peers whose primary gid is listed here may connect too."),
+             });
+  AddSection(table, "Logging",
+             {
+                 Text(COLLECTIVE_KNOB(log_level), KnobType::kString, CheckLogLevel,
+                      "level[,subsystem=level...]",
+                      "Default log level, then optional per-subsystem levels, e.g. "
+                      "\"info,coord=debug,rpc=trace\". Levels: trace, debug, info, warn, error, "
+                      "critical, off. Subsystems: daemon, rpc, shm, coord, exec, mpi, nccl, cfg."),
+                 Enum(COLLECTIVE_KNOB(log_format),
+                      {{"text", LogFormat::kText}, {"json", LogFormat::kJson}},
+                      "Format of the log lines on stderr: text for people, json (one object per "
+                      "line) for log collectors."),
+             });
+  AddSection(
+      table, "Jobs",
+      {
+          Seconds(COLLECTIVE_KNOB(register_timeout_seconds), 86400.0,
+                  "How long a job may take to form, from its first registration, and how long a "
+                  "registered client may take to open its session."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(heartbeat_interval_ms), 10, 60000,
+                             "How often, in milliseconds, the daemon stamps its heartbeat into "
+                             "every client segment."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(max_outstanding_requests), 1, 1 << 20,
+                             "Requests one client may have in flight; also sizes its completion "
+                             "and submission rings."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(max_name_bytes), 1, 65536,
+                             "Longest tensor name, in bytes, that a client may submit."),
+      });
+  AddSection(
+      table, "Memory & fusion",
+      {
+          Bytes(COLLECTIVE_KNOB(fusion_threshold_bytes), 0, kTiB,
+                "Ready tensors of the same kind are fused up to this many bytes; 0 disables "
+                "fusion."),
+          Bytes(COLLECTIVE_KNOB(default_arena_bytes), 4 * kKiB, kTiB,
+                "Data arena of a client that does not ask for a size; at most "
+                "max_arena_bytes."),
+          Bytes(COLLECTIVE_KNOB(max_arena_bytes), 4 * kKiB, kTiB,
+                "Largest data arena a client may ask for."),
+          Bytes(COLLECTIVE_KNOB(result_arena_bytes), kMiB, std::numeric_limits<uint64_t>::max(),
+                "Size of each job's result segment, where results wait until every reader "
+                "released them; at least fusion_threshold_bytes."),
+      });
+  AddSection(table, "Performance",
+             {
+                 Unsigned<uint32_t>(COLLECTIVE_KNOB(reduce_threads), 0, 1024,
+                                    "Threads that share a large reduction; 0: one per online "
+                                    "core."),
+             });
+  return table;
+}
+
+#undef COLLECTIVE_KNOB
+
+}  // namespace
+
+absl::string_view KnobTypeName(KnobType type) {
+  switch (type) {
+    case KnobType::kString:
+      return "string";
+    case KnobType::kPath:
+      return "path";
+    case KnobType::kEnum:
+      return "enum";
+    case KnobType::kUint32List:
+      return "list of uint32";
+    case KnobType::kUint32:
+      return "uint32";
+    case KnobType::kUint64:
+      return "uint64";
+    case KnobType::kByteSize:
+      return "byte size";
+    case KnobType::kSeconds:
+      return "seconds";
+  }
+  return "?";
+}
+
+std::string Knob::EnvName() const {
+  return absl::StrCat("COLLECTIVED_", absl::AsciiStrToUpper(name));
+}
+
+std::string Knob::FlagName() const {
+  return absl::StrCat("--", absl::StrReplaceAll(name, {{"_", "-"}}));
+}
+
+const std::vector<Knob>& Knobs() {
+  static const auto* const table = new std::vector<Knob>(BuildTable());
+  return *table;
+}
+
+const Knob* FindKnob(absl::string_view name) {
+  for (const Knob& knob : Knobs()) {
+    if (knob.name == name) return &knob;
+  }
+  return nullptr;
+}
+
+const std::vector<KnobRule>& KnobRules() {
+  static const auto* const rules = new std::vector<KnobRule>{
+      {
+          .knobs = {"default_arena_bytes", "max_arena_bytes"},
+          .requirement = "default_arena_bytes must not exceed max_arena_bytes",
+          .holds = [](const DaemonConfig& c) { return c.default_arena_bytes <= c.max_arena_bytes; },
+      },
+      {
+          .knobs = {"result_arena_bytes", "fusion_threshold_bytes"},
+          .requirement = "result_arena_bytes must be at least fusion_threshold_bytes (a fused "
+                         "response is written into the result segment whole)",
+          .holds =
+              [](const DaemonConfig& c) {
+                return c.result_arena_bytes >= c.fusion_threshold_bytes;
+              },
+      },
+  };
+  return *rules;
+}
+
+}  // namespace collective::config
