@@ -1,0 +1,256 @@
+#include "daemon/engine.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include <unistd.h>
+
+#include "collective/build_config.h"
+#include "common/logging.h"
+
+namespace collective::daemon {
+namespace {
+
+size_t ReduceThreads(uint32_t configured) {
+  if (configured != 0) return configured;
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<size_t>(online) : 1;
+}
+
+uint64_t MonotonicNanos() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
+template <class... Handlers>
+struct Overloaded : Handlers... {
+  using Handlers::operator()...;
+};
+
+v1::JobState ToProto(JobState state) {
+  switch (state) {
+    case JobState::kForming:
+      return v1::JOB_STATE_FORMING;
+    case JobState::kRunning:
+      return v1::JOB_STATE_RUNNING;
+    case JobState::kEnding:
+      return v1::JOB_STATE_ENDING;
+    case JobState::kFailed:
+      return v1::JOB_STATE_FAILED;
+  }
+  return v1::JOB_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+Engine::Engine(const config::DaemonConfig& config, uint64_t epoch)
+    : config_(config),
+      epoch_(epoch),
+      daemon_uid_(::geteuid()),
+      daemon_gid_(::getegid()),
+      started_(Clock::now()),
+      names_(daemon_uid_, config.socket, epoch),
+      pool_(ReduceThreads(config.reduce_threads)),
+      executor_(pool_) {}
+
+Engine::~Engine() {
+  if (thread_.joinable()) Shutdown("the daemon object was destroyed");
+}
+
+void Engine::Start() {
+  next_heartbeat_ = Clock::now();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+bool Engine::Post(EngineEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return false;
+    queue_.push_back(std::move(event));
+  }
+  doorbell_.Ring();
+  return true;
+}
+
+void Engine::Shutdown(const std::string& reason) {
+  Post(ShutdownEvent{reason});
+  if (thread_.joinable()) thread_.join();
+}
+
+void Engine::Loop() {
+  std::vector<EngineEvent> events;
+  while (true) {
+    // Arm before looking for work, so that work arriving after the look
+    // ends the sleep below (see EngineDoorbell).
+    doorbell_.Arm(AttachedClients());
+    {
+      std::lock_guard lock(mutex_);
+      events.swap(queue_);
+    }
+    bool worked = !events.empty();
+    for (EngineEvent& event : events) Dispatch(event);
+    events.clear();
+    if (shutting_down_) {
+      // Refuse new events, then answer what raced in (registrations are
+      // refused, status is reported) and stop.
+      std::lock_guard lock(mutex_);
+      if (stopped_ && queue_.empty()) break;
+      stopped_ = true;
+      continue;
+    }
+    worked = DrainSubmissionRings() || worked;
+    worked = RunReady() || worked;
+    RunTimers(Clock::now());
+    if (!worked) doorbell_.Sleep(NextTimer());
+  }
+  log::Daemon().info("engine stopped");
+}
+
+std::vector<shm::ClientSegmentHeader*> Engine::AttachedClients() const {
+  std::vector<shm::ClientSegmentHeader*> headers;
+  if (job_ == nullptr) return headers;
+  for (const auto& member : job_->members()) {
+    if (member && member->attached() && member->live()) {
+      headers.push_back(member->segment->header());
+    }
+  }
+  return headers;
+}
+
+void Engine::Dispatch(EngineEvent& event) {
+  std::visit(Overloaded{
+                 [this](RegisterEvent& e) { OnRegister(e); },
+                 [this](RegisterCancelledEvent& e) { OnRegisterCancelled(e); },
+                 [this](ClientMessageEvent& e) { OnClientMessage(e); },
+                 [this](SessionClosedEvent& e) { OnSessionClosed(e); },
+                 [this](StatusEvent& e) { OnStatus(e); },
+                 [this](HealthEvent& e) {
+                   v1::HealthResponse response;
+                   response.set_serving(!shutting_down_);
+                   response.set_version(COLLECTIVE_VERSION);
+                   e.reply(response);
+                 },
+                 [this](ShutdownEvent& e) { OnShutdown(e); },
+             },
+             event);
+}
+
+Engine::Clock::time_point Engine::NextTimer() const {
+  Clock::time_point next = next_heartbeat_;
+  if (job_ == nullptr) return next;
+  if (job_->state() == JobState::kForming) return std::min(next, job_->formation_deadline());
+  for (const auto& member : job_->members()) {
+    if (member && !member->attached() && member->live()) {
+      next = std::min(next, member->attach_deadline);
+    }
+  }
+  return next;
+}
+
+void Engine::RunTimers(Clock::time_point now) {
+  if (now >= next_heartbeat_) {
+    WriteHeartbeats();
+    next_heartbeat_ = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
+  }
+  if (job_ == nullptr) return;
+  if (job_->state() == JobState::kForming) {
+    if (now < job_->formation_deadline()) return;
+    const std::vector<int32_t> missing = job_->MissingLocalRanks();
+    AbortFormation(absl::DeadlineExceededError(absl::StrCat(
+        "job '", job_->id(), "' did not form within ", config_.register_timeout_seconds,
+        " s: ", DescribeLocalRanks(missing), " of ", job_->local_size(), " never registered")));
+    return;
+  }
+  for (const auto& member : job_->members()) {
+    if (!member || member->attached() || !member->live() || now < member->attach_deadline) {
+      continue;
+    }
+    member->gone = true;
+    member->segment->Unlink();
+    FailJob(absl::UnavailableError(
+        absl::StrCat(DescribeMember(*member), " registered with job '", job_->id(),
+                     "' but did not open its session within ", config_.register_timeout_seconds,
+                     " s; the job cannot continue")));
+  }
+  MaybeTearDownJob();
+}
+
+void Engine::WriteHeartbeats() {
+  if (job_ == nullptr) return;
+  const uint64_t now = MonotonicNanos();
+  for (const auto& member : job_->members()) {
+    if (member && member->live()) {
+      member->segment->header()->daemon_heartbeat_ns.store(now, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Engine::OnShutdown(const ShutdownEvent& event) {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  shutdown_reason_ = event.reason;
+  log::Daemon().info("shutting down: {}", event.reason);
+  const absl::Status status =
+      absl::UnavailableError(absl::StrCat("collectived is shutting down (", event.reason, ")"));
+  if (job_ != nullptr) {
+    if (job_->state() == JobState::kForming) {
+      AbortFormation(status);
+    } else {
+      FailJob(status);
+      for (const auto& member : job_->members()) {
+        if (member && member->link) member->link->Close(status);
+      }
+      job_.reset();
+      coordinator_.reset();
+    }
+  }
+}
+
+void Engine::OnStatus(const StatusEvent& event) const {
+  const Clock::time_point now = Clock::now();
+  v1::StatusResponse response;
+  response.set_version(COLLECTIVE_VERSION);
+  response.set_pid(::getpid());
+  response.set_socket(config_.socket);
+  response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
+  *response.mutable_totals() = totals_;
+  v1::JobStatus* job = response.mutable_job();
+  if (job_ == nullptr) {
+    job->set_state(shutting_down_ ? v1::JOB_STATE_UNSPECIFIED : v1::JOB_STATE_IDLE);
+    event.reply(response);
+    return;
+  }
+  job->set_id(job_->id());
+  job->set_state(ToProto(job_->state()));
+  job->set_local_size(job_->local_size());
+  for (int32_t rank : job_->MissingLocalRanks()) job->add_missing_local_ranks(rank);
+  job->set_registered(job_->local_size() - job->missing_local_ranks_size());
+  job->set_failure(std::string(job_->failure().message()));
+  if (job_->state() != JobState::kForming)
+    job->set_formed_unix_ms(absl::ToUnixMillis(job_->formed_at()));
+  for (const auto& member : job_->members()) {
+    if (!member) continue;
+    v1::ClientStatus* client = response.add_clients();
+    client->set_client_id(member->id);
+    client->set_rank(job_->state() == JobState::kForming ? -1 : member->topology.rank());
+    client->set_local_rank(member->local_rank);
+    client->set_pid(member->peer.pid);
+    client->set_uid(member->peer.uid);
+    client->set_connected_unix_ms(absl::ToUnixMillis(member->registered_at));
+    client->set_attached(member->attached() && member->live());
+    client->set_arena_bytes(member->segment->arena_bytes());
+    client->set_bytes_submitted(member->bytes_submitted);
+    client->set_requests_submitted(member->requests_submitted);
+    client->set_outstanding_requests(static_cast<uint32_t>(member->outstanding.size()));
+    client->set_result_bytes_held(member->result_bytes_held);
+  }
+  if (coordinator_ != nullptr) coordinator_->Describe(now, response.mutable_pending());
+  if (job_->results() != nullptr) {
+    response.set_result_arena_bytes(job_->results()->capacity());
+    response.set_result_arena_used_bytes(job_->results()->bytes_in_use());
+  }
+  event.reply(response);
+}
+
+}  // namespace collective::daemon

@@ -1,0 +1,136 @@
+// The engine: one thread that owns every piece of job state — the job and its
+// clients, the coordinator's tensor table, the result arena — and drives the
+// executor. Work reaches it two ways: gRPC handlers post events
+// (engine_events.h), and clients publish submissions in their segments'
+// submission rings; either wakes it through its doorbell. It handles them in
+// arrival order, runs whatever became ready, completes requests through the
+// clients' completion rings, and keeps its timers (job formation and attach
+// deadlines, heartbeats). No lock guards job state, because no other thread
+// touches it.
+//
+// The implementation is split by concern: engine.cc (loop, timers, status),
+// engine_jobs.cc (registration, formation, leaving, failure, teardown) and
+// engine_requests.cc (submission, execution, completion, release).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/types.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "collective/v1/status.pb.h"
+#include "config/daemon_config.h"
+#include "daemon/coordinator.h"
+#include "daemon/engine_doorbell.h"
+#include "daemon/engine_events.h"
+#include "daemon/executor.h"
+#include "daemon/fusion.h"
+#include "daemon/job.h"
+#include "daemon/thread_pool.h"
+#include "shm/segment_names.h"
+
+namespace collective::daemon {
+
+class Engine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Engine(const config::DaemonConfig& config, uint64_t epoch);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void Start();
+
+  // Thread-safe. False once the engine has stopped: the caller answers its
+  // RPC itself then.
+  bool Post(EngineEvent event);
+
+  // Fails all pending work with an error naming `reason`, ends every
+  // session and registration, removes the job's segments, and stops the
+  // engine thread. Returns when the thread has exited.
+  void Shutdown(const std::string& reason);
+
+ private:
+  // engine.cc
+  void Loop();
+  std::vector<shm::ClientSegmentHeader*> AttachedClients() const;
+  void Dispatch(EngineEvent& event);
+  void RunTimers(Clock::time_point now);
+  Clock::time_point NextTimer() const;
+  void WriteHeartbeats();
+  void OnStatus(const StatusEvent& event) const;
+  void OnShutdown(const ShutdownEvent& event);
+
+  // engine_jobs.cc
+  void OnRegister(const RegisterEvent& event);
+  absl::Status CheckRegistration(const v1::RegisterRequest& request,
+                                 const std::string& job_id) const;
+  absl::StatusOr<std::unique_ptr<ClientRecord>> NewClient(const RegisterCall& call);
+  void FormJob();
+  void AbortFormation(const absl::Status& status);
+  void OnRegisterCancelled(const RegisterCancelledEvent& event);
+  void OnAttach(const std::shared_ptr<SessionLink>& link, const PeerCredentials& peer,
+                const v1::Attach& attach);
+  void OnLeave(ClientRecord& client);
+  void OnSessionClosed(const SessionClosedEvent& event);
+  // The job cannot continue: every pending request fails with `why`, every
+  // attached client hears it, and later submissions fail with it too.
+  void FailJob(const absl::Status& why);
+  void EndJob(const absl::Status& why);
+  void FailAllPending(const absl::Status& why);
+  void MaybeTearDownJob();
+
+  // engine_requests.cc
+  void OnClientMessage(ClientMessageEvent& event);
+  // Submissions and releases, from the stream or the submission ring.
+  void OnSubmissions(ClientRecord& client, v1::ClientMessage& message);
+  // Reads every attached client's submission ring; true if anything came.
+  bool DrainSubmissionRings();
+  bool DrainSubmissionRing(ClientRecord& client);
+  void OnSubmit(ClientRecord& client, v1::TensorRequest& request);
+  // Runs what is ready; true if anything ran.
+  bool RunReady();
+  void CompleteBatch(const FusedBatch& batch, const Executor::Outcome& outcome);
+  void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
+  void ReleaseResult(ClientRecord& client, uint64_t request_id);
+  void ReleaseAllResults(ClientRecord& client);
+
+  const config::DaemonConfig config_;
+  const uint64_t epoch_;
+  const uid_t daemon_uid_;
+  const gid_t daemon_gid_;
+  const Clock::time_point started_;
+  shm::SegmentNames names_;
+  ThreadPool pool_;
+  Executor executor_;
+
+  // Job state: engine thread only.
+  std::unique_ptr<Job> job_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::deque<FusedBatch> deferred_;                        // ready, waiting for result space
+  absl::flat_hash_map<uint64_t, uint64_t> registrations_;  // call id -> client id
+  uint64_t next_client_id_ = 1;
+  uint64_t next_job_sequence_ = 1;
+  Clock::time_point next_heartbeat_;
+  bool shutting_down_ = false;
+  std::string shutdown_reason_;
+  v1::Totals totals_;
+
+  // The event queue and the doorbell: the only state shared with other
+  // threads.
+  EngineDoorbell doorbell_;
+  std::mutex mutex_;
+  std::vector<EngineEvent> queue_;
+  bool stopped_ = false;
+  std::thread thread_;
+};
+
+}  // namespace collective::daemon

@@ -1,0 +1,52 @@
+// What the gRPC side hands to the engine thread. Handlers only parse, check
+// the peer, and post one of these; all job state changes on the engine thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "collective/v1/collective.pb.h"
+#include "collective/v1/status.pb.h"
+#include "daemon/peer_credentials.h"
+#include "daemon/session_link.h"
+
+namespace collective::daemon {
+
+struct RegisterEvent {
+  std::shared_ptr<RegisterCall> call;
+};
+
+// The client gave up on (or died during) a Register call.
+struct RegisterCancelledEvent {
+  uint64_t call_id = 0;
+};
+
+struct ClientMessageEvent {
+  std::shared_ptr<SessionLink> link;
+  PeerCredentials peer;
+  v1::ClientMessage message;
+};
+
+// The client's side of its session ended (it closed it, or died).
+struct SessionClosedEvent {
+  std::shared_ptr<SessionLink> link;
+};
+
+struct StatusEvent {
+  std::function<void(const v1::StatusResponse&)> reply;
+};
+
+struct HealthEvent {
+  std::function<void(const v1::HealthResponse&)> reply;
+};
+
+struct ShutdownEvent {
+  std::string reason;
+};
+
+using EngineEvent = std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent,
+                                 SessionClosedEvent, StatusEvent, HealthEvent, ShutdownEvent>;
+
+}  // namespace collective::daemon

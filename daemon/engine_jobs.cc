@@ -1,0 +1,360 @@
+// Engine: the life of a job — registration and formation, sessions attaching,
+// ranks leaving or dying, failure, and teardown.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "collective/build_config.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/engine.h"
+#include "daemon/request_validator.h"
+#include "daemon/secrets.h"
+#include "shm/segment_layout.h"
+
+namespace collective::daemon {
+namespace {
+
+constexpr int32_t kMaxLocalSize = 4096;
+constexpr size_t kMaxJobIdBytes = 128;
+
+}  // namespace
+
+absl::Status Engine::CheckRegistration(const v1::RegisterRequest& request,
+                                       const std::string& job_id) const {
+  if (shutting_down_) {
+    return absl::UnavailableError(
+        absl::StrCat("collectived is shutting down (", shutdown_reason_, ")"));
+  }
+  if (request.layout_version() != shm::kLayoutVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the client speaks shared-memory layout version ", request.layout_version(),
+                     " but this daemon speaks version ", shm::kLayoutVersion,
+                     "; use a client library that matches collectived ", COLLECTIVE_VERSION));
+  }
+  if (request.local_size() < 1 || request.local_size() > kMaxLocalSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_size ", request.local_size(), " is outside [1, ", kMaxLocalSize, "]"));
+  }
+  if (request.local_rank() < 0 || request.local_rank() >= request.local_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("local_rank ", request.local_rank(),
+                                                   " is outside [0, local_size ",
+                                                   request.local_size(), ")"));
+  }
+  if (job_id.size() > kMaxJobIdBytes || std::any_of(job_id.begin(), job_id.end(), [](char c) {
+        return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+      })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the job id must be at most ", kMaxJobIdBytes, " printable bytes"));
+  }
+  if (request.arena_bytes() > config_.max_arena_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("an arena of ", request.arena_bytes(),
+                                                   " bytes exceeds max_arena_bytes (",
+                                                   config_.max_arena_bytes, ")"));
+  }
+  if (job_ == nullptr) return absl::OkStatus();
+
+  if (job_->id() != job_id) {
+    return absl::UnavailableError(absl::StrCat("collectived is serving job '", job_->id(),
+                                               "'; job '", job_id,
+                                               "' can register when it has ended"));
+  }
+  switch (job_->state()) {
+    case JobState::kForming:
+      break;
+    case JobState::kRunning:
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job '", job_id, "' is already running with all ", job_->local_size(), " local ranks"));
+    case JobState::kEnding:
+    case JobState::kFailed:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", job_id,
+          "' has ended and waits for its remaining clients to leave: ", job_->failure().message()));
+  }
+  if (request.local_size() != job_->local_size()) {
+    const ClientRecord* first = nullptr;
+    for (const auto& member : job_->members()) {
+      if (member) {
+        first = member.get();
+        break;
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_size mismatch for job '", job_id, "': local rank ", first->local_rank,
+                     " (pid ", first->peer.pid, ") registered with local_size ", job_->local_size(),
+                     ", this client says ", request.local_size()));
+  }
+  if (const ClientRecord* taken = job_->member(request.local_rank())) {
+    return absl::AlreadyExistsError(absl::StrCat("local rank ", request.local_rank(), " of job '",
+                                                 job_id, "' is already registered by pid ",
+                                                 taken->peer.pid));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ClientRecord>> Engine::NewClient(const RegisterCall& call) {
+  const v1::RegisterRequest& request = call.request();
+  auto client = std::make_unique<ClientRecord>();
+  client->id = next_client_id_++;
+  client->session_token = NewSessionToken();
+  client->peer = call.peer();
+  client->reported_pid = request.pid();
+  client->local_rank = request.local_rank();
+  client->registered_at = absl::Now();
+  const uint64_t arena_bytes =
+      request.arena_bytes() == 0 ? config_.default_arena_bytes : request.arena_bytes();
+  ASSIGN_OR_RETURN_WITH(
+      client->segment,
+      shm::ClientSegment::Create({.name = names_.Client(client->id),
+                                  .arena_bytes = arena_bytes,
+                                  // Room for every outstanding completion plus
+                                  // the refusals of a client that exceeds it.
+                                  .ring_capacity = 2 * config_.max_outstanding_requests,
+                                  .submit_bytes = uint64_t{config_.max_outstanding_requests} * 128,
+                                  .epoch = epoch_,
+                                  .client_id = client->id,
+                                  .client_pid = client->peer.pid,
+                                  .owner_uid = client->peer.uid,
+                                  .owner_gid = client->peer.gid}),
+      "cannot create the client's shared-memory segment");
+  client->ring = std::make_unique<shm::RingPublisher>(
+      client->segment->header(), client->segment->ring(), client->segment->ring_capacity());
+  client->submissions = std::make_unique<shm::SubmissionReader>(
+      client->segment->header(), client->segment->submit_ring(), client->segment->submit_bytes());
+  client->guard = GuardedRange(client->segment->header(), client->segment->size());
+  if (!client->guard.guarded()) {
+    log::Shm().warn("no SIGBUS guard slot left for client {}; a truncated segment would crash",
+                    client->id);
+  }
+  return client;
+}
+
+void Engine::OnRegister(const RegisterEvent& event) {
+  const v1::RegisterRequest& request = event.call->request();
+  const std::string job_id = request.job_id().empty() ? "default" : request.job_id();
+  if (absl::Status status = CheckRegistration(request, job_id); !status.ok()) {
+    log::Rpc().warn("registration from {} refused: {}", event.call->peer().ToString(),
+                    status.message());
+    event.call->Finish(status, {});
+    return;
+  }
+  auto client = NewClient(*event.call);
+  if (!client.ok()) {
+    log::Shm().error("registration from {}: {}", event.call->peer().ToString(),
+                     client.status().message());
+    event.call->Finish(client.status(), {});
+    return;
+  }
+  if (job_ == nullptr) {
+    const auto timeout = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(config_.register_timeout_seconds));
+    job_ = std::make_unique<Job>(job_id, request.local_size(), next_job_sequence_++,
+                                 Clock::now() + timeout);
+    log::Coord().info("job '{}' forming: {} local ranks expected", job_id, request.local_size());
+  }
+  (*client)->registration = event.call;
+  registrations_[event.call->id()] = (*client)->id;
+  log::Coord().info("job '{}': local rank {} registered ({}, client {})", job_id,
+                    request.local_rank(), event.call->peer().ToString(), (*client)->id);
+  job_->AddMember(std::move(*client));
+  WriteHeartbeats();
+  if (job_->complete()) FormJob();
+}
+
+void Engine::FormJob() {
+  auto owner = ChooseResultSegmentOwner(*job_, daemon_uid_, daemon_gid_);
+  if (!owner.ok()) {
+    AbortFormation(owner.status());
+    return;
+  }
+  auto results = ResultArena::Create({.name = names_.Result(job_->sequence()),
+                                      .data_bytes = config_.result_arena_bytes,
+                                      .epoch = epoch_,
+                                      .job_sequence = job_->sequence(),
+                                      .owner_uid = owner->uid,
+                                      .owner_gid = owner->gid,
+                                      .mode = owner->mode});
+  if (!results.ok()) {
+    AbortFormation(Annotate(results.status(), "cannot create the job's result segment"));
+    return;
+  }
+  job_->Form(std::move(*results));
+  coordinator_ = std::make_unique<Coordinator>(job_->local_size());
+  totals_.set_jobs(totals_.jobs() + 1);
+
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.register_timeout_seconds));
+  const shm::ResultSegment& segment = job_->results()->segment();
+  for (const auto& member : job_->members()) {
+    v1::RegisterResponse response;
+    response.set_client_id(member->id);
+    response.set_session_token(member->session_token);
+    *response.mutable_topology() = member->topology;
+    response.mutable_arena()->set_name(member->segment->name());
+    response.mutable_arena()->set_size_bytes(member->segment->size());
+    response.mutable_results()->set_name(segment.name());
+    response.mutable_results()->set_size_bytes(segment.size());
+    v1::Limits* limits = response.mutable_limits();
+    limits->set_max_name_bytes(config_.max_name_bytes);
+    limits->set_max_outstanding_requests(config_.max_outstanding_requests);
+    limits->set_max_dims(kMaxDims);
+    limits->set_fusion_threshold_bytes(config_.fusion_threshold_bytes);
+    response.set_epoch(epoch_);
+    response.set_daemon_version(COLLECTIVE_VERSION);
+    member->attach_deadline = Clock::now() + timeout;
+    member->registration->Finish(absl::OkStatus(), response);
+    member->registration.reset();
+  }
+  log::Coord().info("job '{}' formed with {} local ranks", job_->id(), job_->local_size());
+}
+
+void Engine::AbortFormation(const absl::Status& status) {
+  log::Coord().warn("job '{}' did not form: {}", job_->id(), status.message());
+  for (const auto& member : job_->members()) {
+    if (member && member->registration) member->registration->Finish(status, {});
+  }
+  registrations_.clear();
+  job_.reset();
+}
+
+void Engine::OnRegisterCancelled(const RegisterCancelledEvent& event) {
+  auto it = registrations_.find(event.call_id);
+  if (it == registrations_.end() || job_ == nullptr) return;
+  ClientRecord* client = job_->FindClient(it->second);
+  registrations_.erase(it);
+  if (client == nullptr) return;
+  if (job_->state() == JobState::kForming) {
+    log::Coord().info("job '{}': local rank {} ({}) gave up registering", job_->id(),
+                      client->local_rank, client->peer.ToString());
+    client->registration->Finish(absl::CancelledError("registration cancelled by the client"), {});
+    job_->RemoveMember(client->local_rank);  // unlinks its segment
+    if (job_->empty()) {
+      log::Coord().info("job '{}' has no registered ranks left; idle", job_->id());
+      job_.reset();
+    }
+    return;
+  }
+  // The job formed as the client went away: it will never attach.
+  if (client->attached() || !client->live()) return;
+  client->gone = true;
+  client->segment->Unlink();
+  FailJob(absl::AbortedError(absl::StrCat(DescribeMember(*client),
+                                          " went away before it opened its session; job '",
+                                          job_->id(), "' cannot continue")));
+  MaybeTearDownJob();
+}
+
+void Engine::OnAttach(const std::shared_ptr<SessionLink>& link, const PeerCredentials& peer,
+                      const v1::Attach& attach) {
+  ClientRecord* client = job_ == nullptr ? nullptr : job_->FindClient(attach.client_id());
+  if (client == nullptr || job_->state() == JobState::kForming ||
+      !TokensEqual(client->session_token, attach.session_token()) || client->peer.uid != peer.uid) {
+    log::Rpc().warn("session from {} refused: unknown client {} or wrong token", peer.ToString(),
+                    attach.client_id());
+    link->Close(absl::PermissionDeniedError(
+        "unknown client id or wrong session token: register before opening a session"));
+    return;
+  }
+  if (client->attached() || !client->live()) {
+    link->Close(absl::AlreadyExistsError(
+        absl::StrCat("client ", client->id, " already has (or had) a session")));
+    return;
+  }
+  client->link = link;
+  client->attached_at = absl::Now();
+  absl::erase_if(registrations_, [&](const auto& entry) { return entry.second == client->id; });
+  v1::DaemonMessage attached;
+  attached.mutable_attached()->set_client_id(client->id);
+  link->Send(std::move(attached));
+  if (!job_->failure().ok()) {
+    v1::DaemonMessage failed;
+    failed.mutable_job_failed()->set_code(static_cast<int>(job_->failure().code()));
+    failed.mutable_job_failed()->set_message(std::string(job_->failure().message()));
+    link->Send(std::move(failed));
+  }
+  log::Rpc().debug("client {} ({}) attached", client->id, DescribeMember(*client));
+}
+
+void Engine::OnLeave(ClientRecord& client) {
+  if (client.left) return;
+  // What the client published before it said goodbye still counts.
+  DrainSubmissionRing(client);
+  client.left = true;
+  log::Coord().info("job '{}': {} left", job_->id(), DescribeMember(client));
+  EndJob(absl::FailedPreconditionError(
+      absl::StrCat(DescribeMember(client), " has left job '", job_->id(),
+                   "' (it shut down); no collective of this job can complete any more")));
+}
+
+void Engine::OnSessionClosed(const SessionClosedEvent& event) {
+  ClientRecord* client = job_ == nullptr ? nullptr : job_->FindByLink(event.link.get());
+  if (client == nullptr || client->gone) {
+    event.link->Close(absl::OkStatus());
+    return;
+  }
+  client->gone = true;
+  client->segment->Unlink();
+  ReleaseAllResults(*client);
+  if (!client->left) {
+    log::Coord().warn("job '{}': {} disconnected without leaving", job_->id(),
+                      DescribeMember(*client));
+    FailJob(absl::AbortedError(absl::StrCat(
+        DescribeMember(*client), " disconnected from collectived without leaving job '", job_->id(),
+        "' (it died or closed its session); the job cannot continue")));
+  }
+  event.link->Close(absl::OkStatus());
+  MaybeTearDownJob();
+}
+
+void Engine::FailAllPending(const absl::Status& why) {
+  if (coordinator_ != nullptr) {
+    for (PendingTensor& tensor : coordinator_->TakeAllPending()) {
+      for (auto& submission : tensor.by_rank) {
+        if (submission.has_value()) {
+          CompleteWithError(*submission->client, submission->request.request_id(), why);
+        }
+      }
+    }
+  }
+  for (const FusedBatch& batch : deferred_) {
+    for (const ReadyTensor& tensor : batch.tensors) {
+      for (const Submission& submission : tensor.submissions) {
+        CompleteWithError(*submission.client, submission.request.request_id(), why);
+      }
+    }
+  }
+  deferred_.clear();
+}
+
+void Engine::EndJob(const absl::Status& why) {
+  job_->End(why);
+  FailAllPending(job_->failure());
+}
+
+void Engine::FailJob(const absl::Status& why) {
+  const bool first = job_->state() != JobState::kFailed;
+  job_->Fail(why);
+  FailAllPending(job_->failure());
+  if (!first) return;
+  v1::DaemonMessage message;
+  message.mutable_job_failed()->set_code(static_cast<int>(job_->failure().code()));
+  message.mutable_job_failed()->set_message(std::string(job_->failure().message()));
+  for (const auto& member : job_->members()) {
+    if (member && member->link && member->live()) member->link->Send(message);
+  }
+}
+
+void Engine::MaybeTearDownJob() {
+  if (job_ == nullptr || job_->state() == JobState::kForming || !job_->finished()) return;
+  if (job_->state() == JobState::kFailed) {
+    log::Coord().info("job '{}' ended after failing ({}); ready for the next job", job_->id(),
+                      job_->failure().message());
+  } else {
+    log::Coord().info("job '{}' ended: every rank left; ready for the next job", job_->id());
+  }
+  coordinator_.reset();
+  deferred_.clear();
+  registrations_.clear();
+  job_.reset();  // unlinks every segment of the job
+}
+
+}  // namespace collective::daemon
