@@ -1,0 +1,149 @@
+#include "client/cli/status_format.h"
+
+#include <algorithm>
+#include <ctime>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+
+namespace collective::cli {
+namespace {
+
+std::string JobStateName(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_IDLE:
+      return "idle";
+    case v1::JOB_STATE_FORMING:
+      return "forming";
+    case v1::JOB_STATE_RUNNING:
+      return "running";
+    case v1::JOB_STATE_FAILED:
+      return "failed";
+    case v1::JOB_STATE_ENDING:
+      return "ending";
+    default:
+      return "unknown";
+  }
+}
+
+std::string LocalTime(int64_t unix_ms) {
+  const time_t seconds = static_cast<time_t>(unix_ms / 1000);
+  std::tm parts{};
+  localtime_r(&seconds, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &parts);
+  return text;
+}
+
+// Columns sized to their widest cell.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string Render() const {
+    std::vector<size_t> widths(rows_.front().size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    }
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line;
+      for (size_t i = 0; i < row.size(); ++i) {
+        line += i + 1 == row.size() ? row[i] : fmt::format("{:<{}}  ", row[i], widths[i]);
+      }
+      out += line + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string Ranks(const google::protobuf::RepeatedField<int32_t>& ranks) {
+  if (ranks.empty()) return "-";
+  // Long lists are cut: the first few say enough, the count says the rest.
+  constexpr int kShown = 16;
+  std::vector<int32_t> shown(ranks.begin(), ranks.begin() + std::min(ranks.size(), kShown));
+  std::string text = absl::StrJoin(shown, ",");
+  if (ranks.size() > kShown) text += fmt::format(",... ({} in all)", ranks.size());
+  return text;
+}
+
+}  // namespace
+
+std::string HumanBytes(uint64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, kUnits[unit]);
+}
+
+std::string HumanDuration(double seconds) {
+  if (seconds < 60) return fmt::format("{:.1f}s", seconds);
+  const auto whole = static_cast<int64_t>(seconds);
+  if (whole < 3600) return fmt::format("{}m{:02}s", whole / 60, whole % 60);
+  return fmt::format("{}h{:02}m", whole / 3600, whole % 3600 / 60);
+}
+
+std::string FormatStatus(const v1::StatusResponse& status) {
+  std::string out =
+      fmt::format("collectived {} (pid {}) on {}, up {}\n", status.version(), status.pid(),
+                  status.socket(), HumanDuration(status.uptime_seconds()));
+  const v1::JobStatus& job = status.job();
+  if (job.state() == v1::JOB_STATE_IDLE) {
+    out += "job: none (waiting for clients to register)\n";
+  } else {
+    out += fmt::format("job '{}': {}, {} of {} local ranks registered", job.id(),
+                       JobStateName(job.state()), job.registered(), job.local_size());
+    if (job.formed_unix_ms() != 0) out += ", formed " + LocalTime(job.formed_unix_ms());
+    out += "\n";
+    if (!job.missing_local_ranks().empty()) {
+      out += fmt::format("missing local ranks: {}\n", Ranks(job.missing_local_ranks()));
+    }
+    if (!job.failure().empty()) out += fmt::format("reason: {}\n", job.failure());
+  }
+  if (status.result_arena_bytes() != 0) {
+    out +=
+        fmt::format("result arena: {} of {} in use\n", HumanBytes(status.result_arena_used_bytes()),
+                    HumanBytes(status.result_arena_bytes()));
+  }
+  const v1::Totals& totals = status.totals();
+  out += fmt::format(
+      "totals: {} jobs, {} collectives ({} requests), {} reduced, {} fused batches, {} errors\n",
+      totals.jobs(), totals.collectives(), totals.requests(), HumanBytes(totals.bytes_reduced()),
+      totals.fused_batches(), totals.errors());
+
+  if (!status.clients().empty()) {
+    Table clients({"RANK", "LOCAL", "PID", "UID", "SESSION", "CONNECTED", "SUBMITTED", "REQUESTS",
+                   "OUTSTANDING", "RESULTS HELD"});
+    for (const v1::ClientStatus& client : status.clients()) {
+      clients.Add({client.rank() < 0 ? "-" : std::to_string(client.rank()),
+                   std::to_string(client.local_rank()), std::to_string(client.pid()),
+                   std::to_string(client.uid()), client.attached() ? "attached" : "-",
+                   LocalTime(client.connected_unix_ms()), HumanBytes(client.bytes_submitted()),
+                   std::to_string(client.requests_submitted()),
+                   std::to_string(client.outstanding_requests()),
+                   HumanBytes(client.result_bytes_held())});
+    }
+    out += "\nCLIENTS\n" + clients.Render();
+  }
+  if (!status.pending().empty()) {
+    Table pending({"NAME", "COLLECTIVE", "READY RANKS", "MISSING RANKS", "AGE"});
+    for (const v1::PendingTensor& tensor : status.pending()) {
+      pending.Add({tensor.name(), CollectiveName(tensor.collective()), Ranks(tensor.ready_ranks()),
+                   Ranks(tensor.missing_ranks()), HumanDuration(tensor.age_seconds())});
+    }
+    out += "\nPENDING TENSORS\n" + pending.Render();
+  }
+  return out;
+}
+
+}  // namespace collective::cli

@@ -1,0 +1,383 @@
+#include "client/client_core.h"
+
+#include <utility>
+
+#include <sched.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "collective/build_config.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "shm/segment_layout.h"
+
+namespace collective::internal {
+namespace {
+
+// Waiting spins this long before it sleeps, when the job's local ranks fit
+// the cores: long enough to catch a small collective that completes at once
+// (4 us instead of 85 us for one rank on a 2-core machine). When ranks
+// outnumber cores the spin only steals the core the daemon needs (4 ranks on
+// 2 cores: 110 us with it, 75 us without), so waiters sleep at once.
+constexpr absl::Duration kSpin = absl::Microseconds(30);
+// Sleeps are cut into slices so that a hung daemon is noticed.
+constexpr absl::Duration kSleepSlice = absl::Milliseconds(100);
+// A failed completion whose text has not arrived by then gets a generic one.
+constexpr absl::Duration kFailureTextGrace = absl::Seconds(5);
+// Releases are sent on their own once this many are queued.
+constexpr uint32_t kReleaseBatch = 64;
+
+void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// CPUs this process may run on (its affinity mask, which containers narrow).
+int UsableCpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+uint64_t MonotonicNanos() {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
+}  // namespace
+
+ClientCore::ClientCore(std::unique_ptr<Session> session, const ClientOptions& options)
+    : options_(options), session_(std::move(session)) {}
+
+ClientCore::~ClientCore() {
+  // The session calls back into this object until it is gone; end it while
+  // every member is still alive.
+  session_.reset();
+}
+
+absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOptions& options,
+                                                                Topology* topology) {
+  auto session = std::make_unique<Session>(options.socket_path);
+  v1::RegisterRequest request;
+  request.set_job_id(options.job_id);
+  request.set_local_rank(options.local_rank);
+  request.set_local_size(options.local_size);
+  request.set_arena_bytes(options.arena_bytes);
+  request.set_pid(::getpid());
+  request.set_layout_version(shm::kLayoutVersion);
+  request.set_client_version(COLLECTIVE_VERSION);
+  ASSIGN_OR_RETURN(const v1::RegisterResponse response,
+                   session->Register(request, options.register_timeout));
+
+  std::shared_ptr<ClientCore> core(new ClientCore(std::move(session), options));
+  auto segment = shm::ClientSegment::Open(response.arena().name(), response.arena().size_bytes(),
+                                          response.epoch(), response.client_id());
+  auto results = shm::ResultSegment::OpenReadOnly(
+      response.results().name(), response.results().size_bytes(), response.epoch());
+  if (!segment.ok() || !results.ok()) {
+    // Attach and drop the session at once: the daemon then tells the other
+    // ranks right away that this one is gone, instead of at a deadline.
+    (void)core->session_->Attach(response.client_id(), response.session_token(), core.get(),
+                                 absl::Seconds(5));
+    return Annotate(segment.ok() ? results.status() : segment.status(),
+                    "cannot map the daemon's shared memory");
+  }
+  core->segment_ = std::move(*segment);
+  core->results_ = std::move(*results);
+  core->ring_ =
+      std::make_unique<shm::RingConsumer>(core->segment_->header(), core->segment_->ring());
+  core->submitter_ = std::make_unique<shm::SubmissionWriter>(
+      core->segment_->header(), core->segment_->submit_ring(), core->segment_->submit_bytes());
+  core->allocator_ = shm::ArenaAllocator(core->segment_->arena_bytes(), shm::kDataAlignment);
+  core->limits_ = response.limits();
+  core->spin_ = response.topology().local_size() <= UsableCpus() ? kSpin : absl::ZeroDuration();
+
+  const v1::Topology& wire = response.topology();
+  *topology =
+      Topology{wire.rank(),       wire.size(),       wire.local_rank(),    wire.local_size(),
+               wire.cross_rank(), wire.cross_size(), wire.is_homogeneous()};
+  RETURN_IF_ERROR(core->session_->Attach(response.client_id(), response.session_token(), core.get(),
+                                         absl::Seconds(30)));
+  return core;
+}
+
+std::optional<uint64_t> ClientCore::ArenaOffset(const void* data, size_t bytes) const {
+  const auto* begin = static_cast<const std::byte*>(data);
+  const std::byte* arena_begin = segment_->arena();
+  if (begin < arena_begin || begin > arena_begin + segment_->arena_bytes()) return std::nullopt;
+  const uint64_t offset = static_cast<uint64_t>(begin - arena_begin);
+  if (bytes > segment_->arena_bytes() - offset) return std::nullopt;
+  return offset;
+}
+
+absl::StatusOr<uint64_t> ClientCore::Allocate(size_t bytes) {
+  if (bytes > allocator_.capacity()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        bytes, " bytes do not fit this client's shared-memory arena of ", allocator_.capacity(),
+        " bytes (raise ClientOptions::arena_bytes or COLLECTIVE_ARENA_BYTES)"));
+  }
+  while (true) {
+    const uint32_t snapshot = ring_->WakeWord();
+    {
+      std::lock_guard lock(mutex_);
+      DrainLocked();
+      if (auto offset = allocator_.Allocate(bytes)) return *offset;
+      RETURN_IF_ERROR(session_failure_);
+      if (in_flight_ == 0) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "this client's shared-memory arena is full: ", allocator_.bytes_in_use(), " of ",
+            allocator_.capacity(), " bytes are held by buffers, and no request in flight will ",
+            "free any; ", bytes, " more bytes were asked for"));
+      }
+    }
+    // Inputs staged for requests in flight are freed as they complete.
+    WaitForActivity(snapshot, absl::InfiniteFuture());
+  }
+}
+
+void ClientCore::Free(uint64_t offset) {
+  std::lock_guard lock(mutex_);
+  allocator_.Free(offset);
+}
+
+absl::StatusOr<uint64_t> ClientCore::Submit(v1::TensorRequest request, uint64_t staging,
+                                            void* output, DataType dtype,
+                                            std::vector<int64_t> shape) {
+  uint64_t request_id = 0;
+  {
+    std::unique_lock lock(mutex_);
+    auto refuse = [&](absl::Status status) {
+      if (staging != kNoStaging) allocator_.Free(staging);
+      return status;
+    };
+    while (true) {
+      if (left_) return refuse(absl::FailedPreconditionError("this client has left its job"));
+      if (!session_failure_.ok()) return refuse(session_failure_);
+      if (!job_failure_.ok()) return refuse(job_failure_);
+      if (outstanding_names_.contains(request.name())) {
+        return refuse(absl::AlreadyExistsError(absl::StrCat(
+            "tensor '", request.name(),
+            "' is already outstanding on this rank; a name can be submitted again only after "
+            "its collective has completed")));
+      }
+      if (in_flight_ < limits_.max_outstanding_requests()) break;
+      // Too many in flight: wait for completions, as the daemon would refuse.
+      const uint32_t snapshot = ring_->WakeWord();
+      lock.unlock();
+      WaitForActivity(snapshot, absl::InfiniteFuture());
+      lock.lock();
+      DrainLocked();
+    }
+    request_id = next_request_id_++;
+    request.set_request_id(request_id);
+    v1::ClientMessage message;
+    message.mutable_submit()->add_requests()->Swap(&request);
+    for (uint64_t released : pending_releases_) message.add_released(released);
+    if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) return refuse(pushed);
+    pending_releases_.clear();
+    pending_release_bytes_ = 0;
+    const std::string& name = message.submit().requests(0).name();
+    outstanding_names_.insert(name);
+    ++in_flight_;
+    requests_.emplace(request_id, Pending{.name = name,
+                                          .staging = staging,
+                                          .output = output,
+                                          .dtype = dtype,
+                                          .shape = std::move(shape),
+                                          .record = std::nullopt,
+                                          .failed_at = absl::InfinitePast()});
+  }
+  return request_id;
+}
+
+absl::Status ClientCore::PushLocked(const v1::ClientMessage& message,
+                                    std::unique_lock<std::mutex>& lock) {
+  const std::string payload = message.SerializeAsString();
+  if (payload.size() > shm::SubmissionWriter::kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a submission of ", payload.size(), " bytes exceeds the ring's record limit"));
+  }
+  while (!submitter_->TryPush(payload.data(), payload.size())) {
+    // The ring is full until the engine reads it; it is awake now, and
+    // completions it publishes end this wait early.
+    submitter_->Ring();
+    RETURN_IF_ERROR(BrokenLocked());
+    const uint32_t snapshot = ring_->WakeWord();
+    lock.unlock();
+    ring_->BeginSleep();
+    ring_->Sleep(snapshot, absl::Milliseconds(1));
+    ring_->EndSleep();
+    lock.lock();
+  }
+  submitter_->Ring();
+  return absl::OkStatus();
+}
+
+void ClientCore::DrainLocked() {
+  while (auto record = ring_->TryPop()) {
+    auto it = requests_.find(record->request_id);
+    if (it == requests_.end() || it->second.record.has_value()) {
+      log::Client().warn("collectived completed request {}, which is not in flight",
+                         record->request_id);
+      continue;
+    }
+    Pending& pending = it->second;
+    pending.record = *record;
+    if (pending.staging != kNoStaging) {
+      allocator_.Free(pending.staging);
+      pending.staging = kNoStaging;
+    }
+    outstanding_names_.erase(pending.name);
+    --in_flight_;
+    if (record->status_code != 0) pending.failed_at = absl::Now();
+  }
+}
+
+absl::Status ClientCore::BrokenLocked() {
+  if (!session_failure_.ok()) return session_failure_;
+  const uint64_t heartbeat = ring_->daemon_heartbeat_ns();
+  const uint64_t now = MonotonicNanos();
+  if (heartbeat != 0 && now > heartbeat &&
+      absl::Nanoseconds(now - heartbeat) > options_.daemon_timeout) {
+    session_failure_ = absl::UnavailableError(
+        absl::StrCat("collectived stopped responding: no heartbeat for ",
+                     absl::FormatDuration(absl::Nanoseconds(now - heartbeat))));
+  }
+  return session_failure_;
+}
+
+bool ClientCore::Poll(uint64_t request_id) {
+  std::lock_guard lock(mutex_);
+  DrainLocked();
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return true;  // Wait reports the unknown handle
+  if (!BrokenLocked().ok()) return true;
+  const Pending& pending = it->second;
+  return pending.record.has_value() &&
+         (pending.record->status_code == 0 || failures_.contains(request_id));
+}
+
+absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Duration timeout) {
+  const absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+  while (true) {
+    const uint32_t snapshot = ring_->WakeWord();
+    {
+      std::lock_guard lock(mutex_);
+      DrainLocked();
+      auto it = requests_.find(request_id);
+      if (it == requests_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown request handle ", request_id,
+                                                       " (each handle can be waited for once)"));
+      }
+      Pending& pending = it->second;
+      const absl::Status broken = BrokenLocked();
+      if (pending.record.has_value()) {
+        const shm::CompletionRecord record = *pending.record;
+        if (record.status_code == 0) {
+          FinishedRequest finished{record, pending.output, pending.dtype, std::move(pending.shape)};
+          requests_.erase(it);
+          return finished;
+        }
+        auto failure = failures_.find(request_id);
+        if (failure != failures_.end()) {
+          absl::Status status = std::move(failure->second);
+          failures_.erase(failure);
+          requests_.erase(it);
+          return status;
+        }
+        if (!broken.ok() || absl::Now() - pending.failed_at > kFailureTextGrace) {
+          requests_.erase(it);
+          return absl::Status(StatusCodeFromInt(record.status_code),
+                              "collectived failed the request; its message did not arrive");
+        }
+      } else if (!broken.ok()) {
+        // Nobody will read the input any more: its staging can go.
+        if (pending.staging != kNoStaging) allocator_.Free(pending.staging);
+        outstanding_names_.erase(pending.name);
+        --in_flight_;
+        requests_.erase(it);
+        return broken;
+      }
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "request ", request_id, " did not complete within ", absl::FormatDuration(timeout)));
+    }
+    WaitForActivity(snapshot, deadline);
+  }
+}
+
+void ClientCore::WaitForActivity(uint32_t snapshot, absl::Time deadline) {
+  const absl::Time spin_until = absl::Now() + spin_;
+  while (absl::Now() < spin_until) {
+    if (ring_->WakeWord() != snapshot || !ring_->Empty()) return;
+    for (int i = 0; i < 16; ++i) CpuRelax();
+  }
+  const absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return;
+  ring_->BeginSleep();
+  ring_->Sleep(snapshot, std::min(left, kSleepSlice));
+  ring_->EndSleep();
+}
+
+void ClientCore::Release(uint64_t request_id, uint64_t bytes) {
+  std::unique_lock lock(mutex_);
+  if (left_ || !session_failure_.ok()) return;
+  pending_releases_.push_back(request_id);
+  pending_release_bytes_ += bytes;
+  // Releases ride with the next submission; enough of them (or enough
+  // bytes, which the daemon may be waiting for) go on their own.
+  if (pending_releases_.size() < kReleaseBatch &&
+      pending_release_bytes_ < results_->data_bytes() / 8) {
+    return;
+  }
+  v1::ClientMessage message;
+  for (uint64_t released : pending_releases_) message.add_released(released);
+  if (PushLocked(message, lock).ok()) {
+    pending_releases_.clear();
+    pending_release_bytes_ = 0;
+  }
+}
+
+absl::Status ClientCore::Leave() {
+  bool broken;
+  {
+    std::lock_guard lock(mutex_);
+    if (left_) return absl::OkStatus();
+    left_ = true;
+    broken = !BrokenLocked().ok();
+  }
+  // A daemon that is gone or hung will not answer the goodbye: do not wait.
+  return session_->Leave(broken ? absl::ZeroDuration() : absl::Seconds(5));
+}
+
+void ClientCore::OnRequestFailed(uint64_t request_id, absl::Status status) {
+  {
+    std::lock_guard lock(mutex_);
+    failures_[request_id] = std::move(status);
+  }
+  if (ring_ != nullptr) ring_->WakeLocal();
+}
+
+void ClientCore::OnJobFailed(absl::Status status) {
+  {
+    std::lock_guard lock(mutex_);
+    if (job_failure_.ok()) job_failure_ = std::move(status);
+  }
+  if (ring_ != nullptr) ring_->WakeLocal();
+}
+
+void ClientCore::OnSessionEnded(absl::Status status) {
+  {
+    std::lock_guard lock(mutex_);
+    if (session_failure_.ok()) session_failure_ = std::move(status);
+  }
+  if (ring_ != nullptr) ring_->WakeLocal();
+}
+
+}  // namespace collective::internal

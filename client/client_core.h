@@ -1,0 +1,124 @@
+// The state behind a collective::Client, shared with the Buffers and Results
+// it hands out (a view keeps the mappings alive): the session with the
+// daemon, the two mapped segments, the arena allocator, the submission ring
+// (requests and releases go to the daemon through shared memory, a few
+// hundred nanoseconds each, where a gRPC message costs tens of microseconds),
+// and the table of requests in flight with the wait loop over the completion
+// ring.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/session.h"
+#include "collective/client.h"
+#include "shm/arena_allocator.h"
+#include "shm/client_segment.h"
+#include "shm/completion_ring.h"
+#include "shm/result_segment.h"
+#include "shm/submission_ring.h"
+
+namespace collective::internal {
+
+// A request whose completion has been waited for.
+struct FinishedRequest {
+  shm::CompletionRecord record;
+  void* output = nullptr;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+};
+
+class ClientCore final : public SessionListener, public std::enable_shared_from_this<ClientCore> {
+ public:
+  // Registers, maps the segments and attaches the session.
+  static absl::StatusOr<std::shared_ptr<ClientCore>> Connect(const ClientOptions& options,
+                                                             Topology* topology);
+  ~ClientCore() override;
+
+  // Arena blocks. Allocate waits while inputs in flight occupy the space.
+  absl::StatusOr<uint64_t> Allocate(size_t bytes);
+  void Free(uint64_t offset);
+  std::byte* arena() const { return segment_->arena(); }
+  // The arena offset of [data, data + bytes) if it lies inside the arena.
+  std::optional<uint64_t> ArenaOffset(const void* data, size_t bytes) const;
+
+  // Submits one request; `staging` (kNoStaging if the input is zero-copy) is
+  // freed when the request completes. `request` carries everything but the id.
+  static constexpr uint64_t kNoStaging = ~uint64_t{0};
+  absl::StatusOr<uint64_t> Submit(v1::TensorRequest request, uint64_t staging, void* output,
+                                  DataType dtype, std::vector<int64_t> shape);
+
+  bool Poll(uint64_t request_id);
+  absl::StatusOr<FinishedRequest> Wait(uint64_t request_id, absl::Duration timeout);
+
+  // Results.
+  const std::byte* results() const { return results_->data(); }
+  uint64_t results_bytes() const { return results_->data_bytes(); }
+  void Release(uint64_t request_id, uint64_t bytes);
+
+  const v1::Limits& limits() const { return limits_; }
+  absl::Status Leave();
+
+  // SessionListener
+  void OnRequestFailed(uint64_t request_id, absl::Status status) override;
+  void OnJobFailed(absl::Status status) override;
+  void OnSessionEnded(absl::Status status) override;
+
+ private:
+  struct Pending {
+    std::string name;
+    uint64_t staging = kNoStaging;
+    void* output = nullptr;
+    DataType dtype = DataType::kFloat32;
+    std::vector<int64_t> shape;
+    std::optional<shm::CompletionRecord> record;
+    absl::Time failed_at;  // when a failed record arrived without its text
+  };
+
+  ClientCore(std::unique_ptr<Session> session, const ClientOptions& options);
+
+  // Moves every published completion into the table. Caller holds mutex_.
+  void DrainLocked();
+  // Publishes `message` in the submission ring, waiting while the ring is
+  // full, and wakes the daemon. Caller holds mutex_ (as `lock`).
+  absl::Status PushLocked(const v1::ClientMessage& message, std::unique_lock<std::mutex>& lock);
+  // OK, or why the session can no longer complete anything. Caller holds mutex_.
+  absl::Status BrokenLocked();
+  // Spins briefly, then sleeps on the futex until the wake word moves past
+  // `snapshot` or the deadline (at most a bounded slice, to recheck the
+  // daemon's heartbeat).
+  void WaitForActivity(uint32_t snapshot, absl::Time deadline);
+
+  const ClientOptions options_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<shm::ClientSegment> segment_;
+  std::unique_ptr<shm::ResultSegment> results_;
+  std::unique_ptr<shm::RingConsumer> ring_;
+  std::unique_ptr<shm::SubmissionWriter> submitter_;  // guarded by mutex_
+  v1::Limits limits_;
+  absl::Duration spin_;  // how long a waiter spins before it sleeps
+
+  std::mutex mutex_;
+  shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
+  uint64_t next_request_id_ = 1;
+  absl::flat_hash_map<uint64_t, Pending> requests_;
+  absl::flat_hash_set<std::string> outstanding_names_;
+  absl::flat_hash_map<uint64_t, absl::Status> failures_;  // texts from the stream
+  size_t in_flight_ = 0;                                  // submitted, no record yet
+  absl::Status job_failure_;
+  absl::Status session_failure_;
+  bool left_ = false;
+  // Releases not yet published; they ride with the next submission.
+  std::vector<uint64_t> pending_releases_;
+  uint64_t pending_release_bytes_ = 0;
+};
+
+}  // namespace collective::internal

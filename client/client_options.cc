@@ -1,0 +1,105 @@
+// ClientOptions::ResolveFromEnvironment: the one place the client library
+// reads the environment, which is how launchers (mpirun, torchrun, srun,
+// horovodrun) tell a process where it stands.
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "collective/client.h"
+
+namespace collective {
+namespace {
+
+constexpr char kDefaultSocket[] = "/run/collectived/collectived.sock";
+
+const char* Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+absl::Status ParseInt(const char* variable, const char* text, int* out) {
+  if (!absl::SimpleAtoi(text, out) || *out < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", variable, "='", text,
+                                                   "' is not a non-negative integer"));
+  }
+  return absl::OkStatus();
+}
+
+// Launchers, most specific first: (local rank variable, local size variables).
+struct LauncherVariables {
+  const char* rank;
+  const char* size;
+  const char* alternative_size;
+};
+constexpr LauncherVariables kLaunchers[] = {
+    {"COLLECTIVE_LOCAL_RANK", "COLLECTIVE_LOCAL_SIZE", nullptr},
+    {"LOCAL_RANK", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"},  // torchrun sets LOCAL_WORLD_SIZE
+    {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+    {"HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", nullptr},
+    {"MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},  // MPICH's Hydra
+};
+
+}  // namespace
+
+absl::Status ClientOptions::ResolveFromEnvironment() {
+  if (socket_path.empty()) {
+    const char* socket = Env("COLLECTIVE_SOCKET");
+    socket_path = socket != nullptr ? socket : kDefaultSocket;
+  }
+  if (job_id.empty()) {
+    const char* job = Env("COLLECTIVE_JOB_ID");
+    job_id = job != nullptr ? job : "default";
+  }
+  if (arena_bytes == 0) {
+    if (const char* arena = Env("COLLECTIVE_ARENA_BYTES")) {
+      if (!absl::SimpleAtoi(arena, &arena_bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "environment variable COLLECTIVE_ARENA_BYTES='", arena, "' is not a byte count"));
+      }
+    }
+  }
+  if (local_rank >= 0 && local_size >= 1) return absl::OkStatus();
+  if (local_rank >= 0 || local_size >= 1) {
+    return absl::InvalidArgumentError(
+        "ClientOptions: set both local_rank and local_size, or neither");
+  }
+  for (const LauncherVariables& launcher : kLaunchers) {
+    const char* rank = Env(launcher.rank);
+    if (rank == nullptr) continue;
+    const char* size_variable = launcher.size;
+    const char* size = Env(size_variable);
+    if (size == nullptr && launcher.alternative_size != nullptr) {
+      size_variable = launcher.alternative_size;
+      size = Env(size_variable);
+    }
+    if (size == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", launcher.rank, " is set but ", launcher.size,
+                       " is not; set both (or pass ClientOptions::local_rank and local_size)"));
+    }
+    int parsed_rank = 0;
+    int parsed_size = 0;
+    if (absl::Status status = ParseInt(launcher.rank, rank, &parsed_rank); !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = ParseInt(size_variable, size, &parsed_size); !status.ok()) {
+      return status;
+    }
+    if (parsed_size < 1 || parsed_rank >= parsed_size) {
+      return absl::InvalidArgumentError(absl::StrCat(launcher.rank, "=", parsed_rank, " and ",
+                                                     size_variable, "=", parsed_size,
+                                                     " do not describe a rank of the node"));
+    }
+    local_rank = parsed_rank;
+    local_size = parsed_size;
+    return absl::OkStatus();
+  }
+  // No launcher: a job of one process, as Horovod runs without one.
+  local_rank = 0;
+  local_size = 1;
+  return absl::OkStatus();
+}
+
+}  // namespace collective

@@ -1,0 +1,46 @@
+// The vocabulary of the client API. The numeric values are those of the wire
+// API (proto/collective/v1/types.proto) and of the C ABI, and never change.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace collective {
+
+enum class DataType : int32_t {
+  kUInt8 = 1,
+  kInt8 = 2,
+  kUInt16 = 3,
+  kInt16 = 4,
+  kInt32 = 5,
+  kInt64 = 6,
+  kFloat16 = 7,
+  kBFloat16 = 8,
+  kFloat32 = 9,
+  kFloat64 = 10,
+  kBool = 11,
+};
+
+enum class ReduceOp : int32_t {
+  kSum = 1,
+  kAverage = 2,
+  kMin = 3,
+  kMax = 4,
+  kProduct = 5,
+  kAdasum = 6,  // not implemented; refused with a clear error
+};
+
+// Bytes per element; 0 for a value outside the enum.
+size_t DataTypeSize(DataType dtype);
+
+struct Topology {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  bool is_homogeneous = true;
+};
+
+}  // namespace collective

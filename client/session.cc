@@ -1,0 +1,254 @@
+#include "client/session.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+
+namespace collective::internal {
+namespace {
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+}  // namespace
+
+// The Session stream's reactor. gRPC runs its reactions on its own threads.
+// Every decision is taken under `mutex_` by NextActionLocked, and every gRPC
+// call is made outside it (reactions may run inline).
+class Session::Stream final : public grpc::ClientBidiReactor<v1::ClientMessage, v1::DaemonMessage> {
+ public:
+  Stream(v1::CollectiveService::Stub* stub, SessionListener* listener) : listener_(listener) {
+    stub->async()->Session(&context_, this);
+  }
+
+  absl::Status Open(uint64_t client_id, const std::string& token, absl::Duration timeout) {
+    // Operations may be started before StartCall; they go out with it.
+    Enqueue(
+        [&](v1::ClientMessage& message) {
+          message.mutable_attach()->set_client_id(client_id);
+          message.mutable_attach()->set_session_token(token);
+        },
+        /*flush=*/true);
+    StartRead(&incoming_);
+    StartCall();
+    std::unique_lock lock(mutex_);
+    state_.wait_for(lock, absl::ToChronoSeconds(timeout), [this] { return attached_ || done_; });
+    if (attached_) return absl::OkStatus();
+    if (done_) return Annotate(FromGrpcStatus(final_status_), "collectived refused the session");
+    return absl::DeadlineExceededError("collectived did not confirm the session in time");
+  }
+
+  // Applies `edit` to the message being assembled. It goes out now if
+  // `flush` and no write is in flight, else with the next write.
+  template <class Edit>
+  void Enqueue(Edit&& edit, bool flush) {
+    Action action;
+    {
+      std::lock_guard lock(mutex_);
+      if (done_ || closing_) return;
+      edit(next_);
+      has_next_ = true;
+      flush_requested_ = flush_requested_ || flush;
+      action = NextActionLocked();
+    }
+    Act(action);
+  }
+
+  // Sends Leave, then WritesDone, and waits for the daemon to end the
+  // stream. DEADLINE_EXCEEDED (after cancelling) if it does not in time.
+  absl::Status Close(absl::Duration timeout) {
+    Action action;
+    {
+      std::lock_guard lock(mutex_);
+      if (!done_ && !closing_) {
+        next_.mutable_leave();
+        has_next_ = true;
+        closing_ = true;
+      }
+      action = NextActionLocked();
+    }
+    Act(action);
+    std::unique_lock lock(mutex_);
+    if (state_.wait_for(lock, absl::ToChronoSeconds(timeout), [this] { return done_; })) {
+      return absl::OkStatus();
+    }
+    lock.unlock();
+    context_.TryCancel();
+    lock.lock();
+    state_.wait(lock, [this] { return done_; });
+    return absl::DeadlineExceededError(
+        "collectived did not acknowledge the goodbye in time; the session was cancelled");
+  }
+
+  // Ends the stream now (for destruction) and waits until gRPC is done with it.
+  void Cancel() {
+    context_.TryCancel();
+    std::unique_lock lock(mutex_);
+    state_.wait(lock, [this] { return done_; });
+  }
+
+  void OnWriteDone(bool ok) override { OnOperationDone(ok); }
+  void OnWritesDoneDone(bool ok) override { OnOperationDone(ok); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the daemon ended the stream; OnDone follows
+    switch (incoming_.body_case()) {
+      case v1::DaemonMessage::kAttached: {
+        std::lock_guard lock(mutex_);
+        attached_ = true;
+        state_.notify_all();
+        break;
+      }
+      case v1::DaemonMessage::kRequestFailed: {
+        const v1::RequestFailed& failed = incoming_.request_failed();
+        listener_->OnRequestFailed(
+            failed.request_id(), absl::Status(StatusCodeFromInt(failed.code()), failed.message()));
+        break;
+      }
+      case v1::DaemonMessage::kJobFailed: {
+        const v1::JobFailed& failed = incoming_.job_failed();
+        listener_->OnJobFailed(absl::Status(StatusCodeFromInt(failed.code()), failed.message()));
+        break;
+      }
+      default:
+        log::Client().warn("ignoring an unknown message from collectived");
+    }
+    incoming_.Clear();
+    StartRead(&incoming_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    bool closing;
+    {
+      std::lock_guard lock(mutex_);
+      final_status_ = status;
+      closing = closing_;
+    }
+    if (!closing || !status.ok()) {
+      absl::Status ended = FromGrpcStatus(status);
+      if (ended.ok()) ended = absl::UnavailableError("collectived ended the session");
+      listener_->OnSessionEnded(Annotate(ended, "the session with collectived ended"));
+    }
+    // gRPC does not touch the reactor after OnDone; waiters may destroy it
+    // as soon as they see done_.
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    state_.notify_all();
+  }
+
+ private:
+  struct Action {
+    enum Kind { kNone, kWrite, kWritesDone } kind = kNone;
+  };
+
+  Action NextActionLocked() {
+    if (done_ || busy_) return {};
+    if (has_next_ && (flush_requested_ || closing_)) {
+      busy_ = true;
+      current_.Swap(&next_);
+      next_.Clear();
+      has_next_ = false;
+      flush_requested_ = false;
+      return {Action::kWrite};
+    }
+    if (closing_ && !writes_done_sent_) {
+      busy_ = true;
+      writes_done_sent_ = true;
+      return {Action::kWritesDone};
+    }
+    return {};
+  }
+
+  void Act(const Action& action) {
+    switch (action.kind) {
+      case Action::kNone:
+        return;
+      case Action::kWrite:
+        StartWrite(&current_);
+        return;
+      case Action::kWritesDone:
+        StartWritesDone();
+        return;
+    }
+  }
+
+  void OnOperationDone(bool ok) {
+    Action action;
+    {
+      std::lock_guard lock(mutex_);
+      busy_ = false;
+      if (!ok) return;  // the stream is broken; OnDone follows
+      action = NextActionLocked();
+    }
+    Act(action);
+  }
+
+  SessionListener* listener_;
+  grpc::ClientContext context_;
+  v1::DaemonMessage incoming_;
+
+  std::mutex mutex_;
+  std::condition_variable state_;
+  v1::ClientMessage current_;  // being written while busy_
+  v1::ClientMessage next_;     // being assembled
+  bool has_next_ = false;
+  bool flush_requested_ = false;
+  bool busy_ = false;  // a write or WritesDone is in flight
+  bool closing_ = false;
+  bool writes_done_sent_ = false;
+  bool attached_ = false;
+  bool done_ = false;
+  grpc::Status final_status_;
+};
+
+Session::Session(const std::string& socket_path) : socket_path_(socket_path) {
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(64 << 20);
+  channel_ = grpc::CreateCustomChannel("unix:" + socket_path, grpc::InsecureChannelCredentials(),
+                                       arguments);
+  stub_ = v1::CollectiveService::NewStub(channel_);
+}
+
+Session::~Session() {
+  if (stream_) stream_->Cancel();
+}
+
+absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest& request,
+                                                       absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(timeout));
+  v1::RegisterResponse response;
+  const grpc::Status status = stub_->Register(&context, request, &response);
+  if (status.ok()) return response;
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      status.error_message().find("collectived") == std::string::npos) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach collectived at ", socket_path_, ": ", status.error_message(),
+                     " (is the daemon running? set COLLECTIVE_SOCKET to its socket)"));
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+      status.error_message() == "Deadline Exceeded") {
+    return absl::DeadlineExceededError(absl::StrCat("the job did not form within ",
+                                                    absl::FormatDuration(timeout),
+                                                    " (the other local ranks did not register)"));
+  }
+  return FromGrpcStatus(status);
+}
+
+absl::Status Session::Attach(uint64_t client_id, const std::string& token,
+                             SessionListener* listener, absl::Duration timeout) {
+  stream_ = std::make_unique<Stream>(stub_.get(), listener);
+  return stream_->Open(client_id, token, timeout);
+}
+
+absl::Status Session::Leave(absl::Duration timeout) {
+  if (!stream_) return absl::OkStatus();
+  return stream_->Close(timeout);
+}
+
+}  // namespace collective::internal
