@@ -1,0 +1,540 @@
+// daemon/engine driven directly, with fake Register calls and session links
+// (daemon/session_link.h) and the real shared-memory segments: formation and
+// its deadline, registration refusals, attach, submit and complete, leaving,
+// client death, the attach deadline, cancelled registrations and shutdown.
+#include "daemon/engine.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "shm/client_segment.h"
+#include "shm/completion_ring.h"
+#include "shm/result_segment.h"
+#include "shm/segment_layout.h"
+#include "shm/segment_names.h"
+
+namespace collective::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr auto kTimeout = std::chrono::seconds(10);
+
+PeerCredentials Self() { return {::getpid(), ::geteuid(), ::getegid()}; }
+
+class FakeRegisterCall final : public RegisterCall {
+ public:
+  FakeRegisterCall(uint64_t id, v1::RegisterRequest request)
+      : id_(id), request_(std::move(request)) {}
+
+  uint64_t id() const override { return id_; }
+  const v1::RegisterRequest& request() const override { return request_; }
+  const PeerCredentials& peer() const override { return peer_; }
+  void Finish(const absl::Status& status, const v1::RegisterResponse& response) override {
+    std::lock_guard lock(mutex_);
+    ++finishes_;
+    status_ = status;
+    if (status.ok()) response_ = response;
+    done_.notify_all();
+  }
+
+  // The status Finish gave, or nullopt if it has not been called in time.
+  std::optional<absl::Status> Await(std::chrono::milliseconds timeout = kTimeout) {
+    std::unique_lock lock(mutex_);
+    if (!done_.wait_for(lock, timeout, [this] { return finishes_ > 0; })) return std::nullopt;
+    return status_;
+  }
+  v1::RegisterResponse response() {
+    std::lock_guard lock(mutex_);
+    return response_;
+  }
+  int finishes() {
+    std::lock_guard lock(mutex_);
+    return finishes_;
+  }
+
+ private:
+  const uint64_t id_;
+  const v1::RegisterRequest request_;
+  const PeerCredentials peer_ = Self();
+  std::mutex mutex_;
+  std::condition_variable done_;
+  int finishes_ = 0;
+  absl::Status status_;
+  v1::RegisterResponse response_;
+};
+
+class FakeSessionLink final : public SessionLink {
+ public:
+  void Send(v1::DaemonMessage message) override {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    messages_.push_back(std::move(message));
+    changed_.notify_all();
+  }
+  void Close(const absl::Status& status) override {
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    closed_ = status;
+    changed_.notify_all();
+  }
+
+  // The next message of `kind` (others are skipped), or nullopt.
+  std::optional<v1::DaemonMessage> NextOf(v1::DaemonMessage::BodyCase kind) {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      if (!changed_.wait_for(lock, kTimeout, [this] { return !messages_.empty(); })) {
+        return std::nullopt;
+      }
+      v1::DaemonMessage message = std::move(messages_.front());
+      messages_.pop_front();
+      if (message.body_case() == kind) return message;
+    }
+  }
+  std::optional<absl::Status> AwaitClosed() {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, kTimeout, [this] { return closed_.has_value(); });
+    return closed_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<v1::DaemonMessage> messages_;
+  std::optional<absl::Status> closed_;
+};
+
+// A registered client as the test sees it: its call, segments and link.
+struct TestClient {
+  std::shared_ptr<FakeRegisterCall> call;
+  std::shared_ptr<FakeSessionLink> link;
+  std::unique_ptr<shm::ClientSegment> segment;
+  std::unique_ptr<shm::ResultSegment> results;
+  std::unique_ptr<shm::RingConsumer> ring;
+
+  std::optional<shm::CompletionRecord> NextRecord() {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      const uint32_t word = ring->WakeWord();
+      if (auto record = ring->TryPop()) return record;
+      ring->BeginSleep();
+      ring->Sleep(word, deadline - absl::Now());
+      ring->EndSleep();
+    }
+    return ring->TryPop();
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.socket = absl::StrCat(
+        "/tmp/engine-test-", ::getpid(), "-", ::testing::UnitTest::GetInstance()->random_seed(),
+        "-", ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".sock");
+    config_.register_timeout_seconds = 10;
+    config_.max_outstanding_requests = 8;
+    config_.default_arena_bytes = 64 << 10;
+    config_.max_arena_bytes = 1 << 20;
+    config_.result_arena_bytes = 1 << 20;
+    config_.fusion_threshold_bytes = 64 << 10;
+    config_.reduce_threads = 1;
+  }
+
+  void TearDown() override {
+    engine_.reset();
+    for (const std::string& segment : Segments()) ADD_FAILURE() << "left behind: " << segment;
+  }
+
+  void Start() {
+    engine_ = std::make_unique<Engine>(config_, kEpoch);
+    engine_->Start();
+  }
+
+  std::vector<std::string> Segments() const {
+    const std::string prefix = shm::SegmentNames(::geteuid(), config_.socket, 0).prefix();
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0) found.push_back(name);
+    }
+    return found;
+  }
+
+  std::shared_ptr<FakeRegisterCall> Register(int32_t local_rank, int32_t local_size,
+                                             const std::string& job_id = "") {
+    v1::RegisterRequest request;
+    request.set_job_id(job_id);
+    request.set_local_rank(local_rank);
+    request.set_local_size(local_size);
+    request.set_pid(::getpid());
+    request.set_layout_version(shm::kLayoutVersion);
+    auto call = std::make_shared<FakeRegisterCall>(next_call_id_++, request);
+    EXPECT_TRUE(engine_->Post(RegisterEvent{call}));
+    return call;
+  }
+
+  v1::StatusResponse Status() {
+    auto promise = std::make_shared<std::promise<v1::StatusResponse>>();
+    auto future = promise->get_future();
+    EXPECT_TRUE(engine_->Post(
+        StatusEvent{[promise](const v1::StatusResponse& status) { promise->set_value(status); }}));
+    EXPECT_EQ(future.wait_for(kTimeout), std::future_status::ready);
+    return future.get();
+  }
+
+  void Post(const std::shared_ptr<FakeSessionLink>& link, v1::ClientMessage message) {
+    ASSERT_TRUE(engine_->Post(ClientMessageEvent{link, Self(), std::move(message)}));
+  }
+
+  // Registers every rank of a job of `local_size`, maps the segments and
+  // (if `attach`) attaches every session.
+  std::vector<TestClient> JoinJob(int32_t local_size, bool attach = true) {
+    std::vector<TestClient> clients(local_size);
+    for (int32_t rank = 0; rank < local_size; ++rank)
+      clients[rank].call = Register(rank, local_size);
+    for (TestClient& client : clients) {
+      const auto status = client.call->Await();
+      EXPECT_TRUE(status.has_value() && status->ok()) << (status ? status->ToString() : "none");
+      const v1::RegisterResponse response = client.call->response();
+      auto segment =
+          shm::ClientSegment::Open(response.arena().name(), response.arena().size_bytes(),
+                                   response.epoch(), response.client_id());
+      EXPECT_TRUE(segment.ok()) << segment.status();
+      auto results = shm::ResultSegment::OpenReadOnly(
+          response.results().name(), response.results().size_bytes(), response.epoch());
+      EXPECT_TRUE(results.ok()) << results.status();
+      if (!segment.ok() || !results.ok()) return {};
+      client.segment = std::move(*segment);
+      client.results = std::move(*results);
+      client.ring =
+          std::make_unique<shm::RingConsumer>(client.segment->header(), client.segment->ring());
+      client.link = std::make_shared<FakeSessionLink>();
+      if (attach) Attach(client);
+    }
+    return clients;
+  }
+
+  void Attach(TestClient& client) {
+    v1::ClientMessage message;
+    message.mutable_attach()->set_client_id(client.call->response().client_id());
+    message.mutable_attach()->set_session_token(client.call->response().session_token());
+    Post(client.link, message);
+    const auto attached = client.link->NextOf(v1::DaemonMessage::kAttached);
+    ASSERT_TRUE(attached.has_value());
+    EXPECT_EQ(attached->attached().client_id(), client.call->response().client_id());
+  }
+
+  // Float32 sum allreduce of 4 elements at arena offset 0: rank r puts r + 1.
+  void Submit(TestClient& client, uint64_t request_id, const std::string& name) {
+    auto* input = reinterpret_cast<float*>(client.segment->arena());
+    for (int i = 0; i < 4; ++i) {
+      input[i] = static_cast<float>(client.call->response().topology().rank() + 1);
+    }
+    v1::ClientMessage message;
+    v1::TensorRequest* request = message.mutable_submit()->add_requests();
+    request->set_request_id(request_id);
+    request->set_name(name);
+    request->set_collective(v1::COLLECTIVE_ALLREDUCE);
+    request->set_op(v1::REDUCE_OP_SUM);
+    request->set_dtype(v1::DATA_TYPE_FLOAT32);
+    request->add_shape(4);
+    request->set_length(16);
+    Post(client.link, message);
+  }
+
+  static constexpr uint64_t kEpoch = 0x5eed;
+  config::DaemonConfig config_;
+  std::unique_ptr<Engine> engine_;
+  uint64_t next_call_id_ = 1;
+};
+
+TEST_F(EngineTest, FormsTheJobWhenEveryLocalRankRegistered) {
+  Start();
+  auto rank1 = Register(1, 2);
+  const v1::StatusResponse forming = Status();
+  EXPECT_EQ(forming.job().state(), v1::JOB_STATE_FORMING);
+  EXPECT_EQ(forming.job().id(), "default");
+  EXPECT_THAT(forming.job().missing_local_ranks(), ElementsAre(0));
+  EXPECT_EQ(rank1->finishes(), 0) << "Register answers only when the job forms";
+
+  auto rank0 = Register(0, 2);
+  for (const auto& call : {rank0, rank1}) {
+    const auto status = call->Await();
+    ASSERT_TRUE(status.has_value());
+    ASSERT_TRUE(status->ok()) << *status;
+  }
+  const v1::RegisterResponse r0 = rank0->response();
+  const v1::RegisterResponse r1 = rank1->response();
+  EXPECT_EQ(r0.topology().rank(), 0);
+  EXPECT_EQ(r1.topology().rank(), 1);
+  EXPECT_EQ(r1.topology().size(), 2);
+  EXPECT_EQ(r1.topology().local_size(), 2);
+  EXPECT_EQ(r1.topology().cross_size(), 1);
+  EXPECT_NE(r0.client_id(), r1.client_id());
+  EXPECT_NE(r0.session_token(), r1.session_token());
+  EXPECT_EQ(r0.session_token().size(), 16u);
+  EXPECT_NE(r0.arena().name(), r1.arena().name());
+  EXPECT_EQ(r0.results().name(), r1.results().name());
+  EXPECT_EQ(r0.epoch(), kEpoch);
+  EXPECT_EQ(r0.limits().max_outstanding_requests(), 8u);
+  EXPECT_EQ(r0.limits().max_dims(), 64u);
+  EXPECT_EQ(r0.limits().max_name_bytes(), config_.max_name_bytes);
+  EXPECT_EQ(r0.limits().fusion_threshold_bytes(), config_.fusion_threshold_bytes);
+  EXPECT_EQ(r0.arena().size_bytes(), shm::ComputeClientSegmentGeometry(16, shm::kMinSubmitRingBytes,
+                                                                       config_.default_arena_bytes)
+                                         .segment_bytes);
+  EXPECT_EQ(Segments().size(), 3u) << "two client segments and the result segment";
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(EngineTest, FormationDeadlineNamesTheMissingRanks) {
+  config_.register_timeout_seconds = 0.2;
+  Start();
+  auto rank1 = Register(1, 3);
+  const auto status = rank1->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(status->message(),
+            "job 'default' did not form within 0.2 s: local ranks 0, 2 of 3 never registered");
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_IDLE);
+  EXPECT_TRUE(Segments().empty()) << "the abandoned client's segment is removed";
+}
+
+TEST_F(EngineTest, RefusesConflictingRegistrations) {
+  Start();
+  auto first = Register(0, 2);
+  ASSERT_EQ(Status().job().state(), v1::JOB_STATE_FORMING);
+
+  auto same_rank = Register(0, 2);
+  auto status = same_rank->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(status->message(), absl::StrCat("local rank 0 of job 'default' is already registered "
+                                            "by pid ",
+                                            ::getpid()));
+
+  auto other_size = Register(1, 3);
+  status = other_size->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status->message(),
+            absl::StrCat("local_size mismatch for job 'default': local rank 0 (pid ", ::getpid(),
+                         ") registered with local_size 2, this client says 3"));
+
+  auto other_job = Register(1, 2, "other");
+  status = other_job->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(status->message(),
+            "collectived is serving job 'default'; job 'other' can register when it has ended");
+
+  EXPECT_EQ(first->finishes(), 0) << "the refusals did not disturb the forming job";
+  auto second = Register(1, 2);
+  ASSERT_TRUE(first->Await().has_value());
+  ASSERT_TRUE(second->Await().has_value());
+  EXPECT_TRUE(second->Await()->ok());
+
+  auto late = Register(1, 2);
+  status = late->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(status->message()), HasSubstr("is already running with all 2"));
+}
+
+TEST_F(EngineTest, AttachNeedsTheRightTokenAndHappensOnce) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(1, /*attach=*/false);
+  ASSERT_EQ(clients.size(), 1u);
+  TestClient& client = clients[0];
+  auto intruder = std::make_shared<FakeSessionLink>();
+  v1::ClientMessage attach;
+  attach.mutable_attach()->set_client_id(client.call->response().client_id());
+  attach.mutable_attach()->set_session_token("wrong");
+  Post(intruder, attach);
+  auto closed = intruder->AwaitClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kPermissionDenied);
+
+  ASSERT_NO_FATAL_FAILURE(Attach(client));
+  auto again = std::make_shared<FakeSessionLink>();
+  attach.mutable_attach()->set_session_token(client.call->response().session_token());
+  Post(again, attach);
+  closed = again->AwaitClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kAlreadyExists);
+
+  auto stranger = std::make_shared<FakeSessionLink>();
+  v1::ClientMessage submit;
+  submit.mutable_submit();
+  Post(stranger, submit);
+  closed = stranger->AwaitClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Status().clients(0).attached());
+}
+
+TEST_F(EngineTest, SubmitReducesThroughTheSegmentsAndReleasesResults) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[0], 11, "w");
+  EXPECT_EQ(Status().pending(0).name(), "w");
+  Submit(clients[1], 11, "w");
+  for (TestClient& client : clients) {
+    const auto record = client.NextRecord();
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->request_id, 11u);
+    EXPECT_EQ(record->status_code, 0);
+    EXPECT_EQ(record->result_bytes, 16u);
+    EXPECT_EQ(record->result_dim0, 4);
+    float result[4];
+    std::memcpy(result, client.results->data() + record->result_offset, sizeof(result));
+    EXPECT_THAT(result, ElementsAre(3.0f, 3.0f, 3.0f, 3.0f));
+  }
+  v1::StatusResponse status = Status();
+  EXPECT_EQ(status.totals().collectives(), 1u);
+  EXPECT_GT(status.result_arena_used_bytes(), 0u);
+  EXPECT_EQ(status.clients(0).result_bytes_held(), 16u);
+
+  // The block returns to the free space once both readers released it.
+  for (TestClient& client : clients) {
+    v1::ClientMessage release;
+    release.add_released(11);
+    Post(client.link, release);
+  }
+  status = Status();
+  EXPECT_EQ(status.result_arena_used_bytes(), 0u);
+  EXPECT_EQ(status.clients(1).result_bytes_held(), 0u);
+}
+
+TEST_F(EngineTest, AClientThatDiesFailsTheJobForTheOthers) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[1], 5, "waiting");
+  ASSERT_TRUE(engine_->Post(SessionClosedEvent{clients[0].link}));
+
+  const std::string why = absl::StrCat("rank 0 (pid ", ::getpid(),
+                                       ") disconnected from collectived without leaving job "
+                                       "'default' (it died or closed its session); the job "
+                                       "cannot continue");
+  const auto failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->request_failed().request_id(), 5u);
+  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kAborted));
+  EXPECT_EQ(failed->request_failed().message(), why);
+  const auto record = clients[1].NextRecord();
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kAborted));
+  const auto job_failed = clients[1].link->NextOf(v1::DaemonMessage::kJobFailed);
+  ASSERT_TRUE(job_failed.has_value());
+  EXPECT_EQ(job_failed->job_failed().message(), why);
+  const auto closed = clients[0].link->AwaitClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_TRUE(closed->ok());
+
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_FAILED);
+  // Later submissions fail with the same reason.
+  Submit(clients[1], 6, "later");
+  const auto later = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(later->request_failed().message(), why);
+
+  // When the last client goes, the job is torn down and its segments go.
+  ASSERT_TRUE(engine_->Post(SessionClosedEvent{clients[1].link}));
+  ASSERT_TRUE(clients[1].link->AwaitClosed().has_value());
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_IDLE);
+  EXPECT_TRUE(Segments().empty());
+  // And the next job forms.
+  EXPECT_EQ(JoinJob(1).size(), 1u);
+}
+
+TEST_F(EngineTest, LeavingEndsTheJobForTheOthers) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[1], 5, "waiting");
+  v1::ClientMessage leave;
+  leave.mutable_leave();
+  Post(clients[0].link, leave);
+  const auto failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->request_failed().code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(failed->request_failed().message(),
+            absl::StrCat("rank 0 (pid ", ::getpid(),
+                         ") has left job 'default' (it shut down); no collective of this job can "
+                         "complete any more"));
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_ENDING);
+  for (TestClient& client : clients) {
+    ASSERT_TRUE(engine_->Post(SessionClosedEvent{client.link}));
+    ASSERT_TRUE(client.link->AwaitClosed().has_value());
+  }
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_IDLE);
+}
+
+TEST_F(EngineTest, AClientThatNeverAttachesFailsTheJobAtTheDeadline) {
+  config_.register_timeout_seconds = 0.3;
+  Start();
+  std::vector<TestClient> clients = JoinJob(2, /*attach=*/false);
+  ASSERT_EQ(clients.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(Attach(clients[0]));
+  const auto job_failed = clients[0].link->NextOf(v1::DaemonMessage::kJobFailed);
+  ASSERT_TRUE(job_failed.has_value());
+  EXPECT_EQ(job_failed->job_failed().code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(job_failed->job_failed().message(),
+            absl::StrCat("rank 1 (pid ", ::getpid(),
+                         ") registered with job 'default' but did not open its session within "
+                         "0.3 s; the job cannot continue"));
+}
+
+TEST_F(EngineTest, CancelledRegistrationLeavesTheJobForming) {
+  Start();
+  auto rank0 = Register(0, 2);
+  ASSERT_EQ(Status().job().state(), v1::JOB_STATE_FORMING);
+  ASSERT_TRUE(engine_->Post(RegisterCancelledEvent{rank0->id()}));
+  const auto status = rank0->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_IDLE) << "no rank left: no job";
+  EXPECT_TRUE(Segments().empty());
+  EXPECT_EQ(JoinJob(2).size(), 2u);
+}
+
+TEST_F(EngineTest, ShutdownFailsPendingWorkAndEndsEverySession) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[0], 9, "pending");
+  engine_->Shutdown("test is over");
+  const auto failed = clients[0].link->NextOf(v1::DaemonMessage::kRequestFailed);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(failed->request_failed().message(), "collectived is shutting down (test is over)");
+  for (TestClient& client : clients) {
+    const auto closed = client.link->AwaitClosed();
+    ASSERT_TRUE(closed.has_value());
+    EXPECT_EQ(closed->code(), absl::StatusCode::kUnavailable);
+  }
+  EXPECT_TRUE(Segments().empty());
+  EXPECT_FALSE(engine_->Post(HealthEvent{[](const v1::HealthResponse&) {}}))
+      << "a stopped engine refuses events";
+}
+
+}  // namespace
+}  // namespace collective::daemon

@@ -1,0 +1,644 @@
+// shm/: the segment layout's fixed facts, client and result segments (create,
+// open, every check on open, permissions), the completion ring (ordering,
+// wrap-around, wake word) and a cross-process futex wake, and segment names.
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "shm/client_segment.h"
+#include "shm/completion_ring.h"
+#include "shm/futex.h"
+#include "shm/result_segment.h"
+#include "shm/segment_layout.h"
+#include "shm/segment_names.h"
+#include "shm/submission_ring.h"
+
+namespace collective::shm {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string UniqueName(const std::string& what) {
+  static int counter = 0;
+  return absl::StrCat("collective-shm-test.", ::getpid(), ".", counter++, ".", what);
+}
+
+bool ShmExists(const std::string& name) {
+  struct stat info {};
+  return ::stat(("/dev/shm/" + name).c_str(), &info) == 0;
+}
+
+// --- Layout -----------------------------------------------------------------
+
+TEST(SegmentLayoutTest, FixedFacts) {
+  EXPECT_EQ(kPageBytes, 4096u);
+  EXPECT_EQ(kDataAlignment, 64u);
+  EXPECT_EQ(sizeof(CompletionRecord), 64u);
+  EXPECT_EQ(offsetof(CompletionRecord, request_id), 0u);
+  EXPECT_EQ(offsetof(CompletionRecord, status_code), 8u);
+  EXPECT_EQ(offsetof(CompletionRecord, result_offset), 16u);
+  EXPECT_EQ(offsetof(CompletionRecord, result_bytes), 24u);
+  EXPECT_EQ(offsetof(CompletionRecord, result_dim0), 32u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, magic), 0u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, layout_version), 8u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, ring_capacity), 12u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, daemon_heartbeat_ns), 128u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, ring_head), 192u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, ring_tail), 256u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, wake_word), 320u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, sleepers), 324u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, submit_head), 384u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, submit_word), 392u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, submit_tail), 448u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, daemon_sleeping), 456u);
+  EXPECT_LE(sizeof(ClientSegmentHeader), kPageBytes);
+  EXPECT_LE(sizeof(ResultSegmentHeader), kPageBytes);
+  EXPECT_EQ(alignof(ClientSegmentHeader), kDataAlignment);
+  // The magics spell their names in little-endian bytes.
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(&kClientSegmentMagic), 8), "CCLIENT1");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(&kResultSegmentMagic), 8), "CRESULT1");
+}
+
+TEST(SegmentLayoutTest, ClientSegmentGeometry) {
+  const ClientSegmentGeometry small = ComputeClientSegmentGeometry(8, kMinSubmitRingBytes, 4096);
+  EXPECT_EQ(small.ring_offset, 4096u);
+  EXPECT_EQ(small.submit_offset, 8192u);
+  EXPECT_EQ(small.submit_bytes, kMinSubmitRingBytes);
+  EXPECT_EQ(small.arena_offset, 8192u + kMinSubmitRingBytes);
+  EXPECT_EQ(small.arena_bytes, 4096u);
+  EXPECT_EQ(small.segment_bytes, small.arena_offset + 4096u);
+
+  const ClientSegmentGeometry odd = ComputeClientSegmentGeometry(64, kMinSubmitRingBytes, 1);
+  EXPECT_EQ(odd.submit_offset, 8192u) << "64 records fill exactly one page";
+  EXPECT_EQ(odd.arena_bytes, 4096u) << "arenas are whole pages";
+
+  const ClientSegmentGeometry big = ComputeClientSegmentGeometry(8192, 1 << 20, 256ull << 20);
+  EXPECT_EQ(big.submit_offset, 4096u + 8192u * 64u);
+  EXPECT_EQ(big.arena_offset, big.submit_offset + (1 << 20));
+  EXPECT_EQ(big.arena_offset % kPageBytes, 0u);
+  EXPECT_EQ(big.segment_bytes, big.arena_offset + (256ull << 20));
+
+  EXPECT_EQ(kMinSubmitRingBytes, 4u * kMaxSubmitRecordBytes);
+  EXPECT_EQ(sizeof(SubmitRecordHeader), kSubmitAlignment);
+  EXPECT_EQ(RoundUp(0, 64), 0u);
+  EXPECT_EQ(RoundUp(1, 64), 64u);
+  EXPECT_EQ(RoundUp(64, 64), 64u);
+  EXPECT_EQ(ResultSegment::SegmentBytes(1), 8192u);
+  EXPECT_EQ(ResultSegment::SegmentBytes(4096), 8192u);
+}
+
+// --- Client segments ------------------------------------------------------------
+
+ClientSegment::CreateOptions Options(const std::string& name) {
+  return {.name = name,
+          .arena_bytes = 10000,
+          .ring_capacity = 5,
+          .epoch = 0xfeed,
+          .client_id = 7,
+          .client_pid = ::getpid(),
+          .owner_uid = ::geteuid(),
+          .owner_gid = ::getegid()};
+}
+
+TEST(ClientSegmentTest, CreateThenOpenSeesTheSameMemory) {
+  const std::string name = UniqueName("client");
+  auto created = ClientSegment::Create(Options(name));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ClientSegment& daemon_side = **created;
+  const ClientSegmentHeader* header = daemon_side.header();
+  EXPECT_EQ(header->magic, kClientSegmentMagic);
+  EXPECT_EQ(header->layout_version, kLayoutVersion);
+  EXPECT_EQ(header->ring_capacity, 8u) << "rounded up to a power of two";
+  EXPECT_EQ(header->epoch, 0xfeedu);
+  EXPECT_EQ(header->client_id, 7u);
+  EXPECT_EQ(header->client_pid, ::getpid());
+  EXPECT_EQ(header->ring_offset, kPageBytes);
+  EXPECT_EQ(header->submit_offset, 2 * kPageBytes);
+  EXPECT_EQ(header->submit_bytes, kMinSubmitRingBytes) << "raised to the minimum";
+  EXPECT_EQ(header->arena_offset, 2 * kPageBytes + kMinSubmitRingBytes);
+  EXPECT_EQ(header->arena_bytes, 12288u);
+  EXPECT_EQ(header->segment_bytes, daemon_side.size());
+  EXPECT_EQ(header->segment_bytes, header->arena_offset + 12288u);
+  EXPECT_EQ(daemon_side.arena_bytes(), 12288u);
+  EXPECT_EQ(daemon_side.submit_bytes(), kMinSubmitRingBytes);
+  EXPECT_EQ(daemon_side.name(), name);
+
+  struct stat info {};
+  ASSERT_EQ(::stat(("/dev/shm/" + name).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  EXPECT_EQ(info.st_size, static_cast<off_t>(daemon_side.size()));
+
+  auto opened = ClientSegment::Open(name, daemon_side.size(), 0xfeed, 7);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  ClientSegment& client_side = **opened;
+  EXPECT_EQ(client_side.arena_bytes(), daemon_side.arena_bytes());
+  EXPECT_EQ(client_side.arena() - reinterpret_cast<std::byte*>(client_side.header()),
+            static_cast<ptrdiff_t>(header->arena_offset));
+  EXPECT_EQ(client_side.submit_ring() - reinterpret_cast<std::byte*>(client_side.header()),
+            static_cast<ptrdiff_t>(2 * kPageBytes));
+  std::memcpy(client_side.arena() + 100, "hello", 5);
+  EXPECT_EQ(std::memcmp(daemon_side.arena() + 100, "hello", 5), 0);
+  client_side.ring()[3].request_id = 99;
+  EXPECT_EQ(daemon_side.ring()[3].request_id, 99u);
+
+  // The creator owns the name; the opener does not remove it.
+  opened->reset();
+  EXPECT_TRUE(ShmExists(name));
+  created->reset();
+  EXPECT_FALSE(ShmExists(name));
+}
+
+TEST(ClientSegmentTest, CreateRefusesAnExistingName) {
+  const std::string name = UniqueName("twice");
+  auto first = ClientSegment::Create(Options(name));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = ClientSegment::Create(Options(name));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("already exists"));
+  EXPECT_TRUE(ShmExists(name)) << "the refusal must not remove the first segment";
+}
+
+TEST(ClientSegmentTest, UnlinkRemovesTheNameButKeepsTheMapping) {
+  const std::string name = UniqueName("unlink");
+  auto created = ClientSegment::Create(Options(name));
+  ASSERT_TRUE(created.ok());
+  (*created)->Unlink();
+  EXPECT_FALSE(ShmExists(name));
+  (*created)->arena()[0] = std::byte{1};  // still mapped
+  EXPECT_EQ(ClientSegment::Open(name, (*created)->size(), 0xfeed, 7).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+class ClientSegmentOpenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = UniqueName("open");
+    auto created = ClientSegment::Create(Options(name_));
+    ASSERT_TRUE(created.ok()) << created.status();
+    segment_ = std::move(*created);
+  }
+  absl::Status Open(uint64_t bytes, uint64_t epoch = 0xfeed, uint64_t client_id = 7) {
+    return ClientSegment::Open(name_, bytes, epoch, client_id).status();
+  }
+
+  std::string name_;
+  std::unique_ptr<ClientSegment> segment_;
+};
+
+TEST_F(ClientSegmentOpenTest, RefusesABadMagic) {
+  segment_->header()->magic ^= 1;
+  const absl::Status status = Open(segment_->size());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("this client speaks version 1"));
+}
+
+TEST_F(ClientSegmentOpenTest, RefusesAnotherLayoutVersion) {
+  segment_->header()->layout_version = 2;
+  const absl::Status status = Open(segment_->size());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("has layout version 2"));
+}
+
+TEST_F(ClientSegmentOpenTest, RefusesAnotherEpochOrClient) {
+  for (const absl::Status& status :
+       {Open(segment_->size(), 0xbeef, 7), Open(segment_->size(), 0xfeed, 8)}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("belongs to another daemon instance or client"));
+  }
+}
+
+TEST_F(ClientSegmentOpenTest, RefusesTheWrongSize) {
+  const absl::Status status = Open(segment_->size() + kPageBytes);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("has ", segment_->size(), " bytes, expected ",
+                                     segment_->size() + kPageBytes)));
+  const absl::Status tiny = Open(100);
+  EXPECT_EQ(tiny.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tiny.message()), HasSubstr("too small to hold its header"));
+}
+
+TEST_F(ClientSegmentOpenTest, RefusesAnInconsistentHeader) {
+  segment_->header()->ring_capacity = 6;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->ring_capacity = 8;
+  segment_->header()->arena_bytes += kPageBytes;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->arena_bytes -= kPageBytes;
+  segment_->header()->arena_offset += kPageBytes;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->arena_offset -= kPageBytes;
+  segment_->header()->submit_bytes /= 2;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->submit_bytes *= 2;
+  EXPECT_TRUE(Open(segment_->size()).ok());
+}
+
+TEST_F(ClientSegmentOpenTest, RefusesAMissingSegment) {
+  const absl::Status status =
+      ClientSegment::Open(UniqueName("missing"), segment_->size(), 0xfeed, 7).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("does not exist"));
+}
+
+// --- Result segments ------------------------------------------------------------
+
+// Whether this process maps [address, ...) readable, not writable, shared.
+std::string MappingPermissions(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto target = reinterpret_cast<uintptr_t>(address);
+  while (std::getline(maps, line)) {
+    std::istringstream fields(line);
+    std::string range;
+    std::string permissions;
+    fields >> range >> permissions;
+    const size_t dash = range.find('-');
+    const uintptr_t begin = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t end = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (target >= begin && target < end) return permissions;
+  }
+  return "";
+}
+
+class ResultSegmentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    name_ = UniqueName("result");
+    auto created = ResultSegment::Create({.name = name_,
+                                          .data_bytes = 5000,
+                                          .epoch = 0xabc,
+                                          .job_sequence = 3,
+                                          .owner_uid = ::geteuid(),
+                                          .owner_gid = ::getegid(),
+                                          .mode = 0400});
+    ASSERT_TRUE(created.ok()) << created.status();
+    segment_ = std::move(*created);
+  }
+
+  std::string name_;
+  std::unique_ptr<ResultSegment> segment_;
+};
+
+TEST_F(ResultSegmentTest, CreateThenOpenReadOnly) {
+  EXPECT_EQ(segment_->data_bytes(), 8192u);
+  EXPECT_EQ(segment_->size(), 3 * kPageBytes);
+  std::memcpy(segment_->mutable_data() + 8000, "result", 6);
+
+  auto opened = ResultSegment::OpenReadOnly(name_, segment_->size(), 0xabc);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(std::memcmp((*opened)->data() + 8000, "result", 6), 0);
+  EXPECT_EQ((*opened)->data_bytes(), segment_->data_bytes());
+
+  struct stat info {};
+  ASSERT_EQ(::stat(("/dev/shm/" + name_).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0400u);
+}
+
+TEST_F(ResultSegmentTest, OpenChecksEpochAndSize) {
+  const auto other = ResultSegment::OpenReadOnly(name_, segment_->size(), 0xdef);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(other.status().message()), HasSubstr("does not match this daemon"));
+  EXPECT_EQ(
+      ResultSegment::OpenReadOnly(name_, segment_->size() - kPageBytes, 0xabc).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ResultSegment::OpenReadOnly(name_, 10, 0xabc).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ResultSegmentTest, ClientMappingIsReadOnly) {
+  auto opened = ResultSegment::OpenReadOnly(name_, segment_->size(), 0xabc);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const std::byte* data = (*opened)->data();
+  EXPECT_EQ(MappingPermissions(data), "r--s");
+  EXPECT_EQ(MappingPermissions(segment_->mutable_data()), "rw-s");
+
+  // A write through the client's mapping faults.
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    *const_cast<volatile std::byte*>(data) = std::byte{1};
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)
+      << "the write did not fault (status " << status << ")";
+  EXPECT_EQ(segment_->data()[0], std::byte{0});
+}
+
+// --- Completion ring ---------------------------------------------------------------
+
+class CompletionRingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ClientSegment::CreateOptions options = Options(UniqueName("ring"));
+    options.ring_capacity = 4;
+    auto created = ClientSegment::Create(options);
+    ASSERT_TRUE(created.ok()) << created.status();
+    segment_ = std::move(*created);
+    publisher_ = std::make_unique<RingPublisher>(segment_->header(), segment_->ring(),
+                                                 segment_->ring_capacity());
+    consumer_ = std::make_unique<RingConsumer>(segment_->header(), segment_->ring());
+  }
+
+  static CompletionRecord Record(uint64_t id) {
+    CompletionRecord record{};
+    record.request_id = id;
+    record.status_code = static_cast<int32_t>(id % 3);
+    record.result_offset = id * 64;
+    record.result_bytes = id + 1;
+    record.result_dim0 = static_cast<int64_t>(id) - 5;
+    return record;
+  }
+
+  std::unique_ptr<ClientSegment> segment_;
+  std::unique_ptr<RingPublisher> publisher_;
+  std::unique_ptr<RingConsumer> consumer_;
+};
+
+TEST_F(CompletionRingTest, DeliversRecordsInOrderAcrossWrapArounds) {
+  EXPECT_TRUE(consumer_->Empty());
+  EXPECT_FALSE(consumer_->TryPop().has_value());
+  uint64_t next_published = 0;
+  uint64_t next_consumed = 0;
+  // Batches of 1 to 4 records (the capacity), 40 rounds: wraps many times.
+  for (int round = 0; round < 40; ++round) {
+    const int batch = round % 4 + 1;
+    for (int i = 0; i < batch; ++i) publisher_->Publish(Record(next_published++));
+    EXPECT_FALSE(consumer_->Empty());
+    EXPECT_EQ(segment_->header()->ring_head.load(), next_published);
+    for (int i = 0; i < batch; ++i) {
+      const auto record = consumer_->TryPop();
+      ASSERT_TRUE(record.has_value());
+      const CompletionRecord expected = Record(next_consumed++);
+      EXPECT_EQ(std::memcmp(&*record, &expected, sizeof(expected)), 0) << "record " << round;
+    }
+    EXPECT_TRUE(consumer_->Empty());
+    EXPECT_FALSE(consumer_->TryPop().has_value());
+    EXPECT_EQ(segment_->header()->ring_tail.load(), next_consumed);
+  }
+  EXPECT_EQ(publisher_->published(), next_published);
+  // Slot i % capacity holds the latest record published there.
+  EXPECT_EQ(segment_->ring()[(next_published - 1) % 4].request_id, next_published - 1);
+}
+
+// A client that maps its segment again resumes where the shared counters
+// are. The daemon's publisher never does: it starts from zero and keeps its
+// own head, because the header is client-writable.
+TEST_F(CompletionRingTest, NewConsumerResumesPublisherTrustsOnlyItself) {
+  publisher_->Publish(Record(1));
+  publisher_->Publish(Record(2));
+  ASSERT_EQ(consumer_->TryPop()->request_id, 1u);
+  RingConsumer consumer(segment_->header(), segment_->ring());
+  EXPECT_EQ(consumer.TryPop()->request_id, 2u);
+  segment_->header()->ring_head.store(1000);  // a lying client
+  publisher_->Publish(Record(3));
+  EXPECT_EQ(publisher_->published(), 3u);
+  EXPECT_EQ(segment_->header()->ring_head.load(), 3u);
+  EXPECT_EQ(segment_->ring()[2].request_id, 3u);
+}
+
+TEST_F(CompletionRingTest, WakeWordMovesOnEveryPublishAndLocalWake) {
+  const uint32_t before = consumer_->WakeWord();
+  publisher_->Publish(Record(1));
+  EXPECT_EQ(consumer_->WakeWord(), before + 1);
+  consumer_->WakeLocal();
+  EXPECT_EQ(consumer_->WakeWord(), before + 2);
+  consumer_->BeginSleep();
+  EXPECT_EQ(segment_->header()->sleepers.load(), 1u);
+  consumer_->EndSleep();
+  EXPECT_EQ(segment_->header()->sleepers.load(), 0u);
+}
+
+TEST_F(CompletionRingTest, HeartbeatIsReadFromTheHeader) {
+  segment_->header()->daemon_heartbeat_ns.store(123456789);
+  EXPECT_EQ(consumer_->daemon_heartbeat_ns(), 123456789u);
+}
+
+// The client's wait: sleep on the wake word until a record arrives.
+std::optional<CompletionRecord> WaitForRecord(RingConsumer& consumer, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const uint32_t word = consumer.WakeWord();
+    if (auto record = consumer.TryPop()) return record;
+    consumer.BeginSleep();
+    consumer.Sleep(word, deadline - absl::Now());
+    consumer.EndSleep();
+  }
+  return consumer.TryPop();
+}
+
+// Waits for a child through a pidfd, up to `timeout`; its wait status, or
+// nullopt (the child is then killed and reaped).
+std::optional<int> WaitChild(pid_t child, absl::Duration timeout) {
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, child, 0));
+  if (pidfd < 0) return std::nullopt;
+  pollfd fd{pidfd, POLLIN, 0};
+  const int ready = ::poll(&fd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  ::close(pidfd);
+  int status = 0;
+  if (ready <= 0) ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  if (ready <= 0) return std::nullopt;
+  return status;
+}
+
+TEST_F(CompletionRingTest, PublishWakesASleeperInAnotherProcess) {
+  ClientSegmentHeader* header = segment_->header();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The client: its view of the same shared pages (inherited mapping).
+    RingConsumer consumer(header, segment_->ring());
+    const auto record = WaitForRecord(consumer, absl::Seconds(30));
+    ::_exit(!record.has_value() ? 2 : record->request_id == 77 ? 0 : 3);
+  }
+  // Publish once the child sleeps, so that the wake is what ends its wait
+  // (a missed wake would leave it asleep past the parent's deadline).
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (header->sleepers.load() == 0 && absl::Now() < deadline) std::this_thread::yield();
+  EXPECT_EQ(header->sleepers.load(), 1u) << "the child never went to sleep";
+  publisher_->Publish(Record(77));
+  const auto status = WaitChild(child, absl::Seconds(10));
+  ASSERT_TRUE(status.has_value()) << "the child was not woken";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+  EXPECT_EQ(header->sleepers.load(), 0u);
+}
+
+TEST(FutexTest, WaitReturnsAtOnceWhenTheWordDiffersAndAtTheTimeoutOtherwise) {
+  std::atomic<uint32_t> word{5};
+  const absl::Time start = absl::Now();
+  FutexWait(&word, 4, absl::Seconds(10));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  const absl::Time before = absl::Now();
+  FutexWait(&word, 5, absl::Milliseconds(20));
+  const absl::Duration waited = absl::Now() - before;
+  EXPECT_GE(waited, absl::Milliseconds(15));
+  EXPECT_LT(waited, absl::Seconds(5));
+}
+
+// --- Submission ring ------------------------------------------------------------
+
+class SubmissionRingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto created = ClientSegment::Create(Options(UniqueName("submit")));
+    ASSERT_TRUE(created.ok()) << created.status();
+    segment_ = std::move(*created);
+    bytes_ = segment_->submit_bytes();
+    writer_ =
+        std::make_unique<SubmissionWriter>(segment_->header(), segment_->submit_ring(), bytes_);
+    reader_ =
+        std::make_unique<SubmissionReader>(segment_->header(), segment_->submit_ring(), bytes_);
+  }
+
+  static std::string Payload(size_t size, char seed) {
+    std::string payload(size, '\0');
+    for (size_t i = 0; i < size; ++i) payload[i] = static_cast<char>(seed + i * 7);
+    return payload;
+  }
+  bool Push(const std::string& payload) { return writer_->TryPush(payload.data(), payload.size()); }
+  // The next payload, "<empty>", or "error: <message>".
+  std::string Pop() {
+    std::string payload;
+    const absl::StatusOr<bool> next = reader_->Next(&payload);
+    if (!next.ok()) return absl::StrCat("error: ", next.status().ToString());
+    return *next ? payload : "<empty>";
+  }
+
+  // Writes a raw record header at the reader's next position and publishes
+  // `bytes` more bytes, as a lying client would.
+  void Forge(uint32_t kind, uint32_t length, uint64_t publish) {
+    const uint64_t tail = segment_->header()->submit_tail.load();
+    const SubmitRecordHeader header{length, kind};
+    std::memcpy(segment_->submit_ring() + (tail & (bytes_ - 1)), &header, sizeof(header));
+    segment_->header()->submit_head.store(tail + publish);
+  }
+
+  std::unique_ptr<ClientSegment> segment_;
+  uint64_t bytes_ = 0;
+  std::unique_ptr<SubmissionWriter> writer_;
+  std::unique_ptr<SubmissionReader> reader_;
+};
+
+TEST_F(SubmissionRingTest, DeliversPayloadsInOrder) {
+  EXPECT_TRUE(reader_->Empty());
+  EXPECT_EQ(Pop(), "<empty>");
+  ASSERT_TRUE(Push("first"));
+  ASSERT_TRUE(Push(""));
+  ASSERT_TRUE(Push(Payload(1001, 'a')));
+  EXPECT_FALSE(reader_->Empty());
+  EXPECT_EQ(Pop(), "first");
+  EXPECT_EQ(Pop(), "");
+  EXPECT_EQ(Pop(), Payload(1001, 'a'));
+  EXPECT_EQ(Pop(), "<empty>");
+  EXPECT_TRUE(reader_->Empty());
+  EXPECT_EQ(segment_->header()->submit_tail.load(), segment_->header()->submit_head.load());
+}
+
+TEST_F(SubmissionRingTest, WrapsWithPaddingRecords) {
+  // Records of a size that does not divide the ring: every few pushes one
+  // needs a pad to the end and starts over at offset 0.
+  for (int i = 0; i < 40; ++i) {
+    const std::string sent = Payload(40000 + i * 8, static_cast<char>(i));
+    ASSERT_TRUE(Push(sent)) << "push " << i;
+    ASSERT_TRUE(Push("small")) << "push " << i;
+    ASSERT_EQ(Pop(), sent) << "pop " << i;
+    ASSERT_EQ(Pop(), "small") << "pop " << i;
+  }
+  EXPECT_GT(segment_->header()->submit_head.load(), 4 * bytes_) << "the ring wrapped";
+  EXPECT_EQ(Pop(), "<empty>");
+}
+
+TEST_F(SubmissionRingTest, RefusesWhenFullOrOversized) {
+  EXPECT_FALSE(writer_->TryPush(Payload(1, 'x').data(), SubmissionWriter::kMaxPayloadBytes + 1));
+  const std::string largest = Payload(SubmissionWriter::kMaxPayloadBytes, 'l');
+  int pushed = 0;
+  while (Push(largest)) ++pushed;
+  EXPECT_EQ(pushed, static_cast<int>(bytes_ / kMaxSubmitRecordBytes));
+  EXPECT_EQ(Pop(), largest);
+  EXPECT_TRUE(Push(largest)) << "room again after one record was consumed";
+}
+
+TEST_F(SubmissionRingTest, ReaderRefusesForgedRecords) {
+  Forge(kSubmitMessage, 16, bytes_ + 8);
+  EXPECT_THAT(Pop(), HasSubstr("DATA_LOSS: the submission ring claims"));
+}
+
+TEST_F(SubmissionRingTest, ReaderRefusesAnUnknownKind) {
+  Forge(7, 16, 24);
+  EXPECT_THAT(Pop(), HasSubstr("DATA_LOSS: a record of the submission ring is malformed (kind 7, "
+                               "16 bytes)"));
+}
+
+TEST_F(SubmissionRingTest, ReaderRefusesARecordLongerThanWhatWasPublished) {
+  Forge(kSubmitMessage, 1000, 16);
+  EXPECT_THAT(Pop(), HasSubstr("DATA_LOSS"));
+}
+
+TEST_F(SubmissionRingTest, ReaderRefusesAnOversizedRecord) {
+  Forge(kSubmitMessage, static_cast<uint32_t>(SubmissionWriter::kMaxPayloadBytes + 8), bytes_);
+  EXPECT_THAT(Pop(), HasSubstr("DATA_LOSS"));
+}
+
+TEST_F(SubmissionRingTest, ReaderRefusesABadPad) {
+  Forge(kSubmitPad, 8, 16);
+  EXPECT_THAT(Pop(), HasSubstr("DATA_LOSS: a padding record"));
+}
+
+TEST_F(SubmissionRingTest, RingBumpsTheDaemonsWord) {
+  const uint32_t before = segment_->header()->submit_word.load();
+  writer_->Ring();
+  EXPECT_EQ(segment_->header()->submit_word.load(), before + 1);
+}
+
+// --- Segment names -------------------------------------------------------------------
+
+TEST(SegmentNamesTest, NamesCarryUidSocketTagAndEpoch) {
+  const SegmentNames names(1000, "/run/collectived/collectived.sock", 0x1234);
+  EXPECT_THAT(names.prefix(), ::testing::MatchesRegex("collectived\\.1000\\.[0-9a-f]{8}\\."));
+  EXPECT_EQ(names.Client(5), names.prefix() + "0000000000001234.c5");
+  EXPECT_EQ(names.Result(2), names.prefix() + "0000000000001234.r2");
+  EXPECT_NE(SegmentNames(1000, "/tmp/other.sock", 0x1234).prefix(), names.prefix());
+  EXPECT_NE(SegmentNames(1001, "/run/collectived/collectived.sock", 0x1234).prefix(),
+            names.prefix());
+  EXPECT_EQ(SegmentNames(1000, "/run/collectived/collectived.sock", 0x9).prefix(), names.prefix());
+}
+
+TEST(SegmentNamesTest, RemoveStaleRemovesOnlyOtherEpochsOfTheSameSocket) {
+  const std::string socket = absl::StrCat("/tmp/shm-test-", ::getpid(), ".sock");
+  const SegmentNames old_names(::geteuid(), socket, 1);
+  const SegmentNames new_names(::geteuid(), socket, 2);
+  const SegmentNames other_socket(::geteuid(), socket + "x", 1);
+  auto create = [](const std::string& name) { return ClientSegment::Create(Options(name)); };
+  auto stale = create(old_names.Client(1));
+  auto stale_result = create(old_names.Result(1));
+  auto ours = create(new_names.Client(1));
+  auto foreign = create(other_socket.Client(1));
+  ASSERT_TRUE(stale.ok() && stale_result.ok() && ours.ok() && foreign.ok());
+  EXPECT_EQ(new_names.RemoveStale(), 2);
+  EXPECT_FALSE(ShmExists(old_names.Client(1)));
+  EXPECT_FALSE(ShmExists(old_names.Result(1)));
+  EXPECT_TRUE(ShmExists(new_names.Client(1)));
+  EXPECT_TRUE(ShmExists(other_socket.Client(1)));
+}
+
+}  // namespace
+}  // namespace collective::shm
