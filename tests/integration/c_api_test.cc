@@ -1,0 +1,30 @@
+// libcollective's C ABI end to end: two ranks written in C (c_api_worker.c)
+// allreduce through a real daemon and check their results and error paths.
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/daemon_process.h"
+
+namespace collective::testing {
+namespace {
+
+TEST(CApiTest, TwoRanksAllreduceAndSeeErrors) {
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto workers = (*daemon)->StartWorkers(C_API_WORKER_BINARY, 2, {});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(WaitForWorkers(*workers, absl::Seconds(30)), "");
+  for (size_t rank = 0; rank < workers->size(); ++rank) {
+    EXPECT_EQ((*workers)[rank].Stdout(), absl::StrCat("ok rank ", rank, " of 2\n"));
+  }
+  auto status = (*daemon)->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  // Three collectives per rank; the refused calls never reached the daemon.
+  EXPECT_EQ(status->totals().collectives(), 3u);
+  EXPECT_EQ(status->totals().errors(), 0u);
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+  EXPECT_TRUE((*daemon)->Segments().empty());
+}
+
+}  // namespace
+}  // namespace collective::testing
