@@ -1,0 +1,231 @@
+#include "tests/bench/bench_options.h"
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "tests/common/subprocess.h"
+
+namespace collective::bench {
+namespace {
+
+constexpr char kWorkloadFile[] = "tests/bench/workloads/resnet50_gradients.txt";
+// Each sweep size moves about this much per rank, so large sizes take fewer
+// iterations and the whole sweep stays within minutes.
+constexpr uint64_t kSweepBytesPerSize = uint64_t{1} << 30;
+constexpr int kMinSweepIterations = 5;
+
+// The repository's workload file, looked for above the executable (build/bin
+// sits two levels below the source tree) and then in the working directory.
+std::string FindDefaultWorkload() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+  fs::path directory = testing::ExecutableDirectory();
+  for (int level = 0; level < 4 && !directory.empty(); ++level) {
+    candidates.push_back(directory / kWorkloadFile);
+    directory = directory.parent_path();
+  }
+  std::error_code ignored;
+  candidates.push_back(fs::current_path(ignored) / kWorkloadFile);
+  for (const auto& candidate : candidates) {
+    if (fs::is_regular_file(candidate, ignored)) return fs::absolute(candidate).string();
+  }
+  return "";
+}
+
+absl::Status ParseSizes(const std::string& text, uint64_t* min_bytes, uint64_t* max_bytes) {
+  const std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], min_bytes) ||
+      !absl::SimpleAtoi(parts[1], max_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sizes ", text, ": expected MIN:MAX in bytes, e.g. 8:268435456"));
+  }
+  if (*min_bytes < 4 || *min_bytes % 4 != 0 || *max_bytes < *min_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sizes ", text, ": MIN must be a positive multiple of 4 (float32) and at most MAX"));
+  }
+  if (*max_bytes > uint64_t{1} << 40) {
+    return absl::InvalidArgumentError(absl::StrCat("--sizes ", text, ": MAX is above 1 TiB"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(options) {
+  app.add_option("--mode", mode_,
+                 "what to measure: sweep (sizes), resnet (ResNet-50 gradient "
+                 "step), latency (4-byte allreduce), or all")
+      ->type_name("MODE")
+      ->check(CLI::IsMember({"sweep", "resnet", "latency", "all"}))
+      ->capture_default_str();
+  app.add_option("--placement", placement_,
+                 "where client tensors live: copy (private memory, copied in and out), zerocopy "
+                 "(in the shared-memory arena, result viewed in place), or both")
+      ->type_name("PLACEMENT")
+      ->check(CLI::IsMember({"copy", "zerocopy", "both"}))
+      ->capture_default_str();
+  app.add_option("--clients", options_.clients, "client processes (ranks) on this node")
+      ->type_name("K")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--sizes", sizes_, "sweep sizes in bytes, MIN:MAX, doubling")
+      ->type_name("MIN:MAX")
+      ->capture_default_str();
+  app.add_option("--iterations", options_.iterations,
+                 "most timed iterations per sweep size (large sizes run fewer, at least 5)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  app.add_option("--steps", options_.steps, "timed ResNet-50 steps")
+      ->type_name("N")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--latency-iterations", options_.latency_iterations, "timed 4-byte allreduces")
+      ->type_name("N")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  app.add_option("--op", op_, "reduce op")
+      ->type_name("OP")
+      ->check(CLI::IsMember({"sum", "average"}))
+      ->capture_default_str();
+  app.add_option("--workload", options_.workload,
+                 "gradient list of the ResNet step (default: the repository's " +
+                     std::string(kWorkloadFile) +
+                     ", found above the executable or in the "
+                     "working directory)")
+      ->type_name("PATH");
+  app.add_option("--socket", options_.socket,
+                 "use the collectived listening here instead of starting a private one")
+      ->type_name("PATH");
+  app.add_option("--daemon-arg", options_.daemon_args,
+                 "flag for the private collectived, repeatable, e.g. "
+                 "--daemon-arg=--fusion-threshold-bytes=1048576")
+      ->type_name("FLAG")
+      ->allow_extra_args(false);
+  app.add_option("--compare", compare_,
+                 "also run the workloads with in-place MPI_Allreduce over mpirun and print the "
+                 "ratios")
+      ->type_name("SYSTEM")
+      ->check(CLI::IsMember({"mpi", "none"}))
+      ->capture_default_str();
+  options_.mpirun = COLLECTIVE_MPIRUN;
+  app.add_option("--mpirun", options_.mpirun, "the MPI launcher")
+      ->type_name("PATH")
+      ->capture_default_str();
+  app.add_option("--mpirun-arg", options_.mpirun_args,
+                 "extra mpirun argument, repeatable (MCA parameters are easier as environment "
+                 "variables, e.g. OMPI_MCA_mpi_yield_when_idle=1)")
+      ->type_name("ARG")
+      ->allow_extra_args(false);
+  app.add_flag("--json", options_.json, "print one JSON object per measurement instead of tables");
+  app.add_option("--timeout", options_.timeout_seconds,
+                 "seconds each phase (one mode on one system) may take before the run fails")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  // The worker roles' options: set by the launcher, not meant for people.
+  app.add_option("--role", role_)->check(CLI::IsMember({"launcher", "client", "mpi"}))->group("");
+  app.add_option("--rank", options_.rank)->group("");
+  app.add_option("--parent", options_.parent)->group("");
+}
+
+absl::Status OptionParser::FinishOptions() {
+  options_.role = role_ == "client" ? Role::kClient : role_ == "mpi" ? Role::kMpi : Role::kLauncher;
+  options_.op = op_ == "average" ? ReduceOp::kAverage : ReduceOp::kSum;
+  options_.compare_mpi = compare_ == "mpi";
+  if (mode_ == "all" || mode_ == "sweep") options_.modes.push_back(BenchMode::kSweep);
+  if (mode_ == "all" || mode_ == "resnet") options_.modes.push_back(BenchMode::kResnet);
+  if (mode_ == "all" || mode_ == "latency") options_.modes.push_back(BenchMode::kLatency);
+  if (placement_ != "zerocopy") options_.placements.push_back(Placement::kCopy);
+  if (placement_ != "copy") options_.placements.push_back(Placement::kZeroCopy);
+  RETURN_IF_ERROR(ParseSizes(sizes_, &options_.min_bytes, &options_.max_bytes));
+  const bool needs_workload = std::find(options_.modes.begin(), options_.modes.end(),
+                                        BenchMode::kResnet) != options_.modes.end();
+  if (needs_workload && options_.workload.empty()) {
+    options_.workload = FindDefaultWorkload();
+    if (options_.workload.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot find ", kWorkloadFile, " above ", testing::ExecutableDirectory(),
+                       " or in the working directory; name the file with --workload PATH"));
+    }
+  }
+  if (options_.compare_mpi && options_.max_bytes / sizeof(float) > INT_MAX) {
+    return absl::InvalidArgumentError(
+        "--sizes: MPI_Allreduce takes at most 2^31-1 elements; lower MAX or drop --compare mpi");
+  }
+  if (needs_workload) {
+    std::error_code ignored;
+    options_.workload = std::filesystem::absolute(options_.workload, ignored).string();
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role, BenchMode mode,
+                                         Placement placement) {
+  std::vector<std::string> args = {"--role",
+                                   role == Role::kMpi ? "mpi" : "client",
+                                   "--mode",
+                                   ModeName(mode),
+                                   "--clients",
+                                   std::to_string(options.clients),
+                                   "--sizes",
+                                   absl::StrCat(options.min_bytes, ":", options.max_bytes),
+                                   "--iterations",
+                                   std::to_string(options.iterations),
+                                   "--steps",
+                                   std::to_string(options.steps),
+                                   "--latency-iterations",
+                                   std::to_string(options.latency_iterations),
+                                   "--op",
+                                   OpName(options.op),
+                                   "--parent",
+                                   std::to_string(::getpid())};
+  if (role == Role::kClient) {
+    args.insert(args.end(), {"--placement", PlacementName(placement)});
+  }
+  if (mode == BenchMode::kResnet) args.insert(args.end(), {"--workload", options.workload});
+  return args;
+}
+
+const char* ModeName(BenchMode mode) {
+  switch (mode) {
+    case BenchMode::kSweep:
+      return "sweep";
+    case BenchMode::kResnet:
+      return "resnet";
+    case BenchMode::kLatency:
+      return "latency";
+  }
+  return "?";
+}
+
+const char* PlacementName(Placement placement) {
+  return placement == Placement::kCopy ? "copy" : "zerocopy";
+}
+
+const char* OpName(ReduceOp op) { return op == ReduceOp::kAverage ? "average" : "sum"; }
+
+std::vector<uint64_t> SweepSizes(const BenchOptions& options) {
+  std::vector<uint64_t> sizes;
+  for (uint64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
+    sizes.push_back(bytes);
+  }
+  return sizes;
+}
+
+int SweepIterations(const BenchOptions& options, uint64_t bytes) {
+  const uint64_t affordable = std::max<uint64_t>(kSweepBytesPerSize / bytes, kMinSweepIterations);
+  return static_cast<int>(
+      std::min<uint64_t>(affordable, static_cast<uint64_t>(options.iterations)));
+}
+
+int WarmupIterations(int timed) { return std::clamp(timed / 10, 2, 200); }
+
+}  // namespace collective::bench

@@ -1,0 +1,90 @@
+// collective-bench's options: what to measure, where the tensors live, and
+// what to compare against. The launcher parses them from its command line and
+// hands the same values to the worker processes it starts, so every process
+// of a run derives the same schedule (sizes, iterations, warm-up) from them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/status/status.h"
+#include "collective/types.h"
+
+namespace collective::bench {
+
+enum class BenchMode { kSweep, kResnet, kLatency };
+// Where a client's tensors live: private memory, copied into the arena and
+// the result copied out (kCopy), or the arena itself, the result read as a
+// view of the daemon's result segment (kZeroCopy).
+enum class Placement { kCopy, kZeroCopy };
+// The launcher starts the daemon and the workers; a client worker is one rank
+// of a collectived job; an MPI worker is one rank under mpirun.
+enum class Role { kLauncher, kClient, kMpi };
+
+struct BenchOptions {
+  Role role = Role::kLauncher;
+  int rank = 0;      // worker roles
+  pid_t parent = 0;  // worker roles: the launcher, whose death ends the worker
+
+  std::vector<BenchMode> modes;
+  std::vector<Placement> placements;
+  int clients = 4;
+  uint64_t min_bytes = 8;
+  uint64_t max_bytes = uint64_t{256} << 20;
+  int iterations = 100;  // most timed iterations per sweep size
+  int steps = 20;
+  int latency_iterations = 2000;
+  ReduceOp op = ReduceOp::kSum;
+  std::string workload;
+
+  std::string socket;  // empty: start a private daemon
+  std::vector<std::string> daemon_args;
+  bool compare_mpi = false;
+  std::string mpirun;
+  std::vector<std::string> mpirun_args;
+
+  bool json = false;
+  int timeout_seconds = 600;
+};
+
+// Declares every option on `app`; the values land in `options` when it parses.
+// Call FinishOptions after parsing.
+class OptionParser {
+ public:
+  OptionParser(CLI::App& app, BenchOptions& options);
+  // Converts and checks what the strings said; resolves the default workload.
+  absl::Status FinishOptions();
+
+ private:
+  BenchOptions& options_;
+  std::string role_ = "launcher";
+  std::string mode_ = "all";
+  std::string placement_ = "both";
+  std::string sizes_ = "8:268435456";
+  std::string op_ = "sum";
+  std::string compare_ = "none";
+};
+
+// The arguments that make this executable play `role` for one mode (and, for
+// client workers, one placement) of the run `options` describes.
+std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role, BenchMode mode,
+                                         Placement placement);
+
+const char* ModeName(BenchMode mode);
+const char* PlacementName(Placement placement);
+const char* OpName(ReduceOp op);
+
+// The sweep's sizes: min_bytes doubling up to max_bytes.
+std::vector<uint64_t> SweepSizes(const BenchOptions& options);
+// Timed iterations for one sweep size: options.iterations, fewer for large
+// sizes (each size moves about 1 GiB per rank), but at least 5.
+int SweepIterations(const BenchOptions& options, uint64_t bytes);
+// Untimed iterations before `timed` ones: a tenth, at least 2.
+int WarmupIterations(int timed);
+
+}  // namespace collective::bench

@@ -1,0 +1,196 @@
+// collective-bench end to end: a short run of every mode against MPI prints
+// JSON lines with the fields scripts rely on; a daemon that does not come up,
+// a worker that fails, a phase past its deadline, or SIGTERM ends the run
+// with a clear message, exit 1, and no process left behind.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/common/subprocess.h"
+
+namespace collective::testing {
+namespace {
+
+using google::protobuf::Struct;
+
+struct BenchRun {
+  std::optional<int> status;
+  std::string out;
+  std::string err;
+  pid_t pid = -1;
+};
+
+BenchRun RunBench(const std::vector<std::string>& args, absl::Duration timeout) {
+  std::vector<std::string> argv = {COLLECTIVE_BENCH_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto process = Subprocess::Start(argv);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return {};
+  BenchRun run;
+  run.pid = process->pid();
+  run.status = process->Wait(timeout);
+  run.out = process->Stdout();
+  run.err = process->Stderr();
+  return run;
+}
+
+std::string Text(const Struct& line, const std::string& key) {
+  auto it = line.fields().find(key);
+  return it == line.fields().end() ? "" : it->second.string_value();
+}
+
+double Number(const Struct& line, const std::string& key) {
+  auto it = line.fields().find(key);
+  return it == line.fields().end() ? -1 : it->second.number_value();
+}
+
+bool Has(const Struct& line, const std::string& key) { return line.fields().contains(key); }
+
+// Processes whose command line contains `needle` (as bytes, NULs included).
+std::vector<std::string> ProcessesMentioning(const std::string& needle) {
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream file(entry.path() / "cmdline");
+    std::stringstream text;
+    text << file.rdbuf();
+    if (absl::StrContains(text.str(), needle)) found.push_back(entry.path().filename().string());
+  }
+  return found;
+}
+
+// Workers name their launcher with --parent PID; none may outlive it.
+void ExpectNoWorkersOf(pid_t launcher) {
+  const std::string needle = absl::StrCat("--parent", std::string(1, '\0'), launcher);
+  EXPECT_TRUE(ProcessesMentioning(needle).empty()) << "orphaned workers of " << launcher;
+}
+
+TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
+  const BenchRun run =
+      RunBench({"--clients", "2", "--mode", "all", "--sizes", "8:65536", "--iterations", "5",
+                "--latency-iterations", "50", "--steps", "3", "--compare", "mpi", "--json"},
+               absl::Seconds(100));
+  ASSERT_TRUE(ExitedCleanly(run.status)) << run.err;
+  std::map<std::string, int> lines_per_mode;
+  std::set<std::string> points;
+  for (absl::string_view text : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+    Struct line;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(text), &line).ok())
+        << "not JSON: " << text;
+    const std::string system = Text(line, "system");
+    const std::string mode = Text(line, "mode");
+    ASSERT_TRUE(system == "collectived" || system == "mpi") << text;
+    EXPECT_EQ(Has(line, "placement"), system == "collectived") << text;
+    EXPECT_EQ(Text(line, "op"), "sum") << text;
+    EXPECT_EQ(Number(line, "clients"), 2) << text;
+    EXPECT_EQ(Number(line, "nodes"), 1) << text;
+    EXPECT_GT(Number(line, "algbw_GBps"), 0) << text;
+    EXPECT_GE(Number(line, "busbw_GBps"), 0) << text;
+    EXPECT_GT(Number(line, "bytes"), 0) << text;
+    if (mode == "resnet") {
+      EXPECT_EQ(Text(line, "workload"), "resnet50") << text;
+      EXPECT_EQ(Number(line, "tensors"), 161) << text;
+      EXPECT_GT(Number(line, "step_ms"), 0) << text;
+    } else {
+      ASSERT_TRUE(mode == "sweep" || mode == "latency") << text;
+      EXPECT_GT(Number(line, "median_us"), 0) << text;
+      EXPECT_GE(Number(line, "p99_us"), Number(line, "median_us")) << text;
+    }
+    if (system == "collectived") {
+      EXPECT_GT(Number(line, "ratio_vs_mpi"), 0) << text;
+      EXPECT_GT(Number(line, "speedup_vs_mpi"), 0) << text;
+    }
+    if (mode == "resnet" && Text(line, "placement") == "zerocopy") {
+      EXPECT_GT(Number(line, "floor_ms"), 0) << text;
+      EXPECT_GT(Number(line, "vs_floor"), 0) << text;
+      EXPECT_GT(Number(line, "memcpy_GBps"), 0) << text;
+    }
+    ++lines_per_mode[mode];
+    points.insert(
+        absl::StrCat(system, "/", Text(line, "placement"), "/", mode, "/", Number(line, "bytes")));
+  }
+  // 8 to 65536 bytes is 14 sizes; every point on mpi, copy and zerocopy.
+  EXPECT_EQ(lines_per_mode["sweep"], 3 * 14);
+  EXPECT_EQ(lines_per_mode["resnet"], 3);
+  EXPECT_EQ(lines_per_mode["latency"], 3);
+  EXPECT_EQ(points.size(), 3u * (14 + 2));
+  ExpectNoWorkersOf(run.pid);
+}
+
+TEST(CollectiveBenchTest, DaemonThatDoesNotComeUpFailsTheRun) {
+  const BenchRun run = RunBench(
+      {"--clients", "2", "--mode", "latency", "--daemon-arg=--no-such-flag"}, absl::Seconds(60));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "collectived did not come up")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "--no-such-flag")) << run.err;
+}
+
+TEST(CollectiveBenchTest, FailedWorkerFailsTheRun) {
+  // The daemon refuses the arena the sweep's largest size needs.
+  const BenchRun run =
+      RunBench({"--clients", "2", "--mode", "sweep", "--sizes", "8:4194304",
+                "--daemon-arg=--max-arena-bytes=2MiB", "--daemon-arg=--default-arena-bytes=1MiB"},
+               absl::Seconds(60));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "client worker")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "arena")) << run.err;
+  ExpectNoWorkersOf(run.pid);
+}
+
+// The header names the private daemon's socket: the daemon and its directory
+// must be gone with the run, and so must the workers.
+void ExpectNothingLeftBehind(const BenchRun& run) {
+  ExpectNoWorkersOf(run.pid);
+  const size_t at = run.out.find("/tmp/collective-bench-");
+  ASSERT_NE(at, std::string::npos) << run.out;
+  const std::string socket = run.out.substr(at, run.out.find('\n', at) - at);
+  EXPECT_TRUE(ProcessesMentioning(socket).empty())
+      << "collectived on " << socket << " outlived the run";
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(socket).parent_path()));
+}
+
+TEST(CollectiveBenchTest, PhasePastItsDeadlineStopsEveryProcess) {
+  const BenchRun run =
+      RunBench({"--clients", "2", "--mode", "sweep", "--placement", "copy", "--timeout", "2"},
+               absl::Seconds(60));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "still running at the deadline")) << run.err;
+  ExpectNothingLeftBehind(run);
+}
+
+TEST(CollectiveBenchTest, InterruptedRunStopsEveryProcess) {
+  auto process = Subprocess::Start(
+      {COLLECTIVE_BENCH_BINARY, "--clients", "2", "--mode", "sweep", "--placement", "copy"});
+  ASSERT_TRUE(process.ok()) << process.status();
+  // The whole sweep takes far longer than this.
+  ASSERT_FALSE(process->Wait(absl::Seconds(3)).has_value()) << process->Stderr();
+  process->Signal(SIGTERM);
+  BenchRun run;
+  run.pid = process->pid();
+  run.status = process->Wait(absl::Seconds(30));
+  run.out = process->Stdout();
+  run.err = process->Stderr();
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "interrupted by SIGTERM")) << run.err;
+  ExpectNothingLeftBehind(run);
+}
+
+}  // namespace
+}  // namespace collective::testing

@@ -1,0 +1,265 @@
+#include "tests/bench/launcher.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "examples/workload.h"
+#include "shm/segment_layout.h"
+#include "tests/bench/child_watch.h"
+#include "tests/bench/daemon_launcher.h"
+#include "tests/bench/interrupts.h"
+#include "tests/bench/memcpy_bandwidth.h"
+#include "tests/bench/report.h"
+#include "tests/bench/samples.h"
+#include "tests/common/subprocess.h"
+
+namespace collective::bench {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+// Large enough to leave every cache far behind.
+constexpr uint64_t kMemcpyBytes = 256 * kMiB;
+// The daemon's own default; a larger sweep needs room for its biggest result.
+constexpr uint64_t kDefaultResultArena = 512 * kMiB;
+constexpr absl::Duration kDaemonStartTimeout = absl::Seconds(30);
+// A daemon someone else started either serves already or is not there.
+constexpr absl::Duration kRunningDaemonTimeout = absl::Seconds(5);
+constexpr absl::Duration kStopGrace = absl::Seconds(5);
+
+uint64_t RoundUp(uint64_t value, uint64_t unit) { return (value + unit - 1) / unit * unit; }
+
+// "resnet50_gradients.txt" is the "resnet50" workload.
+std::string WorkloadName(const std::string& path) {
+  const std::string stem = std::filesystem::path(path).stem().string();
+  return std::string(absl::StripSuffix(stem, "_gradients"));
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const BenchOptions& options)
+      : options_(options), self_(std::filesystem::read_symlink("/proc/self/exe").string()) {}
+
+  absl::Status Run() {
+    RunInfo info{
+        .clients = options_.clients, .op = options_.op, .compare_mpi = options_.compare_mpi};
+    if (!options_.workload.empty()) {
+      ASSIGN_OR_RETURN(workload_, examples::LoadWorkload(options_.workload));
+      info.workload_name = WorkloadName(options_.workload);
+      info.workload_tensors = workload_.size();
+      for (const auto& tensor : workload_) {
+        workload_bytes_ += static_cast<uint64_t>(tensor.elements) * sizeof(float);
+      }
+      info.workload_bytes = workload_bytes_;
+    }
+    // Before anything else runs, on a quiet machine.
+    info.memcpy =
+        MeasureMemcpy(kMemcpyBytes, static_cast<int>(std::thread::hardware_concurrency()));
+    report_ = std::make_unique<Report>(info, options_.json, stdout);
+
+    if (options_.socket.empty()) {
+      const std::string binary = testing::ExecutableDirectory() + "/collectived";
+      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartPrivate(binary, DaemonFlags(),
+                                                             kDaemonStartTimeout, interrupts_));
+      report_->PrintHeader(absl::StrCat("private collectived on ", daemon_->socket()));
+    } else {
+      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::UseRunning(options_.socket, kRunningDaemonTimeout));
+      report_->PrintHeader(absl::StrCat("collectived on ", options_.socket));
+    }
+    for (const BenchMode mode : options_.modes) {
+      if (options_.compare_mpi) {
+        Progress(mode, "mpi");
+        ASSIGN_OR_RETURN(const SeriesMap series, RunMpi(mode));
+        RETURN_IF_ERROR(Record(kMpi, mode, std::nullopt, series));
+      }
+      for (const Placement placement : options_.placements) {
+        Progress(mode, absl::StrCat("collectived ", PlacementName(placement)));
+        ASSIGN_OR_RETURN(const SeriesMap series, RunClients(mode, placement));
+        RETURN_IF_ERROR(Record(kCollectived, mode, placement, series));
+      }
+      report_->PrintMode(mode);
+    }
+    return absl::OkStatus();
+  }
+
+  // Stops a private daemon: SIGTERM, and it must exit 0.
+  absl::Status StopDaemon() { return daemon_ ? daemon_->Stop() : absl::OkStatus(); }
+
+ private:
+  std::vector<std::string> DaemonFlags() const {
+    std::vector<std::string> flags;
+    const bool result_arena_set =
+        std::any_of(options_.daemon_args.begin(), options_.daemon_args.end(), [](const auto& arg) {
+          return absl::StrContains(arg, "result-arena") || absl::StrContains(arg, "result_arena");
+        });
+    const bool sweeping = std::find(options_.modes.begin(), options_.modes.end(),
+                                    BenchMode::kSweep) != options_.modes.end();
+    if (sweeping && !result_arena_set && 2 * options_.max_bytes > kDefaultResultArena) {
+      flags.push_back(absl::StrCat("--result-arena-bytes=", RoundUp(2 * options_.max_bytes, kMiB)));
+    }
+    flags.insert(flags.end(), options_.daemon_args.begin(), options_.daemon_args.end());
+    return flags;
+  }
+
+  // Each client's arena holds what one phase places or stages at once, plus
+  // the barrier's slack.
+  uint64_t ArenaBytes(BenchMode mode) const {
+    uint64_t bytes = kMiB;
+    if (mode == BenchMode::kSweep) bytes += options_.max_bytes;
+    if (mode == BenchMode::kResnet) {
+      for (const auto& tensor : workload_) {
+        bytes +=
+            RoundUp(static_cast<uint64_t>(tensor.elements) * sizeof(float), shm::kDataAlignment);
+      }
+    }
+    return RoundUp(bytes, kMiB);
+  }
+
+  void Progress(BenchMode mode, const std::string& system) const {
+    if (options_.json) return;
+    std::fprintf(stderr, "collective-bench: running %s on %s\n", ModeName(mode), system.c_str());
+  }
+
+  absl::Time Deadline() const { return absl::Now() + absl::Seconds(options_.timeout_seconds); }
+
+  absl::StatusOr<SeriesMap> RunClients(BenchMode mode, Placement placement) {
+    // A job of its own per phase: a phase's clients never meet another's.
+    const std::string job = absl::StrCat("collective-bench-", ::getpid(), "-", ++phase_);
+    std::vector<testing::Subprocess> workers;
+    std::vector<WatchedChild> watched;
+    workers.reserve(static_cast<size_t>(options_.clients));
+    for (int rank = 0; rank < options_.clients; ++rank) {
+      std::vector<std::string> argv = {self_};
+      const auto args = WorkerArguments(options_, Role::kClient, mode, placement);
+      argv.insert(argv.end(), args.begin(), args.end());
+      argv.insert(argv.end(), {"--rank", std::to_string(rank)});
+      const std::string local_rank = std::to_string(rank);
+      const std::string local_size = std::to_string(options_.clients);
+      auto worker =
+          interrupts_.Start(argv, {{"COLLECTIVE_SOCKET", daemon_->socket()},
+                                   {"COLLECTIVE_JOB_ID", job},
+                                   {"COLLECTIVE_ARENA_BYTES", std::to_string(ArenaBytes(mode))},
+                                   {"LOCAL_RANK", local_rank},
+                                   {"LOCAL_SIZE", local_size},
+                                   // These win over LOCAL_* in the client; a stale one in the
+                                   // environment must not.
+                                   {"COLLECTIVE_LOCAL_RANK", local_rank},
+                                   {"COLLECTIVE_LOCAL_SIZE", local_size}});
+      if (!worker.ok()) return Annotate(worker.status(), "cannot start a client worker");
+      workers.push_back(std::move(*worker));
+    }
+    for (int rank = 0; rank < options_.clients; ++rank) {
+      watched.push_back(
+          {absl::StrCat("client worker ", rank), &workers[static_cast<size_t>(rank)]});
+    }
+    const std::string phase =
+        absl::StrCat(ModeName(mode), " on collectived (", PlacementName(placement), ")");
+    if (absl::Status done = AwaitChildren(watched, daemon_->pid(), Deadline(), interrupts_);
+        !done.ok()) {
+      StopChildren(watched, kStopGrace);
+      // A daemon that died explains the failure; one that an interrupt
+      // stopped does not.
+      const std::string daemon_exit = absl::IsCancelled(done) ? "" : daemon_->ExitDescription();
+      return Annotate(done, absl::StrCat(phase, daemon_exit.empty() ? "" : "; " + daemon_exit));
+    }
+    std::vector<SeriesMap> ranks;
+    for (auto& worker : workers) {
+      ASSIGN_OR_RETURN_WITH(SeriesMap series, ParseSeries(worker.Stdout()), phase);
+      ranks.push_back(std::move(series));
+    }
+    ASSIGN_OR_RETURN_WITH(SeriesMap slowest, SlowestRank(ranks), phase);
+    return slowest;
+  }
+
+  absl::StatusOr<SeriesMap> RunMpi(BenchMode mode) {
+    // ob1 over shared memory (vader): UCX would busy-poll, and only ob1
+    // yields the core when oversubscribed, as 4 ranks on 2 cores are.
+    std::vector<std::string> argv = {
+        options_.mpirun,   "-np",       std::to_string(options_.clients),
+        "--oversubscribe", "--bind-to", "none",
+        "--mca",           "pml",       "ob1",
+        "--mca",           "btl",       "self,vader"};
+    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    argv.insert(argv.end(), options_.mpirun_args.begin(), options_.mpirun_args.end());
+    argv.push_back(self_);
+    const auto args = WorkerArguments(options_, Role::kMpi, mode, Placement::kCopy);
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string phase = absl::StrCat(ModeName(mode), " on MPI");
+    ASSIGN_OR_RETURN_WITH(testing::Subprocess mpirun, interrupts_.Start(argv),
+                          absl::StrCat(phase, ": cannot start ", options_.mpirun));
+    const std::vector<WatchedChild> watched = {{"mpirun", &mpirun}};
+    if (absl::Status done = AwaitChildren(watched, -1, Deadline(), interrupts_); !done.ok()) {
+      StopChildren(watched, kStopGrace);
+      return Annotate(done, phase);
+    }
+    return ParseSeries(mpirun.Stdout());
+  }
+
+  absl::Status Record(const char* system, BenchMode mode, std::optional<Placement> placement,
+                      const SeriesMap& series) {
+    auto add = [&](const std::string& key, uint64_t bytes) -> absl::Status {
+      auto found = series.find(key);
+      if (found == series.end() || found->second.empty()) {
+        return absl::DataLossError(absl::StrCat(ModeName(mode), " on ", system,
+                                                ": no measurements of '", key, "' came back"));
+      }
+      report_->Add({.system = system,
+                    .mode = mode,
+                    .placement = placement,
+                    .bytes = bytes,
+                    .time = Summarize(found->second)});
+      return absl::OkStatus();
+    };
+    switch (mode) {
+      case BenchMode::kSweep:
+        for (const uint64_t bytes : SweepSizes(options_)) {
+          RETURN_IF_ERROR(add(SweepKey(bytes), bytes));
+        }
+        return absl::OkStatus();
+      case BenchMode::kResnet:
+        return add(kResnetKey, workload_bytes_);
+      case BenchMode::kLatency:
+        return add(kLatencyKey, sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  // Declared first, so that it goes last: no child may start with the
+  // signals blocked, and no signal may end the launcher before it has
+  // stopped its children.
+  Interrupts interrupts_;
+  const BenchOptions& options_;
+  const std::string self_;
+  std::vector<examples::WorkloadTensor> workload_;
+  uint64_t workload_bytes_ = 0;
+  std::unique_ptr<DaemonLauncher> daemon_;
+  std::unique_ptr<Report> report_;
+  int phase_ = 0;
+};
+
+}  // namespace
+
+int RunLauncher(const BenchOptions& options) {
+  Launcher launcher(options);
+  const absl::Status status = launcher.Run();
+  // Stopped in any case, so that it removes its socket and segments.
+  const absl::Status stopped = launcher.StopDaemon();
+  for (const absl::Status& error : {status, stopped}) {
+    if (!error.ok()) {
+      std::fprintf(stderr, "collective-bench: error: %s\n", std::string(error.message()).c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace collective::bench

@@ -1,0 +1,175 @@
+#include "tests/bench/mpi_worker.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "absl/strings/str_cat.h"
+#include "examples/workload.h"
+#include "tests/bench/samples.h"
+
+namespace collective::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+}
+
+class MpiBench {
+ public:
+  explicit MpiBench(const BenchOptions& options) : options_(options) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+
+  absl::Status Run(BenchMode mode) {
+    switch (mode) {
+      case BenchMode::kSweep:
+        return Sweep();
+      case BenchMode::kResnet:
+        return Resnet();
+      case BenchMode::kLatency:
+        return Latency();
+    }
+    return absl::InvalidArgumentError("unknown mode");
+  }
+
+ private:
+  // In place, as Horovod does it; an average divides afterwards, as Horovod's
+  // MPI path does.
+  void Allreduce(std::vector<float>& tensor) const {
+    MPI_Allreduce(MPI_IN_PLACE, tensor.data(), static_cast<int>(tensor.size()), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    if (options_.op == ReduceOp::kAverage) {
+      const float scale = 1.0f / static_cast<float>(size_);
+      for (float& value : tensor) value *= scale;
+    }
+  }
+
+  // Filled with rank + 1 and checked after the first reduction; then zeroed,
+  // since in-place sums would otherwise grow to infinity step after step.
+  std::vector<float> Tensor(size_t elements) const {
+    return std::vector<float>(elements, static_cast<float>(rank_ + 1));
+  }
+
+  absl::Status CheckAndClear(std::vector<float>& tensor, const std::string& name) const {
+    const float sum = static_cast<float>(size_) * static_cast<float>(size_ + 1) / 2;
+    const float expected =
+        options_.op == ReduceOp::kAverage ? sum / static_cast<float>(size_) : sum;
+    for (size_t i : {size_t{0}, tensor.size() / 2, tensor.size() - 1}) {
+      if (std::fabs(tensor[i] - expected) > 1e-6f * expected) {
+        return absl::DataLossError(absl::StrCat("MPI gave a wrong result: ", name, "[", i,
+                                                "] = ", tensor[i], ", expected ", expected));
+      }
+    }
+    std::fill(tensor.begin(), tensor.end(), 0.0f);
+    return absl::OkStatus();
+  }
+
+  // The slowest rank's time of every iteration, written by rank 0.
+  void Emit(const std::string& key, const std::vector<int64_t>& nanos) const {
+    std::vector<int64_t> slowest(nanos.size());
+    MPI_Reduce(nanos.data(), slowest.data(), static_cast<int>(nanos.size()), MPI_INT64_T, MPI_MAX,
+               0, MPI_COMM_WORLD);
+    if (rank_ != 0) return;
+    const std::string line = FormatSeries(key, slowest);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    std::fflush(stdout);
+  }
+
+  absl::Status Sweep() {
+    for (const uint64_t bytes : SweepSizes(options_)) {
+      std::vector<float> tensor = Tensor(bytes / sizeof(float));
+      const std::string name = SweepKey(bytes);
+      const int timed = SweepIterations(options_, bytes);
+      const int warmup = WarmupIterations(timed);
+      std::vector<int64_t> nanos;
+      for (int i = 0; i < warmup + timed; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = Clock::now();
+        Allreduce(tensor);
+        const int64_t elapsed = NanosSince(start);
+        if (i == 0) {
+          if (absl::Status checked = CheckAndClear(tensor, name); !checked.ok()) return checked;
+        }
+        if (i >= warmup) nanos.push_back(elapsed);
+      }
+      Emit(name, nanos);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Resnet() {
+    auto workload = examples::LoadWorkload(options_.workload);
+    if (!workload.ok()) return workload.status();
+    std::vector<std::vector<float>> tensors;
+    for (const auto& gradient : *workload) {
+      tensors.push_back(Tensor(static_cast<size_t>(gradient.elements)));
+    }
+    const int warmup = WarmupIterations(options_.steps);
+    std::vector<int64_t> nanos;
+    for (int step = 0; step < warmup + options_.steps; ++step) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto start = Clock::now();
+      for (auto& tensor : tensors) Allreduce(tensor);
+      const int64_t elapsed = NanosSince(start);
+      for (size_t t = 0; step == 0 && t < tensors.size(); ++t) {
+        if (absl::Status checked = CheckAndClear(tensors[t], (*workload)[t].name); !checked.ok()) {
+          return checked;
+        }
+      }
+      if (step >= warmup) nanos.push_back(elapsed);
+    }
+    Emit(kResnetKey, nanos);
+    return absl::OkStatus();
+  }
+
+  absl::Status Latency() {
+    std::vector<float> tensor = Tensor(1);
+    const int warmup = WarmupIterations(options_.latency_iterations);
+    std::vector<int64_t> nanos;
+    nanos.reserve(static_cast<size_t>(options_.latency_iterations));
+    for (int i = 0; i < warmup + options_.latency_iterations; ++i) {
+      const auto start = Clock::now();
+      Allreduce(tensor);
+      const int64_t elapsed = NanosSince(start);
+      if (i == 0) {
+        if (absl::Status checked = CheckAndClear(tensor, kLatencyKey); !checked.ok())
+          return checked;
+      }
+      if (i >= warmup) nanos.push_back(elapsed);
+    }
+    Emit(kLatencyKey, nanos);
+    return absl::OkStatus();
+  }
+
+  const BenchOptions& options_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+int RunMpiWorker(const BenchOptions& options) {
+  MPI_Init(nullptr, nullptr);
+  MpiBench bench(options);
+  const absl::Status status = bench.Run(options.modes.front());
+  if (!status.ok()) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "collective-bench: MPI rank %d (%s): %s\n", rank,
+                 ModeName(options.modes.front()), status.ToString().c_str());
+    // The other ranks wait in a collective that will never complete.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace collective::bench

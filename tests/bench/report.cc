@@ -1,0 +1,258 @@
+#include "tests/bench/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace collective::bench {
+namespace {
+
+// A flat JSON object; our keys and values need no escaping beyond quotes and
+// backslashes, and a number that is not finite becomes null.
+class JsonObject {
+ public:
+  JsonObject& Str(const char* key, const std::string& value) {
+    std::string escaped;
+    for (char c : value) {
+      if (c == '"' || c == '\\') escaped.push_back('\\');
+      escaped.push_back(c);
+    }
+    return Raw(key, absl::StrCat("\"", escaped, "\""));
+  }
+  JsonObject& Int(const char* key, int64_t value) { return Raw(key, absl::StrCat(value)); }
+  JsonObject& Num(const char* key, double value) {
+    return Raw(key, std::isfinite(value) ? absl::StrFormat("%.6g", value) : "null");
+  }
+  std::string Line() const { return absl::StrCat("{", text_, "}\n"); }
+
+ private:
+  JsonObject& Raw(const char* key, const std::string& value) {
+    absl::StrAppend(&text_, text_.empty() ? "" : ",", "\"", key, "\":", value);
+    return *this;
+  }
+  std::string text_;
+};
+
+std::string Label(const Measurement& measurement) {
+  return measurement.placement
+             ? absl::StrCat(kCollectived, " ", PlacementName(*measurement.placement))
+             : measurement.system;
+}
+
+// Bytes per nanosecond are GB/s.
+double GBps(uint64_t bytes, double nanos) {
+  return nanos > 0 ? static_cast<double>(bytes) / nanos : 0;
+}
+
+std::string Ratio(double ours, double mpi) {
+  return absl::StrFormat("%.2f (speedup %.2fx)", ours / mpi, mpi / ours);
+}
+
+}  // namespace
+
+double Report::BusFactor() const { return 2.0 * (info_.clients - 1) / std::max(info_.clients, 1); }
+
+double Report::FloorSeconds() const {
+  return static_cast<double>(info_.clients + 1) * static_cast<double>(info_.workload_bytes) /
+         info_.memcpy.traffic_bytes_per_second();
+}
+
+const Measurement* Report::Find(const char* system, BenchMode mode,
+                                std::optional<Placement> placement, uint64_t bytes) const {
+  for (const Measurement& m : measurements_) {
+    if (m.system == system && m.mode == mode && m.placement == placement && m.bytes == bytes) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
+void Report::PrintHeader(const std::string& daemon) const {
+  if (json_) return;
+  std::fprintf(out_, "collective-bench: %d clients on 1 node, float32 %s allreduce, %s\n",
+               info_.clients, OpName(info_.op), daemon.c_str());
+  std::fprintf(out_,
+               "memcpy: %.2f GB/s copied (%.2f GB/s of memory traffic, read + write), %d threads, "
+               "%llu MiB\n",
+               info_.memcpy.copy_bytes_per_second / 1e9,
+               info_.memcpy.traffic_bytes_per_second() / 1e9, info_.memcpy.threads,
+               static_cast<unsigned long long>(info_.memcpy.bytes >> 20));
+  std::fprintf(out_, "times: per iteration, of the slowest rank%s\n",
+               info_.compare_mpi
+                   ? "; ratio = collectived time / MPI time, speedup = MPI time / collectived time"
+                   : "");
+  std::fflush(out_);
+}
+
+void Report::Add(Measurement measurement) {
+  measurements_.push_back(std::move(measurement));
+  if (json_) {
+    const std::string line = JsonLine(measurements_.back());
+    std::fwrite(line.data(), 1, line.size(), out_);
+    std::fflush(out_);
+  }
+}
+
+std::string Report::JsonLine(const Measurement& m) const {
+  JsonObject json;
+  json.Str("system", m.system).Str("mode", ModeName(m.mode));
+  if (m.placement) json.Str("placement", PlacementName(*m.placement));
+  json.Str("op", OpName(info_.op)).Str("dtype", "float32").Int("clients", info_.clients);
+  json.Int("nodes", 1);
+  const double algbw = GBps(m.bytes, m.time.median_ns);
+  const Measurement* mpi = m.system == kMpi ? nullptr : Find(kMpi, m.mode, std::nullopt, m.bytes);
+  if (m.mode == BenchMode::kResnet) {
+    json.Str("workload", info_.workload_name)
+        .Int("tensors", static_cast<int64_t>(info_.workload_tensors))
+        .Int("bytes", static_cast<int64_t>(m.bytes))
+        .Int("steps", static_cast<int64_t>(m.time.count))
+        .Num("step_ms", m.time.median_ns / 1e6)
+        .Num("p99_ms", m.time.p99_ns / 1e6)
+        .Num("min_ms", m.time.min_ns / 1e6);
+    if (mpi != nullptr) json.Num("mpi_step_ms", mpi->time.median_ns / 1e6);
+  } else {
+    json.Int("bytes", static_cast<int64_t>(m.bytes))
+        .Int("iterations", static_cast<int64_t>(m.time.count))
+        .Num("median_us", m.time.median_ns / 1e3);
+    if (m.mode == BenchMode::kLatency) json.Num("p50_us", m.time.median_ns / 1e3);
+    json.Num("p99_us", m.time.p99_ns / 1e3).Num("min_us", m.time.min_ns / 1e3);
+    if (mpi != nullptr) json.Num("mpi_median_us", mpi->time.median_ns / 1e3);
+    if (mpi != nullptr && m.mode == BenchMode::kLatency) {
+      json.Num("mpi_p99_us", mpi->time.p99_ns / 1e3);
+    }
+  }
+  json.Num("algbw_GBps", algbw).Num("busbw_GBps", algbw * BusFactor());
+  if (mpi != nullptr) {
+    json.Num("ratio_vs_mpi", m.time.median_ns / mpi->time.median_ns)
+        .Num("speedup_vs_mpi", mpi->time.median_ns / m.time.median_ns);
+  }
+  if (m.mode == BenchMode::kResnet && m.placement == Placement::kZeroCopy) {
+    json.Num("memcpy_GBps", info_.memcpy.copy_bytes_per_second / 1e9)
+        .Num("memory_traffic_GBps", info_.memcpy.traffic_bytes_per_second() / 1e9)
+        .Num("floor_ms", FloorSeconds() * 1e3)
+        .Num("vs_floor", m.time.median_ns / 1e9 / FloorSeconds());
+  }
+  return json.Line();
+}
+
+void Report::PrintMode(BenchMode mode) const {
+  if (json_) return;
+  switch (mode) {
+    case BenchMode::kSweep:
+      PrintSweep();
+      break;
+    case BenchMode::kResnet:
+      PrintResnet();
+      break;
+    case BenchMode::kLatency:
+      PrintLatency();
+      break;
+  }
+  std::fflush(out_);
+}
+
+void Report::PrintSweep() const {
+  std::vector<std::optional<Placement>> columns;
+  std::set<uint64_t> sizes;
+  for (const Measurement& m : measurements_) {
+    if (m.mode != BenchMode::kSweep) continue;
+    sizes.insert(m.bytes);
+    if (std::find(columns.begin(), columns.end(), m.placement) == columns.end()) {
+      columns.push_back(m.placement);
+    }
+  }
+  // MPI last, the column the ratios refer to.
+  std::stable_sort(columns.begin(), columns.end(),
+                   [](const auto& a, const auto& b) { return a.has_value() && !b.has_value(); });
+  const bool have_mpi = std::find(columns.begin(), columns.end(), std::nullopt) != columns.end();
+  std::fprintf(out_, "\nsize sweep: median time in us, bus bandwidth in GB/s%s\n%12s %6s",
+               have_mpi ? ", time ratio to MPI and speedup" : "", "bytes", "iters");
+  for (const auto& column : columns) {
+    const std::string name = column ? PlacementName(*column) : "mpi";
+    std::fprintf(out_, " | %10s %6s", (name + " us").c_str(), "busbw");
+  }
+  for (const auto& column : columns) {
+    if (column && have_mpi) {
+      std::fprintf(out_, " | %13s", (std::string(PlacementName(*column)) + "/mpi").c_str());
+    }
+  }
+  std::fprintf(out_, "\n");
+  for (const uint64_t bytes : sizes) {
+    const Measurement* any = nullptr;
+    for (const auto& column : columns) {
+      if (any == nullptr) {
+        any = Find(column ? kCollectived : kMpi, BenchMode::kSweep, column, bytes);
+      }
+    }
+    std::fprintf(out_, "%12llu %6zu", static_cast<unsigned long long>(bytes),
+                 any ? any->time.count : 0);
+    for (const auto& column : columns) {
+      const Measurement* m = Find(column ? kCollectived : kMpi, BenchMode::kSweep, column, bytes);
+      if (m == nullptr) {
+        std::fprintf(out_, " | %10s %6s", "-", "-");
+      } else {
+        std::fprintf(out_, " | %10.1f %6.2f", m->time.median_ns / 1e3,
+                     GBps(bytes, m->time.median_ns) * BusFactor());
+      }
+    }
+    const Measurement* mpi = Find(kMpi, BenchMode::kSweep, std::nullopt, bytes);
+    for (const auto& column : columns) {
+      if (!column || !have_mpi) continue;
+      const Measurement* m = Find(kCollectived, BenchMode::kSweep, column, bytes);
+      if (m != nullptr && mpi != nullptr) {
+        std::fprintf(out_, " | %5.2f %6.2fx", m->time.median_ns / mpi->time.median_ns,
+                     mpi->time.median_ns / m->time.median_ns);
+      } else {
+        std::fprintf(out_, " | %13s", "-");
+      }
+    }
+    std::fprintf(out_, "\n");
+  }
+}
+
+void Report::PrintResnet() const {
+  const Measurement* mpi = Find(kMpi, BenchMode::kResnet, std::nullopt, info_.workload_bytes);
+  std::fprintf(out_,
+               "\n%s gradient step: %zu tensors, %.1f MB per rank, all submitted then all "
+               "waited\n",
+               info_.workload_name.c_str(), info_.workload_tensors,
+               static_cast<double>(info_.workload_bytes) / 1e6);
+  std::fprintf(out_, "  %-22s %6s %9s %9s %10s %10s   %s\n", "system", "steps", "step ms", "p99 ms",
+               "algbw GB/s", "busbw GB/s", mpi ? "vs mpi" : "");
+  for (const Measurement& m : measurements_) {
+    if (m.mode != BenchMode::kResnet) continue;
+    const double algbw = GBps(m.bytes, m.time.median_ns);
+    std::fprintf(out_, "  %-22s %6zu %9.2f %9.2f %10.2f %10.2f   %s\n", Label(m).c_str(),
+                 m.time.count, m.time.median_ns / 1e6, m.time.p99_ns / 1e6, algbw,
+                 algbw * BusFactor(),
+                 mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
+  }
+  const Measurement* zerocopy =
+      Find(kCollectived, BenchMode::kResnet, Placement::kZeroCopy, info_.workload_bytes);
+  if (zerocopy != nullptr) {
+    std::fprintf(
+        out_,
+        "  memory-traffic floor: (K+1)*n = %.1f MB at %.2f GB/s (memcpy, read + write) = %.2f "
+        "ms; the zero-copy step takes %.2fx the floor\n",
+        static_cast<double>(info_.clients + 1) * static_cast<double>(info_.workload_bytes) / 1e6,
+        info_.memcpy.traffic_bytes_per_second() / 1e9, FloorSeconds() * 1e3,
+        zerocopy->time.median_ns / 1e9 / FloorSeconds());
+  }
+}
+
+void Report::PrintLatency() const {
+  const Measurement* mpi = Find(kMpi, BenchMode::kLatency, std::nullopt, sizeof(float));
+  std::fprintf(out_, "\n4-byte allreduce latency\n  %-22s %7s %9s %9s %9s   %s\n", "system",
+               "iters", "p50 us", "p99 us", "min us", mpi ? "p50 vs mpi" : "");
+  for (const Measurement& m : measurements_) {
+    if (m.mode != BenchMode::kLatency) continue;
+    std::fprintf(out_, "  %-22s %7zu %9.1f %9.1f %9.1f   %s\n", Label(m).c_str(), m.time.count,
+                 m.time.median_ns / 1e3, m.time.p99_ns / 1e3, m.time.min_ns / 1e3,
+                 mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
+  }
+}
+
+}  // namespace collective::bench

@@ -1,0 +1,68 @@
+// What collective-bench prints: one JSON object per measurement (--json), or
+// a table per mode for people, with the ratios to MPI and, for the zero-copy
+// ResNet step, the distance from the memory-traffic floor.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/bench/bench_options.h"
+#include "tests/bench/memcpy_bandwidth.h"
+#include "tests/bench/stats.h"
+
+namespace collective::bench {
+
+inline constexpr char kCollectived[] = "collectived";
+inline constexpr char kMpi[] = "mpi";
+
+struct Measurement {
+  std::string system;  // kCollectived or kMpi
+  BenchMode mode = BenchMode::kSweep;
+  std::optional<Placement> placement;  // collectived only
+  uint64_t bytes = 0;                  // per rank: one tensor, or the whole workload
+  Summary time;                        // per iteration, of the slowest rank
+};
+
+struct RunInfo {
+  int clients = 0;
+  ReduceOp op = ReduceOp::kSum;
+  bool compare_mpi = false;
+  std::string workload_name;  // "resnet50"
+  size_t workload_tensors = 0;
+  uint64_t workload_bytes = 0;
+  MemcpyBandwidth memcpy;
+};
+
+class Report {
+ public:
+  Report(RunInfo info, bool json, std::FILE* out)
+      : info_(std::move(info)), json_(json), out_(out) {}
+
+  void PrintHeader(const std::string& daemon) const;
+  // In JSON mode the line is printed at once; the ratio to MPI is in it when
+  // MPI's measurement of the same point came first.
+  void Add(Measurement measurement);
+  // The table of one mode, once all its measurements are in (people only).
+  void PrintMode(BenchMode mode) const;
+
+ private:
+  const Measurement* Find(const char* system, BenchMode mode, std::optional<Placement> placement,
+                          uint64_t bytes) const;
+  std::string JsonLine(const Measurement& measurement) const;
+  void PrintSweep() const;
+  void PrintResnet() const;
+  void PrintLatency() const;
+  double BusFactor() const;
+  // Time of the zero-copy ResNet step at memory bandwidth: (K+1)·n bytes.
+  double FloorSeconds() const;
+
+  RunInfo info_;
+  bool json_;
+  std::FILE* out_;
+  std::vector<Measurement> measurements_;
+};
+
+}  // namespace collective::bench
