@@ -5,12 +5,11 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include <google/protobuf/unknown_field_set.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "collective/v1/collective.grpc.pb.h"
 
 namespace collective::bench {
 namespace {
@@ -20,48 +19,14 @@ namespace {
 constexpr absl::Duration kHealthAttempt = absl::Milliseconds(250);
 constexpr absl::Duration kStopTimeout = absl::Seconds(20);
 
-// Health without the generated protos: libcollective has registered them in
-// this process's protobuf pool already, and a second copy aborts at startup.
-// HealthRequest is empty; HealthResponse's field 1 is `bool serving`
-// (proto/collective/v1/status.proto).
-absl::StatusOr<bool> ProbeHealth(grpc::GenericStub& stub, absl::Time deadline) {
+absl::StatusOr<bool> ProbeHealth(v1::CollectiveService::Stub& stub, absl::Time deadline) {
   grpc::ClientContext context;
   context.set_wait_for_ready(true);
   context.set_deadline(absl::ToChronoTime(deadline));
-  grpc::CompletionQueue queue;
-  grpc::Slice empty;
-  const grpc::ByteBuffer request(&empty, 1);
-  auto call =
-      stub.PrepareUnaryCall(&context, "/collective.v1.CollectiveService/Health", request, &queue);
-  call->StartCall();
-  grpc::ByteBuffer response;
-  grpc::Status status;
-  int tag = 0;
-  call->Finish(&response, &status, &tag);
-  void* got = nullptr;
-  bool ok = false;
-  queue.Next(&got, &ok);
-  queue.Shutdown();
-  while (queue.Next(&got, &ok)) {
-  }
+  v1::HealthResponse response;
+  const grpc::Status status = stub.Health(&context, {}, &response);
   if (!status.ok()) return absl::UnavailableError(status.error_message());
-  std::vector<grpc::Slice> slices;
-  if (!response.Dump(&slices).ok()) return absl::DataLossError("unreadable Health response");
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) {
-    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  google::protobuf::UnknownFieldSet fields;
-  if (!fields.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::DataLossError("malformed Health response");
-  }
-  for (int i = 0; i < fields.field_count(); ++i) {
-    const google::protobuf::UnknownField& field = fields.field(i);
-    if (field.number() == 1 && field.type() == google::protobuf::UnknownField::TYPE_VARINT) {
-      return field.varint() != 0;
-    }
-  }
-  return false;
+  return response.serving();
 }
 
 // OK once the daemon at `socket` answers Health and serves. `alive` says
@@ -73,13 +38,13 @@ absl::Status AwaitHealth(const std::string& socket, absl::Duration timeout, Aliv
   arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
   arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
   arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-  grpc::GenericStub stub(
+  auto stub = v1::CollectiveService::NewStub(
       grpc::CreateCustomChannel("unix:" + socket, grpc::InsecureChannelCredentials(), arguments));
   const absl::Time deadline = absl::Now() + timeout;
   std::string last_error = "no answer";
   while (true) {
     const absl::StatusOr<bool> serving =
-        ProbeHealth(stub, std::min(deadline, absl::Now() + kHealthAttempt));
+        ProbeHealth(*stub, std::min(deadline, absl::Now() + kHealthAttempt));
     if (serving.ok() && *serving) return absl::OkStatus();
     last_error =
         serving.ok() ? "it answers but does not serve" : std::string(serving.status().message());
