@@ -1,11 +1,14 @@
 // The C ABI over collective::Client. Buffers and result views live in the
 // handle, keyed by pointer and request handle, so that C callers deal only in
 // plain pointers and integers.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "collective/client.h"
 #include "collective/collective.h"
@@ -14,6 +17,9 @@ struct collective_client {
   std::unique_ptr<collective::Client> client;
   std::mutex mutex;
   absl::flat_hash_map<void*, collective::Buffer> buffers;
+  // Requests started without an output: collective_wait keeps their Result
+  // (a view) until collective_release.
+  absl::flat_hash_set<collective_handle_t> view_handles;
   absl::flat_hash_map<collective_handle_t, collective::Result> views;
 };
 
@@ -33,8 +39,68 @@ collective::TensorView View(const void* data, collective_dtype_t dtype, const in
   return view;
 }
 
-collective::AllreduceOptions Options(collective_op_t op, double prescale, double postscale) {
-  return {static_cast<collective::ReduceOp>(op), prescale, postscale};
+collective::AllreduceOptions Options(collective_op_t op, double prescale, double postscale,
+                                     int32_t process_set = 0) {
+  return {static_cast<collective::ReduceOp>(op), prescale, postscale, process_set};
+}
+
+collective::TensorView View(const collective_tensor_t* tensor) {
+  return View(tensor->data, tensor->dtype, tensor->shape, tensor->ndims);
+}
+
+// Records the handles of a successful start; those without an output are
+// views that collective_wait keeps.
+int Started(collective_client_t* client,
+            const absl::StatusOr<std::vector<collective::Client::Handle>>& started,
+            const std::vector<bool>& views, collective_handle_t* handles) {
+  if (!started.ok()) return Fail(started.status());
+  std::lock_guard lock(client->mutex);
+  for (size_t i = 0; i < started->size(); ++i) {
+    handles[i] = (*started)[i];
+    if (views[i]) client->view_handles.insert(handles[i]);
+  }
+  return 0;
+}
+
+int Started(collective_client_t* client, const absl::StatusOr<collective::Client::Handle>& started,
+            bool view, collective_handle_t* handle) {
+  if (!started.ok()) return Fail(started.status());
+  return Started(client, std::vector<collective::Client::Handle>{*started}, {view}, handle);
+}
+
+absl::Status CheckGroup(int count, const char* const* names) {
+  if (count < 1) return absl::InvalidArgumentError("a group needs at least one tensor");
+  for (int i = 0; i < count; ++i) {
+    if (names[i] == nullptr) return absl::InvalidArgumentError("a tensor name is NULL");
+  }
+  return absl::OkStatus();
+}
+
+// The C arrays of a grouped call (checked with CheckGroup), as the C++ API
+// takes them; `outputs` may be NULL for a call without outputs.
+struct Group {
+  std::vector<std::string> names;
+  std::vector<collective::TensorView> inputs;
+  std::vector<void*> outputs;
+  std::vector<bool> is_view;  // the result is viewed, not copied out
+};
+
+Group MakeGroup(int count, const char* const* names, const collective_tensor_t* inputs,
+                void* const* outputs) {
+  Group group;
+  group.names.assign(names, names + count);
+  for (int i = 0; i < count; ++i) {
+    group.inputs.push_back(View(&inputs[i]));
+    group.outputs.push_back(outputs != nullptr ? outputs[i] : nullptr);
+    group.is_view.push_back(group.outputs.back() == nullptr);
+  }
+  return group;
+}
+
+int Copy(const std::vector<int64_t>& values, int64_t* out, int capacity, int* count) {
+  *count = static_cast<int>(values.size());
+  for (int i = 0; i < std::min(capacity, *count); ++i) out[i] = values[i];
+  return 0;
 }
 
 }  // namespace
@@ -109,11 +175,10 @@ int collective_allreduce_async(collective_client_t* client, const char* name, co
                                int ndims, collective_op_t op, double prescale, double postscale,
                                collective_handle_t* handle) {
   if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
-  auto started = client->client->AllreduceAsync(name, View(input, dtype, shape, ndims), output,
-                                                Options(op, prescale, postscale));
-  if (!started.ok()) return Fail(started.status());
-  *handle = *started;
-  return 0;
+  return Started(client,
+                 client->client->AllreduceAsync(name, View(input, dtype, shape, ndims), output,
+                                                Options(op, prescale, postscale)),
+                 output == nullptr, handle);
 }
 
 int collective_allreduce(collective_client_t* client, const char* name, const void* input,
@@ -139,13 +204,180 @@ int collective_wait(collective_client_t* client, collective_handle_t handle, dou
   if (view != nullptr) *view = result->data();
   if (bytes != nullptr) *bytes = result->bytes();
   std::lock_guard lock(client->mutex);
-  client->views.insert_or_assign(handle, std::move(*result));
+  if (client->view_handles.erase(handle) > 0) {
+    client->views.insert_or_assign(handle, std::move(*result));
+  }
   return 0;
 }
 
 void collective_release(collective_client_t* client, collective_handle_t handle) {
   std::lock_guard lock(client->mutex);
   client->views.erase(handle);
+}
+
+int collective_allreduce_tensor_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      collective_op_t op, double prescale, double postscale,
+                                      int32_t process_set, collective_handle_t* handle) {
+  if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
+  return Started(client,
+                 client->client->AllreduceAsync(name, View(input), output,
+                                                Options(op, prescale, postscale, process_set)),
+                 output == nullptr, handle);
+}
+
+int collective_grouped_allreduce_async(collective_client_t* client, int count,
+                                       const char* const* names, const collective_tensor_t* inputs,
+                                       void* const* outputs, collective_op_t op, double prescale,
+                                       double postscale, int32_t process_set,
+                                       collective_handle_t* handles) {
+  if (absl::Status checked = CheckGroup(count, names); !checked.ok()) return Fail(checked);
+  const Group group = MakeGroup(count, names, inputs, outputs);
+  return Started(
+      client,
+      client->client->GroupedAllreduceAsync(group.names, group.inputs, group.outputs,
+                                            Options(op, prescale, postscale, process_set)),
+      group.is_view, handles);
+}
+
+int collective_allgather_async(collective_client_t* client, const char* name,
+                               const collective_tensor_t* input, int32_t process_set,
+                               collective_handle_t* handle) {
+  if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
+  return Started(client, client->client->AllgatherAsync(name, View(input), process_set), true,
+                 handle);
+}
+
+int collective_grouped_allgather_async(collective_client_t* client, int count,
+                                       const char* const* names, const collective_tensor_t* inputs,
+                                       int32_t process_set, collective_handle_t* handles) {
+  if (absl::Status checked = CheckGroup(count, names); !checked.ok()) return Fail(checked);
+  const Group group = MakeGroup(count, names, inputs, nullptr);
+  return Started(client,
+                 client->client->GroupedAllgatherAsync(group.names, group.inputs, process_set),
+                 group.is_view, handles);
+}
+
+int collective_broadcast_async(collective_client_t* client, const char* name,
+                               const collective_tensor_t* input, void* output, int root_rank,
+                               int32_t process_set, collective_handle_t* handle) {
+  if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
+  return Started(client,
+                 client->client->BroadcastAsync(name, View(input), output, root_rank, process_set),
+                 output == nullptr, handle);
+}
+
+int collective_alltoall_async(collective_client_t* client, const char* name,
+                              const collective_tensor_t* input, const int64_t* splits, int nsplits,
+                              int32_t process_set, collective_handle_t* handle) {
+  if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
+  std::vector<int64_t> split_list;
+  if (splits != nullptr && nsplits > 0) split_list.assign(splits, splits + nsplits);
+  return Started(client, client->client->AlltoallAsync(name, View(input), split_list, process_set),
+                 true, handle);
+}
+
+int collective_reducescatter_async(collective_client_t* client, const char* name,
+                                   const collective_tensor_t* input, void* output,
+                                   collective_op_t op, double prescale, double postscale,
+                                   int32_t process_set, collective_handle_t* handle) {
+  if (name == nullptr) return Fail(absl::InvalidArgumentError("the tensor name is NULL"));
+  return Started(client,
+                 client->client->ReducescatterAsync(name, View(input), output,
+                                                    Options(op, prescale, postscale, process_set)),
+                 output == nullptr, handle);
+}
+
+int collective_grouped_reducescatter_async(collective_client_t* client, int count,
+                                           const char* const* names,
+                                           const collective_tensor_t* inputs, void* const* outputs,
+                                           collective_op_t op, double prescale, double postscale,
+                                           int32_t process_set, collective_handle_t* handles) {
+  if (absl::Status checked = CheckGroup(count, names); !checked.ok()) return Fail(checked);
+  const Group group = MakeGroup(count, names, inputs, outputs);
+  return Started(
+      client,
+      client->client->GroupedReducescatterAsync(group.names, group.inputs, group.outputs,
+                                                Options(op, prescale, postscale, process_set)),
+      group.is_view, handles);
+}
+
+int collective_barrier(collective_client_t* client, int32_t process_set) {
+  const absl::Status status = client->client->Barrier(process_set);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_join(collective_client_t* client, int32_t process_set, int* last_rank) {
+  auto joined = client->client->Join(process_set);
+  if (!joined.ok()) return Fail(joined.status());
+  if (last_rank != nullptr) *last_rank = *joined;
+  return 0;
+}
+
+int collective_add_process_set(collective_client_t* client, const int* ranks, int nranks,
+                               int32_t* id) {
+  if (ranks == nullptr && nranks > 0) return Fail(absl::InvalidArgumentError("ranks is NULL"));
+  auto added = client->client->AddProcessSet(std::vector<int>(ranks, ranks + std::max(nranks, 0)));
+  if (!added.ok()) return Fail(added.status());
+  if (id != nullptr) *id = added->id;
+  return 0;
+}
+
+int collective_remove_process_set(collective_client_t* client, int32_t id) {
+  const absl::Status status = client->client->RemoveProcessSet(id);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_process_set_rank(const collective_client_t* client, int32_t id, int* rank) {
+  auto value = client->client->ProcessSetRank(id);
+  if (!value.ok()) return Fail(value.status());
+  *rank = *value;
+  return 0;
+}
+
+int collective_process_set_size(const collective_client_t* client, int32_t id, int* size) {
+  auto value = client->client->ProcessSetSize(id);
+  if (!value.ok()) return Fail(value.status());
+  *size = *value;
+  return 0;
+}
+
+int collective_process_set_included(const collective_client_t* client, int32_t id, int* included) {
+  auto value = client->client->ProcessSetIncluded(id);
+  if (!value.ok()) return Fail(value.status());
+  *included = *value ? 1 : 0;
+  return 0;
+}
+
+int collective_start_timeline(collective_client_t* client, const char* path, int mark_cycles) {
+  if (path == nullptr) return Fail(absl::InvalidArgumentError("the timeline path is NULL"));
+  const absl::Status status = client->client->StartTimeline(path, mark_cycles != 0);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_stop_timeline(collective_client_t* client) {
+  const absl::Status status = client->client->StopTimeline();
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_result_shape(collective_client_t* client, collective_handle_t handle, int64_t* shape,
+                            int capacity, int* count) {
+  std::lock_guard lock(client->mutex);
+  const auto it = client->views.find(handle);
+  if (it == client->views.end()) {
+    return Fail(absl::NotFoundError("no waited-for view with this handle"));
+  }
+  return Copy(it->second.shape(), shape, capacity, count);
+}
+
+int collective_received_splits(collective_client_t* client, collective_handle_t handle,
+                               int64_t* splits, int capacity, int* count) {
+  std::lock_guard lock(client->mutex);
+  const auto it = client->views.find(handle);
+  if (it == client->views.end()) {
+    return Fail(absl::NotFoundError("no waited-for view with this handle"));
+  }
+  return Copy(it->second.received_splits(), splits, capacity, count);
 }
 
 }  // extern "C"

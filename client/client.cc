@@ -1,5 +1,6 @@
 #include "collective/client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -9,36 +10,6 @@
 #include "common/status_macros.h"
 
 namespace collective {
-namespace {
-
-absl::Status CheckRequest(absl::string_view name, const TensorView& input, size_t bytes,
-                          const AllreduceOptions& options, const v1::Limits& limits) {
-  if (name.empty()) return absl::InvalidArgumentError("the tensor name is empty");
-  if (name.size() > limits.max_name_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor name of ", name.size(), " bytes exceeds the limit of ", limits.max_name_bytes()));
-  }
-  if (input.shape.size() > limits.max_dims()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ", input.shape.size(),
-                                                   " dimensions; the limit is ",
-                                                   limits.max_dims()));
-  }
-  if (input.data == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no data"));
-  }
-  if (options.op == ReduceOp::kAdasum) {
-    return absl::UnimplementedError("the adasum reduce op is not implemented");
-  }
-  if (input.dtype == DataType::kBool && options.op != ReduceOp::kMin &&
-      options.op != ReduceOp::kMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': bool tensors support only the min and max reduce ops"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 size_t DataTypeSize(DataType dtype) {
   // The public enum carries the wire values (see types.h).
   return ElementSize(static_cast<v1::DataType>(dtype));
@@ -91,7 +62,8 @@ Result::Result(Result&& other) noexcept
       data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       dtype_(other.dtype_),
-      shape_(std::move(other.shape_)) {}
+      shape_(std::move(other.shape_)),
+      received_splits_(std::move(other.received_splits_)) {}
 
 Result& Result::operator=(Result&& other) noexcept {
   if (this != &other) {
@@ -102,6 +74,7 @@ Result& Result::operator=(Result&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     dtype_ = other.dtype_;
     shape_ = std::move(other.shape_);
+    received_splits_ = std::move(other.received_splits_);
   }
   return *this;
 }
@@ -132,48 +105,15 @@ absl::StatusOr<Buffer> Client::Allocate(size_t bytes) {
   return Buffer(core_, core_->arena() + offset, bytes, offset);
 }
 
-absl::StatusOr<Client::Handle> Client::AllreduceAsync(absl::string_view name,
-                                                      const TensorView& input, void* output,
-                                                      const AllreduceOptions& options) {
-  ASSIGN_OR_RETURN_WITH(const size_t bytes, input.bytes(), absl::StrCat("tensor '", name, "'"));
-  RETURN_IF_ERROR(CheckRequest(name, input, bytes, options, core_->limits()));
-
-  uint64_t offset = 0;
-  uint64_t staging = internal::ClientCore::kNoStaging;
-  if (auto in_arena = core_->ArenaOffset(input.data, bytes)) {
-    offset = *in_arena;  // zero-copy: the daemon reads the tensor where it is
-  } else if (bytes > 0) {
-    ASSIGN_OR_RETURN(staging, core_->Allocate(bytes));
-    std::memcpy(core_->arena() + staging, input.data, bytes);
-    offset = staging;
-  }
-
-  v1::TensorRequest request;
-  request.set_name(std::string(name));
-  request.set_collective(v1::COLLECTIVE_ALLREDUCE);
-  request.set_op(static_cast<v1::ReduceOp>(options.op));
-  request.set_dtype(static_cast<v1::DataType>(input.dtype));
-  for (int64_t dim : input.shape) request.add_shape(dim);
-  request.set_offset(offset);
-  request.set_length(bytes);
-  if (options.prescale != 1.0) request.set_prescale(options.prescale);
-  if (options.postscale != 1.0) request.set_postscale(options.postscale);
-  return core_->Submit(std::move(request), staging, output, input.dtype, input.shape);
-}
-
-absl::Status Client::Allreduce(absl::string_view name, const TensorView& input, void* output,
-                               const AllreduceOptions& options) {
-  ASSIGN_OR_RETURN(const Handle handle, AllreduceAsync(name, input, output, options));
-  return Wait(handle).status();
-}
-
 bool Client::Poll(Handle handle) { return core_->Poll(handle); }
 
 absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   ASSIGN_OR_RETURN(internal::FinishedRequest finished, core_->Wait(handle, timeout));
   const shm::CompletionRecord& record = finished.record;
-  if (record.result_offset > core_->results_bytes() ||
-      record.result_bytes > core_->results_bytes() - record.result_offset) {
+  const uint64_t limit = core_->results_bytes();
+  if (record.result_offset > limit || record.result_bytes > limit - record.result_offset ||
+      (record.aux_count > 0 &&
+       (record.aux_offset > limit || record.aux_count > (limit - record.aux_offset) / 8))) {
     return absl::InternalError(absl::StrCat("collectived placed the result of request ", handle,
                                             " outside the result segment"));
   }
@@ -183,16 +123,76 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   result.dtype_ = finished.dtype;
   result.shape_ = std::move(finished.shape);
   if (!result.shape_.empty()) result.shape_[0] = record.result_dim0;
+  if (record.aux_count > 0) {
+    const auto* splits = reinterpret_cast<const int64_t*>(core_->results() + record.aux_offset);
+    result.received_splits_.assign(splits, splits + record.aux_count);
+  }
   const std::byte* view = core_->results() + record.result_offset;
-  if (finished.output != nullptr) {
-    std::memcpy(finished.output, view, record.result_bytes);
-    core_->Release(handle, record.result_bytes);
-    result.data_ = finished.output;
-  } else {
+  if (finished.output == nullptr) {
     result.core_ = core_;
     result.data_ = view;
+    return result;
   }
+  if (record.result_bytes > finished.output_capacity) {
+    core_->Release(handle, record.result_bytes);
+    return absl::InternalError(absl::StrCat("the result of request ", handle, " has ",
+                                            record.result_bytes, " bytes; the output holds ",
+                                            finished.output_capacity));
+  }
+  internal::Span copy_out;
+  const bool timed = core_->timeline_active();
+  if (timed) copy_out.start_ns = internal::MonotonicNanos();
+  std::memcpy(finished.output, view, record.result_bytes);
+  if (timed) copy_out.end_ns = internal::MonotonicNanos();
+  core_->Release(handle, record.result_bytes, copy_out);
+  result.data_ = finished.output;
   return result;
+}
+
+bool ProcessSet::included(int global_rank) const { return rank_of(global_rank) >= 0; }
+
+int ProcessSet::rank_of(int global_rank) const {
+  const auto it = std::lower_bound(ranks.begin(), ranks.end(), global_rank);
+  return it != ranks.end() && *it == global_rank ? static_cast<int>(it - ranks.begin()) : -1;
+}
+
+absl::Status Client::CheckMember(int32_t process_set) const {
+  ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(process_set));
+  if (set.included(rank())) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank(), " is not a member of process set ", process_set));
+}
+
+std::vector<ProcessSet> Client::ProcessSets() const { return core_->ProcessSets(); }
+
+absl::StatusOr<int> Client::ProcessSetRank(int32_t id) const {
+  RETURN_IF_ERROR(CheckMember(id));
+  ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(id));
+  return set.rank_of(rank());
+}
+
+absl::StatusOr<int> Client::ProcessSetSize(int32_t id) const {
+  ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(id));
+  return set.size();
+}
+
+absl::StatusOr<bool> Client::ProcessSetIncluded(int32_t id) const {
+  ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(id));
+  return set.included(rank());
+}
+
+absl::Status Client::StartTimeline(const std::string& path, bool mark_cycles) {
+  v1::TimelineRequest request;
+  request.set_action(v1::TimelineRequest::ACTION_START);
+  request.set_path(path);
+  request.set_mark_cycles(mark_cycles);
+  return core_->Timeline(request).status();
+}
+
+absl::Status Client::StopTimeline() {
+  v1::TimelineRequest request;
+  request.set_action(v1::TimelineRequest::ACTION_STOP);
+  return core_->Timeline(request).status();
 }
 
 }  // namespace collective

@@ -42,13 +42,13 @@ int UsableCpus() {
   return std::max(1, CPU_COUNT(&set));
 }
 
+}  // namespace
+
 uint64_t MonotonicNanos() {
   timespec now{};
   ::clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
 }
-
-}  // namespace
 
 ClientCore::ClientCore(std::unique_ptr<Session> session, const ClientOptions& options)
     : options_(options), session_(std::move(session)) {}
@@ -70,6 +70,10 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   request.set_pid(::getpid());
   request.set_layout_version(shm::kLayoutVersion);
   request.set_client_version(COLLECTIVE_VERSION);
+  for (const std::vector<int>& ranks : options.static_process_sets) {
+    v1::ProcessSet* set = request.add_static_process_sets();
+    for (int rank : ranks) set->add_ranks(rank);
+  }
   ASSIGN_OR_RETURN(const v1::RegisterResponse response,
                    session->Register(request, options.register_timeout));
 
@@ -100,6 +104,14 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   *topology =
       Topology{wire.rank(),       wire.size(),       wire.local_rank(),    wire.local_size(),
                wire.cross_rank(), wire.cross_size(), wire.is_homogeneous()};
+  core->rank_ = wire.rank();
+  ProcessSet global{.id = kGlobalProcessSet, .ranks = {}};
+  for (int rank = 0; rank < wire.size(); ++rank) global.ranks.push_back(rank);
+  core->process_sets_[kGlobalProcessSet] = std::move(global);
+  for (const v1::ProcessSet& set : response.process_sets()) {
+    core->process_sets_[set.id()] =
+        ProcessSet{.id = set.id(), .ranks = {set.ranks().begin(), set.ranks().end()}};
+  }
   RETURN_IF_ERROR(core->session_->Attach(response.client_id(), response.session_token(), core.get(),
                                          absl::Seconds(30)));
   return core;
@@ -144,54 +156,79 @@ void ClientCore::Free(uint64_t offset) {
   allocator_.Free(offset);
 }
 
-absl::StatusOr<uint64_t> ClientCore::Submit(v1::TensorRequest request, uint64_t staging,
-                                            void* output, DataType dtype,
-                                            std::vector<int64_t> shape) {
-  uint64_t request_id = 0;
-  {
-    std::unique_lock lock(mutex_);
-    auto refuse = [&](absl::Status status) {
-      if (staging != kNoStaging) allocator_.Free(staging);
-      return status;
-    };
-    while (true) {
-      if (left_) return refuse(absl::FailedPreconditionError("this client has left its job"));
-      if (!session_failure_.ok()) return refuse(session_failure_);
-      if (!job_failure_.ok()) return refuse(job_failure_);
-      if (outstanding_names_.contains(request.name())) {
+absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedRequest> requests,
+                                                         bool grouped) {
+  std::unique_lock lock(mutex_);
+  auto refuse = [&](absl::Status status) {
+    for (const PreparedRequest& prepared : requests) {
+      if (prepared.staging != kNoStaging) allocator_.Free(prepared.staging);
+    }
+    return status;
+  };
+  const size_t count = requests.size();
+  while (true) {
+    if (left_) return refuse(absl::FailedPreconditionError("this client has left its job"));
+    if (!session_failure_.ok()) return refuse(session_failure_);
+    if (!job_failure_.ok()) return refuse(job_failure_);
+    absl::flat_hash_set<absl::string_view> names;
+    for (const PreparedRequest& prepared : requests) {
+      const std::string& name = prepared.request.name();
+      if (outstanding_names_.contains(name) || !names.insert(name).second) {
         return refuse(absl::AlreadyExistsError(absl::StrCat(
-            "tensor '", request.name(),
+            "tensor '", name,
             "' is already outstanding on this rank; a name can be submitted again only after "
             "its collective has completed")));
       }
-      if (in_flight_ < limits_.max_outstanding_requests()) break;
-      // Too many in flight: wait for completions, as the daemon would refuse.
-      const uint32_t snapshot = ring_->WakeWord();
-      lock.unlock();
-      WaitForActivity(snapshot, absl::InfiniteFuture());
-      lock.lock();
-      DrainLocked();
     }
-    request_id = next_request_id_++;
-    request.set_request_id(request_id);
-    v1::ClientMessage message;
-    message.mutable_submit()->add_requests()->Swap(&request);
-    for (uint64_t released : pending_releases_) message.add_released(released);
-    if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) return refuse(pushed);
-    pending_releases_.clear();
-    pending_release_bytes_ = 0;
-    const std::string& name = message.submit().requests(0).name();
+    if (in_flight_ + count <= limits_.max_outstanding_requests()) break;
+    if (count > limits_.max_outstanding_requests()) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat("a group of ", count, " tensors exceeds the daemon's limit of ",
+                       limits_.max_outstanding_requests(), " outstanding requests")));
+    }
+    // Too many in flight: wait for completions, as the daemon would refuse.
+    const uint32_t snapshot = ring_->WakeWord();
+    lock.unlock();
+    WaitForActivity(snapshot, absl::InfiniteFuture());
+    lock.lock();
+    DrainLocked();
+  }
+  v1::ClientMessage message;
+  std::vector<uint64_t> ids;
+  const uint64_t group_id = grouped || count > 1 ? next_group_id_++ : 0;
+  for (PreparedRequest& prepared : requests) {
+    const uint64_t request_id = next_request_id_ + ids.size();
+    ids.push_back(request_id);
+    v1::TensorRequest* request = message.mutable_submit()->add_requests();
+    *request = std::move(prepared.request);
+    request->set_request_id(request_id);
+    if (group_id != 0) {
+      request->set_group_id(group_id);
+      request->set_group_size(static_cast<uint32_t>(count));
+    }
+  }
+  for (uint64_t released : pending_releases_) message.add_released(released);
+  for (const v1::CopyOutSpan& span : pending_copy_outs_) *message.add_copy_outs() = span;
+  if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) return refuse(pushed);
+  next_request_id_ += count;
+  pending_releases_.clear();
+  pending_copy_outs_.clear();
+  pending_release_bytes_ = 0;
+  for (size_t i = 0; i < count; ++i) {
+    PreparedRequest& prepared = requests[i];
+    const std::string& name = message.submit().requests(static_cast<int>(i)).name();
     outstanding_names_.insert(name);
     ++in_flight_;
-    requests_.emplace(request_id, Pending{.name = name,
-                                          .staging = staging,
-                                          .output = output,
-                                          .dtype = dtype,
-                                          .shape = std::move(shape),
-                                          .record = std::nullopt,
-                                          .failed_at = absl::InfinitePast()});
+    requests_.emplace(ids[i], Pending{.name = name,
+                                      .staging = prepared.staging,
+                                      .output = prepared.output,
+                                      .output_capacity = prepared.output_capacity,
+                                      .dtype = prepared.dtype,
+                                      .shape = std::move(prepared.shape),
+                                      .record = std::nullopt,
+                                      .failed_at = absl::InfinitePast()});
   }
-  return request_id;
+  return ids;
 }
 
 absl::Status ClientCore::PushLocked(const v1::ClientMessage& message,
@@ -279,7 +316,8 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
       if (pending.record.has_value()) {
         const shm::CompletionRecord record = *pending.record;
         if (record.status_code == 0) {
-          FinishedRequest finished{record, pending.output, pending.dtype, std::move(pending.shape)};
+          FinishedRequest finished{record, pending.output, pending.output_capacity, pending.dtype,
+                                   std::move(pending.shape)};
           requests_.erase(it);
           return finished;
         }
@@ -325,11 +363,17 @@ void ClientCore::WaitForActivity(uint32_t snapshot, absl::Time deadline) {
   ring_->EndSleep();
 }
 
-void ClientCore::Release(uint64_t request_id, uint64_t bytes) {
+void ClientCore::Release(uint64_t request_id, uint64_t bytes, Span copy_out) {
   std::unique_lock lock(mutex_);
   if (left_ || !session_failure_.ok()) return;
   pending_releases_.push_back(request_id);
   pending_release_bytes_ += bytes;
+  if (copy_out.end_ns != 0) {
+    v1::CopyOutSpan& span = pending_copy_outs_.emplace_back();
+    span.set_request_id(request_id);
+    span.set_start_ns(copy_out.start_ns);
+    span.set_end_ns(copy_out.end_ns);
+  }
   // Releases ride with the next submission; enough of them (or enough
   // bytes, which the daemon may be waiting for) go on their own.
   if (pending_releases_.size() < kReleaseBatch &&
@@ -338,10 +382,47 @@ void ClientCore::Release(uint64_t request_id, uint64_t bytes) {
   }
   v1::ClientMessage message;
   for (uint64_t released : pending_releases_) message.add_released(released);
+  for (const v1::CopyOutSpan& span : pending_copy_outs_) *message.add_copy_outs() = span;
   if (PushLocked(message, lock).ok()) {
     pending_releases_.clear();
+    pending_copy_outs_.clear();
     pending_release_bytes_ = 0;
   }
+}
+
+bool ClientCore::timeline_active() const {
+  return segment_->header()->timeline_active.load(std::memory_order_relaxed) != 0;
+}
+
+std::vector<ProcessSet> ClientCore::ProcessSets() const {
+  std::lock_guard lock(mutex_);
+  std::vector<ProcessSet> sets;
+  for (const auto& [id, set] : process_sets_) sets.push_back(set);
+  return sets;
+}
+
+absl::StatusOr<ProcessSet> ClientCore::FindProcessSet(int32_t id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = process_sets_.find(id);
+  if (it == process_sets_.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("process set ", id, " does not exist"));
+  }
+  return it->second;
+}
+
+void ClientCore::AddProcessSet(ProcessSet set) {
+  std::lock_guard lock(mutex_);
+  const int32_t id = set.id;
+  process_sets_[id] = std::move(set);
+}
+
+void ClientCore::ForgetProcessSet(int32_t id) {
+  std::lock_guard lock(mutex_);
+  process_sets_.erase(id);
+}
+
+absl::StatusOr<v1::TimelineResponse> ClientCore::Timeline(const v1::TimelineRequest& request) {
+  return session_->Timeline(request);
 }
 
 absl::Status ClientCore::Leave() {

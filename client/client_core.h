@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,12 +29,34 @@
 
 namespace collective::internal {
 
+// A request ready to go: everything but its id (and group).
+struct PreparedRequest {
+  v1::TensorRequest request;
+  // Arena block holding a copy of the input, freed when the request
+  // completes; kNoStaging when the input lies in the arena already.
+  uint64_t staging = ~uint64_t{0};
+  void* output = nullptr;
+  uint64_t output_capacity = 0;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+};
+
 // A request whose completion has been waited for.
 struct FinishedRequest {
   shm::CompletionRecord record;
   void* output = nullptr;
+  uint64_t output_capacity = 0;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
+};
+
+// CLOCK_MONOTONIC now, in nanoseconds: the clock the daemon's timeline uses.
+uint64_t MonotonicNanos();
+
+// When something happened, for the daemon's timeline; zero: not measured.
+struct Span {
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
 };
 
 class ClientCore final : public SessionListener, public std::enable_shared_from_this<ClientCore> {
@@ -50,11 +73,11 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   // The arena offset of [data, data + bytes) if it lies inside the arena.
   std::optional<uint64_t> ArenaOffset(const void* data, size_t bytes) const;
 
-  // Submits one request; `staging` (kNoStaging if the input is zero-copy) is
-  // freed when the request completes. `request` carries everything but the id.
+  // Submits requests in one message; more than one (or `grouped`) makes
+  // them a group, run together. Staging blocks belong to the core from here
+  // on, also on failure.
   static constexpr uint64_t kNoStaging = ~uint64_t{0};
-  absl::StatusOr<uint64_t> Submit(v1::TensorRequest request, uint64_t staging, void* output,
-                                  DataType dtype, std::vector<int64_t> shape);
+  absl::StatusOr<std::vector<uint64_t>> Submit(std::vector<PreparedRequest> requests, bool grouped);
 
   bool Poll(uint64_t request_id);
   absl::StatusOr<FinishedRequest> Wait(uint64_t request_id, absl::Duration timeout);
@@ -62,7 +85,20 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   // Results.
   const std::byte* results() const { return results_->data(); }
   uint64_t results_bytes() const { return results_->data_bytes(); }
-  void Release(uint64_t request_id, uint64_t bytes);
+  // `copy_out` is when this client copied the result out, for the timeline.
+  void Release(uint64_t request_id, uint64_t bytes, Span copy_out = Span{});
+  // Whether a timeline records (then Wait reports its copy-outs).
+  bool timeline_active() const;
+
+  // Process sets this client knows (every change is a collective it took part
+  // in). Any thread.
+  std::vector<ProcessSet> ProcessSets() const;
+  absl::StatusOr<ProcessSet> FindProcessSet(int32_t id) const;
+  void AddProcessSet(ProcessSet set);
+  void ForgetProcessSet(int32_t id);
+  int rank() const { return rank_; }
+
+  absl::StatusOr<v1::TimelineResponse> Timeline(const v1::TimelineRequest& request);
 
   const v1::Limits& limits() const { return limits_; }
   absl::Status Leave();
@@ -77,6 +113,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
     std::string name;
     uint64_t staging = kNoStaging;
     void* output = nullptr;
+    uint64_t output_capacity = 0;
     DataType dtype = DataType::kFloat32;
     std::vector<int64_t> shape;
     std::optional<shm::CompletionRecord> record;
@@ -106,7 +143,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   v1::Limits limits_;
   absl::Duration spin_;  // how long a waiter spins before it sleeps
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
   uint64_t next_request_id_ = 1;
   absl::flat_hash_map<uint64_t, Pending> requests_;
@@ -116,9 +153,14 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::Status job_failure_;
   absl::Status session_failure_;
   bool left_ = false;
-  // Releases not yet published; they ride with the next submission.
+  // Releases (and copy-out spans) not yet published; they ride with the
+  // next submission.
   std::vector<uint64_t> pending_releases_;
+  std::vector<v1::CopyOutSpan> pending_copy_outs_;
   uint64_t pending_release_bytes_ = 0;
+  uint64_t next_group_id_ = 1;
+  int rank_ = 0;
+  std::map<int32_t, ProcessSet> process_sets_;  // guarded by mutex_
 };
 
 }  // namespace collective::internal

@@ -246,6 +246,15 @@ absl::Status Session::Attach(uint64_t client_id, const std::string& token,
   return stream_->Open(client_id, token, timeout);
 }
 
+absl::StatusOr<v1::TimelineResponse> Session::Timeline(const v1::TimelineRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(absl::Seconds(30)));
+  v1::TimelineResponse response;
+  const grpc::Status status = stub_->Timeline(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 absl::Status Session::Leave(absl::Duration timeout) {
   if (!stream_) return absl::OkStatus();
   return stream_->Close(timeout);

@@ -50,6 +50,8 @@ class Session {
   // daemon to end it. Idempotent.
   absl::Status Leave(absl::Duration timeout);
 
+  absl::StatusOr<v1::TimelineResponse> Timeline(const v1::TimelineRequest& request);
+
  private:
   class Stream;
 

@@ -101,6 +101,10 @@ std::string CollectiveName(v1::Collective collective) {
       return "barrier";
     case v1::COLLECTIVE_JOIN:
       return "join";
+    case v1::COLLECTIVE_ADD_PROCESS_SET:
+      return "add_process_set";
+    case v1::COLLECTIVE_REMOVE_PROCESS_SET:
+      return "remove_process_set";
     case v1::COLLECTIVE_UNSPECIFIED:
       return "unspecified";
     default:

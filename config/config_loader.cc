@@ -287,6 +287,8 @@ absl::string_view FlagTypeLabel(const Knob& knob) {
       return "PATH";
     case KnobType::kEnum:
       return knob.accepts;
+    case KnobType::kBool:
+      return "BOOL";
     case KnobType::kUint32List:
       return "UINT,...";
     case KnobType::kUint32:

@@ -26,6 +26,12 @@ struct DaemonConfig {
   std::string log_level = "info";
   LogFormat log_format = LogFormat::kText;
 
+  // Chrome-trace file the daemon records from start-up (absolute; empty: no
+  // timeline until `collectivectl timeline start`), and whether it marks
+  // every engine cycle in it.
+  std::string timeline_file;
+  bool timeline_mark_cycles = false;
+
   // How long a job may take to form, from its first registration, and how
   // long a registered client may take to open its session.
   double register_timeout_seconds = 60.0;
@@ -46,6 +52,12 @@ struct DaemonConfig {
   uint32_t max_name_bytes = 1024;
   // Threads that share a large reduction; 0: one per online core.
   uint32_t reduce_threads = 0;
+
+  // Warn (log and collectivectl status) about tensors some ranks submitted
+  // and others not after this long; 0 disables the check.
+  double stall_check_seconds = 60.0;
+  // Fail such tensors on every rank after this long; 0: never.
+  double stall_shutdown_seconds = 0.0;
 
   friend bool operator==(const DaemonConfig&, const DaemonConfig&) = default;
 };

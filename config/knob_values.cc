@@ -38,6 +38,20 @@ absl::StatusOr<uint64_t> SuffixMultiplier(absl::string_view suffix) {
 
 }  // namespace
 
+absl::StatusOr<bool> ParseBool(absl::string_view text) {
+  const absl::string_view word = absl::StripAsciiWhitespace(text);
+  for (const absl::string_view yes : {"true", "yes", "on", "1"}) {
+    if (absl::EqualsIgnoreCase(word, yes)) return true;
+  }
+  for (const absl::string_view no : {"false", "no", "off", "0"}) {
+    if (absl::EqualsIgnoreCase(word, no)) return false;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", text, "' is not a boolean (true/false, yes/no, on/off or 1/0)"));
+}
+
+std::string FormatBool(bool value) { return value ? "true" : "false"; }
+
 absl::StatusOr<uint64_t> ParseUnsigned(absl::string_view text, uint64_t max) {
   const absl::string_view digits = absl::StripAsciiWhitespace(text);
   if (digits.empty())

@@ -1,6 +1,7 @@
 // Text forms of knob values shared by the YAML file, the environment and the
-// flags: unsigned integers, byte sizes, seconds and uid/gid lists. Messages
-// say only why the text is wrong; the caller names the knob and the source.
+// flags: booleans, unsigned integers, byte sizes, seconds and uid/gid lists.
+// Messages say only why the text is wrong; the caller names the knob and the
+// source.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,12 @@ inline constexpr uint64_t kKiB = uint64_t{1} << 10;
 inline constexpr uint64_t kMiB = uint64_t{1} << 20;
 inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 inline constexpr uint64_t kTiB = uint64_t{1} << 40;
+
+// true/false, yes/no, on/off or 1/0, case-insensitive (surrounding
+// whitespace allowed): what YAML 1.1, shell scripts and systemd accept.
+absl::StatusOr<bool> ParseBool(absl::string_view text);
+// "true" or "false"; ParseBool reads it back.
+std::string FormatBool(bool value);
 
 // Decimal digits only (surrounding whitespace allowed), at most `max`.
 absl::StatusOr<uint64_t> ParseUnsigned(absl::string_view text, uint64_t max);

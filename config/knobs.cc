@@ -130,22 +130,44 @@ Knob Bytes(absl::string_view name, Field<uint64_t> field, uint64_t min, uint64_t
   };
 }
 
-// Durations must be positive: a zero timeout would fail every job at once.
-Knob Seconds(absl::string_view name, Field<double> field, double max,
-             absl::string_view description) {
+// Durations must be positive (a zero timeout would fail every job at once),
+// unless 0 means "off" for the knob.
+enum class Zero { kRefused, kMeansOff };
+
+Knob Seconds(absl::string_view name, Field<double> field, double max, absl::string_view description,
+             Zero zero = Zero::kRefused) {
   auto format = [field](const DaemonConfig& config) { return FormatSeconds(config.*field); };
+  const bool zero_off = zero == Zero::kMeansOff;
   return Knob{
       .name = name,
       .type = KnobType::kSeconds,
       .description = description,
-      .accepts = absl::StrCat("> 0 and <= ", FormatSeconds(max)),
-      .parse = [field, max](absl::string_view text, DaemonConfig& config) -> absl::Status {
+      .accepts = absl::StrCat(zero_off ? "0 (off), or " : "", "> 0 and <= ", FormatSeconds(max)),
+      .parse = [field, max, zero_off](absl::string_view text,
+                                      DaemonConfig& config) -> absl::Status {
         ASSIGN_OR_RETURN(const double value, ParseSeconds(text));
-        if (value <= 0) {
-          return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not greater than 0"));
+        if (value < 0 || (value == 0 && !zero_off)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("'", text, zero_off ? "' is negative" : "' is not greater than 0"));
         }
         if (value > max) return OutOfRange(text, false, FormatSeconds(max));
         config.*field = value;
+        return absl::OkStatus();
+      },
+      .format = format,
+      .format_readable = format,
+  };
+}
+
+Knob Bool(absl::string_view name, Field<bool> field, absl::string_view description) {
+  auto format = [field](const DaemonConfig& config) { return FormatBool(config.*field); };
+  return Knob{
+      .name = name,
+      .type = KnobType::kBool,
+      .description = description,
+      .accepts = "true|false (also yes|no, on|off, 1|0)",
+      .parse = [field](absl::string_view text, DaemonConfig& config) -> absl::Status {
+        ASSIGN_OR_RETURN(config.*field, ParseBool(text));
         return absl::OkStatus();
       },
       .format = format,
@@ -184,6 +206,19 @@ absl::Status CheckSocketPath(absl::string_view path) {
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' is ", path.size(),
                                                    " bytes long; a Unix socket path must be ",
                                                    "shorter than ", kSunPathBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// Empty (off) or absolute: the daemon's working directory is whatever its
+// service manager chose, so a relative path would land somewhere surprising.
+absl::Status CheckTimelinePath(absl::string_view path) {
+  if (path.empty()) return absl::OkStatus();
+  if (path.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not an absolute path"));
+  }
+  if (absl::StrContains(path, absl::string_view("\0", 1))) {
+    return absl::InvalidArgumentError("the path contains a NUL byte");
   }
   return absl::OkStatus();
 }
@@ -250,6 +285,16 @@ std::vector<Knob> BuildTable() {
                       "Format of the log lines on stderr: text for people, json (one object per "
                       "line) for log collectors."),
              });
+  AddSection(table, "Timeline",
+             {
+                 Text(COLLECTIVE_KNOB(timeline_file), KnobType::kPath, CheckTimelinePath,
+                      "absolute path, or empty",
+                      "Chrome-trace JSON file (chrome://tracing, Perfetto) the daemon records its "
+                      "work into from start-up, written as the daemon's own user; empty: no "
+                      "timeline until `collectivectl timeline start FILE`."),
+                 Bool(COLLECTIVE_KNOB(timeline_mark_cycles),
+                      "Also mark every cycle of the engine in the timeline (a CYCLE instant)."),
+             });
   AddSection(
       table, "Jobs",
       {
@@ -264,6 +309,15 @@ std::vector<Knob> BuildTable() {
                              "and submission rings."),
           Unsigned<uint32_t>(COLLECTIVE_KNOB(max_name_bytes), 1, 65536,
                              "Longest tensor name, in bytes, that a client may submit."),
+          Seconds(COLLECTIVE_KNOB(stall_check_seconds), 86400.0,
+                  "Tensors that some ranks of a process set submitted and others did not are "
+                  "reported (log and collectivectl status: which ranks miss which tensors) "
+                  "after this long.",
+                  Zero::kMeansOff),
+          Seconds(COLLECTIVE_KNOB(stall_shutdown_seconds), 86400.0,
+                  "Such tensors are failed on every rank that submitted them after this long, "
+                  "with an error that says why.",
+                  Zero::kMeansOff),
       });
   AddSection(
       table, "Memory & fusion",
@@ -301,6 +355,8 @@ absl::string_view KnobTypeName(KnobType type) {
       return "path";
     case KnobType::kEnum:
       return "enum";
+    case KnobType::kBool:
+      return "bool";
     case KnobType::kUint32List:
       return "list of uint32";
     case KnobType::kUint32:

@@ -14,7 +14,17 @@
 
 namespace collective::config {
 
-enum class KnobType { kString, kPath, kEnum, kUint32List, kUint32, kUint64, kByteSize, kSeconds };
+enum class KnobType {
+  kString,
+  kPath,
+  kEnum,
+  kBool,
+  kUint32List,
+  kUint32,
+  kUint64,
+  kByteSize,
+  kSeconds
+};
 
 // "byte size", "list of uint32", ...
 absl::string_view KnobTypeName(KnobType type);

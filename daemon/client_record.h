@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
@@ -30,6 +31,8 @@ struct ClientRecord {
 
   // Until the job forms: the Register call to answer.
   std::shared_ptr<RegisterCall> registration;
+  // The static process sets it asked for, each as sorted ranks.
+  std::vector<std::vector<int32_t>> static_process_sets;
 
   std::unique_ptr<shm::ClientSegment> segment;
   std::unique_ptr<shm::RingPublisher> ring;
@@ -48,6 +51,7 @@ struct ClientRecord {
   struct HeldResult {
     uint64_t block = 0;
     uint64_t bytes = 0;
+    std::string tensor;  // kept while a timeline records, for copy-out spans
   };
   absl::flat_hash_map<uint64_t, HeldResult> held_results;  // request id -> result
 

@@ -1,13 +1,16 @@
-// Negotiation: the table of tensors that some ranks have submitted and others
-// not yet. A tensor is ready when every member rank submitted it; ready
-// tensors come out in the order they became ready, which is the order the
-// executor runs them in.
+// Negotiation: the table of tensors that some ranks of a process set have
+// submitted and others not yet. A tensor is ready when every rank of its set
+// has submitted it — or, except for join itself, has joined (Horovod's join:
+// a joined rank no longer holds the others up). Ready tensors come out in the
+// order they became ready, which is the order they run in; the tensors of a
+// group come out together, once all of them are ready.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -16,50 +19,87 @@
 #include "collective/v1/status.pb.h"
 #include "collective/v1/types.pb.h"
 #include "daemon/client_record.h"
+#include "daemon/process_sets.h"
 
 namespace collective::daemon {
 
+using Clock = std::chrono::steady_clock;
+
 struct Submission {
   ClientRecord* client = nullptr;
+  int32_t set_rank = 0;  // within the request's process set
   v1::TensorRequest request;
-  std::chrono::steady_clock::time_point at;
+  Clock::time_point at;
 };
 
 struct PendingTensor {
   std::string name;
   int32_t process_set_id = 0;
-  std::chrono::steady_clock::time_point first_at;
-  std::vector<std::optional<Submission>> by_rank;
+  Clock::time_point first_at;
+  std::vector<std::optional<Submission>> by_rank;  // by set rank
   int32_t submitted = 0;
 };
 
-// A tensor every member rank submitted: one collective to run.
+// A tensor ready to run: one collective.
 struct ReadyTensor {
   std::string name;
-  std::vector<Submission> submissions;  // in rank order
+  int32_t process_set_id = 0;
+  int32_t set_size = 0;
+  // The ranks that submitted it, in set-rank order; the others had joined.
+  std::vector<Submission> submissions;
+  // The set rank whose submission (or join) made it ready: for join, the
+  // last rank to join.
+  int32_t completed_by = 0;
+  Clock::time_point first_at;
+  Clock::time_point ready_at;
+
+  const v1::TensorRequest& request() const { return submissions.front().request; }
+  bool has_joined_ranks() const { return static_cast<int32_t>(submissions.size()) < set_size; }
 };
 
 class Coordinator {
  public:
-  explicit Coordinator(int32_t size) : size_(size) {}
+  // Records `submission`; `set_size` is the size of its process set.
+  // ALREADY_EXISTS when that rank already has the name outstanding.
+  absl::Status Add(Submission submission, int32_t set_size);
 
-  // Records `submission` for `rank`. ALREADY_EXISTS when that rank already
-  // has a request outstanding under the same name.
-  absl::Status Add(int32_t rank, Submission submission);
+  // A rank of a set has joined: what waits only for joined ranks is ready.
+  void Join(int32_t process_set_id, int32_t set_rank, int32_t set_size);
+  // Every rank of the set has joined: the join is over.
+  void EndJoin(int32_t process_set_id);
+  // Set ranks that have joined.
+  std::vector<int32_t> Joined(int32_t process_set_id) const;
 
   std::vector<ReadyTensor> TakeReady();
-  // Empties the table (the job failed): the caller fails every submission.
+  // Everything not yet run, of every set (the job failed) or of one set (it
+  // was removed), ready or not: the caller fails each submission.
   std::vector<PendingTensor> TakeAllPending();
+  std::vector<PendingTensor> TakePending(int32_t process_set_id);
+  // One pending tensor (the stall inspector gave up on it) and, when it
+  // belongs to a group, the rest of its group, ready or not: a group runs
+  // whole or not at all. Empty when the tensor is not pending.
+  std::vector<PendingTensor> TakeTensor(int32_t process_set_id, const std::string& name);
 
-  bool idle() const { return table_.empty() && ready_.empty(); }
-  void Describe(std::chrono::steady_clock::time_point now,
+  bool idle() const { return table_.empty() && ready_.empty() && groups_.empty(); }
+  const auto& pending() const { return table_; }
+
+  // Pending tensors, oldest first, ranks as global ranks; `stall_after`
+  // marks the stalled ones.
+  void Describe(Clock::time_point now, const ProcessSetTable& sets, Clock::duration stall_after,
                 google::protobuf::RepeatedPtrField<v1::PendingTensor>* out) const;
 
  private:
   using Key = std::pair<int32_t, std::string>;  // process set, name
+  // A group: the lowest-rank submitter's client id and group id.
+  using GroupKey = std::tuple<int32_t, uint64_t, uint64_t>;
 
-  int32_t size_;
+  // Whether `pending` waits for nobody but joined ranks.
+  bool IsReady(const PendingTensor& pending) const;
+  void MakeReady(PendingTensor pending, int32_t completed_by);
+
   absl::flat_hash_map<Key, PendingTensor> table_;
+  absl::flat_hash_map<int32_t, std::vector<bool>> joined_;  // process set -> by set rank
+  absl::flat_hash_map<GroupKey, std::vector<ReadyTensor>> groups_;
   std::vector<ReadyTensor> ready_;
 };
 

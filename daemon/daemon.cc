@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
 
   shm::SegmentNames(::geteuid(), config.socket, daemon->epoch_).RemoveStale();
   SigbusGuard::Install();
-  daemon->engine_.Start();
+  if (absl::Status started = daemon->engine_.Start(); !started.ok()) return started;
 
   grpc::ServerBuilder builder;
   builder.RegisterService(&daemon->service_);

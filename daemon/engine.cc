@@ -7,6 +7,7 @@
 
 #include "collective/build_config.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace collective::daemon {
 namespace {
@@ -15,12 +16,6 @@ size_t ReduceThreads(uint32_t configured) {
   if (configured != 0) return configured;
   const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
   return online > 0 ? static_cast<size_t>(online) : 1;
-}
-
-uint64_t MonotonicNanos() {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
 }
 
 template <class... Handlers>
@@ -52,15 +47,27 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch)
       started_(Clock::now()),
       names_(daemon_uid_, config.socket, epoch),
       pool_(ReduceThreads(config.reduce_threads)),
-      executor_(pool_) {}
+      executor_(pool_),
+      stalls_(config.stall_check_seconds, config.stall_shutdown_seconds) {}
 
 Engine::~Engine() {
   if (thread_.joinable()) Shutdown("the daemon object was destroyed");
 }
 
-void Engine::Start() {
+absl::Status Engine::Start() {
+  if (!config_.timeline_file.empty()) {
+    const PeerCredentials self{::getpid(), daemon_uid_, daemon_gid_};
+    if (absl::Status started =
+            timeline_.Start(config_.timeline_file, config_.timeline_mark_cycles, self);
+        !started.ok()) {
+      return Annotate(started, "cannot start the timeline named by timeline_file");
+    }
+    log::Daemon().info("timeline started: {}", config_.timeline_file);
+  }
   next_heartbeat_ = Clock::now();
+  next_stall_check_ = Clock::now();
   thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
 }
 
 bool Engine::Post(EngineEvent event) {
@@ -100,7 +107,10 @@ void Engine::Loop() {
       continue;
     }
     worked = DrainSubmissionRings() || worked;
-    worked = RunReady() || worked;
+    if (RunReady()) {
+      worked = true;
+      if (timeline_.mark_cycles()) timeline_.Cycle(MonotonicNanos());
+    }
     RunTimers(Clock::now());
     if (!worked) doorbell_.Sleep(NextTimer());
   }
@@ -131,14 +141,18 @@ void Engine::Dispatch(EngineEvent& event) {
                    response.set_version(COLLECTIVE_VERSION);
                    e.reply(response);
                  },
+                 [this](TimelineEvent& e) { OnTimeline(e); },
                  [this](ShutdownEvent& e) { OnShutdown(e); },
              },
              event);
 }
 
-Engine::Clock::time_point Engine::NextTimer() const {
+Clock::time_point Engine::NextTimer() const {
   Clock::time_point next = next_heartbeat_;
   if (job_ == nullptr) return next;
+  if (stalls_.enabled() && coordinator_ != nullptr && !coordinator_->idle()) {
+    next = std::min(next, next_stall_check_);
+  }
   if (job_->state() == JobState::kForming) return std::min(next, job_->formation_deadline());
   for (const auto& member : job_->members()) {
     if (member && !member->attached() && member->live()) {
@@ -154,6 +168,11 @@ void Engine::RunTimers(Clock::time_point now) {
     next_heartbeat_ = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   }
   if (job_ == nullptr) return;
+  if (now >= next_stall_check_) {
+    CheckStalls(now);
+    // Fine enough for limits given in seconds.
+    next_stall_check_ = now + std::chrono::seconds(1);
+  }
   if (job_->state() == JobState::kForming) {
     if (now < job_->formation_deadline()) return;
     const std::vector<int32_t> missing = job_->MissingLocalRanks();
@@ -174,6 +193,55 @@ void Engine::RunTimers(Clock::time_point now) {
                      " s; the job cannot continue")));
   }
   MaybeTearDownJob();
+}
+
+void Engine::CheckStalls(Clock::time_point now) {
+  if (coordinator_ == nullptr || job_->state() != JobState::kRunning) return;
+  for (const StalledTensor& stalled : stalls_.Inspect(now, *coordinator_, job_->process_sets())) {
+    std::vector<PendingTensor> failed =
+        coordinator_->TakeTensor(stalled.process_set_id, stalled.name);
+    if (failed.empty()) continue;
+    const absl::Status why = absl::DeadlineExceededError(stalls_.ShutdownMessage(stalled));
+    log::Coord().error("{}", why.message());
+    FailSubmissions(std::move(failed), why);
+  }
+}
+
+void Engine::OnTimeline(const TimelineEvent& event) {
+  const v1::TimelineRequest& request = event.request;
+  absl::Status status;
+  switch (request.action()) {
+    case v1::TimelineRequest::ACTION_START:
+      status = timeline_.Start(request.path(), request.mark_cycles(), event.peer);
+      if (status.ok()) log::Daemon().info("timeline started: {}", request.path());
+      break;
+    case v1::TimelineRequest::ACTION_STOP:
+      status = timeline_.Stop();
+      if (status.ok()) log::Daemon().info("timeline stopped");
+      break;
+    default:
+      status = absl::InvalidArgumentError("the timeline action must be start or stop");
+  }
+  PublishTimelineState();
+  if (!status.ok()) {
+    event.reply(status);
+    return;
+  }
+  v1::TimelineResponse response;
+  response.set_active(timeline_.active());
+  response.set_path(timeline_.path());
+  response.set_events_written(timeline_.events_written());
+  event.reply(response);
+}
+
+void Engine::PublishTimelineState() {
+  if (job_ == nullptr) return;
+  const uint32_t active = timeline_.active() ? 1 : 0;
+  for (const auto& member : job_->members()) {
+    if (member && member->live()) {
+      member->segment->header()->timeline_active.store(active, std::memory_order_relaxed);
+    }
+  }
 }
 
 void Engine::WriteHeartbeats() {
@@ -215,6 +283,10 @@ void Engine::OnStatus(const StatusEvent& event) const {
   response.set_socket(config_.socket);
   response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
   *response.mutable_totals() = totals_;
+  v1::TimelineStatus* timeline = response.mutable_timeline();
+  timeline->set_active(timeline_.active());
+  timeline->set_path(timeline_.path());
+  timeline->set_events_written(timeline_.events_written());
   v1::JobStatus* job = response.mutable_job();
   if (job_ == nullptr) {
     job->set_state(shutting_down_ ? v1::JOB_STATE_UNSPECIFIED : v1::JOB_STATE_IDLE);
@@ -245,7 +317,18 @@ void Engine::OnStatus(const StatusEvent& event) const {
     client->set_outstanding_requests(static_cast<uint32_t>(member->outstanding.size()));
     client->set_result_bytes_held(member->result_bytes_held);
   }
-  if (coordinator_ != nullptr) coordinator_->Describe(now, response.mutable_pending());
+  if (coordinator_ != nullptr) {
+    coordinator_->Describe(now, job_->process_sets(), stalls_.check_after(),
+                           response.mutable_pending());
+    for (int32_t rank : coordinator_->Joined(0)) response.add_joined_ranks(rank);
+  }
+  if (job_->state() != JobState::kForming) {
+    for (const auto& [id, set] : job_->process_sets().sets()) {
+      v1::ProcessSet* described = response.add_process_sets();
+      described->set_id(id);
+      for (int32_t rank : set.ranks) described->add_ranks(rank);
+    }
+  }
   if (job_->results() != nullptr) {
     response.set_result_arena_bytes(job_->results()->capacity());
     response.set_result_arena_used_bytes(job_->results()->bytes_in_use());

@@ -8,9 +8,10 @@
 // deadlines, heartbeats). No lock guards job state, because no other thread
 // touches it.
 //
-// The implementation is split by concern: engine.cc (loop, timers, status),
-// engine_jobs.cc (registration, formation, leaving, failure, teardown) and
-// engine_requests.cc (submission, execution, completion, release).
+// The implementation is split by concern: engine.cc (loop, timers, status,
+// timeline), engine_jobs.cc (registration, formation, leaving, failure,
+// teardown), engine_requests.cc (submission, completion, release) and
+// engine_collectives.cc (agreement, control collectives, fusion, execution).
 #pragma once
 
 #include <chrono>
@@ -33,21 +34,24 @@
 #include "daemon/executor.h"
 #include "daemon/fusion.h"
 #include "daemon/job.h"
+#include "daemon/ops/collective_op.h"
+#include "daemon/stall_inspector.h"
 #include "daemon/thread_pool.h"
+#include "daemon/timeline.h"
 #include "shm/segment_names.h"
 
 namespace collective::daemon {
 
 class Engine {
  public:
-  using Clock = std::chrono::steady_clock;
-
   Engine(const config::DaemonConfig& config, uint64_t epoch);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  void Start();
+  // Starts the engine thread (and the timeline, if the configuration names
+  // a file).
+  absl::Status Start();
 
   // Thread-safe. False once the engine has stopped: the caller answers its
   // RPC itself then.
@@ -67,12 +71,16 @@ class Engine {
   Clock::time_point NextTimer() const;
   void WriteHeartbeats();
   void OnStatus(const StatusEvent& event) const;
+  void OnTimeline(const TimelineEvent& event);
+  // Tells every client whether to report copy-out spans.
+  void PublishTimelineState();
+  void CheckStalls(Clock::time_point now);
   void OnShutdown(const ShutdownEvent& event);
 
   // engine_jobs.cc
   void OnRegister(const RegisterEvent& event);
-  absl::Status CheckRegistration(const v1::RegisterRequest& request,
-                                 const std::string& job_id) const;
+  absl::Status CheckRegistration(const v1::RegisterRequest& request, const std::string& job_id,
+                                 const std::vector<std::vector<int32_t>>& static_sets) const;
   absl::StatusOr<std::unique_ptr<ClientRecord>> NewClient(const RegisterCall& call);
   void FormJob();
   void AbortFormation(const absl::Status& status);
@@ -96,10 +104,22 @@ class Engine {
   bool DrainSubmissionRings();
   bool DrainSubmissionRing(ClientRecord& client);
   void OnSubmit(ClientRecord& client, v1::TensorRequest& request);
+  void OnCopyOuts(ClientRecord& client, const v1::ClientMessage& message);
+  // A finished request: its record, and the result it holds until released.
+  void Complete(ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
+                uint64_t slot, const ops::RankResult& result, const std::string& tensor);
+  void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
+  void FailSubmissions(std::vector<PendingTensor> tensors, const absl::Status& why);
+
+  // engine_collectives.cc
   // Runs what is ready; true if anything ran.
   bool RunReady();
+  // Barrier, join, process-set changes: no data, answered at once.
+  void RunControl(const ReadyTensor& tensor);
+  void CompleteControl(const ReadyTensor& tensor, int64_t value);
+  void FailTensor(const ReadyTensor& tensor, const absl::Status& status);
   void CompleteBatch(const FusedBatch& batch, const Executor::Outcome& outcome);
-  void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
+  void RecordTimeline(const FusedBatch& batch, const Executor::Outcome& outcome);
   void ReleaseResult(ClientRecord& client, uint64_t request_id);
   void ReleaseAllResults(ClientRecord& client);
 
@@ -120,6 +140,9 @@ class Engine {
   uint64_t next_client_id_ = 1;
   uint64_t next_job_sequence_ = 1;
   Clock::time_point next_heartbeat_;
+  Clock::time_point next_stall_check_;
+  StallInspector stalls_;
+  Timeline timeline_;
   bool shutting_down_ = false;
   std::string shutdown_reason_;
   v1::Totals totals_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <variant>
 
+#include "absl/status/statusor.h"
 #include "collective/v1/collective.pb.h"
 #include "collective/v1/status.pb.h"
 #include "daemon/peer_credentials.h"
@@ -42,11 +43,18 @@ struct HealthEvent {
   std::function<void(const v1::HealthResponse&)> reply;
 };
 
+struct TimelineEvent {
+  v1::TimelineRequest request;
+  PeerCredentials peer;  // the timeline file is opened with this identity
+  std::function<void(const absl::StatusOr<v1::TimelineResponse>&)> reply;
+};
+
 struct ShutdownEvent {
   std::string reason;
 };
 
-using EngineEvent = std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent,
-                                 SessionClosedEvent, StatusEvent, HealthEvent, ShutdownEvent>;
+using EngineEvent =
+    std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent, SessionClosedEvent,
+                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent>;
 
 }  // namespace collective::daemon

@@ -1,6 +1,8 @@
 // Engine: the life of a job — registration and formation, sessions attaching,
 // ranks leaving or dying, failure, and teardown.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
@@ -14,13 +16,21 @@
 namespace collective::daemon {
 namespace {
 
+std::string DescribeSets(const std::vector<std::vector<int32_t>>& sets) {
+  if (sets.empty()) return "none";
+  std::string text;
+  for (const auto& set : sets) absl::StrAppend(&text, text.empty() ? "" : ", ", RanksString(set));
+  return text;
+}
+
 constexpr int32_t kMaxLocalSize = 4096;
 constexpr size_t kMaxJobIdBytes = 128;
 
 }  // namespace
 
 absl::Status Engine::CheckRegistration(const v1::RegisterRequest& request,
-                                       const std::string& job_id) const {
+                                       const std::string& job_id,
+                                       const std::vector<std::vector<int32_t>>& static_sets) const {
   if (shutting_down_) {
     return absl::UnavailableError(
         absl::StrCat("collectived is shutting down (", shutdown_reason_, ")"));
@@ -88,6 +98,15 @@ absl::Status Engine::CheckRegistration(const v1::RegisterRequest& request,
                                                  job_id, "' is already registered by pid ",
                                                  taken->peer.pid));
   }
+  for (const auto& member : job_->members()) {
+    if (member && member->static_process_sets != static_sets) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("static process sets mismatch for job '", job_id, "': local rank ",
+                       member->local_rank, " asked for ", DescribeSets(member->static_process_sets),
+                       ", this client asks for ", DescribeSets(static_sets)));
+    }
+    if (member) break;
+  }
   return absl::OkStatus();
 }
 
@@ -121,6 +140,8 @@ absl::StatusOr<std::unique_ptr<ClientRecord>> Engine::NewClient(const RegisterCa
   client->submissions = std::make_unique<shm::SubmissionReader>(
       client->segment->header(), client->segment->submit_ring(), client->segment->submit_bytes());
   client->guard = GuardedRange(client->segment->header(), client->segment->size());
+  client->segment->header()->timeline_active.store(timeline_.active() ? 1 : 0,
+                                                   std::memory_order_relaxed);
   if (!client->guard.guarded()) {
     log::Shm().warn("no SIGBUS guard slot left for client {}; a truncated segment would crash",
                     client->id);
@@ -131,7 +152,14 @@ absl::StatusOr<std::unique_ptr<ClientRecord>> Engine::NewClient(const RegisterCa
 void Engine::OnRegister(const RegisterEvent& event) {
   const v1::RegisterRequest& request = event.call->request();
   const std::string job_id = request.job_id().empty() ? "default" : request.job_id();
-  if (absl::Status status = CheckRegistration(request, job_id); !status.ok()) {
+  // Static sets compare as sets of ranks, in the order the clients list them.
+  std::vector<std::vector<int32_t>> static_sets;
+  for (const v1::ProcessSet& set : request.static_process_sets()) {
+    std::vector<int32_t> ranks(set.ranks().begin(), set.ranks().end());
+    std::sort(ranks.begin(), ranks.end());
+    static_sets.push_back(std::move(ranks));
+  }
+  if (absl::Status status = CheckRegistration(request, job_id, static_sets); !status.ok()) {
     log::Rpc().warn("registration from {} refused: {}", event.call->peer().ToString(),
                     status.message());
     event.call->Finish(status, {});
@@ -152,6 +180,7 @@ void Engine::OnRegister(const RegisterEvent& event) {
     log::Coord().info("job '{}' forming: {} local ranks expected", job_id, request.local_size());
   }
   (*client)->registration = event.call;
+  (*client)->static_process_sets = std::move(static_sets);
   registrations_[event.call->id()] = (*client)->id;
   log::Coord().info("job '{}': local rank {} registered ({}, client {})", job_id,
                     request.local_rank(), event.call->peer().ToString(), (*client)->id);
@@ -177,8 +206,13 @@ void Engine::FormJob() {
     AbortFormation(Annotate(results.status(), "cannot create the job's result segment"));
     return;
   }
-  job_->Form(std::move(*results));
-  coordinator_ = std::make_unique<Coordinator>(job_->local_size());
+  const ClientRecord* first = job_->member(0);
+  if (absl::Status formed = job_->Form(std::move(*results), first->static_process_sets);
+      !formed.ok()) {
+    AbortFormation(formed);
+    return;
+  }
+  coordinator_ = std::make_unique<Coordinator>();
   totals_.set_jobs(totals_.jobs() + 1);
 
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
@@ -200,6 +234,12 @@ void Engine::FormJob() {
     limits->set_fusion_threshold_bytes(config_.fusion_threshold_bytes);
     response.set_epoch(epoch_);
     response.set_daemon_version(COLLECTIVE_VERSION);
+    for (const auto& [id, set] : job_->process_sets().sets()) {
+      if (id == 0) continue;
+      v1::ProcessSet* described = response.add_process_sets();
+      described->set_id(id);
+      for (int32_t rank : set.ranks) described->add_ranks(rank);
+    }
     member->attach_deadline = Clock::now() + timeout;
     member->registration->Finish(absl::OkStatus(), response);
     member->registration.reset();
@@ -306,15 +346,7 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
 }
 
 void Engine::FailAllPending(const absl::Status& why) {
-  if (coordinator_ != nullptr) {
-    for (PendingTensor& tensor : coordinator_->TakeAllPending()) {
-      for (auto& submission : tensor.by_rank) {
-        if (submission.has_value()) {
-          CompleteWithError(*submission->client, submission->request.request_id(), why);
-        }
-      }
-    }
-  }
+  if (coordinator_ != nullptr) FailSubmissions(coordinator_->TakeAllPending(), why);
   for (const FusedBatch& batch : deferred_) {
     for (const ReadyTensor& tensor : batch.tensors) {
       for (const Submission& submission : tensor.submissions) {

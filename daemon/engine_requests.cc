@@ -3,7 +3,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "daemon/engine.h"
-#include "daemon/mismatch.h"
 #include "daemon/request_validator.h"
 
 namespace collective::daemon {
@@ -30,6 +29,8 @@ void Engine::OnClientMessage(ClientMessageEvent& event) {
 }
 
 void Engine::OnSubmissions(ClientRecord& client, v1::ClientMessage& message) {
+  // Copy-out spans name requests whose results the same message releases.
+  OnCopyOuts(client, message);
   for (uint64_t request_id : message.released()) ReleaseResult(client, request_id);
   if (message.has_submit()) {
     for (v1::TensorRequest& request : *message.mutable_submit()->mutable_requests()) {
@@ -115,90 +116,80 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
   const RequestLimits limits{.max_name_bytes = config_.max_name_bytes,
                              .max_dims = kMaxDims,
                              .arena_bytes = client.segment->arena_bytes()};
-  if (absl::Status status = ValidateRequest(request, limits); !status.ok()) {
+  absl::Status status = ValidateRequest(request, limits);
+  const ProcessSet* set = nullptr;
+  if (status.ok()) {
+    auto found =
+        job_->process_sets().FindForMember(request.process_set_id(), client.topology.rank());
+    if (found.ok()) {
+      set = *found;
+    } else {
+      status = absl::Status(found.status().code(),
+                            absl::StrCat("request ", request_id, " ('", request.name(),
+                                         "'): ", found.status().message()));
+    }
+  }
+  if (!status.ok()) {
     log::Coord().debug("{}: {}", DescribeMember(client), status.message());
     CompleteWithError(client, request_id, status);
     return;
   }
   client.outstanding[request_id] = request.length();
   client.bytes_submitted += request.length();
-  const int32_t rank = client.topology.rank();
-  if (absl::Status status =
-          coordinator_->Add(rank, Submission{&client, std::move(request), Clock::now()});
-      !status.ok()) {
+  const int32_t set_rank = set->RankOf(client.topology.rank());
+  const int32_t set_id = request.process_set_id();
+  const bool join = request.collective() == v1::COLLECTIVE_JOIN;
+  status = coordinator_->Add(Submission{.client = &client,
+                                        .set_rank = set_rank,
+                                        .request = std::move(request),
+                                        .at = Clock::now()},
+                             set->size());
+  if (!status.ok()) {
     CompleteWithError(client, request_id, status);
-  }
-}
-
-bool Engine::RunReady() {
-  if (coordinator_ == nullptr) return false;
-  std::vector<ReadyTensor> ready = coordinator_->TakeReady();
-  bool ran = !ready.empty();
-  std::vector<ReadyTensor> agreed;
-  for (ReadyTensor& tensor : ready) {
-    if (absl::Status status = CheckAgreement(tensor); !status.ok()) {
-      log::Coord().warn("{}", status.message());
-      for (const Submission& submission : tensor.submissions) {
-        CompleteWithError(*submission.client, submission.request.request_id(), status);
-      }
-      continue;
-    }
-    agreed.push_back(std::move(tensor));
-  }
-  for (FusedBatch& batch : PlanFusion(std::move(agreed), config_.fusion_threshold_bytes)) {
-    deferred_.push_back(std::move(batch));
-  }
-  while (!deferred_.empty() && job_ != nullptr && job_->state() == JobState::kRunning) {
-    const Executor::Outcome outcome = executor_.RunAllreduce(deferred_.front(), *job_->results());
-    if (outcome.deferred) {
-      log::Exec().debug("'{}' waits for result space ({} of {} bytes in use)",
-                        deferred_.front().tensors.front().name, job_->results()->bytes_in_use(),
-                        job_->results()->capacity());
-      return ran;  // a release will make room
-    }
-    ran = true;
-    const FusedBatch batch = std::move(deferred_.front());
-    deferred_.pop_front();
-    CompleteBatch(batch, outcome);
-    if (!outcome.corrupted.empty() || outcome.results_lost) FailJob(outcome.status);
-  }
-  return ran;
-}
-
-void Engine::CompleteBatch(const FusedBatch& batch, const Executor::Outcome& outcome) {
-  if (!outcome.status.ok()) {
-    for (const ReadyTensor& tensor : batch.tensors) {
-      for (const Submission& submission : tensor.submissions) {
-        CompleteWithError(*submission.client, submission.request.request_id(), outcome.status);
-      }
-    }
     return;
   }
-  totals_.set_fused_batches(totals_.fused_batches() + 1);
-  for (size_t t = 0; t < batch.tensors.size(); ++t) {
-    const ReadyTensor& tensor = batch.tensors[t];
-    totals_.set_collectives(totals_.collectives() + 1);
-    totals_.set_bytes_reduced(totals_.bytes_reduced() +
-                              tensor.submissions.front().request.length() *
-                                  tensor.submissions.size());
-    for (const Submission& submission : tensor.submissions) {
-      ClientRecord& client = *submission.client;
-      const v1::TensorRequest& request = submission.request;
-      client.outstanding.erase(request.request_id());
-      totals_.set_requests(totals_.requests() + 1);
-      if (client.gone) {
-        job_->results()->Release(outcome.block);
-        continue;
+  if (join) coordinator_->Join(set_id, set_rank, set->size());
+}
+
+void Engine::Complete(ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
+                      uint64_t slot, const ops::RankResult& result, const std::string& tensor) {
+  client.outstanding.erase(request.request_id());
+  totals_.set_requests(totals_.requests() + 1);
+  if (client.gone) {
+    job_->results()->Release(block);
+    return;
+  }
+  client.held_results[request.request_id()] = {block, result.bytes,
+                                               timeline_.active() ? tensor : std::string()};
+  client.result_bytes_held += result.bytes;
+  shm::CompletionRecord record{};
+  record.request_id = request.request_id();
+  record.result_offset = slot + result.offset;
+  record.result_bytes = result.bytes;
+  record.result_dim0 = result.dim0;
+  if (result.aux_count > 0) {
+    record.aux_offset = slot + result.aux_offset;
+    record.aux_count = result.aux_count;
+  }
+  client.ring->Publish(record);
+}
+
+void Engine::FailSubmissions(std::vector<PendingTensor> tensors, const absl::Status& why) {
+  for (PendingTensor& tensor : tensors) {
+    for (auto& submission : tensor.by_rank) {
+      if (submission.has_value()) {
+        CompleteWithError(*submission->client, submission->request.request_id(), why);
       }
-      client.held_results[request.request_id()] = {outcome.block, request.length()};
-      client.result_bytes_held += request.length();
-      shm::CompletionRecord record{};
-      record.request_id = request.request_id();
-      record.result_offset = outcome.offsets[t];
-      record.result_bytes = request.length();
-      record.result_dim0 = request.shape_size() > 0 ? request.shape(0) : 0;
-      client.ring->Publish(record);
     }
+  }
+}
+
+void Engine::OnCopyOuts(ClientRecord& client, const v1::ClientMessage& message) {
+  if (!timeline_.active()) return;
+  for (const v1::CopyOutSpan& span : message.copy_outs()) {
+    const auto held = client.held_results.find(span.request_id());
+    if (held == client.held_results.end() || held->second.tensor.empty()) continue;
+    timeline_.CopyOut(held->second.tensor, client.topology.rank(), span.start_ns(), span.end_ns());
   }
 }
 

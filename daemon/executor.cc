@@ -1,48 +1,31 @@
 #include "daemon/executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 
-#include "absl/container/inlined_vector.h"
+#include <sys/mman.h>
+
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
-#include "common/logging.h"
 #include "daemon/job.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/ops/collective_op.h"
 
 namespace collective::daemon {
 namespace {
 
-// Work is split into pieces of this size so that every thread gets a share
-// of a large tensor and of many small ones. 4 MiB because the kernels stream
-// outputs of that size past the cache (non-temporal stores), which made a
-// 64 MiB allreduce a third faster than 1 MiB pieces did. Below kInlineBytes
-// waking the pool costs more than it saves.
-constexpr uint64_t kPieceBytes = 4 << 20;
+// Below this much work, waking the pool costs more than it saves.
 constexpr uint64_t kInlineBytes = 256 << 10;
-
-struct Piece {
-  size_t tensor;
-  uint64_t first;  // element
-  uint64_t count;
-};
-
-exec::ReduceSpec SpecOf(const ReadyTensor& tensor) {
-  const v1::TensorRequest& request = tensor.submissions.front().request;
-  exec::ReduceSpec spec;
-  spec.dtype = request.dtype();
-  spec.op = request.op();
-  if (spec.op == v1::REDUCE_OP_AVERAGE) {
-    spec.op = v1::REDUCE_OP_SUM;
-    spec.divisor = static_cast<int64_t>(tensor.submissions.size());
-  }
-  spec.prescale = request.has_prescale() ? request.prescale() : 1.0;
-  spec.postscale = request.has_postscale() ? request.postscale() : 1.0;
-  return spec;
-}
 
 }  // namespace
 
-Executor::Outcome Executor::RunAllreduce(const FusedBatch& batch, ResultArena& results) {
+Executor::Executor(ThreadPool& pool) : pool_(pool) {
+  void* zeros = ::mmap(nullptr, ops::kPieceBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (zeros == MAP_FAILED) std::abort();  // 4 MiB of address space at start-up
+  zeros_ = static_cast<const std::byte*>(zeros);
+}
+
+Executor::~Executor() { ::munmap(const_cast<std::byte*>(zeros_), ops::kPieceBytes); }
+
+Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
   Outcome outcome;
   uint32_t readers = 0;
   for (const ReadyTensor& tensor : batch.tensors) {
@@ -61,42 +44,21 @@ Executor::Outcome Executor::RunAllreduce(const FusedBatch& batch, ResultArena& r
     return outcome;
   }
   outcome.block = *block;
+  outcome.started = Clock::now();
 
-  std::vector<exec::ReduceSpec> specs;
-  std::vector<Piece> pieces;
+  ops::WorkList work(zeros_);
   uint64_t slot = *block;
-  for (size_t t = 0; t < batch.tensors.size(); ++t) {
-    const ReadyTensor& tensor = batch.tensors[t];
-    specs.push_back(SpecOf(tensor));
-    outcome.offsets.push_back(slot);
+  for (const ReadyTensor& tensor : batch.tensors) {
+    outcome.slots.push_back(slot);
+    ops::OpFor(tensor.request().collective())->AddWork(tensor, results.data() + slot, work);
     slot += SlotBytes(tensor);
-    const uint64_t element = ElementSize(specs.back().dtype);
-    const uint64_t count = tensor.submissions.front().request.length() / element;
-    const uint64_t per_piece = std::max<uint64_t>(1, kPieceBytes / element);
-    for (uint64_t first = 0; first < count; first += per_piece) {
-      pieces.push_back({t, first, std::min(per_piece, count - first)});
-    }
   }
-
-  std::byte* data = results.data();
-  auto reduce_piece = [&](size_t index) {
-    const Piece& piece = pieces[index];
-    const ReadyTensor& tensor = batch.tensors[piece.tensor];
-    const uint64_t element = ElementSize(specs[piece.tensor].dtype);
-    const uint64_t skip = piece.first * element;
-    absl::InlinedVector<const void*, 16> inputs;
-    inputs.reserve(tensor.submissions.size());
-    for (const Submission& submission : tensor.submissions) {
-      inputs.push_back(submission.client->segment->arena() + submission.request.offset() + skip);
-    }
-    exec::Reduce(specs[piece.tensor], inputs, data + outcome.offsets[piece.tensor] + skip,
-                 piece.count);
-  };
-  if (batch.bytes < kInlineBytes) {
-    for (size_t i = 0; i < pieces.size(); ++i) reduce_piece(i);
+  if (work.bytes() < kInlineBytes) {
+    for (size_t i = 0; i < work.size(); ++i) work.Run(i);
   } else {
-    pool_.Run(pieces.size(), reduce_piece);
+    pool_.Run(work.size(), [&work](size_t i) { work.Run(i); });
   }
+  outcome.finished = Clock::now();
 
   // A client that truncated its segment under us left zeros in the inputs.
   for (const ReadyTensor& tensor : batch.tensors) {

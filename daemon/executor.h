@@ -1,7 +1,7 @@
 // Runs fused batches on the CPU: allocates the batch's result block in the
-// job's result segment and reduces every tensor's inputs, straight from the
-// clients' arenas, into its slot. Large batches are split into pieces that
-// the thread pool shares.
+// job's result segment and has each tensor's op fill its slot — reductions
+// straight from the clients' arenas, copies for the gathering collectives —
+// with the work cut into pieces that the thread pool shares.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/client_record.h"
+#include "daemon/coordinator.h"
 #include "daemon/fusion.h"
 #include "daemon/result_arena.h"
 #include "daemon/thread_pool.h"
@@ -17,7 +18,10 @@ namespace collective::daemon {
 
 class Executor {
  public:
-  explicit Executor(ThreadPool& pool) : pool_(pool) {}
+  explicit Executor(ThreadPool& pool);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   struct Outcome {
     // No result space right now: run the batch again after releases.
@@ -25,17 +29,22 @@ class Executor {
     // Otherwise: OK, or the error that every rank of every tensor receives.
     absl::Status status;
     uint64_t block = 0;
-    std::vector<uint64_t> offsets;  // per tensor, in the result segment's data
-    // Clients whose segment vanished under the reduction (see SigbusGuard).
+    std::vector<uint64_t> slots;  // per tensor, in the result segment's data
+    // Clients whose segment vanished under the work (see SigbusGuard).
     std::vector<ClientRecord*> corrupted;
     // The result segment itself vanished (a client that owns it truncated it).
     bool results_lost = false;
+    Clock::time_point started;
+    Clock::time_point finished;
   };
 
-  Outcome RunAllreduce(const FusedBatch& batch, ResultArena& results);
+  // Every tensor of `batch` has passed its op's Check.
+  Outcome Run(const FusedBatch& batch, ResultArena& results);
 
  private:
   ThreadPool& pool_;
+  // Zeros that stand for joined ranks' inputs (read-only, one piece long).
+  const std::byte* zeros_;
 };
 
 }  // namespace collective::daemon

@@ -1,6 +1,6 @@
 #include "daemon/fusion.h"
 
-#include "shm/segment_layout.h"
+#include "daemon/ops/collective_op.h"
 
 namespace collective::daemon {
 namespace {
@@ -9,7 +9,7 @@ double ScaleOf(bool present, double value) { return present ? value : 1.0; }
 
 bool Compatible(const v1::TensorRequest& a, const v1::TensorRequest& b) {
   return a.collective() == b.collective() && a.dtype() == b.dtype() && a.op() == b.op() &&
-         a.process_set_id() == b.process_set_id() &&
+         a.process_set_id() == b.process_set_id() && a.root_rank() == b.root_rank() &&
          ScaleOf(a.has_prescale(), a.prescale()) == ScaleOf(b.has_prescale(), b.prescale()) &&
          ScaleOf(a.has_postscale(), a.postscale()) == ScaleOf(b.has_postscale(), b.postscale());
 }
@@ -17,7 +17,7 @@ bool Compatible(const v1::TensorRequest& a, const v1::TensorRequest& b) {
 }  // namespace
 
 uint64_t SlotBytes(const ReadyTensor& tensor) {
-  return shm::RoundUp(tensor.submissions.front().request.length(), shm::kDataAlignment);
+  return ops::OpFor(tensor.request().collective())->SlotBytes(tensor);
 }
 
 std::vector<FusedBatch> PlanFusion(std::vector<ReadyTensor> tensors, uint64_t threshold) {
@@ -28,10 +28,10 @@ std::vector<FusedBatch> PlanFusion(std::vector<ReadyTensor> tensors, uint64_t th
     taken[i] = true;
     FusedBatch batch;
     batch.bytes = SlotBytes(tensors[i]);
-    const v1::TensorRequest& head = tensors[i].submissions.front().request;
+    const v1::TensorRequest& head = tensors[i].request();
     std::vector<size_t> members = {i};
     for (size_t j = i + 1; j < tensors.size() && batch.bytes < threshold; ++j) {
-      if (taken[j] || !Compatible(head, tensors[j].submissions.front().request)) continue;
+      if (taken[j] || !Compatible(head, tensors[j].request())) continue;
       const uint64_t bytes = SlotBytes(tensors[j]);
       if (batch.bytes + bytes > threshold) continue;
       taken[j] = true;

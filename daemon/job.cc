@@ -60,7 +60,15 @@ bool Job::finished() const {
   return true;
 }
 
-void Job::Form(std::unique_ptr<ResultArena> results) {
+absl::Status Job::Form(std::unique_ptr<ResultArena> results,
+                       const std::vector<std::vector<int32_t>>& static_process_sets) {
+  process_sets_ = std::make_unique<ProcessSetTable>(local_size_);
+  for (const std::vector<int32_t>& ranks : static_process_sets) {
+    if (auto added = process_sets_->Add(ranks); !added.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("static process set ", RanksString(ranks), ": ", added.status().message()));
+    }
+  }
   results_ = std::move(results);
   formed_at_ = absl::Now();
   state_ = JobState::kRunning;
@@ -76,6 +84,7 @@ void Job::Form(std::unique_ptr<ResultArena> results) {
     topology.set_cross_size(1);
     topology.set_is_homogeneous(true);
   }
+  return absl::OkStatus();
 }
 
 void Job::End(absl::Status why) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/client_record.h"
+#include "daemon/process_sets.h"
 #include "daemon/result_arena.h"
 
 namespace collective::daemon {
@@ -53,9 +54,13 @@ class Job {
   // Every member has left or gone.
   bool finished() const;
 
-  // All ranks are in: assign topologies, take the result arena, run.
-  void Form(std::unique_ptr<ResultArena> results);
+  // All ranks are in: assign topologies, create the static process sets
+  // (every member asked for the same ones), take the result arena, run.
+  absl::Status Form(std::unique_ptr<ResultArena> results,
+                    const std::vector<std::vector<int32_t>>& static_process_sets);
   ResultArena* results() const { return results_.get(); }
+  ProcessSetTable& process_sets() { return *process_sets_; }
+  const ProcessSetTable& process_sets() const { return *process_sets_; }
 
   // First reason wins; later calls keep it. Fail overrides End.
   void End(absl::Status why);
@@ -71,6 +76,7 @@ class Job {
   absl::Time formed_at_;
   std::vector<std::unique_ptr<ClientRecord>> members_;
   std::unique_ptr<ResultArena> results_;
+  std::unique_ptr<ProcessSetTable> process_sets_;
 };
 
 // "local ranks 2, 3" / "local rank 1".

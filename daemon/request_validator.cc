@@ -39,8 +39,17 @@ absl::Status CheckScale(const char* field, bool present, double value, v1::DataT
   return absl::OkStatus();
 }
 
-absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimits& limits) {
-  const std::string& name = request.name();
+bool IsControl(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_BARRIER || collective == v1::COLLECTIVE_JOIN ||
+         collective == v1::COLLECTIVE_ADD_PROCESS_SET ||
+         collective == v1::COLLECTIVE_REMOVE_PROCESS_SET;
+}
+
+bool IsReduction(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_REDUCESCATTER;
+}
+
+absl::Status CheckName(const std::string& name, const RequestLimits& limits) {
   if (name.empty()) return absl::InvalidArgumentError("the tensor name is empty");
   if (name.size() > limits.max_name_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("the tensor name has ", name.size(),
@@ -51,20 +60,44 @@ absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimit
       return absl::InvalidArgumentError("the tensor name contains a control character");
     }
   }
+  return absl::OkStatus();
+}
 
-  if (!v1::Collective_IsValid(request.collective()) ||
-      request.collective() == v1::COLLECTIVE_UNSPECIFIED) {
+// Barrier, join and process-set changes carry no data.
+absl::Status CheckControl(const v1::TensorRequest& request) {
+  const std::string what = CollectiveName(request.collective());
+  if (request.length() != 0 || request.shape_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " carries no tensor data"));
+  }
+  if (request.group_id() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " cannot be part of a group"));
+  }
+  const bool changes_sets = request.collective() == v1::COLLECTIVE_ADD_PROCESS_SET ||
+                            request.collective() == v1::COLLECTIVE_REMOVE_PROCESS_SET;
+  if (changes_sets && request.process_set_id() != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("unknown collective ", CollectiveName(request.collective())));
+        absl::StrCat(what, " is a collective of the global process set (id 0)"));
   }
-  if (request.collective() != v1::COLLECTIVE_ALLREDUCE) {
-    return absl::UnimplementedError(absl::StrCat(CollectiveName(request.collective()),
-                                                 " is not supported by this daemon version"));
+  if (request.collective() == v1::COLLECTIVE_ADD_PROCESS_SET &&
+      request.process_set_ranks_size() == 0) {
+    return absl::InvalidArgumentError("a process set needs at least one rank");
   }
+  return absl::OkStatus();
+}
 
+absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
+  const v1::Collective collective = request.collective();
   const v1::DataType dtype = request.dtype();
-  if (ElementSize(dtype) == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", DataTypeName(dtype)));
+  if (!IsReduction(collective)) {
+    if (request.has_prescale() && request.prescale() != 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prescale applies to allreduce and reducescatter, not ", CollectiveName(collective)));
+    }
+    if (request.has_postscale() && request.postscale() != 1.0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "postscale applies to allreduce and reducescatter, not ", CollectiveName(collective)));
+    }
+    return absl::OkStatus();
   }
   const v1::ReduceOp op = request.op();
   if (!v1::ReduceOp_IsValid(op) || op == v1::REDUCE_OP_UNSPECIFIED) {
@@ -72,6 +105,11 @@ absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimit
   }
   if (op == v1::REDUCE_OP_ADASUM) {
     return absl::UnimplementedError("the adasum reduce op is not implemented");
+  }
+  if (collective == v1::COLLECTIVE_REDUCESCATTER && op != v1::REDUCE_OP_SUM &&
+      op != v1::REDUCE_OP_AVERAGE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reducescatter supports the sum and average reduce ops, not ", ReduceOpName(op)));
   }
   const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
   if (!exec::IsReducible(dtype, kernel_op)) {
@@ -84,15 +122,27 @@ absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimit
       !status.ok()) {
     return status;
   }
-  if (absl::Status status =
-          CheckScale("postscale", request.has_postscale(), request.postscale(), dtype);
-      !status.ok()) {
-    return status;
+  return CheckScale("postscale", request.has_postscale(), request.postscale(), dtype);
+}
+
+absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& limits) {
+  const v1::Collective collective = request.collective();
+  const v1::DataType dtype = request.dtype();
+  if (ElementSize(dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", DataTypeName(dtype)));
   }
+  if (absl::Status status = CheckOpAndScales(request); !status.ok()) return status;
 
   if (request.shape_size() > static_cast<int>(limits.max_dims)) {
     return absl::InvalidArgumentError(absl::StrCat("the shape has ", request.shape_size(),
                                                    " dimensions; the limit is ", limits.max_dims));
+  }
+  const bool needs_rows = collective == v1::COLLECTIVE_ALLGATHER ||
+                          collective == v1::COLLECTIVE_ALLTOALL ||
+                          collective == v1::COLLECTIVE_REDUCESCATTER;
+  if (needs_rows && request.shape_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        CollectiveName(collective), " needs a tensor of at least one dimension (its rows)"));
   }
   const auto elements = NumElements(ShapeOf(request.shape()));
   if (!elements.ok()) return absl::InvalidArgumentError(elements.status().message());
@@ -111,17 +161,63 @@ absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimit
                      " lies outside the client's arena of ", limits.arena_bytes, " bytes"));
   }
 
-  if (request.process_set_id() != 0) {
+  if (request.splits_size() != 0) {
+    if (collective != v1::COLLECTIVE_ALLTOALL) {
+      return absl::InvalidArgumentError("splits apply only to alltoall");
+    }
+    if (request.shape_size() == 0) {
+      return absl::InvalidArgumentError("splits need a tensor of at least one dimension");
+    }
+    // Each split is at most the first dimension and the running total never
+    // wraps: the alltoall op sizes its copies from these numbers.
+    for (int64_t split : request.splits()) {
+      if (split < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("split ", split, " is negative"));
+      }
+    }
+    int64_t total = 0;
+    for (int64_t split : request.splits()) {
+      if (split > request.shape(0) || __builtin_add_overflow(total, split, &total)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("split ", split, " exceeds the first dimension ", request.shape(0)));
+      }
+    }
+    if (total != request.shape(0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the splits add up to ", total, " rows but the first dimension is ", request.shape(0)));
+    }
+  }
+  if (collective == v1::COLLECTIVE_BROADCAST && request.root_rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root rank ", request.root_rank(), " is negative"));
+  }
+  if (request.group_id() != 0) {
+    if (collective != v1::COLLECTIVE_ALLREDUCE && collective != v1::COLLECTIVE_ALLGATHER &&
+        collective != v1::COLLECTIVE_REDUCESCATTER) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("only allreduce, allgather and reducescatter can be grouped, not ",
+                       CollectiveName(collective)));
+    }
+    if (request.group_size() < 1 || request.group_size() > kMaxGroupSize) {
+      return absl::InvalidArgumentError(absl::StrCat("group size ", request.group_size(),
+                                                     " is outside [1, ", kMaxGroupSize, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFields(const v1::TensorRequest& request, const RequestLimits& limits) {
+  if (absl::Status status = CheckName(request.name(), limits); !status.ok()) return status;
+  const v1::Collective collective = request.collective();
+  if (!v1::Collective_IsValid(collective) || collective == v1::COLLECTIVE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown collective ", CollectiveName(collective)));
+  }
+  if (request.process_set_id() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("process set ", request.process_set_id(), " does not exist"));
   }
-  if (request.group_id() != 0) {
-    return absl::UnimplementedError("grouped requests are not supported by this daemon version");
-  }
-  if (request.splits_size() != 0) {
-    return absl::InvalidArgumentError("splits apply only to alltoall");
-  }
-  return absl::OkStatus();
+  return IsControl(collective) ? CheckControl(request) : CheckData(request, limits);
 }
 
 }  // namespace

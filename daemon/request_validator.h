@@ -1,6 +1,7 @@
 // Checks one submitted request on its own, before the daemon touches any
-// memory: every field that can be judged without the other ranks' requests.
-// (Agreement across ranks is the coordinator's business, see mismatch.h.)
+// memory: every field that can be judged without the other ranks' requests
+// or the process set (agreement across ranks is mismatch.h's business; what
+// needs the set's size, such as splits and the root, the ops').
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,8 @@ namespace collective::daemon {
 
 // Tensors may have at most this many dimensions.
 inline constexpr uint32_t kMaxDims = 64;
+// A group holds at most this many tensors.
+inline constexpr uint32_t kMaxGroupSize = 65536;
 
 struct RequestLimits {
   uint32_t max_name_bytes = 1024;

@@ -137,4 +137,18 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Health(grpc::CallbackServerCont
   return AskEngine<HealthEvent>(context, response, "Health");
 }
 
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Timeline(grpc::CallbackServerContext* context,
+                                                          const v1::TimelineRequest* request,
+                                                          v1::TimelineResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto peer = Authorize(*context, "Timeline");
+  if (!peer.ok()) return Refuse(reactor, peer.status());
+  const bool posted = engine_.Post(TimelineEvent{
+      *request, *peer, [reactor, response](const absl::StatusOr<v1::TimelineResponse>& answer) {
+        if (answer.ok()) *response = *answer;
+        reactor->Finish(ToGrpcStatus(answer.status()));
+      }});
+  return posted ? reactor : Refuse(reactor, ShuttingDown());
+}
+
 }  // namespace collective::daemon

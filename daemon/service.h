@@ -29,6 +29,9 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context,
                                    const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override;
+  grpc::ServerUnaryReactor* Timeline(grpc::CallbackServerContext* context,
+                                     const v1::TimelineRequest* request,
+                                     v1::TimelineResponse* response) override;
 
  private:
   // The peer's credentials if the policy admits it; else PERMISSION_DENIED,

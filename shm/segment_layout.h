@@ -31,7 +31,7 @@
 
 namespace collective::shm {
 
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kClientSegmentMagic = 0x31544e45494c4343ull;  // "CCLIENT1"
 inline constexpr uint64_t kResultSegmentMagic = 0x31544c5553455243ull;  // "CRESULT1"
 inline constexpr uint64_t kPageBytes = 4096;
@@ -59,8 +59,15 @@ struct CompletionRecord {
   uint64_t result_offset;
   uint64_t result_bytes;
   // First dimension of the result: the client knows every other dimension.
+  // For join: the last rank to join; for adding a process set: its id.
   int64_t result_dim0;
-  uint64_t reserved[3];
+  // An array of aux_count int64 values in the result segment's data area, at
+  // aux_offset (alltoall: the rows received from each rank); read under the
+  // same release as the result.
+  uint64_t aux_offset;
+  uint32_t aux_count;
+  uint32_t reserved0;
+  uint64_t reserved1;
 };
 
 // A record of the submission ring: this header, then `bytes` of payload,
@@ -93,6 +100,9 @@ struct alignas(kDataAlignment) ClientSegmentHeader {
   // Daemon-written: CLOCK_MONOTONIC nanoseconds of the daemon's last sign of
   // life, so that a client can tell a hung daemon from a slow collective.
   alignas(kDataAlignment) std::atomic<uint64_t> daemon_heartbeat_ns;
+  // Daemon-written: non-zero while a timeline records, so that the client
+  // reports when it copies results out (ClientMessage.copy_outs).
+  std::atomic<uint32_t> timeline_active;
 
   // Daemon-written: number of records ever published.
   alignas(kDataAlignment) std::atomic<uint64_t> ring_head;

@@ -2,11 +2,15 @@
 //
 //   collectivectl status [--json]     version, job, clients, pending tensors, totals
 //   collectivectl health [--wait]     exit 0 only if the daemon answers and serves
+//   collectivectl timeline start FILE [--mark-cycles] | stop
+//                                     record the daemon's work as a Chrome trace
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 
 #include <CLI/CLI.hpp>
 #include <google/protobuf/util/json_util.h>
@@ -32,6 +36,32 @@ int Report(const grpc::Status& status, const std::string& socket) {
   return 1;
 }
 
+// The daemon resolves the path in its own working directory, which means
+// nothing here; so it only takes absolute paths, made here from ours.
+bool MakeAbsolute(std::string& path) {
+  std::error_code error;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  if (error) {
+    std::fprintf(stderr, "collectivectl: cannot make %s absolute: %s\n", path.c_str(),
+                 error.message().c_str());
+    return false;
+  }
+  path = absolute.string();
+  return true;
+}
+
+void PrintTimeline(const collective::v1::TimelineResponse& response) {
+  if (response.active()) {
+    std::cout << "timeline recording to " << response.path() << " (" << response.events_written()
+              << " events written so far)\n";
+  } else if (!response.path().empty()) {
+    std::cout << "timeline stopped: " << response.events_written() << " events written to "
+              << response.path() << "\n";
+  } else {
+    std::cout << "timeline not recording\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +83,17 @@ int main(int argc, char** argv) {
   health_command->add_flag("--wait", wait,
                            "wait (up to --timeout) for the daemon to come up instead of failing "
                            "at once");
+  CLI::App* timeline_command =
+      app.add_subcommand("timeline", "record what the daemon does as a Chrome trace (JSON)");
+  timeline_command->require_subcommand(1);
+  CLI::App* timeline_start = timeline_command->add_subcommand(
+      "start", "start recording into FILE (created or truncated with your own permissions)");
+  std::string timeline_file;
+  bool mark_cycles = false;
+  timeline_start->add_option("FILE", timeline_file, "the trace file to write")->required();
+  timeline_start->add_flag("--mark-cycles", mark_cycles, "also mark every cycle of the engine");
+  CLI::App* timeline_stop =
+      timeline_command->add_subcommand("stop", "stop recording and complete the file");
   CLI11_PARSE(app, argc, argv);
 
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
@@ -69,6 +110,22 @@ int main(int argc, char** argv) {
     std::cout << (response.serving() ? "serving" : "not serving") << " (collectived "
               << response.version() << ")\n";
     return response.serving() ? 0 : 1;
+  }
+  if (*timeline_command) {
+    collective::v1::TimelineRequest request;
+    if (*timeline_start) {
+      if (!MakeAbsolute(timeline_file)) return 1;
+      request.set_action(collective::v1::TimelineRequest::ACTION_START);
+      request.set_path(timeline_file);
+      request.set_mark_cycles(mark_cycles);
+    } else if (*timeline_stop) {
+      request.set_action(collective::v1::TimelineRequest::ACTION_STOP);
+    }
+    collective::v1::TimelineResponse response;
+    const grpc::Status status = stub->Timeline(&context, request, &response);
+    if (!status.ok()) return Report(status, socket);
+    PrintTimeline(response);
+    return 0;
   }
   if (*status_command) {
     collective::v1::StatusResponse response;

@@ -115,6 +115,21 @@ std::string FormatStatus(const v1::StatusResponse& status) {
         fmt::format("result arena: {} of {} in use\n", HumanBytes(status.result_arena_used_bytes()),
                     HumanBytes(status.result_arena_bytes()));
   }
+  if (status.process_sets_size() > 1) {
+    std::vector<std::string> sets;
+    for (const v1::ProcessSet& set : status.process_sets()) {
+      if (set.id() == 0) continue;
+      sets.push_back(fmt::format("{}: [{}]", set.id(), absl::StrJoin(set.ranks(), ", ")));
+    }
+    out += fmt::format("process sets: {}\n", absl::StrJoin(sets, "; "));
+  }
+  if (!status.joined_ranks().empty()) {
+    out += fmt::format("joined ranks: {}\n", Ranks(status.joined_ranks()));
+  }
+  if (status.timeline().active()) {
+    out += fmt::format("timeline: recording to {} ({} events so far)\n", status.timeline().path(),
+                       status.timeline().events_written());
+  }
   const v1::Totals& totals = status.totals();
   out += fmt::format(
       "totals: {} jobs, {} collectives ({} requests), {} reduced, {} fused batches, {} errors\n",
@@ -136,10 +151,12 @@ std::string FormatStatus(const v1::StatusResponse& status) {
     out += "\nCLIENTS\n" + clients.Render();
   }
   if (!status.pending().empty()) {
-    Table pending({"NAME", "COLLECTIVE", "READY RANKS", "MISSING RANKS", "AGE"});
+    Table pending({"NAME", "COLLECTIVE", "SET", "READY RANKS", "MISSING RANKS", "AGE"});
     for (const v1::PendingTensor& tensor : status.pending()) {
-      pending.Add({tensor.name(), CollectiveName(tensor.collective()), Ranks(tensor.ready_ranks()),
-                   Ranks(tensor.missing_ranks()), HumanDuration(tensor.age_seconds())});
+      pending.Add({tensor.name(), CollectiveName(tensor.collective()),
+                   std::to_string(tensor.process_set_id()), Ranks(tensor.ready_ranks()),
+                   Ranks(tensor.missing_ranks()),
+                   HumanDuration(tensor.age_seconds()) + (tensor.stalled() ? " STALLED" : "")});
     }
     out += "\nPENDING TENSORS\n" + pending.Render();
   }

@@ -49,6 +49,9 @@ struct ClientOptions {
   uint64_t arena_bytes = 0;
   // How long to wait for the whole job to register.
   absl::Duration register_timeout = absl::Minutes(5);
+  // Process sets to create when the job forms (ids 1, 2, ... in this
+  // order); every rank must list the same ones.
+  std::vector<std::vector<int>> static_process_sets;
   // A daemon whose heartbeat is older than this is considered hung.
   absl::Duration daemon_timeout = absl::Seconds(60);
 
@@ -67,12 +70,31 @@ struct TensorView {
   absl::StatusOr<size_t> bytes() const;
 };
 
+// The global process set: every rank of the job.
+inline constexpr int32_t kGlobalProcessSet = 0;
+
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
   // Every input is multiplied by prescale before the reduction, the result
   // by postscale after it.
   double prescale = 1.0;
   double postscale = 1.0;
+  int32_t process_set = kGlobalProcessSet;
+};
+
+// Reducescatter supports kSum and kAverage.
+using ReducescatterOptions = AllreduceOptions;
+
+// A process set: a subset of the job's ranks with collectives of its own.
+// Ranks within it are counted in ascending order of global rank.
+struct ProcessSet {
+  int32_t id = kGlobalProcessSet;
+  std::vector<int> ranks;  // global ranks, ascending
+
+  int size() const { return static_cast<int>(ranks.size()); }
+  bool included(int global_rank) const;
+  // The rank within the set of `global_rank`, or -1.
+  int rank_of(int global_rank) const;
 };
 
 // A block of this client's shared-memory arena. Tensors placed in one are
@@ -112,7 +134,11 @@ class Result {
   const void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   DataType dtype() const { return dtype_; }
+  // The result's shape: for allgather and alltoall the first dimension is
+  // what this rank received; for reducescatter, its share of the rows.
   const std::vector<int64_t>& shape() const { return shape_; }
+  // Alltoall: the rows received from each rank of the set, in rank order.
+  const std::vector<int64_t>& received_splits() const { return received_splits_; }
 
   // Ends a view early; the daemon may then reuse the memory.
   void Release();
@@ -125,6 +151,7 @@ class Result {
   size_t bytes_ = 0;
   DataType dtype_ = DataType::kFloat32;
   std::vector<int64_t> shape_;
+  std::vector<int64_t> received_splits_;
 };
 
 class Client {
@@ -152,16 +179,81 @@ class Client {
   // of inputs still in flight; fails if `bytes` exceeds the whole arena.
   absl::StatusOr<Buffer> Allocate(size_t bytes);
 
-  // Starts an allreduce of `input` across every rank of the job. The name
-  // identifies the tensor across ranks and must not be outstanding already.
-  // If `output` is not null the result is copied there by Wait (it may be
-  // input.data, for an in-place allreduce); otherwise Wait returns a view.
+  // The collectives. Each starts a request and returns its handle; Wait
+  // returns its result. Names identify tensors across the ranks of a process
+  // set and must not be outstanding already on this rank. Where a collective
+  // takes `output`, a non-null output receives a copy of the result in Wait
+  // (it may be the input, for the in-place form); a null one makes Wait
+  // return a read-only view.
+
+  // Allreduce across the ranks of options.process_set.
   absl::StatusOr<Handle> AllreduceAsync(absl::string_view name, const TensorView& input,
                                         void* output, const AllreduceOptions& options = {});
-
   // AllreduceAsync followed by Wait; the result is copied into `output`.
   absl::Status Allreduce(absl::string_view name, const TensorView& input, void* output,
                          const AllreduceOptions& options = {});
+  // Tensors negotiated and run together, never split across cycles.
+  absl::StatusOr<std::vector<Handle>> GroupedAllreduceAsync(const std::vector<std::string>& names,
+                                                            const std::vector<TensorView>& inputs,
+                                                            const std::vector<void*>& outputs,
+                                                            const AllreduceOptions& options = {});
+
+  // Allgather: every rank's tensor, concatenated in rank order along the
+  // first dimension (which may differ per rank). Wait returns a view whose
+  // shape has the total first dimension.
+  absl::StatusOr<Handle> AllgatherAsync(absl::string_view name, const TensorView& input,
+                                        int32_t process_set = kGlobalProcessSet);
+  absl::StatusOr<std::vector<Handle>> GroupedAllgatherAsync(
+      const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
+      int32_t process_set = kGlobalProcessSet);
+
+  // Broadcast from `root_rank` (counted within the process set). Every rank
+  // passes a tensor of the same shape; inputs are never written, so pass
+  // the input as output for the in-place form.
+  absl::StatusOr<Handle> BroadcastAsync(absl::string_view name, const TensorView& input,
+                                        void* output, int root_rank,
+                                        int32_t process_set = kGlobalProcessSet);
+
+  // Alltoall: splits[j] rows of the input (in order) go to rank j of the set;
+  // without splits the first dimension is split evenly. Wait returns a view
+  // of the rows received, with Result::received_splits().
+  absl::StatusOr<Handle> AlltoallAsync(absl::string_view name, const TensorView& input,
+                                       const std::vector<int64_t>& splits = {},
+                                       int32_t process_set = kGlobalProcessSet);
+
+  // Reducescatter: the sum (or average) over ranks, of which rank r receives
+  // its block of rows; with an uneven first dimension the first (dim0 mod
+  // size) ranks get one row more. `output` needs room for this rank's rows.
+  absl::StatusOr<Handle> ReducescatterAsync(absl::string_view name, const TensorView& input,
+                                            void* output, const ReducescatterOptions& options = {});
+  absl::StatusOr<std::vector<Handle>> GroupedReducescatterAsync(
+      const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
+      const std::vector<void*>& outputs, const ReducescatterOptions& options = {});
+
+  // Returns once every rank of the set has reached the barrier.
+  absl::Status Barrier(int32_t process_set = kGlobalProcessSet);
+
+  // Horovod's join: this rank has no more data. Until every rank of the set
+  // has joined, the others' allreduces go on with zeros from this rank
+  // (averages still divide by the full size) and their other collectives
+  // fail. Returns the last rank to join (counted within the set).
+  absl::StatusOr<int> Join(int32_t process_set = kGlobalProcessSet);
+
+  // Process sets. Adding and removing are collectives of the global set:
+  // every rank must ask for the same change.
+  absl::StatusOr<ProcessSet> AddProcessSet(std::vector<int> ranks);
+  absl::Status RemoveProcessSet(int32_t id);
+  // The sets this client knows, the global one included.
+  std::vector<ProcessSet> ProcessSets() const;
+  // This rank within a set, the set's size, whether this rank is in it.
+  absl::StatusOr<int> ProcessSetRank(int32_t id) const;
+  absl::StatusOr<int> ProcessSetSize(int32_t id) const;
+  absl::StatusOr<bool> ProcessSetIncluded(int32_t id) const;
+
+  // The daemon's timeline (Chrome trace JSON), written to `path` with this
+  // process's own file permissions.
+  absl::Status StartTimeline(const std::string& path, bool mark_cycles = false);
+  absl::Status StopTimeline();
 
   // True when Wait(handle) would not block.
   bool Poll(Handle handle);
@@ -177,6 +269,8 @@ class Client {
  private:
   Client(std::shared_ptr<internal::ClientCore> core, Topology topology)
       : core_(std::move(core)), topology_(topology) {}
+  // InvalidArgument unless this rank is in the set.
+  absl::Status CheckMember(int32_t process_set) const;
 
   std::shared_ptr<internal::ClientCore> core_;
   Topology topology_;

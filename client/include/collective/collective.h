@@ -41,6 +41,17 @@ typedef enum {
   COLLECTIVE_ADASUM = 6
 } collective_op_t;
 
+/* A tensor in memory, described but not owned. */
+typedef struct {
+  const void* data;
+  collective_dtype_t dtype;
+  const int64_t* shape;
+  int ndims;
+} collective_tensor_t;
+
+/* The global process set: every rank of the job. */
+#define COLLECTIVE_GLOBAL_PROCESS_SET 0
+
 typedef struct {
   const char* socket_path;         /* NULL: $COLLECTIVE_SOCKET or the default socket */
   const char* job_id;              /* NULL: $COLLECTIVE_JOB_ID or "default" */
@@ -84,11 +95,71 @@ int collective_allreduce(collective_client_t* client, const char* name, const vo
                          void* output, collective_dtype_t dtype, const int64_t* shape, int ndims,
                          collective_op_t op, double prescale, double postscale);
 
+/* Every Horovod collective (see collective/client.h for the semantics).
+ * Outputs may be NULL, for a view returned by collective_wait. Handles come
+ * back in `handles` (one per tensor for the grouped forms). */
+int collective_allreduce_tensor_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      collective_op_t op, double prescale, double postscale,
+                                      int32_t process_set, collective_handle_t* handle);
+int collective_grouped_allreduce_async(collective_client_t* client, int count,
+                                       const char* const* names, const collective_tensor_t* inputs,
+                                       void* const* outputs, collective_op_t op, double prescale,
+                                       double postscale, int32_t process_set,
+                                       collective_handle_t* handles);
+int collective_allgather_async(collective_client_t* client, const char* name,
+                               const collective_tensor_t* input, int32_t process_set,
+                               collective_handle_t* handle);
+int collective_grouped_allgather_async(collective_client_t* client, int count,
+                                       const char* const* names, const collective_tensor_t* inputs,
+                                       int32_t process_set, collective_handle_t* handles);
+/* root_rank is counted within the process set. */
+int collective_broadcast_async(collective_client_t* client, const char* name,
+                               const collective_tensor_t* input, void* output, int root_rank,
+                               int32_t process_set, collective_handle_t* handle);
+/* splits may be NULL (nsplits 0): the first dimension is split evenly. */
+int collective_alltoall_async(collective_client_t* client, const char* name,
+                              const collective_tensor_t* input, const int64_t* splits, int nsplits,
+                              int32_t process_set, collective_handle_t* handle);
+int collective_reducescatter_async(collective_client_t* client, const char* name,
+                                   const collective_tensor_t* input, void* output,
+                                   collective_op_t op, double prescale, double postscale,
+                                   int32_t process_set, collective_handle_t* handle);
+int collective_grouped_reducescatter_async(collective_client_t* client, int count,
+                                           const char* const* names,
+                                           const collective_tensor_t* inputs, void* const* outputs,
+                                           collective_op_t op, double prescale, double postscale,
+                                           int32_t process_set, collective_handle_t* handles);
+int collective_barrier(collective_client_t* client, int32_t process_set);
+/* *last_rank: the last rank to join, counted within the set. */
+int collective_join(collective_client_t* client, int32_t process_set, int* last_rank);
+
+/* Process sets: adding and removing are collectives of the global set. */
+int collective_add_process_set(collective_client_t* client, const int* ranks, int nranks,
+                               int32_t* id);
+int collective_remove_process_set(collective_client_t* client, int32_t id);
+int collective_process_set_rank(const collective_client_t* client, int32_t id, int* rank);
+int collective_process_set_size(const collective_client_t* client, int32_t id, int* size);
+int collective_process_set_included(const collective_client_t* client, int32_t id, int* included);
+
+/* The daemon's timeline, written with the caller's own file permissions. */
+int collective_start_timeline(collective_client_t* client, const char* path, int mark_cycles);
+int collective_stop_timeline(collective_client_t* client);
+
+/* After collective_wait of a view (no output), until collective_release: the
+ * result's shape (allgather and alltoall learn their first dimension here)
+ * and, for alltoall, the rows received from each rank. Up to `capacity`
+ * values are written; *count says how many there are. */
+int collective_result_shape(collective_client_t* client, collective_handle_t handle, int64_t* shape,
+                            int capacity, int* count);
+int collective_received_splits(collective_client_t* client, collective_handle_t handle,
+                               int64_t* splits, int capacity, int* count);
+
 /* 1 when collective_wait would not block, else 0. */
 int collective_poll(collective_client_t* client, collective_handle_t handle);
 /* Waits (timeout_seconds < 0: forever). When the request had no output
- * buffer, *view and *bytes describe the result until collective_release;
- * either pointer may be NULL. */
+ * buffer, *view and *bytes describe the result until collective_release
+ * (call it once per such request); either pointer may be NULL. */
 int collective_wait(collective_client_t* client, collective_handle_t handle, double timeout_seconds,
                     const void** view, size_t* bytes);
 /* Ends a view returned by collective_wait. */

@@ -1,0 +1,99 @@
+#include "client/request_builder.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace collective::internal {
+namespace {
+
+absl::Status CheckName(absl::string_view name, const v1::Limits& limits) {
+  if (name.empty()) return absl::InvalidArgumentError("the tensor name is empty");
+  if (name.size() > limits.max_name_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor name of ", name.size(), " bytes exceeds the limit of ", limits.max_name_bytes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
+                                            absl::string_view name, const TensorView& input,
+                                            int32_t process_set, ProcessSet* set_out) {
+  RETURN_IF_ERROR(CheckName(name, core.limits()));
+  ASSIGN_OR_RETURN_WITH(const size_t bytes, input.bytes(), absl::StrCat("tensor '", name, "'"));
+  if (input.shape.size() > core.limits().max_dims()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ", input.shape.size(),
+                                                   " dimensions; the limit is ",
+                                                   core.limits().max_dims()));
+  }
+  if (input.data == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no data"));
+  }
+  ASSIGN_OR_RETURN(const ProcessSet set, core.FindProcessSet(process_set));
+  if (!set.included(core.rank())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", core.rank(),
+                                                   " is not a member of process set ", process_set,
+                                                   " [", absl::StrJoin(set.ranks, ", "), "]"));
+  }
+  if (set_out != nullptr) *set_out = set;
+
+  PreparedRequest prepared;
+  prepared.dtype = input.dtype;
+  prepared.shape = input.shape;
+  v1::TensorRequest& request = prepared.request;
+  request.set_name(std::string(name));
+  request.set_collective(collective);
+  request.set_dtype(static_cast<v1::DataType>(input.dtype));
+  for (int64_t dim : input.shape) request.add_shape(dim);
+  request.set_length(bytes);
+  request.set_process_set_id(process_set);
+  if (auto in_arena = core.ArenaOffset(input.data, bytes)) {
+    request.set_offset(*in_arena);  // zero-copy: the daemon reads the tensor where it is
+  } else if (bytes > 0) {
+    ASSIGN_OR_RETURN(prepared.staging, core.Allocate(bytes));
+    std::memcpy(core.arena() + prepared.staging, input.data, bytes);
+    request.set_offset(prepared.staging);
+  }
+  return prepared;
+}
+
+absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collective collective,
+                                                 absl::string_view name, const TensorView& input,
+                                                 const AllreduceOptions& options, ProcessSet* set) {
+  if (options.op == ReduceOp::kAdasum) {
+    return absl::UnimplementedError("the adasum reduce op is not implemented");
+  }
+  if (input.dtype == DataType::kBool && options.op != ReduceOp::kMin &&
+      options.op != ReduceOp::kMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': bool tensors support only the min and max reduce ops"));
+  }
+  ASSIGN_OR_RETURN(PreparedRequest prepared,
+                   PrepareData(core, collective, name, input, options.process_set, set));
+  v1::TensorRequest& request = prepared.request;
+  request.set_op(static_cast<v1::ReduceOp>(options.op));
+  if (options.prescale != 1.0) request.set_prescale(options.prescale);
+  if (options.postscale != 1.0) request.set_postscale(options.postscale);
+  return prepared;
+}
+
+PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set) {
+  PreparedRequest prepared;
+  prepared.request.set_name(name);
+  prepared.request.set_collective(collective);
+  prepared.request.set_process_set_id(process_set);
+  return prepared;
+}
+
+void Discard(ClientCore& core, std::vector<PreparedRequest>& requests) {
+  for (PreparedRequest& prepared : requests) {
+    if (prepared.staging != ClientCore::kNoStaging) core.Free(prepared.staging);
+    prepared.staging = ClientCore::kNoStaging;
+  }
+}
+
+}  // namespace collective::internal

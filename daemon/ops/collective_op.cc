@@ -1,0 +1,59 @@
+#include "daemon/ops/collective_op.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "daemon/ops/ops.h"
+
+namespace collective::daemon::ops {
+
+absl::Status CollectiveOp::Check(const ReadyTensor& tensor) const {
+  if (!tensor.has_joined_ranks()) return absl::OkStatus();
+  std::vector<int32_t> joined;
+  size_t next = 0;
+  for (int32_t rank = 0; rank < tensor.set_size; ++rank) {
+    if (next < tensor.submissions.size() && tensor.submissions[next].set_rank == rank) {
+      ++next;
+    } else {
+      joined.push_back(rank);
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      CollectiveName(tensor.request().collective()), " of '", tensor.name, "' cannot run while ",
+      joined.size() == 1 ? "rank " : "ranks ", absl::StrJoin(joined, ", "), " of process set ",
+      tensor.process_set_id, joined.size() == 1 ? " has" : " have",
+      " joined: after a join only allreduce carries on"));
+}
+
+const CollectiveOp* OpFor(v1::Collective collective) {
+  switch (collective) {
+    case v1::COLLECTIVE_ALLREDUCE:
+      return &AllreduceOp();
+    case v1::COLLECTIVE_REDUCESCATTER:
+      return &ReducescatterOp();
+    case v1::COLLECTIVE_ALLGATHER:
+      return &AllgatherOp();
+    case v1::COLLECTIVE_BROADCAST:
+      return &BroadcastOp();
+    case v1::COLLECTIVE_ALLTOALL:
+      return &AlltoallOp();
+    default:
+      return nullptr;
+  }
+}
+
+const std::byte* InputOf(const Submission& submission) {
+  return submission.client->segment->arena() + submission.request.offset();
+}
+
+uint64_t RowBytes(const v1::TensorRequest& request) {
+  uint64_t bytes = ElementSize(request.dtype());
+  for (int i = 1; i < request.shape_size(); ++i) bytes *= static_cast<uint64_t>(request.shape(i));
+  return bytes;
+}
+
+int64_t Dim0(const v1::TensorRequest& request) {
+  return request.shape_size() > 0 ? request.shape(0) : 0;
+}
+
+}  // namespace collective::daemon::ops

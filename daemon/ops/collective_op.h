@@ -1,0 +1,62 @@
+// One small class per data collective: how much result space a tensor needs,
+// the copies and reductions that fill it, and where each rank's result lies.
+// The executor fuses tensors of one kind into a block and runs the work of
+// all of them on its thread pool; control collectives (barrier, join,
+// process-set changes) carry no data and are the engine's.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "collective/v1/types.pb.h"
+#include "daemon/coordinator.h"
+#include "daemon/ops/work_list.h"
+
+namespace collective::daemon::ops {
+
+// Where one rank's result lies, relative to the start of its tensor's slot.
+struct RankResult {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  int64_t dim0 = 0;
+  // An int64 array (alltoall: rows received from each rank), when aux_count
+  // is not zero.
+  uint64_t aux_offset = 0;
+  uint32_t aux_count = 0;
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+
+  // What can only be judged with every rank's request and the set's size
+  // (splits, the root, joined ranks), before any memory is touched. An error
+  // goes to every rank. The default refuses joined ranks: in Horovod only
+  // allreduce carries on while ranks have joined.
+  virtual absl::Status Check(const ReadyTensor& tensor) const;
+
+  // Bytes of the tensor's slot in the fused result block.
+  virtual uint64_t SlotBytes(const ReadyTensor& tensor) const = 0;
+
+  // Adds the work that fills `slot` (the tensor's slot, in the result
+  // segment).
+  virtual void AddWork(const ReadyTensor& tensor, std::byte* slot, WorkList& work) const = 0;
+
+  // Where the result of tensor.submissions[index] lies.
+  virtual RankResult ResultOf(const ReadyTensor& tensor, size_t index) const = 0;
+
+  // The timeline phase of this op's work.
+  virtual absl::string_view phase() const = 0;
+};
+
+// The op of a data collective; null for control collectives.
+const CollectiveOp* OpFor(v1::Collective collective);
+
+// Helpers shared by the ops.
+const std::byte* InputOf(const Submission& submission);
+// Bytes of one row: every dimension but the first (a scalar is one row).
+uint64_t RowBytes(const v1::TensorRequest& request);
+int64_t Dim0(const v1::TensorRequest& request);
+
+}  // namespace collective::daemon::ops

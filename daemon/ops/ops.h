@@ -1,0 +1,22 @@
+// The data collectives, one per file.
+#pragma once
+
+#include "daemon/ops/collective_op.h"
+
+namespace collective::daemon::ops {
+
+const CollectiveOp& AllreduceOp();
+const CollectiveOp& ReducescatterOp();
+const CollectiveOp& AllgatherOp();
+const CollectiveOp& BroadcastOp();
+const CollectiveOp& AlltoallOp();
+
+// A reduction's kernel spec: AVERAGE becomes SUM divided by the set's size
+// (joined ranks count, as in Horovod).
+exec::ReduceSpec ReductionSpec(const ReadyTensor& tensor);
+
+// Adds the reduction of `tensor` (one input per rank of its set, zeros for
+// joined ranks, in rank order) into `out`.
+void AddReduction(const ReadyTensor& tensor, std::byte* out, WorkList& work);
+
+}  // namespace collective::daemon::ops
