@@ -1,6 +1,8 @@
-// collective-bench: collectived against plain MPI on one node. A size sweep,
-// a ResNet-50 gradient step and the latency of a 4-byte allreduce, each with
-// client tensors copied in and out or placed in shared memory (zero-copy).
+// collective-bench: collectived against plain MPI on one node. A size sweep
+// of one collective (allreduce, allgather, broadcast, alltoall or
+// reducescatter), a ResNet-50 gradient step and the latency of a 4-byte
+// allreduce, each with client tensors copied in and out or placed in shared
+// memory (zero-copy).
 //
 // One executable, three roles: the launcher (what people run) starts a
 // private daemon and then this executable again as K client workers per
@@ -17,9 +19,10 @@
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "collective-bench: allreduce through collectived (size sweep, ResNet-50 gradient step, "
-      "4-byte latency; copy and zero-copy placement), optionally against in-place "
-      "MPI_Allreduce"};
+      "collective-bench: collectives through collectived (size sweep of allreduce, allgather, "
+      "broadcast, alltoall or reducescatter; ResNet-50 gradient step and 4-byte latency of "
+      "allreduce; copy and zero-copy placement), optionally against the matching MPI "
+      "collective"};
   collective::bench::BenchOptions options;
   collective::bench::OptionParser parser(app, options);
   CLI11_PARSE(app, argc, argv);

@@ -61,7 +61,8 @@ absl::Status ParseSizes(const std::string& text, uint64_t* min_bytes, uint64_t* 
 OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(options) {
   app.add_option("--mode", mode_,
                  "what to measure: sweep (sizes), resnet (ResNet-50 gradient "
-                 "step), latency (4-byte allreduce), or all")
+                 "step), latency (4-byte allreduce), or all (with an --op other "
+                 "than allreduce: the sweep alone)")
       ->type_name("MODE")
       ->check(CLI::IsMember({"sweep", "resnet", "latency", "all"}))
       ->capture_default_str();
@@ -75,7 +76,12 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->type_name("K")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  app.add_option("--sizes", sizes_, "sweep sizes in bytes, MIN:MAX, doubling")
+  app.add_option("--sizes", sizes_,
+                 "sweep sizes in bytes, MIN:MAX, doubling. A size is what each rank puts in "
+                 "(float32); allgather gives each rank K times that. For alltoall and "
+                 "reducescatter each size is rounded up to a multiple of 4*K bytes, so that it "
+                 "splits evenly among the K ranks (MPI_Alltoall and MPI_Reduce_scatter_block need "
+                 "that), and a size that rounding repeats is measured once")
       ->type_name("MIN:MAX")
       ->capture_default_str();
   app.add_option("--iterations", options_.iterations,
@@ -91,10 +97,25 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->type_name("N")
       ->check(CLI::Range(1, 10000000))
       ->capture_default_str();
-  app.add_option("--op", op_, "reduce op")
+  std::vector<std::string> ops;
+  for (const auto& [name, collective] : CollectiveNames()) ops.push_back(name);
+  ops.insert(ops.end(), {"sum", "average"});
+  app.add_option(
+         "--op", op_,
+         "collective of the size sweep: allreduce, allgather, broadcast (from rank 0), alltoall "
+         "(even split) or reducescatter (even split), against MPI_Allreduce (in place), "
+         "MPI_Allgather, MPI_Bcast, MPI_Alltoall and MPI_Reduce_scatter_block. The ResNet step "
+         "and the latency measure allreduce only: with another collective, --mode all runs the "
+         "sweep alone. 'sum' and 'average' (the reduce op before --reduce-op existed) still "
+         "mean allreduce with that --reduce-op")
       ->type_name("OP")
-      ->check(CLI::IsMember({"sum", "average"}))
+      ->check(CLI::IsMember(ops))
       ->capture_default_str();
+  reduce_op_option_ =
+      app.add_option("--reduce-op", reduce_op_, "reduction of allreduce and reducescatter")
+          ->type_name("OP")
+          ->check(CLI::IsMember({"sum", "average"}))
+          ->capture_default_str();
   app.add_option("--workload", options_.workload,
                  "gradient list of the ResNet step (default: the repository's " +
                      std::string(kWorkloadFile) +
@@ -110,8 +131,8 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->type_name("FLAG")
       ->allow_extra_args(false);
   app.add_option("--compare", compare_,
-                 "also run the workloads with in-place MPI_Allreduce over mpirun and print the "
-                 "ratios")
+                 "also run the workloads with the matching MPI collective over mpirun (see --op) "
+                 "and print the ratios")
       ->type_name("SYSTEM")
       ->check(CLI::IsMember({"mpi", "none"}))
       ->capture_default_str();
@@ -138,11 +159,38 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
 
 absl::Status OptionParser::FinishOptions() {
   options_.role = role_ == "client" ? Role::kClient : role_ == "mpi" ? Role::kMpi : Role::kLauncher;
-  options_.op = op_ == "average" ? ReduceOp::kAverage : ReduceOp::kSum;
+  const bool reduce_op_given = reduce_op_option_->count() > 0;
+  if (op_ == "sum" || op_ == "average") {
+    // The old --op: the reduction of an allreduce.
+    if (reduce_op_given && reduce_op_ != op_) {
+      return absl::InvalidArgumentError(absl::StrCat("--op ", op_, " (allreduce with --reduce-op ",
+                                                     op_, ") contradicts --reduce-op ",
+                                                     reduce_op_));
+    }
+    reduce_op_ = op_;
+  } else {
+    for (const auto& [name, collective] : CollectiveNames()) {
+      if (name == op_) options_.collective = collective;
+    }
+    if (reduce_op_given && !Reduces(options_.collective)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--reduce-op: ", op_, " reduces nothing; only allreduce and reducescatter take one"));
+    }
+  }
+  options_.reduce_op = reduce_op_ == "average" ? ReduceOp::kAverage : ReduceOp::kSum;
   options_.compare_mpi = compare_ == "mpi";
+  const bool allreduce = options_.collective == Collective::kAllreduce;
+  if (!allreduce && mode_ != "all" && mode_ != "sweep") {
+    return absl::InvalidArgumentError(absl::StrCat("--mode ", mode_, " measures allreduce only; ",
+                                                   op_, " has the size sweep (--mode sweep)"));
+  }
   if (mode_ == "all" || mode_ == "sweep") options_.modes.push_back(BenchMode::kSweep);
-  if (mode_ == "all" || mode_ == "resnet") options_.modes.push_back(BenchMode::kResnet);
-  if (mode_ == "all" || mode_ == "latency") options_.modes.push_back(BenchMode::kLatency);
+  if (allreduce && (mode_ == "all" || mode_ == "resnet")) {
+    options_.modes.push_back(BenchMode::kResnet);
+  }
+  if (allreduce && (mode_ == "all" || mode_ == "latency")) {
+    options_.modes.push_back(BenchMode::kLatency);
+  }
   if (placement_ != "zerocopy") options_.placements.push_back(Placement::kCopy);
   if (placement_ != "copy") options_.placements.push_back(Placement::kZeroCopy);
   RETURN_IF_ERROR(ParseSizes(sizes_, &options_.min_bytes, &options_.max_bytes));
@@ -156,9 +204,13 @@ absl::Status OptionParser::FinishOptions() {
                        " or in the working directory; name the file with --workload PATH"));
     }
   }
-  if (options_.compare_mpi && options_.max_bytes / sizeof(float) > INT_MAX) {
+  // MPI counts elements in an int; allgather's output holds K times the input.
+  const uint64_t largest = SweepSizes(options_).back();
+  if (options_.compare_mpi &&
+      AlgorithmBytes(options_.collective, largest, options_.clients) / sizeof(float) > INT_MAX) {
     return absl::InvalidArgumentError(
-        "--sizes: MPI_Allreduce takes at most 2^31-1 elements; lower MAX or drop --compare mpi");
+        absl::StrCat("--sizes: MPI takes at most 2^31-1 elements per buffer (",
+                     CollectiveName(options_.collective), "); lower MAX or drop --compare mpi"));
   }
   if (needs_workload) {
     std::error_code ignored;
@@ -184,9 +236,12 @@ std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role,
                                    "--latency-iterations",
                                    std::to_string(options.latency_iterations),
                                    "--op",
-                                   OpName(options.op),
+                                   CollectiveName(options.collective),
                                    "--parent",
                                    std::to_string(::getpid())};
+  if (Reduces(options.collective)) {
+    args.insert(args.end(), {"--reduce-op", ReduceOpName(options.reduce_op)});
+  }
   if (role == Role::kClient) {
     args.insert(args.end(), {"--placement", PlacementName(placement)});
   }
@@ -210,18 +265,23 @@ const char* PlacementName(Placement placement) {
   return placement == Placement::kCopy ? "copy" : "zerocopy";
 }
 
-const char* OpName(ReduceOp op) { return op == ReduceOp::kAverage ? "average" : "sum"; }
+const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kAverage ? "average" : "sum"; }
 
 std::vector<uint64_t> SweepSizes(const BenchOptions& options) {
+  const uint64_t unit = SplitsInput(options.collective)
+                            ? sizeof(float) * static_cast<uint64_t>(options.clients)
+                            : sizeof(float);
   std::vector<uint64_t> sizes;
   for (uint64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
-    sizes.push_back(bytes);
+    const uint64_t size = (bytes + unit - 1) / unit * unit;
+    if (sizes.empty() || sizes.back() != size) sizes.push_back(size);
   }
   return sizes;
 }
 
 int SweepIterations(const BenchOptions& options, uint64_t bytes) {
-  const uint64_t affordable = std::max<uint64_t>(kSweepBytesPerSize / bytes, kMinSweepIterations);
+  const uint64_t moved = AlgorithmBytes(options.collective, bytes, options.clients);
+  const uint64_t affordable = std::max<uint64_t>(kSweepBytesPerSize / moved, kMinSweepIterations);
   return static_cast<int>(
       std::min<uint64_t>(affordable, static_cast<uint64_t>(options.iterations)));
 }

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "collective/types.h"
+#include "tests/bench/collectives.h"
 
 namespace collective::bench {
 
@@ -39,7 +40,10 @@ struct BenchOptions {
   int iterations = 100;  // most timed iterations per sweep size
   int steps = 20;
   int latency_iterations = 2000;
-  ReduceOp op = ReduceOp::kSum;
+  // What the sweep measures; the ResNet step and the latency are allreduces.
+  Collective collective = Collective::kAllreduce;
+  // Allreduce and reducescatter: kSum or kAverage.
+  ReduceOp reduce_op = ReduceOp::kSum;
   std::string workload;
 
   std::string socket;  // empty: start a private daemon
@@ -66,8 +70,10 @@ class OptionParser {
   std::string mode_ = "all";
   std::string placement_ = "both";
   std::string sizes_ = "8:268435456";
-  std::string op_ = "sum";
+  std::string op_ = "allreduce";
+  std::string reduce_op_ = "sum";
   std::string compare_ = "none";
+  CLI::Option* reduce_op_option_ = nullptr;
 };
 
 // The arguments that make this executable play `role` for one mode (and, for
@@ -77,12 +83,16 @@ std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role,
 
 const char* ModeName(BenchMode mode);
 const char* PlacementName(Placement placement);
-const char* OpName(ReduceOp op);
+const char* ReduceOpName(ReduceOp op);
 
-// The sweep's sizes: min_bytes doubling up to max_bytes.
+// The sweep's sizes, each the bytes one rank puts in: min_bytes doubling up
+// to max_bytes. For alltoall and reducescatter each is rounded up to a
+// multiple of 4·K bytes (K float32 elements, so that the input splits evenly
+// among the K ranks, as MPI_Alltoall and MPI_Reduce_scatter_block need), and
+// a size that rounding repeats is measured once.
 std::vector<uint64_t> SweepSizes(const BenchOptions& options);
 // Timed iterations for one sweep size: options.iterations, fewer for large
-// sizes (each size moves about 1 GiB per rank), but at least 5.
+// sizes (each size moves about 1 GiB of algbw bytes per rank), but at least 5.
 int SweepIterations(const BenchOptions& options, uint64_t bytes);
 // Untimed iterations before `timed` ones: a tenth, at least 2.
 int WarmupIterations(int timed);

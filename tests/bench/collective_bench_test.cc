@@ -1,7 +1,10 @@
-// collective-bench end to end: a short run of every mode against MPI prints
-// JSON lines with the fields scripts rely on; a daemon that does not come up,
+// collective-bench end to end: a short run of every mode against MPI, and of
+// every collective's sweep, prints JSON lines with the fields scripts rely on
+// (and bandwidths by the nccl-tests conventions); options that contradict
+// each other are refused; a daemon that does not come up,
 // a worker that fails, a phase past its deadline, or SIGTERM ends the run
 // with a clear message, exit 1, and no process left behind.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +22,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tests/common/subprocess.h"
 
@@ -94,7 +98,8 @@ TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
     const std::string mode = Text(line, "mode");
     ASSERT_TRUE(system == "collectived" || system == "mpi") << text;
     EXPECT_EQ(Has(line, "placement"), system == "collectived") << text;
-    EXPECT_EQ(Text(line, "op"), "sum") << text;
+    EXPECT_EQ(Text(line, "op"), "allreduce") << text;
+    EXPECT_EQ(Text(line, "reduce_op"), "sum") << text;
     EXPECT_EQ(Number(line, "clients"), 2) << text;
     EXPECT_EQ(Number(line, "nodes"), 1) << text;
     EXPECT_GT(Number(line, "algbw_GBps"), 0) << text;
@@ -128,6 +133,106 @@ TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
   EXPECT_EQ(lines_per_mode["latency"], 3);
   EXPECT_EQ(points.size(), 3u * (14 + 2));
   ExpectNoWorkersOf(run.pid);
+}
+
+struct CollectiveCase {
+  std::vector<std::string> args;
+  std::string op;
+  std::string reduce_op;  // empty: the line has none
+  // busbw / algbw, and algbw's bytes / the input's, for 3 ranks.
+  double bus_factor;
+  int output_ranks;
+  // Sizes rounded up to a multiple of 4*K bytes.
+  bool splits;
+};
+
+// What ctest lists for a case: its command line, not its bytes.
+void PrintTo(const CollectiveCase& c, std::ostream* os) { *os << absl::StrJoin(c.args, " "); }
+
+class CollectiveSweepTest : public ::testing::TestWithParam<CollectiveCase> {};
+
+// Three ranks, so that alltoall and reducescatter round the sizes; --mode all
+// (the default) runs only the sweep of a collective other than allreduce.
+TEST_P(CollectiveSweepTest, ShortSweepAgainstMpiPrintsTheCollectivesFields) {
+  const CollectiveCase& c = GetParam();
+  std::vector<std::string> args = {"--clients", "3",   "--sizes", "1024:65536", "--iterations", "5",
+                                   "--compare", "mpi", "--json"};
+  args.insert(args.end(), c.args.begin(), c.args.end());
+  const BenchRun run = RunBench(args, absl::Seconds(100));
+  ASSERT_TRUE(ExitedCleanly(run.status)) << run.err;
+  std::map<std::string, std::set<double>> sizes_per_system;
+  for (absl::string_view text : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+    Struct line;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(text), &line).ok())
+        << "not JSON: " << text;
+    const std::string system = Text(line, "system");
+    EXPECT_EQ(Text(line, "mode"), "sweep") << text;
+    EXPECT_EQ(Text(line, "op"), c.op) << text;
+    EXPECT_EQ(Has(line, "reduce_op"), !c.reduce_op.empty()) << text;
+    EXPECT_EQ(Text(line, "reduce_op"), c.reduce_op) << text;
+    EXPECT_EQ(Has(line, "root"), c.op == "broadcast") << text;
+    EXPECT_EQ(Number(line, "clients"), 3) << text;
+    const double bytes = Number(line, "bytes");
+    EXPECT_GE(bytes, 1024) << text;
+    EXPECT_EQ(std::fmod(bytes, c.splits ? 12 : 4), 0) << text;
+    const double median_us = Number(line, "median_us");
+    ASSERT_GT(median_us, 0) << text;
+    EXPECT_GE(Number(line, "p99_us"), median_us) << text;
+    const double algbw = Number(line, "algbw_GBps");
+    EXPECT_NEAR(algbw, bytes * c.output_ranks / (median_us * 1e3), 1e-4 * algbw) << text;
+    EXPECT_NEAR(Number(line, "busbw_GBps"), algbw * c.bus_factor, 1e-4 * algbw) << text;
+    if (system == "collectived") {
+      EXPECT_GT(Number(line, "mpi_median_us"), 0) << text;
+      EXPECT_NEAR(Number(line, "ratio_vs_mpi"), median_us / Number(line, "mpi_median_us"), 1e-3)
+          << text;
+      EXPECT_GT(Number(line, "speedup_vs_mpi"), 0) << text;
+      sizes_per_system[Text(line, "placement")].insert(bytes);
+    } else {
+      ASSERT_EQ(system, "mpi") << text;
+      EXPECT_FALSE(Has(line, "ratio_vs_mpi")) << text;
+      sizes_per_system[system].insert(bytes);
+    }
+  }
+  // 1024 to 65536 bytes is 7 sizes, each on MPI and in both placements.
+  ASSERT_EQ(sizes_per_system.size(), 3u) << run.out;
+  for (const auto& [system, sizes] : sizes_per_system) {
+    EXPECT_EQ(sizes.size(), 7u) << system;
+    EXPECT_EQ(sizes, sizes_per_system["mpi"]) << system;
+  }
+  ExpectNoWorkersOf(run.pid);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryCollective, CollectiveSweepTest,
+    ::testing::Values(
+        // The old --op average: allreduce with --reduce-op average.
+        CollectiveCase{
+            {"--op", "average", "--mode", "sweep"}, "allreduce", "average", 4.0 / 3, 1, false},
+        CollectiveCase{{"--op", "allgather"}, "allgather", "", 2.0 / 3, 3, false},
+        CollectiveCase{{"--op", "broadcast"}, "broadcast", "", 1.0, 1, false},
+        CollectiveCase{{"--op", "alltoall"}, "alltoall", "", 2.0 / 3, 1, true},
+        CollectiveCase{{"--op", "reducescatter", "--reduce-op", "average"},
+                       "reducescatter",
+                       "average",
+                       2.0 / 3,
+                       1,
+                       true}),
+    [](const ::testing::TestParamInfo<CollectiveCase>& param) { return param.param.args[1]; });
+
+TEST(CollectiveBenchTest, ContradictoryOptionsAreRefused) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--op", "allgather", "--mode", "latency"}, "measures allreduce only"},
+      {{"--op", "alltoall", "--mode", "resnet"}, "measures allreduce only"},
+      {{"--op", "sum", "--reduce-op", "average"}, "contradicts --reduce-op"},
+      {{"--op", "broadcast", "--reduce-op", "sum"}, "reduces nothing"},
+  };
+  for (const auto& [args, message] : cases) {
+    const BenchRun run = RunBench(args, absl::Seconds(30));
+    ASSERT_TRUE(run.status.has_value());
+    EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 2)
+        << absl::StrJoin(args, " ") << ": " << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, message)) << absl::StrJoin(args, " ") << ": " << run.err;
+  }
 }
 
 TEST(CollectiveBenchTest, DaemonThatDoesNotComeUpFailsTheRun) {

@@ -50,8 +50,10 @@ class Launcher {
       : options_(options), self_(std::filesystem::read_symlink("/proc/self/exe").string()) {}
 
   absl::Status Run() {
-    RunInfo info{
-        .clients = options_.clients, .op = options_.op, .compare_mpi = options_.compare_mpi};
+    RunInfo info{.clients = options_.clients,
+                 .collective = options_.collective,
+                 .reduce_op = options_.reduce_op,
+                 .compare_mpi = options_.compare_mpi};
     if (!options_.workload.empty()) {
       ASSIGN_OR_RETURN(workload_, examples::LoadWorkload(options_.workload));
       info.workload_name = WorkloadName(options_.workload);
@@ -103,8 +105,12 @@ class Launcher {
         });
     const bool sweeping = std::find(options_.modes.begin(), options_.modes.end(),
                                     BenchMode::kSweep) != options_.modes.end();
-    if (sweeping && !result_arena_set && 2 * options_.max_bytes > kDefaultResultArena) {
-      flags.push_back(absl::StrCat("--result-arena-bytes=", RoundUp(2 * options_.max_bytes, kMiB)));
+    // Room for two of the largest results (allgather's holds every rank's
+    // input).
+    const uint64_t result_bytes =
+        2 * AlgorithmBytes(options_.collective, SweepSizes(options_).back(), options_.clients);
+    if (sweeping && !result_arena_set && result_bytes > kDefaultResultArena) {
+      flags.push_back(absl::StrCat("--result-arena-bytes=", RoundUp(result_bytes, kMiB)));
     }
     flags.insert(flags.end(), options_.daemon_args.begin(), options_.daemon_args.end());
     return flags;
@@ -114,7 +120,7 @@ class Launcher {
   // the barrier's slack.
   uint64_t ArenaBytes(BenchMode mode) const {
     uint64_t bytes = kMiB;
-    if (mode == BenchMode::kSweep) bytes += options_.max_bytes;
+    if (mode == BenchMode::kSweep) bytes += SweepSizes(options_).back();
     if (mode == BenchMode::kResnet) {
       for (const auto& tensor : workload_) {
         bytes +=

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "examples/workload.h"
+#include "tests/bench/collectives.h"
 #include "tests/bench/samples.h"
 
 namespace collective::bench {
@@ -41,14 +42,45 @@ class MpiBench {
   }
 
  private:
-  // In place, as Horovod does it; an average divides afterwards, as Horovod's
-  // MPI path does.
+  // An average divides the sum afterwards, as Horovod's MPI path does.
+  void Average(std::vector<float>& tensor) const {
+    if (options_.reduce_op != ReduceOp::kAverage) return;
+    const float scale = 1.0f / static_cast<float>(size_);
+    for (float& value : tensor) value *= scale;
+  }
+
+  // In place, as Horovod does it.
   void Allreduce(std::vector<float>& tensor) const {
     MPI_Allreduce(MPI_IN_PLACE, tensor.data(), static_cast<int>(tensor.size()), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
-    if (options_.op == ReduceOp::kAverage) {
-      const float scale = 1.0f / static_cast<float>(size_);
-      for (float& value : tensor) value *= scale;
+    Average(tensor);
+  }
+
+  // The sweep's other collectives: out of place, except broadcast, which
+  // overwrites the input of every rank but the root.
+  void RunCollective(std::vector<float>& input, std::vector<float>& output) const {
+    const int count = static_cast<int>(input.size());
+    const int block = count / size_;
+    switch (options_.collective) {
+      case Collective::kAllreduce:
+        Allreduce(input);
+        return;
+      case Collective::kAllgather:
+        MPI_Allgather(input.data(), count, MPI_FLOAT, output.data(), count, MPI_FLOAT,
+                      MPI_COMM_WORLD);
+        return;
+      case Collective::kBroadcast:
+        MPI_Bcast(input.data(), count, MPI_FLOAT, kBroadcastRoot, MPI_COMM_WORLD);
+        return;
+      case Collective::kAlltoall:
+        MPI_Alltoall(input.data(), block, MPI_FLOAT, output.data(), block, MPI_FLOAT,
+                     MPI_COMM_WORLD);
+        return;
+      case Collective::kReducescatter:
+        MPI_Reduce_scatter_block(input.data(), output.data(), block, MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD);
+        Average(output);
+        return;
     }
   }
 
@@ -61,7 +93,7 @@ class MpiBench {
   absl::Status CheckAndClear(std::vector<float>& tensor, const std::string& name) const {
     const float sum = static_cast<float>(size_) * static_cast<float>(size_ + 1) / 2;
     const float expected =
-        options_.op == ReduceOp::kAverage ? sum / static_cast<float>(size_) : sum;
+        options_.reduce_op == ReduceOp::kAverage ? sum / static_cast<float>(size_) : sum;
     for (size_t i : {size_t{0}, tensor.size() / 2, tensor.size() - 1}) {
       if (std::fabs(tensor[i] - expected) > 1e-6f * expected) {
         return absl::DataLossError(absl::StrCat("MPI gave a wrong result: ", name, "[", i,
@@ -84,6 +116,7 @@ class MpiBench {
   }
 
   absl::Status Sweep() {
+    if (options_.collective != Collective::kAllreduce) return CollectiveSweep();
     for (const uint64_t bytes : SweepSizes(options_)) {
       std::vector<float> tensor = Tensor(bytes / sizeof(float));
       const std::string name = SweepKey(bytes);
@@ -97,6 +130,39 @@ class MpiBench {
         const int64_t elapsed = NanosSince(start);
         if (i == 0) {
           if (absl::Status checked = CheckAndClear(tensor, name); !checked.ok()) return checked;
+        }
+        if (i >= warmup) nanos.push_back(elapsed);
+      }
+      Emit(name, nanos);
+    }
+    return absl::OkStatus();
+  }
+
+  // Every result is checked after the clock stops, as the client workers do;
+  // the inputs are out of place (or, for broadcast, rewritten where checked)
+  // and so do not grow from one iteration to the next.
+  absl::Status CollectiveSweep() {
+    for (const uint64_t bytes : SweepSizes(options_)) {
+      const Pattern pattern(options_.collective, options_.reduce_op, size_, rank_,
+                            bytes / sizeof(float));
+      std::vector<float> input(pattern.input_elements());
+      pattern.Fill(input.data(), 0);
+      const bool in_place = options_.collective == Collective::kBroadcast;
+      std::vector<float> output(in_place ? 0 : pattern.output_elements());
+      const std::string name = SweepKey(bytes);
+      const int timed = SweepIterations(options_, bytes);
+      const int warmup = WarmupIterations(timed);
+      std::vector<int64_t> nanos;
+      for (int i = 0; i < warmup + timed; ++i) {
+        pattern.Prepare(input.data(), i);
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = Clock::now();
+        RunCollective(input, output);
+        const int64_t elapsed = NanosSince(start);
+        const std::vector<float>& result = in_place ? input : output;
+        if (absl::Status checked = pattern.Check(result.data(), result.size(), i, name);
+            !checked.ok()) {
+          return absl::DataLossError(absl::StrCat("MPI gave a ", checked.message()));
         }
         if (i >= warmup) nanos.push_back(elapsed);
       }

@@ -53,7 +53,17 @@ std::string Ratio(double ours, double mpi) {
 
 }  // namespace
 
-double Report::BusFactor() const { return 2.0 * (info_.clients - 1) / std::max(info_.clients, 1); }
+Collective Report::CollectiveOf(BenchMode mode) const {
+  return mode == BenchMode::kSweep ? info_.collective : Collective::kAllreduce;
+}
+
+double Report::AlgBw(const Measurement& m) const {
+  return GBps(AlgorithmBytes(CollectiveOf(m.mode), m.bytes, info_.clients), m.time.median_ns);
+}
+
+double Report::BusBw(const Measurement& m) const {
+  return AlgBw(m) * BusFactor(CollectiveOf(m.mode), info_.clients);
+}
 
 double Report::FloorSeconds() const {
   return static_cast<double>(info_.clients + 1) * static_cast<double>(info_.workload_bytes) /
@@ -72,8 +82,26 @@ const Measurement* Report::Find(const char* system, BenchMode mode,
 
 void Report::PrintHeader(const std::string& daemon) const {
   if (json_) return;
-  std::fprintf(out_, "collective-bench: %d clients on 1 node, float32 %s allreduce, %s\n",
-               info_.clients, OpName(info_.op), daemon.c_str());
+  std::string what = absl::StrCat("float32 ", ReduceOpName(info_.reduce_op), " allreduce");
+  switch (info_.collective) {
+    case Collective::kAllreduce:
+      break;
+    case Collective::kAllgather:
+      what = "float32 allgather (sweep only)";
+      break;
+    case Collective::kBroadcast:
+      what = absl::StrCat("float32 broadcast from rank ", kBroadcastRoot, " (sweep only)");
+      break;
+    case Collective::kAlltoall:
+      what = "float32 alltoall, even split (sweep only)";
+      break;
+    case Collective::kReducescatter:
+      what = absl::StrCat("float32 ", ReduceOpName(info_.reduce_op),
+                          " reducescatter, even split (sweep only)");
+      break;
+  }
+  std::fprintf(out_, "collective-bench: %d clients on 1 node, %s, %s\n", info_.clients,
+               what.c_str(), daemon.c_str());
   std::fprintf(out_,
                "memcpy: %.2f GB/s copied (%.2f GB/s of memory traffic, read + write), %d threads, "
                "%llu MiB\n",
@@ -100,9 +128,12 @@ std::string Report::JsonLine(const Measurement& m) const {
   JsonObject json;
   json.Str("system", m.system).Str("mode", ModeName(m.mode));
   if (m.placement) json.Str("placement", PlacementName(*m.placement));
-  json.Str("op", OpName(info_.op)).Str("dtype", "float32").Int("clients", info_.clients);
+  const Collective collective = CollectiveOf(m.mode);
+  json.Str("op", CollectiveName(collective));
+  if (Reduces(collective)) json.Str("reduce_op", ReduceOpName(info_.reduce_op));
+  if (collective == Collective::kBroadcast) json.Int("root", kBroadcastRoot);
+  json.Str("dtype", "float32").Int("clients", info_.clients);
   json.Int("nodes", 1);
-  const double algbw = GBps(m.bytes, m.time.median_ns);
   const Measurement* mpi = m.system == kMpi ? nullptr : Find(kMpi, m.mode, std::nullopt, m.bytes);
   if (m.mode == BenchMode::kResnet) {
     json.Str("workload", info_.workload_name)
@@ -124,7 +155,7 @@ std::string Report::JsonLine(const Measurement& m) const {
       json.Num("mpi_p99_us", mpi->time.p99_ns / 1e3);
     }
   }
-  json.Num("algbw_GBps", algbw).Num("busbw_GBps", algbw * BusFactor());
+  json.Num("algbw_GBps", AlgBw(m)).Num("busbw_GBps", BusBw(m));
   if (mpi != nullptr) {
     json.Num("ratio_vs_mpi", m.time.median_ns / mpi->time.median_ns)
         .Num("speedup_vs_mpi", mpi->time.median_ns / m.time.median_ns);
@@ -168,7 +199,28 @@ void Report::PrintSweep() const {
   std::stable_sort(columns.begin(), columns.end(),
                    [](const auto& a, const auto& b) { return a.has_value() && !b.has_value(); });
   const bool have_mpi = std::find(columns.begin(), columns.end(), std::nullopt) != columns.end();
-  std::fprintf(out_, "\nsize sweep: median time in us, bus bandwidth in GB/s%s\n%12s %6s",
+  const Collective collective = info_.collective;
+  const int k = info_.clients;
+  std::string bandwidth;
+  switch (collective) {
+    case Collective::kAllreduce:
+      bandwidth = "busbw = bytes/time * 2(K-1)/K";
+      break;
+    case Collective::kAllgather:
+      bandwidth = "busbw = K*bytes/time * (K-1)/K (each rank receives K*bytes)";
+      break;
+    case Collective::kBroadcast:
+      bandwidth = "busbw = bytes/time";
+      break;
+    case Collective::kAlltoall:
+    case Collective::kReducescatter:
+      bandwidth = "busbw = bytes/time * (K-1)/K";
+      break;
+  }
+  std::fprintf(out_,
+               "\nsize sweep, %s: bytes = each rank's input, K = %d; median time in us, bus "
+               "bandwidth in GB/s (%s)%s\n%12s %6s",
+               CollectiveName(collective), k, bandwidth.c_str(),
                have_mpi ? ", time ratio to MPI and speedup" : "", "bytes", "iters");
   for (const auto& column : columns) {
     const std::string name = column ? PlacementName(*column) : "mpi";
@@ -194,8 +246,7 @@ void Report::PrintSweep() const {
       if (m == nullptr) {
         std::fprintf(out_, " | %10s %6s", "-", "-");
       } else {
-        std::fprintf(out_, " | %10.1f %6.2f", m->time.median_ns / 1e3,
-                     GBps(bytes, m->time.median_ns) * BusFactor());
+        std::fprintf(out_, " | %10.1f %6.2f", m->time.median_ns / 1e3, BusBw(*m));
       }
     }
     const Measurement* mpi = Find(kMpi, BenchMode::kSweep, std::nullopt, bytes);
@@ -224,10 +275,8 @@ void Report::PrintResnet() const {
                "algbw GB/s", "busbw GB/s", mpi ? "vs mpi" : "");
   for (const Measurement& m : measurements_) {
     if (m.mode != BenchMode::kResnet) continue;
-    const double algbw = GBps(m.bytes, m.time.median_ns);
     std::fprintf(out_, "  %-22s %6zu %9.2f %9.2f %10.2f %10.2f   %s\n", Label(m).c_str(),
-                 m.time.count, m.time.median_ns / 1e6, m.time.p99_ns / 1e6, algbw,
-                 algbw * BusFactor(),
+                 m.time.count, m.time.median_ns / 1e6, m.time.p99_ns / 1e6, AlgBw(m), BusBw(m),
                  mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
   }
   const Measurement* zerocopy =

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/bench/bench_options.h"
+#include "tests/bench/collectives.h"
 #include "tests/bench/memcpy_bandwidth.h"
 #include "tests/bench/stats.h"
 
@@ -22,13 +23,16 @@ struct Measurement {
   std::string system;  // kCollectived or kMpi
   BenchMode mode = BenchMode::kSweep;
   std::optional<Placement> placement;  // collectived only
-  uint64_t bytes = 0;                  // per rank: one tensor, or the whole workload
-  Summary time;                        // per iteration, of the slowest rank
+  // Per rank: one tensor's input (a sweep point: what each rank puts in), or
+  // the whole workload.
+  uint64_t bytes = 0;
+  Summary time;  // per iteration, of the slowest rank
 };
 
 struct RunInfo {
   int clients = 0;
-  ReduceOp op = ReduceOp::kSum;
+  Collective collective = Collective::kAllreduce;  // of the sweep
+  ReduceOp reduce_op = ReduceOp::kSum;
   bool compare_mpi = false;
   std::string workload_name;  // "resnet50"
   size_t workload_tensors = 0;
@@ -55,7 +59,11 @@ class Report {
   void PrintSweep() const;
   void PrintResnet() const;
   void PrintLatency() const;
-  double BusFactor() const;
+  // The sweep measures info_.collective; the other modes allreduce.
+  Collective CollectiveOf(BenchMode mode) const;
+  // The nccl-tests bandwidths of a measurement, in GB/s.
+  double AlgBw(const Measurement& m) const;
+  double BusBw(const Measurement& m) const;
   // Time of the zero-copy ResNet step at memory bandwidth: (K+1)·n bytes.
   double FloorSeconds() const;
 

@@ -3,6 +3,8 @@
 // threshold, inputs and outputs in private memory, in the arena and in place,
 // each result checked bitwise against the reference reduction. In the async
 // form every request is outstanding at once, so the daemon fuses.
+#include <ostream>
+
 #include <gtest/gtest.h>
 
 #include "tests/integration/daemon_process.h"
@@ -16,6 +18,10 @@ struct MatrixParam {
   int clients;
   bool async;
 };
+
+void PrintTo(const MatrixParam& param, std::ostream* os) {
+  *os << param.clients << " clients" << (param.async ? ", asynchronous" : "");
+}
 
 class AllreduceMatrixTest : public ::testing::TestWithParam<MatrixParam> {};
 

@@ -3,8 +3,11 @@
  * header compiles as C and that the ABI works end to end. Connects from the
  * launcher's environment (COLLECTIVE_SOCKET, LOCAL_RANK, LOCAL_SIZE), then:
  * a float32 average from private memory into private memory, an int32 sum
- * from an arena buffer (collective_alloc) read back through a view, and
- * refused calls whose status code and collective_last_error are checked.
+ * from an arena buffer (collective_alloc) read back through a view, the other
+ * collectives (allgather with a shape learned from the result, broadcast,
+ * alltoall with received splits, reducescatter, grouped allreduce, barrier,
+ * a process set, join), and refused calls whose status code and
+ * collective_last_error are checked.
  * Prints "ok rank R of N" and exits 0, or says on stderr what went wrong and
  * exits 1. */
 #include <stdint.h>
@@ -92,6 +95,157 @@ static void SumInt32InArena(collective_client_t* client, int rank, int size) {
   collective_free(client, buffer);
 }
 
+/* Rank r contributes r + 1 rows of two int64 values (r, row). */
+static void Allgather(collective_client_t* client, int rank, int size) {
+  int64_t input[2 * 16];
+  const int64_t shape[2] = {rank + 1, 2};
+  const collective_tensor_t tensor = {input, COLLECTIVE_INT64, shape, 2};
+  collective_handle_t handle = 0;
+  const void* view = NULL;
+  size_t bytes = 0;
+  int64_t result_shape[2] = {0, 0};
+  int ndims = 0;
+  for (int row = 0; row <= rank; ++row) {
+    input[2 * row] = rank;
+    input[2 * row + 1] = row;
+  }
+  if (collective_allgather_async(client, "c.allgather", &tensor, COLLECTIVE_GLOBAL_PROCESS_SET,
+                                 &handle) != 0 ||
+      collective_wait(client, handle, 30.0, &view, &bytes) != 0 ||
+      collective_result_shape(client, handle, result_shape, 2, &ndims) != 0) {
+    Fail("allgather");
+    return;
+  }
+  const int64_t* rows = (const int64_t*)view;
+  int64_t expected_rows = 0;
+  for (int sender = 0; sender < size; ++sender) {
+    for (int row = 0; row <= sender; ++row, ++expected_rows) {
+      if (rows[2 * expected_rows] != sender || rows[2 * expected_rows + 1] != row) {
+        Fail("allgather: wrong row");
+        collective_release(client, handle);
+        return;
+      }
+    }
+  }
+  if (ndims != 2 || result_shape[0] != expected_rows || result_shape[1] != 2 ||
+      bytes != (size_t)expected_rows * 2 * sizeof(int64_t)) {
+    Fail("allgather: wrong result shape");
+  }
+  collective_release(client, handle);
+}
+
+/* Broadcast from the last rank, in place; then alltoall where rank r sends
+ * j rows to rank j; then a reducescatter of 5 rows. */
+static void OtherCollectives(collective_client_t* client, int rank, int size) {
+  int32_t values[8];
+  const int64_t shape[1] = {8};
+  const collective_tensor_t tensor = {values, COLLECTIVE_INT32, shape, 1};
+  collective_handle_t handle = 0;
+  for (int i = 0; i < 8; ++i) values[i] = rank * 100 + i;
+  if (collective_broadcast_async(client, "c.broadcast", &tensor, values, size - 1,
+                                 COLLECTIVE_GLOBAL_PROCESS_SET, &handle) != 0 ||
+      collective_wait(client, handle, 30.0, NULL, NULL) != 0 || values[3] != (size - 1) * 100 + 3) {
+    Fail("broadcast");
+  }
+
+  int64_t splits[16];
+  int16_t send[256];
+  int64_t rows = 0;
+  for (int j = 0; j < size; ++j) {
+    splits[j] = j;
+    for (int k = 0; k < j; ++k) send[rows++] = (int16_t)(rank * 10 + j);
+  }
+  const int64_t send_shape[1] = {rows};
+  const collective_tensor_t sent = {send, COLLECTIVE_INT16, send_shape, 1};
+  const void* view = NULL;
+  int64_t received[16];
+  int count = 0;
+  if (collective_alltoall_async(client, "c.alltoall", &sent, splits, size,
+                                COLLECTIVE_GLOBAL_PROCESS_SET, &handle) != 0 ||
+      collective_wait(client, handle, 30.0, &view, NULL) != 0 ||
+      collective_received_splits(client, handle, received, 16, &count) != 0) {
+    Fail("alltoall");
+  } else {
+    const int16_t* got = (const int16_t*)view;
+    int index = 0;
+    if (count != size) Fail("alltoall: received splits count");
+    for (int sender = 0; sender < size && count == size; ++sender) {
+      if (received[sender] != rank) Fail("alltoall: received split");
+      for (int k = 0; k < rank; ++k, ++index) {
+        if (got[index] != sender * 10 + rank) Fail("alltoall: value");
+      }
+    }
+    collective_release(client, handle);
+  }
+
+  float scatter[5];
+  float mine[2] = {0, 0};
+  const int64_t scatter_shape[1] = {5};
+  const collective_tensor_t scattered = {scatter, COLLECTIVE_FLOAT32, scatter_shape, 1};
+  for (int i = 0; i < 5; ++i) scatter[i] = (float)(i + rank);
+  const int first = rank * (5 / size) + (rank < 5 % size ? rank : 5 % size);
+  const int own = 5 / size + (rank < 5 % size ? 1 : 0);
+  if (collective_reducescatter_async(client, "c.reducescatter", &scattered, mine, COLLECTIVE_SUM,
+                                     1.0, 1.0, COLLECTIVE_GLOBAL_PROCESS_SET, &handle) != 0 ||
+      collective_wait(client, handle, 30.0, NULL, NULL) != 0) {
+    Fail("reducescatter");
+  } else {
+    for (int i = 0; i < own; ++i) {
+      if (mine[i] != (float)(size * (first + i) + size * (size - 1) / 2)) {
+        Fail("reducescatter: value");
+      }
+    }
+  }
+}
+
+static void GroupsSetsBarrierJoin(collective_client_t* client, int rank, int size) {
+  float a[3] = {1, 1, 1};
+  float b[2] = {2, 2};
+  const int64_t shape_a[1] = {3};
+  const int64_t shape_b[1] = {2};
+  const collective_tensor_t inputs[2] = {{a, COLLECTIVE_FLOAT32, shape_a, 1},
+                                         {b, COLLECTIVE_FLOAT32, shape_b, 1}};
+  const char* names[2] = {"c.group.a", "c.group.b"};
+  void* outputs[2] = {a, b};
+  collective_handle_t handles[2] = {0, 0};
+  if (collective_grouped_allreduce_async(client, 2, names, inputs, outputs, COLLECTIVE_SUM, 1.0,
+                                         1.0, COLLECTIVE_GLOBAL_PROCESS_SET, handles) != 0 ||
+      collective_wait(client, handles[0], 30.0, NULL, NULL) != 0 ||
+      collective_wait(client, handles[1], 30.0, NULL, NULL) != 0 || a[2] != (float)size ||
+      b[1] != (float)(2 * size)) {
+    Fail("grouped allreduce");
+  }
+  if (collective_barrier(client, COLLECTIVE_GLOBAL_PROCESS_SET) != 0) Fail("barrier");
+
+  const int ranks[1] = {0};
+  int32_t id = -1;
+  int included = -1;
+  int set_size = 0;
+  if (collective_add_process_set(client, ranks, 1, &id) != 0 || id < 1 ||
+      collective_process_set_included(client, id, &included) != 0 || included != (rank == 0) ||
+      collective_process_set_size(client, id, &set_size) != 0 || set_size != 1) {
+    Fail("add process set");
+  }
+  if (rank == 0) {
+    int set_rank = -1;
+    float x = 7;
+    const int64_t one[1] = {1};
+    if (collective_process_set_rank(client, id, &set_rank) != 0 || set_rank != 0 ||
+        collective_allreduce_tensor_async(client, "c.set",
+                                          &(collective_tensor_t){&x, COLLECTIVE_FLOAT32, one, 1},
+                                          &x, COLLECTIVE_SUM, 1.0, 1.0, id, &handles[0]) != 0 ||
+        collective_wait(client, handles[0], 30.0, NULL, NULL) != 0 || x != 7) {
+      Fail("allreduce on a process set of one");
+    }
+  }
+  if (collective_remove_process_set(client, id) != 0) Fail("remove process set");
+  int last = -1;
+  if (collective_join(client, COLLECTIVE_GLOBAL_PROCESS_SET, &last) != 0 || last < 0 ||
+      last >= size) {
+    Fail("join");
+  }
+}
+
 /* Expects `code` from a call and a last error containing `text`. */
 static void ExpectError(const char* what, int got, int code, const char* text) {
   if (got != code || strstr(collective_last_error(), text) == NULL) {
@@ -143,6 +297,9 @@ int main(void) {
   }
   AverageFloat32(client, rank, size);
   SumInt32InArena(client, rank, size);
+  Allgather(client, rank, size);
+  OtherCollectives(client, rank, size);
+  GroupsSetsBarrierJoin(client, rank, size);
   Errors(client);
   /* The client still works after the refused calls. */
   AverageFloat32(client, rank, size);

@@ -148,10 +148,11 @@ TEST_F(CollectivectlStatusTest, TablesNameTheMissingRank) {
   // PENDING TENSORS: 'stuck' has rank 0 and misses rank 1.
   ASSERT_TRUE(absl::StrContains(out, "\nPENDING TENSORS\nNAME ")) << out;
   const std::vector<std::string> stuck = Words(LineStartingWith(out, "stuck "));
-  ASSERT_EQ(stuck.size(), 5u) << out;
+  ASSERT_EQ(stuck.size(), 6u) << out;
   EXPECT_EQ(stuck[1], "allreduce");
-  EXPECT_EQ(stuck[2], "0");  // ready ranks
-  EXPECT_EQ(stuck[3], "1");  // missing ranks
+  EXPECT_EQ(stuck[2], "0");  // process set
+  EXPECT_EQ(stuck[3], "0");  // ready ranks
+  EXPECT_EQ(stuck[4], "1");  // missing ranks
 }
 
 TEST_F(CollectivectlStatusTest, JsonParsesIntoStatusResponse) {

@@ -142,10 +142,15 @@ std::vector<MalformedCase> MalformedCases() {
        [](TensorRequest& r) { r.set_collective(v1::COLLECTIVE_UNSPECIFIED); },
        invalid,
        {"unknown collective unspecified"}},
-      {"UnsupportedCollective",
-       [](TensorRequest& r) { r.set_collective(v1::COLLECTIVE_ALLGATHER); },
-       unimplemented,
-       {"allgather is not supported"}},
+      {"GroupedBroadcast",
+       [](TensorRequest& r) {
+         r.set_collective(v1::COLLECTIVE_BROADCAST);
+         r.set_op(v1::REDUCE_OP_UNSPECIFIED);
+         r.set_group_id(5);
+         r.set_group_size(2);
+       },
+       invalid,
+       {"only allreduce, allgather and reducescatter can be grouped, not broadcast"}},
       {"Adasum",
        [](TensorRequest& r) { r.set_op(v1::REDUCE_OP_ADASUM); },
        unimplemented,
@@ -246,13 +251,22 @@ std::vector<MalformedCase> MalformedCases() {
        [](TensorRequest& r) { r.add_splits(2); },
        invalid,
        {"splits apply only to alltoall"}},
-      {"GroupId",
+      {"GroupSizeZero",
        [](TensorRequest& r) {
          r.set_group_id(5);
-         r.set_group_size(2);
+         r.set_group_size(0);
        },
-       unimplemented,
-       {"grouped requests are not supported"}},
+       invalid,
+       {"group size 0 is outside [1, 65536]"}},
+      {"SplitsThatWrap",
+       [](TensorRequest& r) {
+         r.set_collective(v1::COLLECTIVE_ALLTOALL);
+         r.set_op(v1::REDUCE_OP_UNSPECIFIED);
+         const int64_t max = std::numeric_limits<int64_t>::max();
+         for (int64_t split : {max, max, int64_t{6}}) r.add_splits(split);
+       },
+       invalid,
+       {"split 9223372036854775807 exceeds the first dimension 4"}},
   };
 }
 
@@ -616,7 +630,7 @@ TEST_F(ProtocolTest, BadRegistrationsAreRefusedClearly) {
        absl::StatusCode::kInvalidArgument, "local_size 0 is outside [1, "},
       {"wrong layout version", [](auto& r) { r.set_layout_version(99); },
        absl::StatusCode::kFailedPrecondition,
-       "the client speaks shared-memory layout version 99 but this daemon speaks version 1"},
+       "the client speaks shared-memory layout version 99 but this daemon speaks version 2"},
       {"arena above the maximum", [](auto& r) { r.set_arena_bytes(4 << 20); },
        absl::StatusCode::kInvalidArgument,
        "an arena of 4194304 bytes exceeds max_arena_bytes (2097152)"},

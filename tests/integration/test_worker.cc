@@ -42,25 +42,10 @@
 #include "common/dtype.h"
 #include "daemon/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
+#include "tests/common/worker_args.h"
 
 namespace collective::testing {
 namespace {
-
-using Args = std::vector<std::string>;
-
-std::string Flag(const Args& args, const std::string& name, const std::string& fallback = "") {
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == name) return args[i + 1];
-  }
-  return fallback;
-}
-
-bool HasFlag(const Args& args, const std::string& name) {
-  for (const auto& arg : args) {
-    if (arg == name) return true;
-  }
-  return false;
-}
 
 double MonotonicSeconds() {
   timespec now{};

@@ -1,5 +1,6 @@
 // daemon/coordinator: when a tensor becomes ready, in which order ready
-// tensors come out, duplicate refusal, TakeAllPending and Describe.
+// tensors come out, duplicate refusal, join, groups, TakeAllPending and
+// Describe.
 #include "daemon/coordinator.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@ namespace collective::daemon {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
 using Clock = std::chrono::steady_clock;
 
 class CoordinatorTest : public ::testing::Test {
@@ -36,6 +38,7 @@ class CoordinatorTest : public ::testing::Test {
                   int32_t process_set = 0, Clock::time_point at = Clock::now()) {
     Submission submission;
     submission.client = clients_[rank].get();
+    submission.set_rank = rank;
     submission.request.set_request_id(request_id);
     submission.request.set_name(name);
     submission.request.set_collective(v1::COLLECTIVE_ALLREDUCE);
@@ -46,7 +49,7 @@ class CoordinatorTest : public ::testing::Test {
 
   absl::Status Add(int32_t rank, const std::string& name, uint64_t request_id,
                    int32_t process_set = 0, Clock::time_point at = Clock::now()) {
-    return coordinator_.Add(rank, Make(rank, name, request_id, process_set, at));
+    return coordinator_.Add(Make(rank, name, request_id, process_set, at), kSize);
   }
 
   static std::vector<std::string> Names(const std::vector<ReadyTensor>& ready) {
@@ -56,7 +59,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::vector<std::unique_ptr<ClientRecord>> clients_;
-  Coordinator coordinator_{kSize};
+  Coordinator coordinator_;
 };
 
 TEST_F(CoordinatorTest, ReadyOnlyWhenEveryRankSubmitted) {
@@ -91,9 +94,9 @@ TEST_F(CoordinatorTest, ReadyTensorsComeOutInTheOrderTheyBecameReady) {
 }
 
 TEST_F(CoordinatorTest, SingleRankJobIsReadyAtOnce) {
-  Coordinator single(1);
+  Coordinator single;
   Submission submission = Make(0, "solo", 9);
-  ASSERT_TRUE(single.Add(0, std::move(submission)).ok());
+  ASSERT_TRUE(single.Add(std::move(submission), 1).ok());
   EXPECT_THAT(Names(single.TakeReady()), ElementsAre("solo"));
 }
 
@@ -164,17 +167,193 @@ TEST_F(CoordinatorTest, DescribeListsOldestFirstWithReadyAndMissingRanks) {
   ASSERT_TRUE(Add(0, "old", 2, 0, now - std::chrono::seconds(5)).ok());
   ASSERT_TRUE(Add(2, "old", 3, 0, now - std::chrono::seconds(2)).ok());
   google::protobuf::RepeatedPtrField<v1::PendingTensor> described;
-  coordinator_.Describe(now, &described);
+  coordinator_.Describe(now, ProcessSetTable(kSize), std::chrono::seconds(3), &described);
   ASSERT_EQ(described.size(), 2);
   EXPECT_EQ(described[0].name(), "old");
   EXPECT_EQ(described[0].collective(), v1::COLLECTIVE_ALLREDUCE);
   EXPECT_THAT(described[0].ready_ranks(), ElementsAre(0, 2));
   EXPECT_THAT(described[0].missing_ranks(), ElementsAre(1));
   EXPECT_NEAR(described[0].age_seconds(), 5.0, 0.01) << "age counts from the first submission";
+  EXPECT_TRUE(described[0].stalled());
   EXPECT_EQ(described[1].name(), "young");
   EXPECT_THAT(described[1].ready_ranks(), ElementsAre(1));
   EXPECT_THAT(described[1].missing_ranks(), ElementsAre(0, 2));
   EXPECT_NEAR(described[1].age_seconds(), 1.0, 0.01);
+  EXPECT_FALSE(described[1].stalled());
+}
+
+TEST_F(CoordinatorTest, JoinedRanksNoLongerHoldOthersUp) {
+  ASSERT_TRUE(Add(0, "w", 1).ok());
+  coordinator_.Join(0, 2, kSize);
+  EXPECT_TRUE(coordinator_.TakeReady().empty()) << "rank 1 has neither submitted nor joined";
+  ASSERT_TRUE(Add(1, "w", 2).ok());
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_TRUE(ready[0].has_joined_ranks());
+  EXPECT_EQ(ready[0].submissions.size(), 2u);
+  EXPECT_EQ(ready[0].set_size, kSize);
+}
+
+TEST_F(CoordinatorTest, AJoinReleasesWhatWaitedOnlyForTheJoiningRank) {
+  ASSERT_TRUE(Add(0, "w", 1).ok());
+  ASSERT_TRUE(Add(1, "w", 2).ok());
+  coordinator_.Join(0, 2, kSize);
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].completed_by, 2);
+  EXPECT_THAT(coordinator_.Joined(0), ElementsAre(2));
+  coordinator_.EndJoin(0);
+  EXPECT_TRUE(coordinator_.Joined(0).empty());
+}
+
+TEST_F(CoordinatorTest, JoinItselfWaitsForEveryRankAndNamesTheLast) {
+  const auto join = [&](int32_t rank) {
+    Submission submission = Make(rank, "__join", 50 + rank);
+    submission.request.set_collective(v1::COLLECTIVE_JOIN);
+    ASSERT_TRUE(coordinator_.Add(std::move(submission), kSize).ok());
+    coordinator_.Join(0, rank, kSize);
+  };
+  join(1);
+  join(0);
+  EXPECT_TRUE(coordinator_.TakeReady().empty());
+  join(2);
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].completed_by, 2) << "the last rank to join";
+}
+
+TEST_F(CoordinatorTest, AGroupComesOutTogetherOnceAllItsTensorsAreReady) {
+  const auto add = [&](int32_t rank, const std::string& name, uint64_t group) {
+    Submission submission = Make(rank, name, 1);
+    submission.request.set_group_id(group);
+    submission.request.set_group_size(2);
+    ASSERT_TRUE(coordinator_.Add(std::move(submission), kSize).ok());
+  };
+  for (int32_t rank = 0; rank < kSize; ++rank) add(rank, "g.a", 7);
+  EXPECT_TRUE(coordinator_.TakeReady().empty()) << "half a group waits";
+  ASSERT_TRUE(Add(0, "single", 9).ok());
+  ASSERT_TRUE(Add(1, "single", 9).ok());
+  ASSERT_TRUE(Add(2, "single", 9).ok());
+  EXPECT_THAT(Names(coordinator_.TakeReady()), ElementsAre("single"));
+  for (int32_t rank = 0; rank < kSize; ++rank) add(rank, "g.b", 7);
+  EXPECT_THAT(Names(coordinator_.TakeReady()), ElementsAre("g.a", "g.b"));
+}
+
+TEST_F(CoordinatorTest, AJoinInOneSetDoesNotReleaseAnother) {
+  ASSERT_TRUE(Add(0, "w", 1, /*process_set=*/1).ok());
+  ASSERT_TRUE(Add(1, "w", 2, /*process_set=*/1).ok());
+  coordinator_.Join(0, 2, kSize);
+  EXPECT_TRUE(coordinator_.TakeReady().empty()) << "rank 2 joined set 0, not set 1";
+  EXPECT_TRUE(coordinator_.Joined(1).empty());
+  EXPECT_THAT(coordinator_.Joined(0), ElementsAre(2));
+  ASSERT_TRUE(Add(0, "v", 3, /*process_set=*/0).ok());
+  ASSERT_TRUE(Add(1, "v", 4, /*process_set=*/0).ok());
+  EXPECT_THAT(Names(coordinator_.TakeReady()), ElementsAre("v"));
+}
+
+TEST_F(CoordinatorTest, TakePendingTakesOneSetWithItsGroupsReadyTensorsAndJoins) {
+  ASSERT_TRUE(Add(0, "other", 1, /*process_set=*/0).ok());
+  ASSERT_TRUE(Add(0, "partial", 2, /*process_set=*/1).ok());
+  for (int32_t rank = 0; rank < kSize; ++rank) ASSERT_TRUE(Add(rank, "ready", 3, 1).ok());
+  for (int32_t rank = 0; rank < kSize; ++rank) {
+    Submission submission = Make(rank, "half.group", 4, 1);
+    submission.request.set_group_id(5);
+    submission.request.set_group_size(2);
+    ASSERT_TRUE(coordinator_.Add(std::move(submission), kSize).ok());
+  }
+  coordinator_.Join(1, 2, kSize);
+  std::vector<PendingTensor> taken = coordinator_.TakePending(1);
+  std::sort(taken.begin(), taken.end(),
+            [](const PendingTensor& a, const PendingTensor& b) { return a.name < b.name; });
+  ASSERT_EQ(taken.size(), 3u);
+  EXPECT_EQ(taken[0].name, "half.group");
+  EXPECT_EQ(taken[0].submitted, 3);
+  EXPECT_EQ(taken[1].name, "partial");
+  EXPECT_EQ(taken[1].submitted, 1);
+  EXPECT_EQ(taken[2].name, "ready");
+  for (const PendingTensor& tensor : taken) EXPECT_EQ(tensor.process_set_id, 1);
+  EXPECT_TRUE(coordinator_.Joined(1).empty());
+  EXPECT_TRUE(coordinator_.TakeReady().empty());
+  // Set 0 is untouched.
+  ASSERT_EQ(coordinator_.pending().size(), 1u);
+  ASSERT_TRUE(Add(1, "other", 5).ok());
+  ASSERT_TRUE(Add(2, "other", 6).ok());
+  EXPECT_THAT(Names(coordinator_.TakeReady()), ElementsAre("other"));
+  EXPECT_TRUE(coordinator_.idle());
+}
+
+TEST_F(CoordinatorTest, TakeAllPendingIncludesWaitingGroupsAndEndsJoins) {
+  for (int32_t rank = 0; rank < kSize; ++rank) {
+    Submission submission = Make(rank, "g.a", 1);
+    submission.request.set_group_id(5);
+    submission.request.set_group_size(2);
+    ASSERT_TRUE(coordinator_.Add(std::move(submission), kSize).ok());
+  }
+  coordinator_.Join(0, 1, kSize);
+  EXPECT_FALSE(coordinator_.idle()) << "a group waits for its other tensor";
+  const std::vector<PendingTensor> pending = coordinator_.TakeAllPending();
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].name, "g.a");
+  EXPECT_TRUE(coordinator_.idle());
+  EXPECT_TRUE(coordinator_.Joined(0).empty());
+}
+
+TEST_F(CoordinatorTest, TakeTensorTakesOnlyWhatIsStillPending) {
+  ASSERT_TRUE(Add(0, "w", 1).ok());
+  for (int32_t rank = 0; rank < kSize; ++rank) ASSERT_TRUE(Add(rank, "ready", 2).ok());
+  EXPECT_TRUE(coordinator_.TakeTensor(0, "ready").empty()) << "ready: not in the table";
+  EXPECT_TRUE(coordinator_.TakeTensor(1, "w").empty()) << "another process set";
+  const auto taken = coordinator_.TakeTensor(0, "w");
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0].name, "w");
+  EXPECT_EQ(taken[0].by_rank[0]->request.request_id(), 1u);
+  EXPECT_TRUE(coordinator_.pending().empty());
+  EXPECT_TRUE(Add(0, "w", 3).ok()) << "the name is free again";
+}
+
+// A group runs whole or not at all: taking one member takes the ready
+// members waiting for it and the pending ones too, and leaves other groups.
+TEST_F(CoordinatorTest, TakeTensorTakesTheRestOfItsGroup) {
+  const auto add = [&](int32_t rank, const std::string& name, uint64_t group) {
+    Submission submission = Make(rank, name, 1);
+    submission.request.set_group_id(group);
+    submission.request.set_group_size(3);
+    ASSERT_TRUE(coordinator_.Add(std::move(submission), kSize).ok());
+  };
+  for (int32_t rank = 0; rank < kSize; ++rank) add(rank, "g.ready", 7);
+  add(0, "g.stalled", 7);
+  add(1, "g.partly", 7);
+  add(0, "other", 8);
+  const auto taken = coordinator_.TakeTensor(0, "g.stalled");
+  std::vector<std::string> names;
+  for (const PendingTensor& tensor : taken) names.push_back(tensor.name);
+  EXPECT_THAT(names, UnorderedElementsAre("g.stalled", "g.partly", "g.ready"));
+  ASSERT_EQ(coordinator_.pending().size(), 1u);
+  EXPECT_EQ(coordinator_.pending().begin()->second.name, "other");
+  EXPECT_TRUE(coordinator_.TakeReady().empty());
+}
+
+TEST_F(CoordinatorTest, DescribeNamesGlobalRanksAndLeavesJoinedRanksOut) {
+  ProcessSetTable sets(kSize);
+  ASSERT_TRUE(sets.Add(std::vector<int32_t>{0, 2}).ok());  // set 1
+  const Clock::time_point now = Clock::now();
+  // Global rank 2 is set rank 1 of set 1.
+  Submission submission = Make(2, "in.set", 1, /*process_set=*/1, now - std::chrono::seconds(2));
+  submission.set_rank = 1;
+  ASSERT_TRUE(coordinator_.Add(std::move(submission), 2).ok());
+  ASSERT_TRUE(Add(0, "joined", 2, 0, now - std::chrono::seconds(1)).ok());
+  coordinator_.Join(0, 2, kSize);
+  google::protobuf::RepeatedPtrField<v1::PendingTensor> described;
+  coordinator_.Describe(now, sets, Clock::duration::zero(), &described);
+  ASSERT_EQ(described.size(), 2);
+  EXPECT_EQ(described[0].name(), "in.set");
+  EXPECT_EQ(described[0].process_set_id(), 1);
+  EXPECT_THAT(described[0].ready_ranks(), ElementsAre(2));
+  EXPECT_THAT(described[0].missing_ranks(), ElementsAre(0));
+  EXPECT_FALSE(described[0].stalled()) << "a zero stall time marks nothing";
+  EXPECT_EQ(described[1].name(), "joined");
+  EXPECT_THAT(described[1].ready_ranks(), ElementsAre(0));
+  EXPECT_THAT(described[1].missing_ranks(), ElementsAre(1)) << "rank 2 has joined";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // daemon/fusion: which ready tensors share a batch — threshold, look-ahead,
-// compatibility, oversized tensors, threshold 0 — and batch sizes.
+// compatibility (root rank included), oversized tensors, threshold 0 — and
+// batch sizes, whose slots come from each collective's op.
 #include "daemon/fusion.h"
 
 #include <functional>
@@ -14,13 +15,14 @@ namespace {
 
 using ::testing::ElementsAre;
 
-// A ready float32 sum allreduce of `bytes` (two ranks; fusion looks only at
-// the first submission).
+// A ready float32 sum allreduce of `bytes` (two ranks; compatibility looks
+// only at the first submission).
 ReadyTensor Tensor(const std::string& name, uint64_t bytes,
                    const std::function<void(v1::TensorRequest&)>& edit = {}) {
-  ReadyTensor tensor{.name = name, .submissions = {}};
+  ReadyTensor tensor{.name = name, .set_size = 2, .submissions = {}};
   for (int rank = 0; rank < 2; ++rank) {
     Submission submission;
+    submission.set_rank = rank;
     submission.request.set_name(name);
     submission.request.set_collective(v1::COLLECTIVE_ALLREDUCE);
     submission.request.set_op(v1::REDUCE_OP_SUM);
@@ -56,6 +58,58 @@ TEST(FusionTest, SlotsAreRoundedUpToACacheLine) {
   EXPECT_EQ(SlotBytes(Tensor("a", 4)), 64u);
   EXPECT_EQ(SlotBytes(Tensor("a", 64)), 64u);
   EXPECT_EQ(SlotBytes(Tensor("a", 68)), 128u);
+}
+
+// The slot of each collective is its op's: what every rank reads, rounded
+// up to a cache line.
+TEST(FusionTest, SlotsComeFromTheOps) {
+  const auto as = [](v1::Collective collective) {
+    return [collective](v1::TensorRequest& r) { r.set_collective(collective); };
+  };
+  EXPECT_EQ(SlotBytes(Tensor("a", 100, as(v1::COLLECTIVE_REDUCESCATTER))), 128u)
+      << "the whole reduction; each rank reads its block of it";
+  EXPECT_EQ(SlotBytes(Tensor("a", 100, as(v1::COLLECTIVE_BROADCAST))), 128u);
+  EXPECT_EQ(SlotBytes(Tensor("a", 100, as(v1::COLLECTIVE_ALLGATHER))), 256u)
+      << "both ranks' 100 bytes, rounded up";
+  ReadyTensor uneven = Tensor("a", 40, as(v1::COLLECTIVE_ALLGATHER));
+  uneven.submissions[1].request.set_shape(0, 1);
+  uneven.submissions[1].request.set_length(4);
+  EXPECT_EQ(SlotBytes(uneven), 64u) << "44 bytes: first dimensions differ among ranks";
+  // Alltoall: per receiving rank, its rows and its received splits, each
+  // rounded up: 2 x (2 x 48 bytes -> 128, 2 splits -> 64).
+  EXPECT_EQ(SlotBytes(Tensor("a", 96, as(v1::COLLECTIVE_ALLTOALL))), 384u);
+}
+
+TEST(FusionTest, BatchesOfEveryCollectiveAddUpTheirSlots) {
+  for (v1::Collective collective : {v1::COLLECTIVE_REDUCESCATTER, v1::COLLECTIVE_ALLGATHER,
+                                    v1::COLLECTIVE_BROADCAST, v1::COLLECTIVE_ALLTOALL}) {
+    std::vector<ReadyTensor> tensors;
+    for (int i = 0; i < 5; ++i) {
+      tensors.push_back(Tensor("t" + std::to_string(i), 64,
+                               [collective](auto& r) { r.set_collective(collective); }));
+    }
+    const uint64_t slot = SlotBytes(tensors[0]);
+    // Room for two slots and a half: batches of two.
+    EXPECT_THAT(Plan(std::move(tensors), slot * 5 / 2),
+                ElementsAre(Names{"t0", "t1"}, Names{"t2", "t3"}, Names{"t4"}))
+        << collective;
+  }
+}
+
+TEST(FusionTest, BroadcastsFuseOnlyWithTheSameRoot) {
+  const auto root = [](int32_t rank) {
+    return [rank](v1::TensorRequest& r) {
+      r.set_collective(v1::COLLECTIVE_BROADCAST);
+      r.set_root_rank(rank);
+    };
+  };
+  std::vector<ReadyTensor> tensors;
+  tensors.push_back(Tensor("r0a", 64, root(0)));
+  tensors.push_back(Tensor("r1a", 64, root(1)));
+  tensors.push_back(Tensor("r0b", 64, root(0)));
+  tensors.push_back(Tensor("r1b", 64, root(1)));
+  EXPECT_THAT(Plan(std::move(tensors), 1 << 20),
+              ElementsAre(Names{"r0a", "r0b"}, Names{"r1a", "r1b"}));
 }
 
 TEST(FusionTest, NothingToPlan) { EXPECT_TRUE(PlanFusion({}, 1024).empty()); }
@@ -114,6 +168,7 @@ TEST(FusionTest, LooksAheadPastIncompatibleTensors) {
 TEST(FusionTest, EveryKindOfIncompatibilitySeparates) {
   const std::vector<std::function<void(v1::TensorRequest&)>> edits = {
       [](auto& r) { r.set_collective(v1::COLLECTIVE_ALLGATHER); },
+      [](auto& r) { r.set_collective(v1::COLLECTIVE_REDUCESCATTER); },
       [](auto& r) { r.set_dtype(v1::DATA_TYPE_INT32); },
       [](auto& r) { r.set_op(v1::REDUCE_OP_PRODUCT); },
       [](auto& r) { r.set_process_set_id(1); },

@@ -1,9 +1,13 @@
 // daemon/request_validator: every rule, its status code and its message, and
-// the boundaries that must still pass.
+// the boundaries that must still pass: the fields every request shares, the
+// control collectives (no data, no groups, process-set changes on set 0), and
+// the data collectives' rules per collective (reduce op and scales only for
+// allreduce and reducescatter, rows, splits, root, groups).
 #include "daemon/request_validator.h"
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -12,7 +16,9 @@
 namespace collective::daemon {
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr uint64_t kArena = 1 << 20;
@@ -33,6 +39,14 @@ v1::TensorRequest Valid() {
   request.add_shape(2);
   request.set_offset(128);
   request.set_length(16);
+  return request;
+}
+
+// `request` turned into a control collective: no shape, no data.
+v1::TensorRequest Control(v1::Collective collective, v1::TensorRequest request = Valid()) {
+  request.set_collective(collective);
+  request.clear_shape();
+  request.set_length(0);
   return request;
 }
 
@@ -131,11 +145,179 @@ TEST(RequestValidatorTest, BoolSupportsMinAndMaxAndUnitScales) {
             "reduce op sum is not defined for bool tensors (bool supports min and max)");
 }
 
+TEST(RequestValidatorTest, AcceptsEveryDataCollective) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_ALLREDUCE, v1::COLLECTIVE_ALLGATHER, v1::COLLECTIVE_BROADCAST,
+        v1::COLLECTIVE_ALLTOALL, v1::COLLECTIVE_REDUCESCATTER}) {
+    v1::TensorRequest request = Valid();
+    request.set_collective(collective);
+    EXPECT_TRUE(Validate(request).ok()) << collective << ": " << Validate(request);
+    request.set_shape(0, 0);
+    request.set_length(0);
+    EXPECT_TRUE(Validate(request).ok()) << collective << " of no rows: " << Validate(request);
+  }
+  v1::TensorRequest average = Valid();
+  average.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+  average.set_op(v1::REDUCE_OP_AVERAGE);
+  average.set_prescale(0.5);
+  average.set_postscale(4);
+  EXPECT_TRUE(Validate(average).ok()) << "reducescatter averages and scales";
+
+  v1::TensorRequest broadcast_scalar = Valid();
+  broadcast_scalar.set_collective(v1::COLLECTIVE_BROADCAST);
+  broadcast_scalar.clear_shape();
+  broadcast_scalar.set_length(4);
+  EXPECT_TRUE(Validate(broadcast_scalar).ok()) << "broadcast needs no rows";
+}
+
+TEST(RequestValidatorTest, DataMovementIgnoresTheReduceOp) {
+  // Allgather, broadcast and alltoall reduce nothing: whatever the op field
+  // says, and for every dtype, bool included; a scale factor of exactly 1
+  // changes nothing either.
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_ALLGATHER, v1::COLLECTIVE_BROADCAST, v1::COLLECTIVE_ALLTOALL}) {
+    for (v1::ReduceOp op : {v1::REDUCE_OP_UNSPECIFIED, v1::REDUCE_OP_ADASUM, v1::REDUCE_OP_PRODUCT,
+                            static_cast<v1::ReduceOp>(77)}) {
+      v1::TensorRequest request = Valid();
+      request.set_collective(collective);
+      request.set_op(op);
+      request.set_dtype(v1::DATA_TYPE_BOOL);
+      request.set_length(4);
+      request.set_prescale(1);
+      request.set_postscale(1);
+      EXPECT_TRUE(Validate(request).ok()) << collective << " " << op << ": " << Validate(request);
+    }
+  }
+}
+
+TEST(RequestValidatorTest, AcceptsSplitsThatAddUpToTheFirstDimension) {
+  v1::TensorRequest request = Valid();
+  request.set_collective(v1::COLLECTIVE_ALLTOALL);
+  for (int64_t split : {0, 2, 0}) request.add_splits(split);
+  EXPECT_TRUE(Validate(request).ok()) << Validate(request);
+
+  // Rows may go nowhere: a tensor of no rows sends zeros to everyone.
+  v1::TensorRequest empty = Valid();
+  empty.set_collective(v1::COLLECTIVE_ALLTOALL);
+  empty.set_shape(0, 0);
+  empty.set_length(0);
+  for (int i = 0; i < 4; ++i) empty.add_splits(0);
+  EXPECT_TRUE(Validate(empty).ok()) << Validate(empty);
+}
+
+// Splits that wrap around int64 when added up must not pass for a sum that
+// matches the first dimension: the alltoall op trusts them (rows times row
+// bytes sizes the copies), so each split can be no larger than the first
+// dimension.
+TEST(RequestValidatorTest, RefusesSplitsWhoseSumOverflows) {
+  v1::TensorRequest request = Valid();
+  request.set_collective(v1::COLLECTIVE_ALLTOALL);
+  request.set_shape(0, 0);
+  request.set_length(0);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // max + max + 2 = 2^64, which wraps to 0: the first dimension.
+  for (int64_t split : {max, max, int64_t{2}}) request.add_splits(split);
+  const absl::Status status = Validate(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+  v1::TensorRequest two = Valid();
+  two.set_collective(v1::COLLECTIVE_ALLTOALL);
+  for (int64_t split : {max, max, int64_t{4}}) two.add_splits(split);  // wraps to 2
+  EXPECT_EQ(Validate(two).code(), absl::StatusCode::kInvalidArgument) << Validate(two);
+}
+
+TEST(RequestValidatorTest, AcceptsAnyNonNegativeRoot) {
+  // Whether the root is a rank of the set is the op's to judge, with the
+  // set's size.
+  for (int32_t root : {0, 1, 1000, std::numeric_limits<int32_t>::max()}) {
+    v1::TensorRequest request = Valid();
+    request.set_collective(v1::COLLECTIVE_BROADCAST);
+    request.set_root_rank(root);
+    EXPECT_TRUE(Validate(request).ok()) << root << ": " << Validate(request);
+  }
+  // Other collectives ignore the field.
+  v1::TensorRequest allreduce = Valid();
+  allreduce.set_root_rank(-5);
+  EXPECT_TRUE(Validate(allreduce).ok()) << Validate(allreduce);
+}
+
+TEST(RequestValidatorTest, AcceptsGroupsOfAllreduceAllgatherAndReducescatter) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_ALLREDUCE, v1::COLLECTIVE_ALLGATHER, v1::COLLECTIVE_REDUCESCATTER}) {
+    for (uint32_t size : {1u, 2u, kMaxGroupSize}) {
+      v1::TensorRequest request = Valid();
+      request.set_collective(collective);
+      request.set_group_id(~uint64_t{0});
+      request.set_group_size(size);
+      EXPECT_TRUE(Validate(request).ok()) << collective << " " << size << ": " << Validate(request);
+    }
+  }
+  v1::TensorRequest ungrouped = Valid();
+  ungrouped.set_group_size(7);
+  EXPECT_TRUE(Validate(ungrouped).ok()) << "without a group id, the size means nothing";
+}
+
+TEST(RequestValidatorTest, AcceptsControlCollectives) {
+  for (v1::Collective collective : {v1::COLLECTIVE_BARRIER, v1::COLLECTIVE_JOIN}) {
+    v1::TensorRequest request = Control(collective);
+    EXPECT_TRUE(Validate(request).ok()) << collective << ": " << Validate(request);
+    // Of any process set; dtype, op and offset mean nothing to them.
+    request.set_process_set_id(3);
+    request.set_dtype(v1::DATA_TYPE_UNSPECIFIED);
+    request.set_op(v1::REDUCE_OP_UNSPECIFIED);
+    request.set_offset(kArena * 2);
+    EXPECT_TRUE(Validate(request).ok()) << collective << ": " << Validate(request);
+  }
+  v1::TensorRequest add = Control(v1::COLLECTIVE_ADD_PROCESS_SET);
+  for (int32_t rank : {2, 0}) add.add_process_set_ranks(rank);
+  EXPECT_TRUE(Validate(add).ok()) << Validate(add);
+  v1::TensorRequest remove = Control(v1::COLLECTIVE_REMOVE_PROCESS_SET);
+  remove.set_target_process_set_id(1);
+  EXPECT_TRUE(Validate(remove).ok()) << Validate(remove);
+}
+
+TEST(RequestValidatorTest, ProcessSetChangesAreCollectivesOfTheGlobalSet) {
+  // Their messages name the collective (not "unknown(8)").
+  v1::TensorRequest add = Control(v1::COLLECTIVE_ADD_PROCESS_SET);
+  add.add_process_set_ranks(0);
+  add.set_process_set_id(1);
+  absl::Status status = Validate(add);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Reason(status), EndsWith(" is a collective of the global process set (id 0)"));
+  EXPECT_THAT(Reason(status), Not(HasSubstr("unknown")));
+
+  v1::TensorRequest remove = Control(v1::COLLECTIVE_REMOVE_PROCESS_SET);
+  remove.set_target_process_set_id(1);
+  remove.set_process_set_id(1);
+  status = Validate(remove);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Reason(status), EndsWith(" is a collective of the global process set (id 0)"));
+  EXPECT_THAT(Reason(status), Not(HasSubstr("unknown")));
+
+  v1::TensorRequest with_data = Valid();
+  with_data.set_collective(v1::COLLECTIVE_REMOVE_PROCESS_SET);
+  status = Validate(with_data);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Reason(status), EndsWith(" carries no tensor data"));
+  EXPECT_THAT(Reason(status), Not(HasSubstr("unknown")));
+}
+
 TEST(RequestValidatorTest, MessagesNameTheRequestAndItsTensor) {
   v1::TensorRequest request = Valid();
-  request.set_process_set_id(2);
+  request.set_process_set_id(-2);
   EXPECT_EQ(Validate(request).message(),
-            "request 17 ('layer1.weight'): process set 2 does not exist");
+            "request 17 ('layer1.weight'): process set -2 does not exist");
+}
+
+TEST(RequestValidatorTest, ExistingProcessSetsAreNotItsBusiness) {
+  // Whether set 2 exists, and whether the client is a member, only the job
+  // knows (ProcessSetTable::FindForMember); the validator refuses only ids
+  // that can never exist.
+  v1::TensorRequest request = Valid();
+  request.set_process_set_id(2);
+  EXPECT_TRUE(Validate(request).ok()) << Validate(request);
+  request.set_process_set_id(std::numeric_limits<int32_t>::max());
+  EXPECT_TRUE(Validate(request).ok()) << Validate(request);
 }
 
 TEST(RequestValidatorTest, QuotesOnlyABoundedSanitisedPrefixOfTheName) {
@@ -149,7 +331,7 @@ TEST(RequestValidatorTest, QuotesOnlyABoundedSanitisedPrefixOfTheName) {
   RequestLimits generous = Limits();
   generous.max_name_bytes = 4096;
   request.set_name(std::string(300, 'm'));
-  request.set_process_set_id(1);
+  request.set_process_set_id(-1);
   EXPECT_THAT(std::string(Validate(request, generous).message()),
               StartsWith("request 17 ('" + std::string(128, 'm') + "...'): "));
 
@@ -179,11 +361,12 @@ TEST(RequestValidatorTest, QuotedPrefixIsValidUtf8AndFreeOfControlCharacters) {
   RequestLimits generous = Limits();
   generous.max_name_bytes = 4096;
   v1::TensorRequest request = Valid();
-  request.set_process_set_id(1);
+  request.set_process_set_id(-1);
   std::string name = "a";  // puts every 2-byte character at an odd offset
   for (int i = 0; i < 100; ++i) name += "\u00e9";
   request.set_name(name);
   const std::string message(Validate(request, generous).message());
+  ASSERT_THAT(message, HasSubstr("process set -1 does not exist")) << "the request must fail";
   EXPECT_TRUE(valid_utf8(message)) << "the 128-byte cut splits a character: " << message;
 
   request.set_name("del\x7f");
@@ -197,6 +380,8 @@ struct FieldCase {
   absl::StatusCode code;
   std::string reason;  // the exact message after the request prefix
 };
+
+void PrintTo(const FieldCase& field_case, std::ostream* os) { *os << field_case.label; }
 
 class RequestValidatorFieldTest : public ::testing::TestWithParam<FieldCase> {};
 
@@ -231,18 +416,52 @@ INSTANTIATE_TEST_SUITE_P(
         FieldCase{"UnknownCollective",
                   [](auto& r) { r.set_collective(static_cast<v1::Collective>(99)); }, kInvalid,
                   "unknown collective unknown(99)"},
-        FieldCase{"Allgather", [](auto& r) { r.set_collective(v1::COLLECTIVE_ALLGATHER); },
-                  kUnimplemented, "allgather is not supported by this daemon version"},
-        FieldCase{"Broadcast", [](auto& r) { r.set_collective(v1::COLLECTIVE_BROADCAST); },
-                  kUnimplemented, "broadcast is not supported by this daemon version"},
-        FieldCase{"Alltoall", [](auto& r) { r.set_collective(v1::COLLECTIVE_ALLTOALL); },
-                  kUnimplemented, "alltoall is not supported by this daemon version"},
-        FieldCase{"Reducescatter", [](auto& r) { r.set_collective(v1::COLLECTIVE_REDUCESCATTER); },
-                  kUnimplemented, "reducescatter is not supported by this daemon version"},
-        FieldCase{"Barrier", [](auto& r) { r.set_collective(v1::COLLECTIVE_BARRIER); },
-                  kUnimplemented, "barrier is not supported by this daemon version"},
-        FieldCase{"Join", [](auto& r) { r.set_collective(v1::COLLECTIVE_JOIN); }, kUnimplemented,
-                  "join is not supported by this daemon version"},
+        // Control collectives carry no data and cannot be grouped.
+        FieldCase{"BarrierWithData", [](auto& r) { r.set_collective(v1::COLLECTIVE_BARRIER); },
+                  kInvalid, "barrier carries no tensor data"},
+        FieldCase{"JoinWithData", [](auto& r) { r.set_collective(v1::COLLECTIVE_JOIN); },
+                  kInvalid, "join carries no tensor data"},
+        FieldCase{"BarrierWithAShapeOnly",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_BARRIER, r);
+                    r.add_shape(0);
+                  },
+                  kInvalid, "barrier carries no tensor data"},
+        FieldCase{"JoinWithALengthOnly",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_JOIN, r);
+                    r.set_length(4);
+                  },
+                  kInvalid, "join carries no tensor data"},
+        FieldCase{"GroupedBarrier",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_BARRIER, r);
+                    r.set_group_id(3);
+                    r.set_group_size(2);
+                  },
+                  kInvalid, "barrier cannot be part of a group"},
+        FieldCase{"GroupedJoin",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_JOIN, r);
+                    r.set_group_id(3);
+                    r.set_group_size(1);
+                  },
+                  kInvalid, "join cannot be part of a group"},
+        FieldCase{"AddProcessSetWithoutRanks",
+                  [](auto& r) { r = Control(v1::COLLECTIVE_ADD_PROCESS_SET, r); }, kInvalid,
+                  "a process set needs at least one rank"},
+        FieldCase{"BarrierOnANegativeSet",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_BARRIER, r);
+                    r.set_process_set_id(-3);
+                  },
+                  kInvalid, "process set -3 does not exist"},
+        FieldCase{"ControlNameStillChecked",
+                  [](auto& r) {
+                    r = Control(v1::COLLECTIVE_BARRIER, r);
+                    r.set_name("");
+                  },
+                  kInvalid, "the tensor name is empty"},
         FieldCase{"UnspecifiedDtype", [](auto& r) { r.set_dtype(v1::DATA_TYPE_UNSPECIFIED); },
                   kInvalid, "unknown dtype unspecified"},
         FieldCase{"UnknownDtype", [](auto& r) { r.set_dtype(static_cast<v1::DataType>(99)); },
@@ -317,10 +536,186 @@ INSTANTIATE_TEST_SUITE_P(
                   "1048576 bytes"},
         FieldCase{"ProcessSet", [](auto& r) { r.set_process_set_id(-1); }, kInvalid,
                   "process set -1 does not exist"},
-        FieldCase{"Group", [](auto& r) { r.set_group_id(9); }, kUnimplemented,
-                  "grouped requests are not supported by this daemon version"},
         FieldCase{"Splits", [](auto& r) { r.add_splits(1); }, kInvalid,
-                  "splits apply only to alltoall"}),
+                  "splits apply only to alltoall"},
+        // The reduce op and scale factors belong to allreduce and
+        // reducescatter.
+        FieldCase{"AllgatherPrescale",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLGATHER);
+                    r.set_prescale(2);
+                  },
+                  kInvalid, "prescale applies to allreduce and reducescatter, not allgather"},
+        FieldCase{"BroadcastPostscale",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_postscale(0.5);
+                  },
+                  kInvalid, "postscale applies to allreduce and reducescatter, not broadcast"},
+        FieldCase{"AlltoallNanPrescale",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.set_prescale(std::numeric_limits<double>::quiet_NaN());
+                  },
+                  kInvalid, "prescale applies to allreduce and reducescatter, not alltoall"},
+        FieldCase{"ReducescatterMax",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_op(v1::REDUCE_OP_MAX);
+                  },
+                  kInvalid, "reducescatter supports the sum and average reduce ops, not max"},
+        FieldCase{"ReducescatterMin",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_op(v1::REDUCE_OP_MIN);
+                  },
+                  kInvalid, "reducescatter supports the sum and average reduce ops, not min"},
+        FieldCase{"ReducescatterProduct",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_op(v1::REDUCE_OP_PRODUCT);
+                  },
+                  kInvalid,
+                  "reducescatter supports the sum and average reduce ops, not product"},
+        FieldCase{"ReducescatterUnspecifiedOp",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_op(v1::REDUCE_OP_UNSPECIFIED);
+                  },
+                  kInvalid, "unknown reduce op unspecified"},
+        FieldCase{"ReducescatterAdasum",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_op(v1::REDUCE_OP_ADASUM);
+                  },
+                  kUnimplemented, "the adasum reduce op is not implemented"},
+        FieldCase{"ReducescatterBoolSum",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_dtype(v1::DATA_TYPE_BOOL);
+                    r.set_length(4);
+                  },
+                  kInvalid,
+                  "reduce op sum is not defined for bool tensors (bool supports min and max)"},
+        FieldCase{"ReducescatterNanPostscale",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.set_postscale(std::numeric_limits<double>::quiet_NaN());
+                  },
+                  kInvalid, "postscale nan is not a finite number"},
+        FieldCase{"AllgatherUnknownDtype",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLGATHER);
+                    r.set_dtype(static_cast<v1::DataType>(99));
+                  },
+                  kInvalid, "unknown dtype unknown(99)"},
+        // Allgather, alltoall and reducescatter work on rows.
+        FieldCase{"ScalarAllgather",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLGATHER);
+                    r.clear_shape();
+                    r.set_length(4);
+                  },
+                  kInvalid, "allgather needs a tensor of at least one dimension (its rows)"},
+        FieldCase{"ScalarAlltoall",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.clear_shape();
+                    r.set_length(4);
+                  },
+                  kInvalid, "alltoall needs a tensor of at least one dimension (its rows)"},
+        FieldCase{"ScalarReducescatter",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.clear_shape();
+                    r.set_length(4);
+                  },
+                  kInvalid,
+                  "reducescatter needs a tensor of at least one dimension (its rows)"},
+        FieldCase{"AlltoallLengthStillChecked",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.set_length(12);
+                  },
+                  kInvalid,
+                  "length 12 does not match shape [2, 2] of float32 (4 elements of 4 bytes)"},
+        FieldCase{"BroadcastOutsideTheArena",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_offset(kArena - 8);
+                  },
+                  kInvalid,
+                  "offset 1048568 + length 16 lies outside the client's arena of 1048576 bytes"},
+        // Splits: alltoall only, not negative, adding up to the first
+        // dimension.
+        FieldCase{"AllgatherSplits",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLGATHER);
+                    r.add_splits(2);
+                  },
+                  kInvalid, "splits apply only to alltoall"},
+        FieldCase{"ReducescatterSplits",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
+                    r.add_splits(1);
+                    r.add_splits(1);
+                  },
+                  kInvalid, "splits apply only to alltoall"},
+        FieldCase{"NegativeSplit",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.add_splits(3);
+                    r.add_splits(-1);
+                  },
+                  kInvalid, "split -1 is negative"},
+        FieldCase{"SplitsShort",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.add_splits(1);
+                    r.add_splits(0);
+                  },
+                  kInvalid, "the splits add up to 1 rows but the first dimension is 2"},
+        FieldCase{"SplitsLong",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.add_splits(2);
+                    r.add_splits(1);
+                    r.add_splits(0);
+                  },
+                  kInvalid, "the splits add up to 3 rows but the first dimension is 2"},
+        FieldCase{"NegativeRoot",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_root_rank(-1);
+                  },
+                  kInvalid, "root rank -1 is negative"},
+        // Groups: allreduce, allgather and reducescatter, of 1 to 65536
+        // tensors.
+        FieldCase{"GroupOfZero", [](auto& r) { r.set_group_id(9); }, kInvalid,
+                  "group size 0 is outside [1, 65536]"},
+        FieldCase{"GroupTooLarge",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLGATHER);
+                    r.set_group_id(9);
+                    r.set_group_size(kMaxGroupSize + 1);
+                  },
+                  kInvalid, "group size 65537 is outside [1, 65536]"},
+        FieldCase{"GroupedBroadcast",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_group_id(9);
+                    r.set_group_size(2);
+                  },
+                  kInvalid, "only allreduce, allgather and reducescatter can be grouped, not "
+                            "broadcast"},
+        FieldCase{"GroupedAlltoall",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.set_group_id(9);
+                    r.set_group_size(2);
+                  },
+                  kInvalid,
+                  "only allreduce, allgather and reducescatter can be grouped, not alltoall"}),
     [](const auto& param_info) { return param_info.param.label; });
 
 TEST(RequestValidatorTest, EmptyArenaAdmitsOnlyEmptyTensors) {

@@ -1,4 +1,4 @@
-// shm/: the segment layout's fixed facts, client and result segments (create,
+// shm/: the segment layout's fixed facts (version 2), client and result segments (create,
 // open, every check on open, permissions), the completion ring (ordering,
 // wrap-around, wake word) and a cross-process futex wake, and segment names.
 #include <atomic>
@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include <poll.h>
 #include <signal.h>
@@ -46,6 +47,9 @@ bool ShmExists(const std::string& name) {
 // --- Layout -----------------------------------------------------------------
 
 TEST(SegmentLayoutTest, FixedFacts) {
+  // Version 2: completion records carry an aux array (alltoall's received
+  // splits), and the header says whether a timeline records.
+  EXPECT_EQ(kLayoutVersion, 2u);
   EXPECT_EQ(kPageBytes, 4096u);
   EXPECT_EQ(kDataAlignment, 64u);
   EXPECT_EQ(sizeof(CompletionRecord), 64u);
@@ -53,11 +57,19 @@ TEST(SegmentLayoutTest, FixedFacts) {
   EXPECT_EQ(offsetof(CompletionRecord, status_code), 8u);
   EXPECT_EQ(offsetof(CompletionRecord, result_offset), 16u);
   EXPECT_EQ(offsetof(CompletionRecord, result_bytes), 24u);
+  EXPECT_EQ(offsetof(CompletionRecord, flags), 12u);
   EXPECT_EQ(offsetof(CompletionRecord, result_dim0), 32u);
+  EXPECT_EQ(offsetof(CompletionRecord, aux_offset), 40u);
+  EXPECT_EQ(offsetof(CompletionRecord, aux_count), 48u);
+  EXPECT_EQ(offsetof(CompletionRecord, reserved0), 52u);
+  EXPECT_EQ(offsetof(CompletionRecord, reserved1), 56u);
+  EXPECT_TRUE(std::is_trivially_copyable_v<CompletionRecord>);
   EXPECT_EQ(offsetof(ClientSegmentHeader, magic), 0u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, layout_version), 8u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_capacity), 12u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, daemon_heartbeat_ns), 128u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, timeline_active), 136u)
+      << "in the heartbeat's cache line, written by the daemon only";
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_head), 192u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_tail), 256u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, wake_word), 320u);
@@ -127,6 +139,7 @@ TEST(ClientSegmentTest, CreateThenOpenSeesTheSameMemory) {
   EXPECT_EQ(header->epoch, 0xfeedu);
   EXPECT_EQ(header->client_id, 7u);
   EXPECT_EQ(header->client_pid, ::getpid());
+  EXPECT_EQ(header->timeline_active.load(), 0u) << "no timeline until the daemon says so";
   EXPECT_EQ(header->ring_offset, kPageBytes);
   EXPECT_EQ(header->submit_offset, 2 * kPageBytes);
   EXPECT_EQ(header->submit_bytes, kMinSubmitRingBytes) << "raised to the minimum";
@@ -204,14 +217,24 @@ TEST_F(ClientSegmentOpenTest, RefusesABadMagic) {
   segment_->header()->magic ^= 1;
   const absl::Status status = Open(segment_->size());
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("this client speaks version 1"));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("this client speaks version ", kLayoutVersion)));
 }
 
 TEST_F(ClientSegmentOpenTest, RefusesAnotherLayoutVersion) {
-  segment_->header()->layout_version = 2;
-  const absl::Status status = Open(segment_->size());
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("has layout version 2"));
+  // An older daemon's segment (version 1 records have no aux array) and a
+  // newer one's.
+  for (uint32_t version : {kLayoutVersion - 1, kLayoutVersion + 1}) {
+    segment_->header()->layout_version = version;
+    const absl::Status status = Open(segment_->size());
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("has layout version ", version)));
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("this client speaks version ", kLayoutVersion)));
+  }
+  segment_->header()->layout_version = kLayoutVersion;
+  EXPECT_TRUE(Open(segment_->size()).ok());
 }
 
 TEST_F(ClientSegmentOpenTest, RefusesAnotherEpochOrClient) {
@@ -365,6 +388,8 @@ class CompletionRingTest : public ::testing::Test {
     record.result_offset = id * 64;
     record.result_bytes = id + 1;
     record.result_dim0 = static_cast<int64_t>(id) - 5;
+    record.aux_offset = id * 128 + 64;
+    record.aux_count = static_cast<uint32_t>(id % 5);
     return record;
   }
 
@@ -425,6 +450,31 @@ TEST_F(CompletionRingTest, WakeWordMovesOnEveryPublishAndLocalWake) {
   EXPECT_EQ(segment_->header()->sleepers.load(), 1u);
   consumer_->EndSleep();
   EXPECT_EQ(segment_->header()->sleepers.load(), 0u);
+}
+
+TEST_F(CompletionRingTest, RecordsCarryEveryFieldWhole) {
+  CompletionRecord record{};
+  record.request_id = ~uint64_t{0} - 1;
+  record.status_code = -7;
+  record.flags = 0x80000001u;
+  record.result_offset = uint64_t{1} << 40;
+  record.result_bytes = (uint64_t{1} << 33) + 3;
+  record.result_dim0 = -(int64_t{1} << 35);
+  record.aux_offset = (uint64_t{1} << 41) + 64;
+  record.aux_count = 0xfffffffeu;
+  publisher_->Publish(record);
+  const auto popped = consumer_->TryPop();
+  ASSERT_TRUE(popped.has_value());
+  EXPECT_EQ(popped->request_id, record.request_id);
+  EXPECT_EQ(popped->status_code, -7);
+  EXPECT_EQ(popped->flags, 0x80000001u);
+  EXPECT_EQ(popped->result_offset, record.result_offset);
+  EXPECT_EQ(popped->result_bytes, record.result_bytes);
+  EXPECT_EQ(popped->result_dim0, record.result_dim0);
+  EXPECT_EQ(popped->aux_offset, record.aux_offset);
+  EXPECT_EQ(popped->aux_count, 0xfffffffeu);
+  EXPECT_EQ(popped->reserved0, 0u);
+  EXPECT_EQ(popped->reserved1, 0u);
 }
 
 TEST_F(CompletionRingTest, HeartbeatIsReadFromTheHeader) {
