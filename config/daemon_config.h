@@ -12,6 +12,12 @@ namespace collective::config {
 
 enum class LogFormat { kText, kJson };
 
+// Whether the daemon joins an MPI world of daemons (one per node).
+enum class MultiNode {
+  kAuto,  // when an MPI launcher (mpirun, srun) started it
+  kOff,   // never: a world of one node
+};
+
 struct DaemonConfig {
   // Unix socket clients and collectivectl connect to.
   std::string socket = "/run/collectived/collectived.sock";
@@ -52,6 +58,11 @@ struct DaemonConfig {
   uint32_t max_name_bytes = 1024;
   // Threads that share a large reduction; 0: one per online core.
   uint32_t reduce_threads = 0;
+
+  // Multi-node: whether to join the launcher's MPI world, and how often the
+  // engine looks for messages of the other daemons while it waits for them.
+  MultiNode multi_node = MultiNode::kAuto;
+  uint32_t cycle_time_ms = 1;
 
   // Warn (log and collectivectl status) about tensors some ranks submitted
   // and others not after this long; 0 disables the check.

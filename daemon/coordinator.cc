@@ -7,7 +7,7 @@
 
 namespace collective::daemon {
 
-absl::Status Coordinator::Add(Submission submission, int32_t set_size) {
+absl::Status Coordinator::Add(Submission submission, int32_t set_size, int32_t local_members) {
   const int32_t rank = submission.set_rank;
   Key key(submission.request.process_set_id(), submission.request.name());
   auto [it, inserted] = table_.try_emplace(key);
@@ -17,6 +17,7 @@ absl::Status Coordinator::Add(Submission submission, int32_t set_size) {
     pending.process_set_id = submission.request.process_set_id();
     pending.first_at = submission.at;
     pending.by_rank.resize(set_size);
+    pending.expected = local_members;
   } else if (pending.by_rank[rank].has_value()) {
     return absl::AlreadyExistsError(
         absl::StrCat("tensor '", pending.name, "' is already outstanding on rank ",
@@ -36,7 +37,7 @@ absl::Status Coordinator::Add(Submission submission, int32_t set_size) {
 
 bool Coordinator::IsReady(const PendingTensor& pending) const {
   const int32_t size = static_cast<int32_t>(pending.by_rank.size());
-  if (pending.submitted == size) return true;
+  if (pending.submitted == pending.expected) return true;
   if (pending.submitted == 0) return false;
   // Join itself waits for every rank; everything else only for ranks that
   // have not joined.

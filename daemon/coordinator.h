@@ -26,8 +26,9 @@ namespace collective::daemon {
 using Clock = std::chrono::steady_clock;
 
 struct Submission {
-  ClientRecord* client = nullptr;
-  int32_t set_rank = 0;  // within the request's process set
+  ClientRecord* client = nullptr;  // null for another node's rank
+  int32_t set_rank = 0;            // within the request's process set
+  int32_t rank = 0;                // global
   v1::TensorRequest request;
   Clock::time_point at;
 };
@@ -38,6 +39,9 @@ struct PendingTensor {
   Clock::time_point first_at;
   std::vector<std::optional<Submission>> by_rank;  // by set rank
   int32_t submitted = 0;
+  // Submissions that make it ready on this node: the set's size on one
+  // node, the set's local members across nodes.
+  int32_t expected = 0;
 };
 
 // A tensor ready to run: one collective.
@@ -52,16 +56,26 @@ struct ReadyTensor {
   int32_t completed_by = 0;
   Clock::time_point first_at;
   Clock::time_point ready_at;
+  // Its set spans nodes: `submissions` are this node's members only, and
+  // the reduction here is the partial one the nodes then combine.
+  bool across_nodes = false;
 
   const v1::TensorRequest& request() const { return submissions.front().request; }
-  bool has_joined_ranks() const { return static_cast<int32_t>(submissions.size()) < set_size; }
+  bool has_joined_ranks() const {
+    return !across_nodes && static_cast<int32_t>(submissions.size()) < set_size;
+  }
 };
 
 class Coordinator {
  public:
-  // Records `submission`; `set_size` is the size of its process set.
-  // ALREADY_EXISTS when that rank already has the name outstanding.
-  absl::Status Add(Submission submission, int32_t set_size);
+  // Records `submission`; `set_size` is the size of its process set, of
+  // whose ranks `local_members` are on this node (a tensor is ready here
+  // once they all submitted it). ALREADY_EXISTS when that rank already has
+  // the name outstanding.
+  absl::Status Add(Submission submission, int32_t set_size, int32_t local_members);
+  absl::Status Add(Submission submission, int32_t set_size) {
+    return Add(std::move(submission), set_size, set_size);
+  }
 
   // A rank of a set has joined: what waits only for joined ranks is ready.
   void Join(int32_t process_set_id, int32_t set_rank, int32_t set_size);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <ctime>
+#include <future>
 
 #include <unistd.h>
 
@@ -66,8 +67,23 @@ absl::Status Engine::Start() {
   }
   next_heartbeat_ = Clock::now();
   next_stall_check_ = Clock::now();
-  thread_ = std::thread([this] { Loop(); });
-  return absl::OkStatus();
+  // MPI belongs to the engine thread: it joins the world before it loops,
+  // and Start reports whether it could.
+  std::promise<absl::Status> world;
+  std::future<absl::Status> joined = world.get_future();
+  thread_ = std::thread([this, &world] {
+    const absl::Status status = StartWorld();
+    const bool ok = status.ok();
+    world.set_value(status);
+    if (ok) Loop();
+  });
+  absl::Status status = joined.get();
+  if (!status.ok()) {
+    thread_.join();
+    std::lock_guard lock(mutex_);
+    stopped_ = true;
+  }
+  return status;
 }
 
 bool Engine::Post(EngineEvent event) {
@@ -106,6 +122,7 @@ void Engine::Loop() {
       stopped_ = true;
       continue;
     }
+    worked = PollWorld() || worked;
     worked = DrainSubmissionRings() || worked;
     if (RunReady()) {
       worked = true;
@@ -114,6 +131,9 @@ void Engine::Loop() {
     RunTimers(Clock::now());
     if (!worked) doorbell_.Sleep(NextTimer());
   }
+  // MPI ends on the thread that began it.
+  exchange_.reset();
+  if (abandoned_.empty()) world_.reset();
   log::Daemon().info("engine stopped");
 }
 
@@ -149,6 +169,9 @@ void Engine::Dispatch(EngineEvent& event) {
 
 Clock::time_point Engine::NextTimer() const {
   Clock::time_point next = next_heartbeat_;
+  if (WaitsForWorld()) {
+    next = std::min(next, Clock::now() + std::chrono::milliseconds(config_.cycle_time_ms));
+  }
   if (job_ == nullptr) return next;
   if (stalls_.enabled() && coordinator_ != nullptr && !coordinator_->idle()) {
     next = std::min(next, next_stall_check_);
@@ -176,9 +199,17 @@ void Engine::RunTimers(Clock::time_point now) {
   if (job_->state() == JobState::kForming) {
     if (now < job_->formation_deadline()) return;
     const std::vector<int32_t> missing = job_->MissingLocalRanks();
-    AbortFormation(absl::DeadlineExceededError(absl::StrCat(
-        "job '", job_->id(), "' did not form within ", config_.register_timeout_seconds,
-        " s: ", DescribeLocalRanks(missing), " of ", job_->local_size(), " never registered")));
+    const absl::Status late = absl::DeadlineExceededError(
+        missing.empty()
+            ? absl::StrCat("job '", job_->id(), "' did not form within ",
+                           config_.register_timeout_seconds, " s: all ", job_->local_size(),
+                           " local ranks of node ", world_->rank(),
+                           " registered, but not every other node's ranks did")
+            : absl::StrCat("job '", job_->id(), "' did not form within ",
+                           config_.register_timeout_seconds, " s: ", DescribeLocalRanks(missing),
+                           " of ", job_->local_size(), " never registered"));
+    if (exchange_ != nullptr) AbandonExchange(late);
+    AbortFormation(late);
     return;
   }
   for (const auto& member : job_->members()) {

@@ -10,12 +10,14 @@
 //
 // The implementation is split by concern: engine.cc (loop, timers, status,
 // timeline), engine_jobs.cc (registration, formation, leaving, failure,
-// teardown), engine_requests.cc (submission, completion, release) and
-// engine_collectives.cc (agreement, control collectives, fusion, execution).
+// teardown), engine_requests.cc (submission, completion, release),
+// engine_collectives.cc (agreement, control collectives, fusion, execution)
+// and engine_world.cc (the MPI world of daemons: formation across nodes).
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,10 +36,13 @@
 #include "daemon/executor.h"
 #include "daemon/fusion.h"
 #include "daemon/job.h"
+#include "daemon/negotiator.h"
+#include "daemon/node_exchange.h"
 #include "daemon/ops/collective_op.h"
 #include "daemon/stall_inspector.h"
 #include "daemon/thread_pool.h"
 #include "daemon/timeline.h"
+#include "daemon/world.h"
 #include "shm/segment_names.h"
 
 namespace collective::daemon {
@@ -82,7 +87,12 @@ class Engine {
   absl::Status CheckRegistration(const v1::RegisterRequest& request, const std::string& job_id,
                                  const std::vector<std::vector<int32_t>>& static_sets) const;
   absl::StatusOr<std::unique_ptr<ClientRecord>> NewClient(const RegisterCall& call);
+  // Every local rank registered: form the job here (one node) or start the
+  // exchange with the other nodes.
   void FormJob();
+  // The layout is known: create the result segment, assign topologies and
+  // answer the registrations.
+  void FinishFormation(const NodeLayout& layout);
   void AbortFormation(const absl::Status& status);
   void OnRegisterCancelled(const RegisterCancelledEvent& event);
   void OnAttach(const std::shared_ptr<SessionLink>& link, const PeerCredentials& peer,
@@ -111,9 +121,33 @@ class Engine {
   void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
   void FailSubmissions(std::vector<PendingTensor> tensors, const absl::Status& why);
 
+  // engine_world.cc
+  // Joins the launcher's MPI world (on the engine thread, the only one that
+  // calls MPI) or makes a world of one.
+  absl::Status StartWorld();
+  // Advances what waits for the other daemons; true if anything happened.
+  bool PollWorld();
+  // Whether the engine waits for the other daemons (and so polls).
+  bool WaitsForWorld() const;
+  // An exchange that cannot complete any more: kept for MPI, and the world
+  // cannot form later jobs.
+  void AbandonExchange(const absl::Status& why);
+  // Ranks of `set` on this node.
+  int32_t LocalMembers(const ProcessSet& set) const;
+  // A tensor ready on this node whose set spans nodes goes to the
+  // negotiator (true) to wait for node 0's decision.
+  bool AnnounceIfAcrossNodes(ReadyTensor& tensor);
+  // Carries out one batch of node 0's decisions, in order.
+  void Decide(v1::Decisions decisions);
+  // The nodes combine their partial results of a batch run here, then the
+  // final scale is applied; an MPI error fails the job.
+  absl::Status CombineAcrossNodes(const FusedBatch& batch, const Executor::Outcome& outcome);
+
   // engine_collectives.cc
   // Runs what is ready; true if anything ran.
   bool RunReady();
+  // Runs the fused batches waiting for result space, in order.
+  bool RunDeferred();
   // Barrier, join, process-set changes: no data, answered at once.
   void RunControl(const ReadyTensor& tensor);
   void CompleteControl(const ReadyTensor& tensor, int64_t value);
@@ -131,6 +165,15 @@ class Engine {
   shm::SegmentNames names_;
   ThreadPool pool_;
   Executor executor_;
+
+  // The MPI world of daemons (engine thread only, like all of MPI).
+  std::unique_ptr<World> world_;
+  std::unique_ptr<NodeExchange> exchange_;                // formation across nodes
+  std::vector<std::unique_ptr<NodeExchange>> abandoned_;  // MPI may still write them
+  absl::Status world_broken_;                             // why no job can form any more
+  std::unique_ptr<Negotiator> negotiator_;                // a job across nodes
+  // Announced to node 0, waiting for its decision: by process set and name.
+  std::map<std::pair<int32_t, std::string>, ReadyTensor> announced_;
 
   // Job state: engine thread only.
   std::unique_ptr<Job> job_;

@@ -30,6 +30,7 @@ bool Engine::RunReady() {
   bool ran = !ready.empty();
   std::vector<ReadyTensor> data;
   for (ReadyTensor& tensor : ready) {
+    if (AnnounceIfAcrossNodes(tensor)) continue;
     if (timeline_.active()) {
       std::vector<RankArrival> arrivals;
       for (const Submission& submission : tensor.submissions) {
@@ -53,8 +54,13 @@ bool Engine::RunReady() {
   for (FusedBatch& batch : PlanFusion(std::move(data), config_.fusion_threshold_bytes)) {
     deferred_.push_back(std::move(batch));
   }
+  return RunDeferred() || ran;
+}
+
+bool Engine::RunDeferred() {
+  bool ran = false;
   while (!deferred_.empty() && job_ != nullptr && job_->state() == JobState::kRunning) {
-    const Executor::Outcome outcome = executor_.Run(deferred_.front(), *job_->results());
+    Executor::Outcome outcome = executor_.Run(deferred_.front(), *job_->results());
     if (outcome.deferred) {
       log::Exec().debug("'{}' waits for result space ({} of {} bytes in use)",
                         deferred_.front().tensors.front().name, job_->results()->bytes_in_use(),
@@ -64,6 +70,15 @@ bool Engine::RunReady() {
     ran = true;
     const FusedBatch batch = std::move(deferred_.front());
     deferred_.pop_front();
+    if (outcome.status.ok() && batch.tensors.front().across_nodes) {
+      if (absl::Status combined = CombineAcrossNodes(batch, outcome); !combined.ok()) {
+        job_->results()->Discard(outcome.block);
+        outcome.status = combined;
+        CompleteBatch(batch, outcome);
+        FailJob(combined);
+        return ran;
+      }
+    }
     if (outcome.status.ok() && timeline_.active()) RecordTimeline(batch, outcome);
     CompleteBatch(batch, outcome);
     if (!outcome.corrupted.empty() || outcome.results_lost) FailJob(outcome.status);

@@ -190,6 +190,27 @@ void Engine::OnRegister(const RegisterEvent& event) {
 }
 
 void Engine::FormJob() {
+  if (!world_broken_.ok()) {
+    AbortFormation(world_broken_);
+    return;
+  }
+  if (world_->single()) {
+    FinishFormation(NodeLayout::Single(job_->local_size()));
+    return;
+  }
+  auto exchange =
+      NodeExchange::Start(*world_, {.local_size = job_->local_size(), .job_id = job_->id()});
+  if (!exchange.ok()) {
+    world_broken_ = exchange.status();
+    AbortFormation(exchange.status());
+    return;
+  }
+  exchange_ = std::move(*exchange);
+  log::Coord().info("job '{}': all {} local ranks registered; waiting for the other {} nodes",
+                    job_->id(), job_->local_size(), world_->size() - 1);
+}
+
+void Engine::FinishFormation(const NodeLayout& layout) {
   auto owner = ChooseResultSegmentOwner(*job_, daemon_uid_, daemon_gid_);
   if (!owner.ok()) {
     AbortFormation(owner.status());
@@ -207,7 +228,7 @@ void Engine::FormJob() {
     return;
   }
   const ClientRecord* first = job_->member(0);
-  if (absl::Status formed = job_->Form(std::move(*results), first->static_process_sets);
+  if (absl::Status formed = job_->Form(std::move(*results), first->static_process_sets, layout);
       !formed.ok()) {
     AbortFormation(formed);
     return;
@@ -244,7 +265,13 @@ void Engine::FormJob() {
     member->registration->Finish(absl::OkStatus(), response);
     member->registration.reset();
   }
-  log::Coord().info("job '{}' formed with {} local ranks", job_->id(), job_->local_size());
+  if (layout.nodes() == 1) {
+    log::Coord().info("job '{}' formed with {} local ranks", job_->id(), job_->local_size());
+  } else {
+    log::Coord().info("job '{}' formed: {} ranks on {} nodes, this node's are {}..{}", job_->id(),
+                      layout.world_size(), layout.nodes(), layout.offset(),
+                      layout.offset() + job_->local_size() - 1);
+  }
 }
 
 void Engine::AbortFormation(const absl::Status& status) {

@@ -134,16 +134,26 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
     CompleteWithError(client, request_id, status);
     return;
   }
+  const int32_t local_members = LocalMembers(*set);
+  const bool join = request.collective() == v1::COLLECTIVE_JOIN;
+  if (join && local_members < set->size()) {
+    CompleteWithError(
+        client, request_id,
+        absl::UnimplementedError(absl::StrCat("request ", request_id,
+                                              ": join is not implemented for a process set "
+                                              "that spans nodes yet")));
+    return;
+  }
   client.outstanding[request_id] = request.length();
   client.bytes_submitted += request.length();
   const int32_t set_rank = set->RankOf(client.topology.rank());
   const int32_t set_id = request.process_set_id();
-  const bool join = request.collective() == v1::COLLECTIVE_JOIN;
   status = coordinator_->Add(Submission{.client = &client,
                                         .set_rank = set_rank,
+                                        .rank = client.topology.rank(),
                                         .request = std::move(request),
                                         .at = Clock::now()},
-                             set->size());
+                             set->size(), local_members);
   if (!status.ok()) {
     CompleteWithError(client, request_id, status);
     return;

@@ -61,8 +61,10 @@ bool Job::finished() const {
 }
 
 absl::Status Job::Form(std::unique_ptr<ResultArena> results,
-                       const std::vector<std::vector<int32_t>>& static_process_sets) {
-  process_sets_ = std::make_unique<ProcessSetTable>(local_size_);
+                       const std::vector<std::vector<int32_t>>& static_process_sets,
+                       const NodeLayout& layout) {
+  layout_ = layout;
+  process_sets_ = std::make_unique<ProcessSetTable>(layout.world_size());
   for (const std::vector<int32_t>& ranks : static_process_sets) {
     if (auto added = process_sets_->Add(ranks); !added.ok()) {
       return absl::InvalidArgumentError(
@@ -72,17 +74,15 @@ absl::Status Job::Form(std::unique_ptr<ResultArena> results,
   results_ = std::move(results);
   formed_at_ = absl::Now();
   state_ = JobState::kRunning;
-  // One node: global ranks are local ranks. (Across nodes the world's offset
-  // of this node is added.)
   for (const auto& member : members_) {
     v1::Topology& topology = member->topology;
-    topology.set_rank(member->local_rank);
-    topology.set_size(local_size_);
+    topology.set_rank(layout.offset() + member->local_rank);
+    topology.set_size(layout.world_size());
     topology.set_local_rank(member->local_rank);
     topology.set_local_size(local_size_);
-    topology.set_cross_rank(0);
-    topology.set_cross_size(1);
-    topology.set_is_homogeneous(true);
+    topology.set_cross_rank(layout.node);
+    topology.set_cross_size(layout.nodes());
+    topology.set_is_homogeneous(layout.homogeneous());
   }
   return absl::OkStatus();
 }

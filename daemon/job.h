@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/client_record.h"
+#include "daemon/node_layout.h"
 #include "daemon/process_sets.h"
 #include "daemon/result_arena.h"
 
@@ -54,10 +55,13 @@ class Job {
   // Every member has left or gone.
   bool finished() const;
 
-  // All ranks are in: assign topologies, create the static process sets
-  // (every member asked for the same ones), take the result arena, run.
+  // All ranks of every node are in: assign topologies from `layout`,
+  // create the static process sets (every member asked for the same ones),
+  // take the result arena, run.
   absl::Status Form(std::unique_ptr<ResultArena> results,
-                    const std::vector<std::vector<int32_t>>& static_process_sets);
+                    const std::vector<std::vector<int32_t>>& static_process_sets,
+                    const NodeLayout& layout);
+  const NodeLayout& layout() const { return layout_; }
   ResultArena* results() const { return results_.get(); }
   ProcessSetTable& process_sets() { return *process_sets_; }
   const ProcessSetTable& process_sets() const { return *process_sets_; }
@@ -77,6 +81,7 @@ class Job {
   std::vector<std::unique_ptr<ClientRecord>> members_;
   std::unique_ptr<ResultArena> results_;
   std::unique_ptr<ProcessSetTable> process_sets_;
+  NodeLayout layout_;
 };
 
 // "local ranks 2, 3" / "local rank 1".

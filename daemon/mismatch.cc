@@ -12,7 +12,7 @@
 namespace collective::daemon {
 namespace {
 
-int32_t RankOf(const Submission& submission) { return submission.client->topology.rank(); }
+int32_t RankOf(const Submission& submission) { return submission.rank; }
 
 double Scale(bool present, double value) { return present ? value : 1.0; }
 

@@ -40,13 +40,36 @@ exec::ReduceSpec ReductionSpec(const ReadyTensor& tensor) {
   }
   spec.prescale = request.has_prescale() ? request.prescale() : 1.0;
   spec.postscale = request.has_postscale() ? request.postscale() : 1.0;
+  if (tensor.across_nodes) {
+    // A partial result: the final scale follows the nodes' combination.
+    spec.postscale = 1.0;
+    spec.divisor = 1;
+  }
   return spec;
+}
+
+exec::ReduceSpec FinalScaleSpec(const ReadyTensor& tensor) {
+  const v1::TensorRequest& request = tensor.request();
+  return exec::ReduceSpec{
+      .dtype = request.dtype(),
+      .op = v1::REDUCE_OP_SUM,
+      .prescale = 1.0,
+      .postscale = request.has_postscale() ? request.postscale() : 1.0,
+      .divisor = request.op() == v1::REDUCE_OP_AVERAGE ? int64_t{tensor.set_size} : 1};
 }
 
 void AddReduction(const ReadyTensor& tensor, std::byte* out, WorkList& work) {
   WorkList::Inputs inputs;
   size_t next = 0;
-  for (int32_t rank = 0; rank < tensor.set_size; ++rank) {
+  // Across nodes the other nodes' ranks are not zeros: they are combined
+  // later. (Joined ranks exist only within one node.)
+  const int32_t ranks =
+      tensor.across_nodes ? static_cast<int32_t>(tensor.submissions.size()) : tensor.set_size;
+  for (int32_t rank = 0; rank < ranks; ++rank) {
+    if (tensor.across_nodes) {
+      inputs.push_back(InputOf(tensor.submissions[next++]));
+      continue;
+    }
     if (next < tensor.submissions.size() && tensor.submissions[next].set_rank == rank) {
       inputs.push_back(InputOf(tensor.submissions[next++]));
     } else {

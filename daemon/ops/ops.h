@@ -14,6 +14,9 @@ const CollectiveOp& AlltoallOp();
 // A reduction's kernel spec: AVERAGE becomes SUM divided by the set's size
 // (joined ranks count, as in Horovod).
 exec::ReduceSpec ReductionSpec(const ReadyTensor& tensor);
+// Across nodes: what turns the combined sum (or min, max, product) into the
+// result — postscale and the average's division — applied in place.
+exec::ReduceSpec FinalScaleSpec(const ReadyTensor& tensor);
 
 // Adds the reduction of `tensor` (one input per rank of its set, zeros for
 // joined ranks, in rank order) into `out`.

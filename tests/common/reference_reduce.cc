@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -311,6 +312,61 @@ std::string CompareBitwise(v1::DataType dtype, const void* expected, const void*
   return fmt::format("{} element {} of {}: expected {}, got {}; {} element(s) differ",
                      DataTypeName(dtype), first, count, Describe(dtype, expected, first),
                      Describe(dtype, actual, first), differing);
+}
+
+namespace {
+
+// A floating-point element as a double; nullopt for other types.
+std::optional<double> FloatingElement(v1::DataType dtype, const void* base, size_t i) {
+  switch (dtype) {
+    case v1::DATA_TYPE_FLOAT16:
+      return HalfToFloat(Get<uint16_t>(base, i));
+    case v1::DATA_TYPE_BFLOAT16:
+      return BFloat16ToFloat(Get<uint16_t>(base, i));
+    case v1::DATA_TYPE_FLOAT32:
+      return Get<float>(base, i);
+    case v1::DATA_TYPE_FLOAT64:
+      return Get<double>(base, i);
+    default:
+      return std::nullopt;
+  }
+}
+
+double Tolerance(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::DATA_TYPE_FLOAT16:
+      return 4.0 / 1024;  // a few ulps of a 10-bit mantissa
+    case v1::DATA_TYPE_BFLOAT16:
+      return 4.0 / 128;
+    case v1::DATA_TYPE_FLOAT32:
+      return 1e-5;
+    default:
+      return 1e-12;
+  }
+}
+
+}  // namespace
+
+std::string CompareClose(v1::DataType dtype, const void* expected, const void* actual,
+                         size_t count) {
+  const bool floating = dtype == v1::DATA_TYPE_FLOAT16 || dtype == v1::DATA_TYPE_BFLOAT16 ||
+                        dtype == v1::DATA_TYPE_FLOAT32 || dtype == v1::DATA_TYPE_FLOAT64;
+  if (!floating) return CompareBitwise(dtype, expected, actual, count);
+  const double tolerance = Tolerance(dtype);
+  size_t first = 0;
+  size_t differing = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const double want = *FloatingElement(dtype, expected, i);
+    const double got = *FloatingElement(dtype, actual, i);
+    const bool close = (std::isnan(want) && std::isnan(got)) ||
+                       std::abs(want - got) <= tolerance * std::max(1.0, std::abs(want));
+    if (!close && differing++ == 0) first = i;
+  }
+  if (differing == 0) return "";
+  return fmt::format(
+      "{} element {} of {}: expected {}, got {} (tolerance {}); {} element(s) differ",
+      DataTypeName(dtype), first, count, Describe(dtype, expected, first),
+      Describe(dtype, actual, first), tolerance, differing);
 }
 
 }  // namespace collective::testing

@@ -33,4 +33,12 @@ void FillTestData(v1::DataType dtype, v1::ReduceOp op, uint64_t seed, void* out,
 std::string CompareBitwise(v1::DataType dtype, const void* expected, const void* actual,
                            size_t count);
 
+// Like CompareBitwise for integers and bool; floating-point elements may
+// differ by a few units in the last place of their type (|e - a| <=
+// tolerance * max(1, |e|), the tolerance chosen per type): what a reduction
+// folded in another order — across nodes: each node's partial result first —
+// rounds to.
+std::string CompareClose(v1::DataType dtype, const void* expected, const void* actual,
+                         size_t count);
+
 }  // namespace collective::testing

@@ -85,13 +85,26 @@ std::optional<int> DaemonProcess::Stop() {
   return process_->Wait(absl::Seconds(20));
 }
 
-absl::StatusOr<v1::StatusResponse> DaemonProcess::Status() const {
+absl::StatusOr<v1::StatusResponse> DaemonProcess::Status() const { return QueryStatus(socket_); }
+
+absl::StatusOr<v1::StatusResponse> QueryStatus(const std::string& socket) {
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   v1::StatusResponse response;
-  const grpc::Status status = Stub(socket_)->Status(&context, {}, &response);
+  const grpc::Status status = Stub(socket)->Status(&context, {}, &response);
   if (!status.ok()) return absl::UnavailableError(status.error_message());
   return response;
+}
+
+absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(true);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::HealthResponse health;
+  const grpc::Status status = Stub(socket)->Health(&context, {}, &health);
+  if (!status.ok()) return absl::UnavailableError(status.error_message());
+  if (!health.serving()) return absl::UnavailableError("the daemon is shutting down");
+  return absl::OkStatus();
 }
 
 std::vector<std::string> DaemonProcess::Segments() const {

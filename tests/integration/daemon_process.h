@@ -88,6 +88,12 @@ absl::StatusOr<v1::StatusResponse> DaemonProcess::AwaitStatus(Predicate predicat
   return status;
 }
 
+// Waits until the daemon on `socket` answers Health (gRPC retries until the
+// socket exists), up to `timeout`.
+absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout);
+// The Status RPC of the daemon on `socket`.
+absl::StatusOr<v1::StatusResponse> QueryStatus(const std::string& socket);
+
 // For AwaitStatus: whether tensor `name` is pending with exactly
 // `ready_ranks` ranks submitted (so a job is known to block on it).
 bool HasPending(const v1::StatusResponse& status, const std::string& name, int ready_ranks);

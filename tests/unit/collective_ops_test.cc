@@ -92,6 +92,7 @@ class CollectiveOpsTest : public ::testing::Test {
     if (bytes > 0) std::memcpy(client->segment->arena() + 64, values.data(), bytes);
     Submission submission;
     submission.client = client;
+    submission.rank = submission.client->topology.rank();
     submission.set_rank = set_rank;
     v1::TensorRequest& request = submission.request;
     request.set_request_id(100 + set_rank);

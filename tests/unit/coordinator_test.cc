@@ -38,6 +38,7 @@ class CoordinatorTest : public ::testing::Test {
                   int32_t process_set = 0, Clock::time_point at = Clock::now()) {
     Submission submission;
     submission.client = clients_[rank].get();
+    submission.rank = submission.client->topology.rank();
     submission.set_rank = rank;
     submission.request.set_request_id(request_id);
     submission.request.set_name(name);

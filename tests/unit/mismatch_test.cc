@@ -28,6 +28,7 @@ class MismatchTest : public ::testing::Test {
       client->topology.set_rank(10 + i);
       Submission submission;
       submission.client = client.get();
+      submission.rank = submission.client->topology.rank();
       submission.request.set_request_id(100 + i);
       submission.request.set_name(tensor.name);
       submission.request.set_collective(v1::COLLECTIVE_ALLREDUCE);

@@ -57,6 +57,7 @@ class StallInspectorTest : public ::testing::Test {
     ASSERT_NE(process_set, nullptr);
     Submission submission;
     submission.client = clients_[global_rank].get();
+    submission.rank = submission.client->topology.rank();
     submission.set_rank = process_set->RankOf(global_rank);
     submission.request.set_request_id(1);
     submission.request.set_name(name);

@@ -1,0 +1,68 @@
+#include "daemon/node_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace collective::daemon {
+namespace {
+
+absl::string_view JobId(const auto& wire) {
+  return absl::string_view(wire.job_id.data(), wire.job_id_bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NodeExchange>> NodeExchange::Start(const World& world,
+                                                                  const Contribution& mine) {
+  std::unique_ptr<NodeExchange> exchange(new NodeExchange());
+  exchange->node_ = world.rank();
+  exchange->mine_.local_size = mine.local_size;
+  exchange->mine_.job_id_bytes = static_cast<uint32_t>(std::min(mine.job_id.size(), kJobIdBytes));
+  std::memcpy(exchange->mine_.job_id.data(), mine.job_id.data(), exchange->mine_.job_id_bytes);
+  exchange->all_.resize(static_cast<size_t>(world.size()));
+  const absl::Status started =
+      MpiStatus(MPI_Iallgather(&exchange->mine_, sizeof(Wire), MPI_BYTE, exchange->all_.data(),
+                               sizeof(Wire), MPI_BYTE, world.control(), &exchange->request_),
+                "MPI_Iallgather of the nodes' local sizes");
+  if (!started.ok()) return started;
+  return exchange;
+}
+
+NodeExchange::~NodeExchange() {
+  // Completing it here could block forever on a node that never forms; the
+  // owner keeps an exchange that is in flight alive instead (see in_flight).
+}
+
+std::optional<absl::StatusOr<NodeLayout>> NodeExchange::Poll() {
+  if (request_ == MPI_REQUEST_NULL) return Layout();
+  int done = 0;
+  if (absl::Status tested = MpiStatus(MPI_Test(&request_, &done, MPI_STATUS_IGNORE),
+                                      "MPI_Test of the nodes' local sizes");
+      !tested.ok()) {
+    request_ = MPI_REQUEST_NULL;
+    return absl::StatusOr<NodeLayout>(tested);
+  }
+  if (!done) return std::nullopt;
+  return Layout();
+}
+
+absl::StatusOr<NodeLayout> NodeExchange::Layout() const {
+  NodeLayout layout;
+  layout.node = node_;
+  layout.local_sizes.clear();
+  for (size_t node = 0; node < all_.size(); ++node) {
+    const Wire& wire = all_[node];
+    if (JobId(wire) != JobId(mine_)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "node ", node, " formed job '", JobId(wire), "' while node ", node_, " formed job '",
+          JobId(mine_), "'; every node's trainers must register the same job id"));
+    }
+    layout.local_sizes.push_back(wire.local_size);
+  }
+  return layout;
+}
+
+}  // namespace collective::daemon

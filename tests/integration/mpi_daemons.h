@@ -1,0 +1,52 @@
+// Several collectived started by a real `mpirun`, one per stand-in node, each
+// on its own socket directory: the multi-node tests' world on one machine.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "tests/common/subprocess.h"
+
+namespace collective::testing {
+
+class MpiDaemons {
+ public:
+  struct Options {
+    int nodes = 2;
+    // Open MPI's byte transfer layers: "tcp,self" (as across machines) or
+    // "vader,self" (shared memory).
+    std::string btl = "tcp,self";
+    std::vector<std::string> daemon_flags;
+  };
+
+  // Runs mpirun and waits until every daemon answers.
+  static absl::StatusOr<std::unique_ptr<MpiDaemons>> Start(const Options& options);
+  ~MpiDaemons();  // stops mpirun and removes the directory
+
+  int nodes() const { return static_cast<int>(sockets_.size()); }
+  const std::string& socket(int node) const { return sockets_[node]; }
+  Subprocess& mpirun() { return *mpirun_; }
+
+  // Starts one worker per local rank on every node: `local_sizes[n]` ranks of
+  // `worker` with `args` against node n's daemon, in node order.
+  absl::StatusOr<std::vector<Subprocess>> StartWorkers(const std::string& worker,
+                                                       const std::vector<int>& local_sizes,
+                                                       const std::vector<std::string>& args) const;
+
+  // SIGTERM to every daemon; mpirun's exit status once they all stopped.
+  std::optional<int> Stop();
+
+ private:
+  MpiDaemons() = default;
+
+  std::string directory_;
+  std::vector<std::string> sockets_;
+  std::unique_ptr<Subprocess> mpirun_;
+};
+
+}  // namespace collective::testing
