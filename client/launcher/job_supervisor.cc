@@ -1,0 +1,89 @@
+#include "client/launcher/job_supervisor.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/launcher/launcher_output.h"
+
+namespace collective::launcher {
+namespace {
+
+bool Succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+
+std::string Ranks(int count) { return absl::StrCat(count, count == 1 ? " rank" : " ranks"); }
+
+}  // namespace
+
+JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon,
+                             const SignalWatcher& signals, Options options)
+    : trainers_(trainers), daemon_(daemon), signals_(signals), options_(options) {}
+
+int JobSupervisor::Run() {
+  while (trainers_.running() > 0) {
+    PollSet set;
+    set.Add(signals_.fd(), [this] {
+      while (const std::optional<int> signal = signals_.Take()) OnSignal(*signal);
+    });
+    trainers_.Watch(set, [this](Trainer& trainer) { OnTrainerExit(trainer); });
+    if (daemon_ != nullptr) daemon_->Watch(set, [this](int status) { OnDaemonExit(status); });
+    if (!set.Wait(kill_deadline_)) {
+      Say(absl::StrCat(Ranks(trainers_.running()), " still running after ",
+                       absl::FormatDuration(options_.grace), "; sending SIGKILL"));
+      trainers_.SignalRunning(SIGKILL);
+      kill_deadline_.reset();
+    }
+  }
+  trainers_.DrainOutput();
+  return exit_code_.value_or(0);
+}
+
+void JobSupervisor::OnSignal(int signal) {
+  if (signalled_) {
+    // A second signal: someone is in a hurry (Ctrl-C pressed again).
+    Say(absl::StrCat("received ", SignalName(signal), " again; sending SIGKILL to ",
+                     Ranks(trainers_.running())));
+    trainers_.SignalRunning(SIGKILL);
+    kill_deadline_.reset();
+    return;
+  }
+  Say(absl::StrCat("received ", SignalName(signal), "; forwarding it to ",
+                   Ranks(trainers_.running())));
+  signalled_ = true;
+  Fail(128 + signal);
+  StopTrainers(signal);
+}
+
+void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
+  const int status = *trainer.process.status();
+  const std::string what = absl::StrCat("rank ", trainer.rank, " (pid ", trainer.process.pid(),
+                                        ") ", DescribeExit(status));
+  if (Succeeded(status) || stopping_) {
+    if (options_.verbose) Say(what);
+    return;
+  }
+  const int others = trainers_.running();
+  Say(others > 0 ? absl::StrCat(what, "; stopping the other ", Ranks(others)) : what);
+  Fail(ShellExitCode(status));
+  StopTrainers(SIGTERM);
+}
+
+void JobSupervisor::OnDaemonExit(int status) {
+  Say(absl::StrCat("collectived (pid ", daemon_->pid(), ") ", DescribeExit(status),
+                   " while the job ran", stopping_ ? "" : "; stopping the ranks"));
+  Fail(1);
+  if (!stopping_) StopTrainers(SIGTERM);
+}
+
+void JobSupervisor::StopTrainers(int signal) {
+  trainers_.SignalRunning(signal);
+  if (!stopping_) kill_deadline_ = absl::Now() + options_.grace;
+  stopping_ = true;
+}
+
+void JobSupervisor::Fail(int exit_code) {
+  if (!exit_code_.has_value()) exit_code_ = exit_code;
+}
+
+}  // namespace collective::launcher

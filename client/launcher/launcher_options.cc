@@ -1,0 +1,172 @@
+#include "client/launcher/launcher_options.h"
+
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "collective/build_config.h"
+
+namespace collective::launcher {
+namespace {
+
+constexpr int kMaxRanks = 1024;
+
+constexpr char kDescription[] =
+    "collectiverun: start the ranks of a job on this node, each told where it stands and where\n"
+    "its collectived listens, with a private collectived for the job unless one is configured.\n";
+
+constexpr char kFooter[] =
+    R"(Without --socket or COLLECTIVE_SOCKET, a private collectived is started on a
+socket in a fresh temporary directory and stopped when the job ends.
+
+Each rank gets COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID, COLLECTIVE_LOCAL_RANK and
+COLLECTIVE_LOCAL_SIZE, and HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK,
+HOROVOD_LOCAL_SIZE, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (one node:
+rank = local rank). Its stdin is /dev/null; each line it writes appears as
+"[RANK] line" on the same stream. SIGINT, SIGTERM and SIGHUP are forwarded to
+the ranks. When a rank fails, the others are stopped (SIGTERM, then SIGKILL
+after --grace-seconds).
+
+Exit status: 0 when every rank exited 0; else the first failed rank's exit
+code (128+N for signal N), 128+N after forwarding signal N, 127 when the
+command does not exist (126: cannot be executed), 1 when the daemon fails, 2
+for a usage error.
+
+One node only (-H/--hosts is not supported): for a multi-node job start one
+collectived per node with mpirun or srun, and the ranks with mpirun or srun
+too (README, "Launching a job").
+
+Example: collectiverun -np 4 python -u train.py --epochs 10)";
+
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: collectiverun -np N [OPTIONS] [--] COMMAND [ARGS...]\n";
+  }
+};
+
+// CLI11 knows no single-dash long options: `-np` becomes `--np`, but only
+// among the launcher's own arguments, never in the command.
+void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args) {
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& arg = args[i];
+    if (arg == "--" || !absl::StartsWith(arg, "-") || arg == "-") return;  // the command
+    if (arg == "-np" || absl::StartsWith(arg, "-np=")) arg.insert(0, "-");
+    if (absl::StrContains(arg, '=') || (arg.size() > 2 && arg[1] != '-')) continue;  // -n4
+    const CLI::Option* option = app.get_option_no_throw(arg);
+    if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // skip its value
+  }
+}
+
+}  // namespace
+
+std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string> args,
+                                                        std::ostream& out, std::ostream& err) {
+  LauncherOptions options;
+  CLI::App app{kDescription, "collectiverun"};
+  app.formatter(std::make_shared<UsageFormatter>());
+  app.footer(kFooter);
+  // The first argument that is not ours starts the command; the rest is its.
+  app.prefix_command();
+  app.set_version_flag("--version", COLLECTIVE_VERSION);
+  app.add_option("-n,--np", options.ranks,
+                 "ranks to start on this node, 1 to 1024 (mpirun's -np N works too)")
+      ->type_name("N")
+      ->required()
+      ->check(CLI::Range(1, kMaxRanks).description(""));
+  app.add_option("--socket", options.socket,
+                 "the collectived to use (default: $COLLECTIVE_SOCKET; none: start a private one)")
+      ->type_name("PATH");
+  app.add_option("--daemon", options.daemon,
+                 "the collectived to start (default: next to collectiverun, else on PATH)")
+      ->type_name("PATH");
+  app.add_option("--daemon-arg", options.daemon_args,
+                 "a flag for the private collectived, e.g. --daemon-arg=--log-level=debug")
+      ->type_name("FLAG")
+      ->allow_extra_args(false);
+  app.add_option("--job-id", options.job_id,
+                 "the job id (default: $COLLECTIVE_JOB_ID, else a fresh one per launch)")
+      ->type_name("ID");
+  bool no_prefix = false;
+  app.add_flag("--no-prefix", no_prefix,
+               "pass the ranks' output through, without \"[RANK] \" before each line");
+  app.add_option("--grace-seconds", options.grace_seconds,
+                 "seconds from SIGTERM to SIGKILL for ranks being stopped")
+      ->type_name("S")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0).description(""));
+  app.add_flag("--verbose", options.verbose,
+               "report the daemon, each rank's pid and exit; the private daemon logs at info");
+
+  TranslateMpiStyleFlags(app, args);
+  std::vector<const char*> argv;
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error, out, err) == 0 ? 0 : 2;
+  }
+  options.prefix_output = !no_prefix;
+  options.command = app.remaining();
+  const bool separated = !options.command.empty() && options.command.front() == "--";
+  if (separated) options.command.erase(options.command.begin());
+  if (options.command.empty()) {
+    err << "collectiverun: no command given\nRun with --help for more information.\n";
+    return 2;
+  }
+  if (!separated && absl::StartsWith(options.command.front(), "-")) {
+    err << "collectiverun: unknown option " << options.command.front()
+        << " (put -- before a command that starts with '-')\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
+  return options;
+}
+
+absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& options) {
+  const auto value = [&](const char* name) -> std::string {
+    const auto it = environment.find(name);
+    return it == environment.end() ? "" : it->second;
+  };
+  for (const char* mpi : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    if (!value(mpi).empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          mpi,
+          " is set: collectiverun runs the ranks of one node and is not itself started by "
+          "mpirun or srun. For a multi-node job, start one collectived per node and the ranks "
+          "with mpirun or srun (README, \"Launching a job\")."));
+    }
+  }
+  if (options.socket.empty()) options.socket = value("COLLECTIVE_SOCKET");
+  if (!options.socket.empty()) {
+    if (!options.daemon.empty() || !options.daemon_args.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--daemon and --daemon-arg are for a private daemon, but the job uses the collectived "
+          "on ",
+          options.socket, " (--socket or COLLECTIVE_SOCKET)"));
+    }
+    // The ranks may change directory; the socket must not move with them.
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::absolute(options.socket, error);
+    if (error) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot make ", options.socket, " absolute: ", error.message()));
+    }
+    options.socket = absolute.string();
+  }
+  for (const std::string& arg : options.daemon_args) {
+    if (arg == "--socket" || absl::StartsWith(arg, "--socket=")) {
+      return absl::InvalidArgumentError(
+          "--daemon-arg cannot move the private daemon's socket; use --socket PATH to run the "
+          "job on a collectived of your own");
+    }
+  }
+  if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
+  return absl::OkStatus();
+}
+
+}  // namespace collective::launcher

@@ -1,0 +1,45 @@
+// The launcher's command line (CLI11), and what the environment adds to it.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/launcher/rank_environment.h"
+
+namespace collective::launcher {
+
+struct LauncherOptions {
+  int ranks = 0;
+  // The daemon to use; empty: a private one. --socket, else $COLLECTIVE_SOCKET.
+  std::string socket;
+  // The private daemon's binary; empty: next to collectiverun, else on PATH.
+  std::string daemon;
+  std::vector<std::string> daemon_args;
+  // --job-id, else $COLLECTIVE_JOB_ID; empty: a fresh one per launch.
+  std::string job_id;
+  bool prefix_output = true;
+  double grace_seconds = 10;
+  bool verbose = false;
+  // The trainer's command line: everything after the launcher's options.
+  std::vector<std::string> command;
+};
+
+// Parses `args` (args[0] is the program). Returns the options, or the exit
+// code to leave with at once: 0 after --help or --version (printed on
+// `out`), 2 after a usage error (explained on `err`). mpirun's `-np N`
+// means `-n N`. The command starts at the first argument that is neither an
+// option nor an option's value, or after `--`; it keeps its own options.
+std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string> args,
+                                                        std::ostream& out, std::ostream& err);
+
+// Fills in what the command line left open from the environment (the socket,
+// the job id) and refuses what cannot work: options for a private daemon
+// together with a configured one, and running under an MPI launcher (which
+// would make each node's private daemon try to join an MPI world, and the
+// ranks' RANK/WORLD_SIZE wrong).
+absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& options);
+
+}  // namespace collective::launcher

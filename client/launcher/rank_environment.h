@@ -1,0 +1,37 @@
+// What the children of the launcher find in their environment: the
+// launcher's own environment plus, for each rank, where the daemon is,
+// which job it belongs to and where it stands. This file is where the
+// launcher reads its environment (once, in main); everything else gets the
+// map.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace collective::launcher {
+
+using Environment = std::map<std::string, std::string>;
+
+// The launcher's own environment.
+Environment CurrentEnvironment();
+
+// `environment` as "NAME=value" strings, for exec.
+std::vector<std::string> ToEnvp(const Environment& environment);
+
+// The job as every rank sees it.
+struct JobIdentity {
+  std::string socket;  // the daemon's socket (absolute)
+  std::string job_id;
+  int size = 0;  // ranks on this node, which is the whole job
+};
+
+// `base` plus the variables of rank `rank`: COLLECTIVE_SOCKET,
+// COLLECTIVE_JOB_ID, COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads
+// first), and what trainers written for Horovod or torchrun read:
+// HOROVOD_RANK/SIZE, HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE,
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, LOCAL_WORLD_SIZE. One node:
+// the global rank is the local rank. Values from `base` are replaced.
+Environment RankEnvironment(const Environment& base, const JobIdentity& job, int rank);
+
+}  // namespace collective::launcher

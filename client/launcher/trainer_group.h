@@ -1,0 +1,51 @@
+// TrainerGroup: the N ranks of the job, each a child process in a process
+// group of its own, with its output prefixed by its rank (or passed through).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/launcher/child_process.h"
+#include "client/launcher/poll_set.h"
+#include "client/launcher/prefixed_stream.h"
+#include "client/launcher/rank_environment.h"
+
+namespace collective::launcher {
+
+struct Trainer {
+  int rank = 0;
+  ChildProcess process;
+  std::optional<PrefixedStream> out;  // unset when the output passes through
+  std::optional<PrefixedStream> err;
+};
+
+class TrainerGroup {
+ public:
+  // Starts `command` once per rank of `job`, in rank order, with
+  // RankEnvironment(`environment`, job, rank). If one cannot start, those
+  // already started are killed and the error says why (NOT_FOUND: no such
+  // command).
+  static absl::StatusOr<TrainerGroup> Start(const std::vector<std::string>& command,
+                                            const JobIdentity& job, const Environment& environment,
+                                            bool prefix_output);
+
+  std::vector<Trainer>& trainers() { return trainers_; }
+  int running() const;
+
+  // Adds every open output pipe and every running rank's exit to `set`;
+  // `on_exit` gets the rank that exited once it is reaped.
+  void Watch(PollSet& set, const std::function<void(Trainer&)>& on_exit);
+  // Sends `signal` to every rank still running (and its process group).
+  void SignalRunning(int signal) const;
+  // Once every rank exited: copies what is left in the pipes without
+  // waiting for writers that outlive the ranks.
+  void DrainOutput();
+
+ private:
+  std::vector<Trainer> trainers_;
+};
+
+}  // namespace collective::launcher

@@ -1,0 +1,204 @@
+"""The connection of this process to collectived: ``init``, ``shutdown``, and what the job looks like.
+
+One connection per process, as in Horovod: ``init()`` registers with the
+node's daemon (where, and as which local rank, comes from the launcher's
+environment: ``COLLECTIVE_SOCKET``, ``COLLECTIVE_LOCAL_RANK``/``_SIZE``,
+``COLLECTIVE_JOB_ID``, ...) and waits until every rank of the job has done
+the same.
+"""
+
+import atexit
+import collections
+import itertools
+import os
+import threading
+
+from collective import _core
+
+_NOT_INITIALIZED = 'collective has not been initialized; use hvd.init().'
+
+
+class _Connection:
+    """What ``init()`` set up: the client, and the requests started but not yet synchronized."""
+
+    def __init__(self, client):
+        self.client = client
+        # handle -> pending request (see collective.torch.handles). Dropped
+        # with the connection, so that handles never outlive their client.
+        self.pending = {}
+        self.handle_ids = itertools.count()
+        # process set id -> numbers for the names of unnamed calls
+        # ('allreduce.noname.<n>'). The members of a set make the same
+        # unnamed calls on it, so they count the same; a count per set keeps
+        # calls on other sets, made by other ranks, from shifting it.
+        self.unnamed_calls = collections.defaultdict(itertools.count)
+
+
+_lock = threading.Lock()
+_connection = None  # the one connection of this process, while initialized
+_atexit_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Connects this process to collectived and waits until the whole job has formed.
+
+    Arguments:
+        comm: Not supported: collectived forms the job from the launcher's
+              environment, not from an MPI communicator. Must be None.
+        process_sets: Process sets to create when the job forms, as
+                      ``ProcessSet`` objects or lists of ranks; every rank must
+                      pass the same ones. ``None`` or ``"dynamic"``: none
+                      (process sets can always be added later with
+                      ``add_process_set``).
+
+    Calling ``init()`` again while initialized changes nothing; process sets
+    it names must then exist already.
+    """
+    global _connection, _atexit_registered
+    if comm is not None:
+        raise NotImplementedError(
+            'init(comm=...) is not supported: collectived forms the job from the launcher '
+            '(collectiverun, mpirun, torchrun, ...), not from an MPI communicator')
+    # Imported here: process sets ask this module for the connection.
+    from collective.common import process_sets as sets
+    requested = sets.requested_process_sets(process_sets)
+    with _lock:
+        if _connection is None:
+            client = _core.Client.connect(static_process_sets=[list(s.ranks) for s in requested])
+            _connection = _Connection(client)
+            if not _atexit_registered:
+                atexit.register(shutdown)
+                _atexit_registered = True
+    sets.bind_process_sets(requested)
+
+
+def shutdown():
+    """Leaves the job; requests not yet synchronized are abandoned. ``init()`` may connect again."""
+    global _connection
+    with _lock:
+        connection, _connection = _connection, None
+    if connection is None:
+        return
+    from collective.common import process_sets as sets
+    sets.invalidate_process_sets()
+    connection.pending.clear()
+    connection.client.close()
+
+
+def is_initialized():
+    """Returns True once ``init()`` has connected this process and until ``shutdown()``."""
+    return _connection is not None
+
+
+def connection():
+    """The connection made by ``init()``; ValueError before it."""
+    current = _connection
+    if current is None:
+        raise ValueError(_NOT_INITIALIZED)
+    return current
+
+
+def size():
+    """The number of processes in the job."""
+    return connection().client.size
+
+
+def local_size():
+    """The number of processes of the job on this node."""
+    return connection().client.local_size
+
+
+def cross_size():
+    """The number of nodes of the job (processes with this local rank)."""
+    return connection().client.cross_size
+
+
+def rank():
+    """This process's rank in the job, from 0 to ``size() - 1``."""
+    return connection().client.rank
+
+
+def local_rank():
+    """This process's rank on its node."""
+    return connection().client.local_rank
+
+
+def cross_rank():
+    """The index of this process's node in the job."""
+    return connection().client.cross_rank
+
+
+def is_homogeneous():
+    """True when every node runs the same number of processes."""
+    return connection().client.is_homogeneous
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts the daemon's timeline (Chrome trace JSON), written to ``file_path``.
+
+    Arguments:
+        file_path: Where to write it; relative paths are taken from this
+                   process's working directory.
+        mark_cycles: Also mark the coordinator's cycles.
+    """
+    connection().client.start_timeline(os.path.abspath(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    """Stops the timeline started by ``start_timeline`` and closes its file."""
+    connection().client.stop_timeline()
+
+
+# What this build offers. Trainers never run MPI, Gloo, NCCL, DDL or oneCCL
+# themselves (the daemon owns the transports), and collective.torch reduces
+# CPU tensors only: the GPU path is not implemented yet.
+
+def mpi_enabled():
+    """False: this process never runs MPI; collectived owns the transports."""
+    return False
+
+
+def mpi_built():
+    """False: collective.torch is not built against MPI (the daemon is)."""
+    return False
+
+
+def mpi_threads_supported():
+    """Raises ValueError, as Horovod does when MPI is not enabled in this process."""
+    raise ValueError('MPI is not enabled in this process: collectived runs the transports, '
+                     'so MPI multi-threading does not apply.')
+
+
+def gloo_enabled():
+    """False: collectived does not use Gloo."""
+    return False
+
+
+def gloo_built():
+    """False: collectived does not use Gloo."""
+    return False
+
+
+def nccl_built():
+    """False: collective.torch has no GPU path yet."""
+    return False
+
+
+def ddl_built():
+    """False: DDL is not supported."""
+    return False
+
+
+def ccl_built():
+    """False: oneCCL is not supported."""
+    return False
+
+
+def cuda_built():
+    """False: collective.torch has no GPU path yet; CUDA tensors are refused."""
+    return False
+
+
+def rocm_built():
+    """False: collective.torch has no GPU path yet."""
+    return False

@@ -1,0 +1,20 @@
+"""Horovod's PyTorch API over collectived: ``import collective.torch as hvd``.
+
+Start the processes with a launcher (``collectiverun -np 4 python train.py``,
+or mpirun/torchrun with a collectived on the node), call ``hvd.init()``, and
+use the collectives, ``DistributedOptimizer``, ``broadcast_parameters`` and
+the rest as with ``horovod.torch``. CPU tensors only, for now.
+"""
+
+from collective.torch.compression import Compression
+from collective.torch.functions import (allgather_object, broadcast_object,
+                                        broadcast_optimizer_state, broadcast_parameters)
+from collective.torch.mpi_ops import *  # noqa: F401,F403  (the collectives: see mpi_ops.__all__)
+from collective.torch.mpi_ops import __all__ as _mpi_ops_all
+from collective.torch.optimizer import DistributedOptimizer
+from collective.torch.sync_batch_norm import SyncBatchNorm
+
+__all__ = list(_mpi_ops_all) + [
+    'Compression', 'DistributedOptimizer', 'SyncBatchNorm', 'allgather_object',
+    'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters',
+]

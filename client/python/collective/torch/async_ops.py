@@ -1,0 +1,340 @@
+"""The asynchronous and in-place collectives, ``join`` and ``barrier``.
+
+Each ``*_async`` call validates its arguments (a ValueError names what is
+wrong), hands the tensors to the daemon and returns a handle at once; the
+result comes from ``synchronize(handle)``. Operations are keyed by name: every
+rank of the process set must submit a tensor under the same name, and when
+no name is given one is generated from a counter per process set that every
+unnamed call on the set advances, first thing, whether it then succeeds or
+not: the members of a set must make the same unnamed calls on it, in the
+same order. Named calls (such as those some ranks make while others have
+joined) do not count.
+"""
+
+import torch
+
+from collective.common import basics
+from collective.common.process_sets import global_process_set, process_set_id, set_rank_of
+from collective.torch import handles, reduce_ops, tensor_args
+from collective.torch.reduce_ops import Average
+
+
+def _base_name(kind, name, set_id):
+    """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'."""
+    if name:
+        return f'{kind}.{name}'
+    return f'{kind}.noname.{next(basics.connection().unnamed_calls[set_id])}'
+
+
+def _names(base, count=None):
+    """One name per tensor: the base alone, or numbered members of a group."""
+    if count is None:
+        return [base]
+    return [f'{base}_{i + 1}of{count}' for i in range(count)]
+
+
+def _client():
+    return basics.connection().client
+
+
+def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
+                     set_id, grouped, submit):
+    """Submits an allreduce or reducescatter of ``tensors`` into ``destinations``."""
+    code = reduce_ops.wire_code(op)
+    inputs = [tensor_args.dense(t) for t in tensors]
+    names = _names(base, len(inputs) if grouped else None)
+    requests = submit(names, [tensor_args.arg(t) for t in inputs],
+                      [d.address for d in destinations], code, float(prescale_factor),
+                      float(postscale_factor), set_id)
+
+    def finish(_results):
+        outputs = [d.finish() for d in destinations]
+        return outputs if grouped else outputs[0]
+
+    return handles.register(requests, finish, (inputs, destinations))
+
+
+def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, postscale_factor,
+                     process_set, grouped):
+    """``outputs``: tensors to write into, or None for new ones."""
+    set_id = process_set_id(process_set)
+    base = _base_name('grouped_allreduce' if grouped else 'allreduce', name, set_id)
+    op = reduce_ops.resolve_op(op, average)
+    tensors = list(tensors)
+    for t in tensors:
+        tensor_args.check(t)
+    if outputs is None:
+        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    destinations = [tensor_args.Destination(o) for o in outputs]
+    return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
+                            set_id, grouped, _client().allreduce_async)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts an allreduce of `tensor` (see `allreduce`; without compression). The
+    input tensor is not modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a new tensor
+        holding the result.
+    """
+    return _allreduce_async([tensor], None, name, average, op, prescale_factor,
+                            postscale_factor, process_set, grouped=False)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce of `tensor` (see `allreduce`; without
+    compression): the result is written into `tensor`.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns `tensor`.
+    """
+    return _allreduce_async([tensor], [tensor], name, average, op, prescale_factor,
+                            postscale_factor, process_set, grouped=False)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """Allreduces `tensor` in place (see `allreduce`; without compression). Not
+    differentiable.
+
+    Returns:
+        `tensor`, holding the result.
+    """
+    return handles.synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """Starts an allreduce of a list of tensors as one group (see
+    `grouped_allreduce`; without compression). The input tensors are not modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a list of new
+        tensors holding the results.
+    """
+    return _allreduce_async(tensors, None, name, average, op, prescale_factor,
+                            postscale_factor, process_set, grouped=True)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce of a list of tensors as one group (see
+    `grouped_allreduce`): the results are written into the tensors.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns the list of tensors.
+    """
+    tensors = list(tensors)
+    return _allreduce_async(tensors, tensors, name, average, op, prescale_factor,
+                            postscale_factor, process_set, grouped=True)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    """Allreduces a list of tensors in place, as one group (see
+    `grouped_allreduce`; without compression). Not differentiable.
+
+    Returns:
+        The list `tensors`, holding the results.
+    """
+    return handles.synchronize(grouped_allreduce_async_(tensors, average, name, op,
+                                                        prescale_factor, postscale_factor,
+                                                        process_set))
+
+
+def _allgather_async(tensors, name, process_set, grouped):
+    set_id = process_set_id(process_set)
+    base = _base_name('grouped_allgather' if grouped else 'allgather', name, set_id)
+    tensors = list(tensors)
+    inputs = [tensor_args.dense(t) for t in tensors]
+    names = _names(base, len(inputs) if grouped else None)
+    requests = _client().allgather_async(names, [tensor_args.arg(t) for t in inputs], set_id)
+    dtypes = [t.dtype for t in inputs]
+
+    def finish(results):
+        outputs = [tensor_args.tensor_from_result(r, dtype) for r, dtype in zip(results, dtypes)]
+        return outputs if grouped else outputs[0]
+
+    return handles.register(requests, finish, inputs)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather of `tensor` (see `allgather`). The input tensor is not
+    modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a new tensor
+        holding every rank's rows, in rank order.
+    """
+    return _allgather_async([tensor], name, process_set, grouped=False)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts an allgather of a list of tensors as one group (see
+    `grouped_allgather`).
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a list of new
+        tensors.
+    """
+    return _allgather_async(tensors, name, process_set, grouped=True)
+
+
+def _broadcast_async(tensor, output, root_rank, name, process_set):
+    """``output``: the tensor to write into, or None for a new one."""
+    set_id = process_set_id(process_set)
+    base = _base_name('broadcast', name, set_id)
+    set_root = set_rank_of(process_set, root_rank)
+    source = tensor_args.dense(tensor)
+    if output is None:
+        output = torch.empty_like(source)
+    destination = tensor_args.Destination(output)
+    request = _client().broadcast_async(base, tensor_args.arg(source), destination.address,
+                                        set_root, set_id)
+    return handles.register([request], lambda _results: destination.finish(),
+                            (source, destination))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts a broadcast of root rank's `tensor` (see `broadcast`). The input tensor
+    is not modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a new tensor
+        holding the root's value.
+    """
+    return _broadcast_async(tensor, None, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts an in-place broadcast of root rank's `tensor` (see `broadcast`): the
+    value is written into `tensor` on every rank.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns `tensor`.
+    """
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Broadcasts root rank's `tensor` into `tensor` on every rank of the process
+    set (see `broadcast`). Not differentiable.
+
+    Returns:
+        `tensor`, holding the root's value.
+    """
+    return handles.synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """Starts an alltoall of `tensor` (see `alltoall`). The input tensor is not
+    modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns the tuple
+        (output, received_splits) whether or not splits were given.
+    """
+    set_id = process_set_id(process_set)
+    base = _base_name('alltoall', name, set_id)
+    if splits is None:
+        split_list, splits_dtype = [], torch.int32
+    elif isinstance(splits, torch.Tensor):
+        split_list, splits_dtype = [int(s) for s in splits.reshape(-1).tolist()], splits.dtype
+    else:
+        split_list, splits_dtype = [int(s) for s in splits], torch.int32
+    source = tensor_args.dense(tensor)
+    request = _client().alltoall_async(base, tensor_args.arg(source), split_list, set_id)
+
+    def finish(results):
+        result = results[0]
+        received = torch.tensor(result.received_splits, dtype=splits_dtype)
+        return tensor_args.tensor_from_result(result, source.dtype), received
+
+    return handles.register([request], finish, source)
+
+
+def _reducescatter_destinations(tensors, set_id):
+    """Outputs for this rank's rows: the first (rows mod size) ranks of the set get one more."""
+    client = _client()
+    set_size = client.process_set_size(set_id)
+    set_rank = client.process_set_rank(set_id)
+    outputs = []
+    for t in tensors:
+        if t.dim() == 0:
+            outputs.append(torch.empty(0, dtype=t.dtype))  # refused by the daemon's client, by name
+            continue
+        rows = t.shape[0] // set_size + (1 if set_rank < t.shape[0] % set_size else 0)
+        outputs.append(torch.empty((rows,) + tuple(t.shape[1:]), dtype=t.dtype))
+    return [tensor_args.Destination(o) for o in outputs]
+
+
+def _reducescatter_async(tensors, name, op, process_set, prescale_factor, postscale_factor,
+                         grouped):
+    set_id = process_set_id(process_set)
+    base = _base_name('grouped_reducescatter' if grouped else 'reducescatter', name, set_id)
+    tensors = list(tensors)
+    for t in tensors:
+        tensor_args.check(t)
+    destinations = _reducescatter_destinations(tensors, set_id)
+    return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
+                            set_id, grouped, _client().reducescatter_async)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of `tensor` (see `reducescatter`; without
+    compression). The input tensor is not modified.
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a new tensor
+        holding this rank's rows of the result.
+    """
+    return _reducescatter_async([tensor], name, op, process_set, prescale_factor,
+                                postscale_factor, grouped=False)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of a list of tensors as one group (see
+    `grouped_reducescatter`; without compression).
+
+    Returns:
+        A handle for `poll()` and `synchronize()`, which returns a list of new
+        tensors, each holding this rank's rows.
+    """
+    return _reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                postscale_factor, grouped=True)
+
+
+def join(device=-1) -> int:
+    """A function that indicates that the rank finished processing data.
+
+    All ranks that did not call join() continue to process allreduce operations
+    (this rank contributes zeros; averages still divide by the full size).
+    This function blocks the calling thread until all ranks join.
+
+    Arguments:
+        device: Accepted for compatibility; the daemon provides the zeros.
+
+    Returns:
+        Id of the rank that joined last.
+    """
+    del device  # the zeros come from the daemon, whatever the device
+    return _client().join(process_set_id(global_process_set))
+
+
+def barrier(process_set=global_process_set):
+    """
+    A function that acts as a simple synchronization point for the ranks of the
+    process set (the whole job by default). Ranks that reach this function stall
+    until all other ranks of the set have reached it.
+
+    Arguments:
+        process_set: Process set object to limit this operation to a subset of
+                     processes. Default is the global process set.
+    """
+    _client().barrier(process_set_id(process_set))

@@ -1,0 +1,45 @@
+"""The reduce ops (Horovod's constants and values) and how an op reaches the daemon."""
+
+import warnings
+
+from collective import _core
+
+# Horovod's values, so that code comparing or storing them keeps working.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_WIRE_CODES = {
+    Average: _core.REDUCE_OPS['average'],
+    Sum: _core.REDUCE_OPS['sum'],
+    Min: _core.REDUCE_OPS['min'],
+    Max: _core.REDUCE_OPS['max'],
+    Product: _core.REDUCE_OPS['product'],
+}
+
+
+def resolve_op(op, average):
+    """The op meant by ``op`` and the deprecated ``average`` flag; Average when neither is given."""
+    if op is not None:
+        if average is not None:
+            raise ValueError('The op parameter supersedes average. Please provide only one of them.')
+        return op
+    if average is not None:
+        warnings.warn('Parameter `average` has been replaced with `op` and will be removed',
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    return Average
+
+
+def wire_code(op):
+    """The daemon's code for ``op``; Adasum is refused rather than silently summed."""
+    if op == Adasum:
+        raise NotImplementedError('The Adasum reduce op is not implemented by collectived; '
+                                  'use Average or Sum')
+    try:
+        return _WIRE_CODES[op]
+    except (KeyError, TypeError):
+        raise ValueError(f'Unknown reduce op {op!r}: use Average, Sum, Min, Max or Product') from None

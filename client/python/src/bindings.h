@@ -1,0 +1,12 @@
+// The pieces of the collective._core module, one per file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace collective::python {
+
+void BindResult(pybind11::module_& m);       // result_binding.cc
+void BindClient(pybind11::module_& m);       // client_binding.cc
+void BindCollectives(pybind11::module_& m);  // collectives_binding.cc, after BindClient
+
+}  // namespace collective::python

@@ -1,0 +1,101 @@
+// The collectives of collective._core.Client. Each *_async call converts its
+// arguments while it holds the GIL, then releases it: submitting copies the
+// input into the arena and may wait for arena space or for the daemon's
+// limit on outstanding requests. Lists of several tensors form a group that
+// the daemon negotiates and runs together.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "collective/client.h"
+#include "errors.h"
+#include "tensor_args.h"
+
+namespace collective::python {
+namespace {
+
+namespace py = pybind11;
+
+using Handles = std::vector<Client::Handle>;
+
+// Allreduce and reducescatter: the same arguments, the same grouped call.
+template <auto kSubmit>
+Handles Reduction(Client& client, const std::vector<std::string>& names,
+                  const std::vector<TensorArg>& inputs, const std::vector<std::uintptr_t>& outputs,
+                  int op, double prescale, double postscale, int32_t process_set) {
+  const std::vector<TensorView> views = ToTensorViews(inputs);
+  const std::vector<void*> pointers = ToPointers(outputs);
+  const AllreduceOptions options{.op = ToReduceOp(op),
+                                 .prescale = prescale,
+                                 .postscale = postscale,
+                                 .process_set = process_set};
+  py::gil_scoped_release release;
+  return ValueOrThrow((client.*kSubmit)(names, views, pointers, options), ErrorPhase::kCall);
+}
+
+Handles Allgather(Client& client, const std::vector<std::string>& names,
+                  const std::vector<TensorArg>& inputs, int32_t process_set) {
+  const std::vector<TensorView> views = ToTensorViews(inputs);
+  py::gil_scoped_release release;
+  return ValueOrThrow(client.GroupedAllgatherAsync(names, views, process_set), ErrorPhase::kCall);
+}
+
+Client::Handle Broadcast(Client& client, const std::string& name, const TensorArg& input,
+                         std::uintptr_t output, int root_rank, int32_t process_set) {
+  const TensorView view = ToTensorView(input);
+  py::gil_scoped_release release;
+  return ValueOrThrow(client.BroadcastAsync(name, view, ToPointer(output), root_rank, process_set),
+                      ErrorPhase::kCall);
+}
+
+Client::Handle Alltoall(Client& client, const std::string& name, const TensorArg& input,
+                        const std::vector<int64_t>& splits, int32_t process_set) {
+  const TensorView view = ToTensorView(input);
+  py::gil_scoped_release release;
+  return ValueOrThrow(client.AlltoallAsync(name, view, splits, process_set), ErrorPhase::kCall);
+}
+
+}  // namespace
+
+void BindCollectives(py::module_& m) {
+  auto client =
+      py::reinterpret_borrow<py::class_<Client, std::unique_ptr<Client>>>(m.attr("Client"));
+  client
+      .def("allreduce_async", &Reduction<&Client::GroupedAllreduceAsync>, py::arg("names"),
+           py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
+           py::arg("postscale"), py::arg("process_set"),
+           "Allreduce of each (address, dtype, shape) input into the output at the same "
+           "position; returns one handle per tensor.")
+      .def("allgather_async", &Allgather, py::arg("names"), py::arg("inputs"),
+           py::arg("process_set"), "Allgather; wait() returns views of the gathered tensors.")
+      .def("broadcast_async", &Broadcast, py::arg("name"), py::arg("input"), py::arg("output"),
+           py::arg("root_rank"), py::arg("process_set"),
+           "Broadcast from root_rank, counted within the process set.")
+      .def("alltoall_async", &Alltoall, py::arg("name"), py::arg("input"), py::arg("splits"),
+           py::arg("process_set"),
+           "Alltoall; wait() returns a view of the rows received and their received_splits.")
+      .def("reducescatter_async", &Reduction<&Client::GroupedReducescatterAsync>, py::arg("names"),
+           py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
+           py::arg("postscale"), py::arg("process_set"),
+           "Reducescatter into outputs holding this rank's rows.")
+      .def(
+          "barrier",
+          [](Client& self, int32_t process_set) {
+            ThrowIfError(self.Barrier(process_set), ErrorPhase::kCall);
+          },
+          py::arg("process_set"), py::call_guard<py::gil_scoped_release>(),
+          "Returns once every rank of the set has reached the barrier.")
+      .def(
+          "join",
+          [](Client& self, int32_t process_set) {
+            return ValueOrThrow(self.Join(process_set), ErrorPhase::kCall);
+          },
+          py::arg("process_set"), py::call_guard<py::gil_scoped_release>(),
+          "Horovod's join; returns the last rank to join.");
+}
+
+}  // namespace collective::python

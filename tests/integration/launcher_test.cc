@@ -1,0 +1,401 @@
+// collectiverun with a real collectived and real ranks: jobs of the test
+// worker on a private daemon and on one the test started, output prefixed
+// per rank, a failing rank stopping the others, forwarded signals, the
+// private daemon dying, and what is left behind (nothing) in each case.
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "shm/segment_names.h"
+#include "tests/integration/daemon_process.h"
+
+namespace collective::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Generous: every job here finishes in a few seconds, and each test bounds
+// the part that matters (how fast ranks are stopped) more tightly.
+constexpr absl::Duration kTimeout = absl::Seconds(60);
+
+std::string CollectiverunBinary() { return COLLECTIVERUN_BINARY; }
+
+// The small-memory daemon flags, as collectiverun passes them on.
+std::vector<std::string> SmallDaemonArgs() {
+  const std::vector<std::string> flags = SmallMemoryFlags();
+  std::vector<std::string> args;
+  for (size_t i = 0; i + 1 < flags.size(); i += 2) {
+    args.push_back(absl::StrCat("--daemon-arg=", flags[i], "=", flags[i + 1]));
+  }
+  return args;
+}
+
+// No daemon configured in the environment the test itself may have.
+const std::map<std::string, std::string> kPrivateDaemon = {{"COLLECTIVE_SOCKET", ""},
+                                                           {"COLLECTIVE_JOB_ID", ""}};
+
+absl::StatusOr<Subprocess> StartLauncher(
+    const std::vector<std::string>& args,
+    const std::map<std::string, std::string>& environment = kPrivateDaemon) {
+  std::vector<std::string> argv = {CollectiverunBinary()};
+  const auto socket = environment.find("COLLECTIVE_SOCKET");
+  const bool configured = (socket != environment.end() && !socket->second.empty()) ||
+                          std::find(args.begin(), args.end(), "--socket") != args.end();
+  if (!configured) {
+    const std::vector<std::string> daemon_args = SmallDaemonArgs();
+    argv.insert(argv.end(), daemon_args.begin(), daemon_args.end());
+  }
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Subprocess::Start(argv, environment);
+}
+
+struct LaunchResult {
+  int exit_code = -1;  // -1: did not exit by itself (see `how`)
+  std::string how;
+  std::string out;
+  std::string err;
+  absl::Duration wall;
+};
+
+LaunchResult Finish(Subprocess& launcher, absl::Time started, absl::Duration timeout = kTimeout) {
+  LaunchResult run;
+  const auto status = launcher.Wait(timeout);
+  run.wall = absl::Now() - started;
+  if (status.has_value() && WIFEXITED(*status)) {
+    run.exit_code = WEXITSTATUS(*status);
+  }
+  run.how = status.has_value() ? launcher.Describe(*status) : "still running at the deadline";
+  run.out = launcher.Stdout();
+  run.err = launcher.Stderr();
+  return run;
+}
+
+LaunchResult RunLauncher(const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& environment = kPrivateDaemon) {
+  const absl::Time started = absl::Now();
+  auto launcher = StartLauncher(args, environment);
+  if (!launcher.ok()) return {.how = launcher.status().ToString()};
+  return Finish(*launcher, started);
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// The lines, in any order (the ranks' lines interleave as they please).
+std::multiset<std::string> LineSet(const std::string& text) {
+  const std::vector<std::string> lines = Lines(text);
+  return {lines.begin(), lines.end()};
+}
+
+// A shell command line run by every rank.
+std::vector<std::string> Shell(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Polls the launcher's stdout until `done` holds or the deadline passes
+// (the ranks announce that they are up; there is nothing to wait on but the
+// file they write to).
+bool AwaitStdout(const Subprocess& launcher, const std::function<bool(const std::string&)>& done,
+                 absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done(launcher.Stdout())) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// A launch of two ranks running `script`, which prints "up" first: started,
+// and waited for until both ranks have.
+struct RunningLaunch {
+  Subprocess launcher;
+  absl::Time started;
+};
+absl::StatusOr<RunningLaunch> StartTwoRanksUntilUp(std::vector<std::string> options,
+                                                   const std::string& script) {
+  const absl::Time started = absl::Now();
+  options.insert(options.end(), {"-np", "2"});
+  auto launcher = StartLauncher(Concat(options, Shell(script)));
+  if (!launcher.ok()) return launcher.status();
+  if (!AwaitStdout(*launcher, [](const std::string& out) {
+        return absl::StrContains(out, "[0] up") && absl::StrContains(out, "[1] up");
+      })) {
+    return absl::DeadlineExceededError(absl::StrCat("the ranks did not come up; stdout:\n",
+                                                    launcher->Stdout(), "stderr:\n",
+                                                    launcher->Stderr()));
+  }
+  return RunningLaunch{std::move(*launcher), started};
+}
+
+bool ProcessGone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// "collectived (pid N) serves PATH", from --verbose.
+struct PrivateDaemonSeen {
+  pid_t pid = -1;
+  std::string socket;
+};
+PrivateDaemonSeen FindPrivateDaemon(const std::string& err) {
+  std::smatch match;
+  static const std::regex kServes(R"(collectived \(pid (\d+)\) serves (\S+))");
+  if (!std::regex_search(err, match, kServes)) return {};
+  return {static_cast<pid_t>(std::stol(match[1])), match[2]};
+}
+
+// What a private daemon could have left behind: its process, its directory,
+// shared memory named for its socket.
+void ExpectNothingLeft(const PrivateDaemonSeen& daemon) {
+  ASSERT_GT(daemon.pid, 0);
+  EXPECT_TRUE(ProcessGone(daemon.pid)) << "collectived pid " << daemon.pid << " still exists";
+  const std::filesystem::path directory = std::filesystem::path(daemon.socket).parent_path();
+  EXPECT_FALSE(std::filesystem::exists(directory)) << directory;
+  const std::string prefix = shm::SegmentNames(::geteuid(), daemon.socket, 0).prefix();
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    EXPECT_FALSE(absl::StartsWith(entry.path().filename().string(), prefix)) << entry.path();
+  }
+}
+
+class LauncherJobTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LauncherJobTest, RunsTheTestWorkerOnAPrivateDaemon) {
+  const int ranks = GetParam();
+  const LaunchResult run = RunLauncher({"--verbose", "-np", std::to_string(ranks),
+                                        TestWorkerBinary(), "matrix", "--big-bytes", "4096"});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out;
+  std::set<int> reported;
+  for (const std::string& line : Lines(run.out)) {
+    std::smatch match;
+    static const std::regex kOk(R"(\[(\d+)\] ok \d+ cases on rank (\d+) of (\d+))");
+    ASSERT_TRUE(std::regex_match(line, match, kOk)) << line;
+    EXPECT_EQ(match[1], match[2]) << line;
+    EXPECT_EQ(match[3], std::to_string(ranks)) << line;
+    reported.insert(std::stoi(match[1]));
+  }
+  EXPECT_EQ(reported.size(), static_cast<size_t>(ranks)) << run.out;
+  ExpectNothingLeft(FindPrivateDaemon(run.err));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, LauncherJobTest, ::testing::Values(2, 4),
+                         [](const auto& test_info) {
+                           return std::to_string(test_info.param) + "Ranks";
+                         });
+
+TEST(LauncherTest, PrefixesEachRanksLinesWholeOnTheirOwnStream) {
+  // A 100000-byte line reaches the pipe in pieces (tr writes 4 KiB at a
+  // time); the last line has no newline.
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2"},
+             Shell("echo \"out $COLLECTIVE_LOCAL_RANK\"; echo \"err $COLLECTIVE_LOCAL_RANK\" >&2; "
+                   "head -c 100000 /dev/zero | tr '\\0' x; echo; printf 'partial'")));
+  ASSERT_EQ(run.exit_code, 0) << run.how;
+  const std::string long_line(100000, 'x');
+  const std::multiset<std::string> expected_out = {"[0] out 0",        "[1] out 1",
+                                                   "[0] " + long_line, "[1] " + long_line,
+                                                   "[0] partial",      "[1] partial"};
+  EXPECT_TRUE(LineSet(run.out) == expected_out) << run.out.substr(0, 2000);
+  EXPECT_THAT(run.err, HasSubstr("[0] err 0\n"));
+  EXPECT_THAT(run.err, HasSubstr("[1] err 1\n"));
+  EXPECT_EQ(run.out.find("err"), std::string::npos);
+}
+
+TEST(LauncherTest, NoPrefixPassesOutputThrough) {
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2", "--no-prefix"}, Shell("echo \"rank $COLLECTIVE_LOCAL_RANK\"")));
+  ASSERT_EQ(run.exit_code, 0) << run.how;
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"rank 0", "rank 1"})) << run.out;
+}
+
+TEST(LauncherTest, EveryRankKnowsWhereItStands) {
+  const LaunchResult run = RunLauncher(Concat(
+      {"-np", "3"},
+      Shell("echo $COLLECTIVE_LOCAL_RANK/$COLLECTIVE_LOCAL_SIZE $HOROVOD_RANK/$HOROVOD_SIZE "
+            "$HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE $RANK/$WORLD_SIZE "
+            "$LOCAL_RANK/$LOCAL_WORLD_SIZE $COLLECTIVE_JOB_ID; test -S \"$COLLECTIVE_SOCKET\"")));
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\n" << run.out;
+  std::set<std::string> job_ids;
+  for (const std::string& line : Lines(run.out)) {
+    const std::vector<std::string> words = absl::StrSplit(line, ' ');
+    ASSERT_EQ(words.size(), 7u) << line;
+    const std::string rank = words[0].substr(1, words[0].size() - 2);  // "[2]"
+    for (size_t i = 1; i <= 5; ++i) EXPECT_EQ(words[i], rank + "/3") << line;
+    job_ids.insert(words[6]);
+  }
+  ASSERT_EQ(job_ids.size(), 1u) << run.out;
+  EXPECT_THAT(*job_ids.begin(), ::testing::StartsWith("collectiverun-"));
+
+  // Another launch is another job; COLLECTIVE_JOB_ID chooses it.
+  const LaunchResult again = RunLauncher(Concat({"-np", "1"}, Shell("echo $COLLECTIVE_JOB_ID")));
+  EXPECT_NE(again.out, "[0] " + *job_ids.begin() + "\n");
+  const LaunchResult chosen =
+      RunLauncher(Concat({"-np", "1"}, Shell("echo $COLLECTIVE_JOB_ID")),
+                  {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", "mine"}});
+  EXPECT_EQ(chosen.out, "[0] mine\n") << chosen.how;
+}
+
+TEST(LauncherTest, AFailingRankStopsTheOthersAndSetsTheExitCode) {
+  // Ranks 0 and 2 would sleep for ever; SIGTERM must end them well before
+  // the grace period would have them killed.
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "3", "--grace-seconds", "30"},
+             Shell("if [ \"$COLLECTIVE_LOCAL_RANK\" = 1 ]; then exit 3; fi; exec sleep 1000")));
+  EXPECT_EQ(run.exit_code, 3) << run.how;
+  EXPECT_LT(run.wall, absl::Seconds(15));
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: rank 1 \(pid \d+\) exited with code 3; stopping )"
+                          R"(the other 2 ranks)")))
+      << run.err;
+}
+
+TEST(LauncherTest, ARankKilledByASignalIsNamed) {
+  const LaunchResult run = RunLauncher(Concat(
+      {"-np", "2"},
+      Shell("if [ \"$COLLECTIVE_LOCAL_RANK\" = 0 ]; then kill -KILL $$; fi; exec sleep 1000")));
+  EXPECT_EQ(run.exit_code, 128 + SIGKILL) << run.how;
+  EXPECT_LT(run.wall, absl::Seconds(15));
+  EXPECT_THAT(run.err, HasSubstr("was killed by signal 9 (SIGKILL); stopping the other 1 rank"));
+}
+
+TEST(LauncherTest, ARankThatIgnoresSigtermIsKilledAfterTheGracePeriod) {
+  // Rank 0 ignores SIGTERM (`trap '' TERM`, inherited by the sleep it
+  // becomes), then tells rank 1 through a FIFO, which only then fails.
+  char directory[] = "/tmp/cld-launcher-XXXXXX";
+  ASSERT_NE(::mkdtemp(directory), nullptr);
+  const std::string fifo = std::string(directory) + "/ready";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2", "--grace-seconds", "1"},
+             Shell("if [ \"$COLLECTIVE_LOCAL_RANK\" = 1 ]; then read x < " + fifo +
+                   "; exit 4; fi; " + "trap '' TERM; echo ready > " + fifo + "; exec sleep 1000")));
+  std::filesystem::remove_all(directory);
+  EXPECT_EQ(run.exit_code, 4) << run.how;
+  EXPECT_GE(run.wall, absl::Seconds(1));
+  EXPECT_LT(run.wall, absl::Seconds(15));
+  EXPECT_THAT(run.err, HasSubstr("1 rank still running after 1s; sending SIGKILL"));
+}
+
+TEST(LauncherTest, SigtermStopsTheRanksAndTheDaemonAndLeavesNothing) {
+  auto job = StartTwoRanksUntilUp({"--verbose"}, "echo \"up $$\"; exec sleep 1000");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->launcher.Signal(SIGTERM);
+  const LaunchResult run = Finish(job->launcher, job->started, absl::Seconds(30));
+  EXPECT_EQ(run.exit_code, 128 + SIGTERM) << run.how;
+  EXPECT_THAT(run.err, HasSubstr("received SIGTERM; forwarding it to 2 ranks"));
+  for (const std::string& line : Lines(run.out)) {
+    const pid_t rank_pid = static_cast<pid_t>(std::stol(line.substr(line.rfind(' ') + 1)));
+    EXPECT_TRUE(ProcessGone(rank_pid)) << line;
+  }
+  ExpectNothingLeft(FindPrivateDaemon(run.err));
+}
+
+TEST(LauncherTest, ForwardsTheSignalItself) {
+  // Each rank reports the SIGHUP it gets and exits 0; collectiverun still
+  // reports the interruption.
+  auto job =
+      StartTwoRanksUntilUp({}, "trap 'echo got HUP; exit 0' HUP; echo up; sleep 1000 & wait");
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->launcher.Signal(SIGHUP);
+  const LaunchResult run = Finish(job->launcher, job->started, absl::Seconds(30));
+  EXPECT_EQ(run.exit_code, 128 + SIGHUP) << run.how;
+  EXPECT_THAT(run.out, HasSubstr("[0] got HUP\n"));
+  EXPECT_THAT(run.out, HasSubstr("[1] got HUP\n"));
+}
+
+TEST(LauncherTest, ThePrivateDaemonDyingStopsTheJob) {
+  auto job = StartTwoRanksUntilUp({"--verbose"}, "echo up; exec sleep 1000");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const PrivateDaemonSeen daemon = FindPrivateDaemon(job->launcher.Stderr());
+  ASSERT_GT(daemon.pid, 0) << job->launcher.Stderr();
+  ASSERT_EQ(::kill(daemon.pid, SIGKILL), 0);
+  const LaunchResult run = Finish(job->launcher, job->started, absl::Seconds(30));
+  EXPECT_EQ(run.exit_code, 1) << run.how;
+  EXPECT_THAT(run.err, HasSubstr(absl::StrCat("collectived (pid ", daemon.pid,
+                                              ") was killed by signal 9 (SIGKILL) while the job "
+                                              "ran; stopping the ranks")));
+  ExpectNothingLeft(daemon);
+}
+
+TEST(LauncherTest, ACommandThatDoesNotExistFailsClearly) {
+  const LaunchResult run =
+      RunLauncher({"--verbose", "-np", "2", "collectiverun-no-such-command", "x"});
+  EXPECT_EQ(run.exit_code, 127) << run.how;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: cannot start 'collectiverun-no-such-command': "
+                                 "No such file or directory\n"));
+  ExpectNothingLeft(FindPrivateDaemon(run.err));
+}
+
+TEST(LauncherTest, ADaemonThatCannotStartIsReportedWithItsOutput) {
+  const LaunchResult bad_flag = RunLauncher({"--daemon-arg=--no-such-flag", "-np", "1", "true"});
+  EXPECT_EQ(bad_flag.exit_code, 1) << bad_flag.how;
+  EXPECT_THAT(bad_flag.err, HasSubstr("[collectived] "));
+  EXPECT_THAT(bad_flag.err, HasSubstr("--no-such-flag"));
+  EXPECT_THAT(bad_flag.err, HasSubstr("collectiverun: collectived exited with code"));
+  EXPECT_THAT(bad_flag.err, HasSubstr("before it was ready"));
+
+  const LaunchResult missing =
+      RunLauncher({"--daemon", "/nonexistent/collectived", "-np", "1", "true"});
+  EXPECT_EQ(missing.exit_code, 127) << missing.how;
+  EXPECT_THAT(missing.err, HasSubstr("cannot start '/nonexistent/collectived': No such file"));
+}
+
+TEST(LauncherTest, UsesAConfiguredDaemonAndLeavesItRunning) {
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const LaunchResult run =
+      RunLauncher({"--verbose", "-np", "2", TestWorkerBinary(), "matrix", "--big-bytes", "4096"},
+                  {{"COLLECTIVE_SOCKET", (*daemon)->socket()}, {"COLLECTIVE_JOB_ID", ""}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\n" << run.out;
+  EXPECT_THAT(run.err, HasSubstr("using the collectived on " + (*daemon)->socket()));
+  EXPECT_EQ(FindPrivateDaemon(run.err).pid, -1) << run.err;
+  EXPECT_EQ(Lines(run.out).size(), 2u) << run.out;
+
+  // The job ran there, and the daemon still serves.
+  EXPECT_FALSE((*daemon)->process().Wait(absl::ZeroDuration()).has_value());
+  auto status = (*daemon)->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->totals().jobs(), 1u);
+  EXPECT_EQ(status->totals().errors(), 0u);
+
+  // --socket says the same; a second job runs on it too.
+  const LaunchResult second = RunLauncher({"--socket", (*daemon)->socket(), "-np", "2",
+                                           TestWorkerBinary(), "matrix", "--big-bytes", "16"},
+                                          {{"COLLECTIVE_SOCKET", ""}});
+  EXPECT_EQ(second.exit_code, 0) << second.how;
+  status = (*daemon)->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->totals().jobs(), 2u);
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
+TEST(LauncherTest, AConfiguredDaemonThatIsNotThereFailsClearly) {
+  const LaunchResult run = RunLauncher(
+      {"-np", "2", "true"}, {{"COLLECTIVE_SOCKET", "/tmp/collectiverun-test-nobody.sock"}});
+  EXPECT_EQ(run.exit_code, 1) << run.how;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: no collectived answers on "
+                                 "/tmp/collectiverun-test-nobody.sock: No such file or directory"));
+}
+
+}  // namespace
+}  // namespace collective::testing

@@ -1,0 +1,91 @@
+"""The job's shape, init/is_initialized, build flags, the timeline, handles."""
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+import torch
+
+import collective.torch as hvd
+
+
+def test_topology_matches_the_launcher():
+    size = int(os.environ.get('COLLECTIVE_LOCAL_SIZE', '1'))
+    rank = int(os.environ.get('COLLECTIVE_LOCAL_RANK', '0'))
+    assert (hvd.size(), hvd.rank()) == (size, rank)
+    assert (hvd.local_size(), hvd.local_rank()) == (size, rank)  # one node
+    assert (hvd.cross_size(), hvd.cross_rank()) == (1, 0)
+    assert hvd.is_homogeneous()
+    assert hvd.allgather(torch.tensor([hvd.rank()])).tolist() == list(range(size))
+
+
+def test_init_again_changes_nothing():
+    assert hvd.is_initialized()
+    handle = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name='reinit')
+    hvd.init()
+    assert hvd.is_initialized()
+    assert hvd.synchronize(handle).tolist() == [hvd.size()] * 2
+    with pytest.raises(ValueError, match='does not exist'):
+        hvd.init(process_sets=[hvd.ProcessSet([0])] if hvd.size() > 2 else [[0, 0]])
+
+
+def test_build_flags():
+    for flag in (hvd.mpi_enabled, hvd.mpi_built, hvd.gloo_enabled, hvd.gloo_built,
+                 hvd.nccl_built, hvd.ddl_built, hvd.ccl_built, hvd.cuda_built, hvd.rocm_built):
+        assert flag() is False, flag.__name__
+    with pytest.raises(ValueError, match='MPI is not enabled'):
+        hvd.mpi_threads_supported()
+
+
+def test_reduce_op_constants_are_horovods():
+    assert (hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max, hvd.Product) == (0, 1, 2, 3, 4, 5)
+
+
+def test_timeline_records_named_tensors():
+    path = os.path.join(tempfile.gettempdir(), f'cpy-timeline-{os.getpid()}.json')
+    if hvd.rank() == 0:
+        hvd.start_timeline(path, mark_cycles=True)
+    hvd.barrier()
+    hvd.allreduce(torch.ones(16), name='timeline.tensor')
+    hvd.barrier()
+    if hvd.rank() == 0:
+        hvd.stop_timeline()
+        with open(path) as f:
+            text = f.read()
+        os.unlink(path)
+        events = json.loads(text if text.rstrip().endswith(']') else text.rstrip().rstrip(',') + ']')
+        assert any('allreduce.timeline.tensor' in json.dumps(e) for e in events)
+    hvd.barrier()
+
+
+def test_poll_and_synchronize_unknown_handles():
+    assert hvd.synchronize(10 ** 9) is None
+    with pytest.raises(ValueError, match='not created or has been cleared'):
+        hvd.poll(10 ** 9)
+
+
+def test_waiting_releases_the_gil(two_ranks):
+    # Rank 0's allreduce completes only after the others pass a barrier that
+    # rank 0's main thread reaches while another thread waits for it: if the
+    # wait held the GIL, the main thread could not get there.
+    if hvd.rank() == 0:
+        handle = hvd.allreduce_async(torch.ones(2), name='gil', op=hvd.Sum)
+        results = []
+        waiter = threading.Thread(target=lambda: results.append(hvd.synchronize(handle)))
+        waiter.start()
+        deadline = time.monotonic() + 60
+        while getattr(sys._current_frames().get(waiter.ident), 'f_code', None) is None or \
+                sys._current_frames()[waiter.ident].f_code.co_name != 'synchronize':
+            assert time.monotonic() < deadline, 'the waiter never reached synchronize'
+            time.sleep(0.001)  # polling back-off; the frame decides
+        sum(range(3_000_000))  # Python work, which needs the GIL back from the waiter
+        hvd.barrier()
+        waiter.join(timeout=60)
+        assert not waiter.is_alive() and results[0].tolist() == [hvd.size()] * 2
+    else:
+        hvd.barrier()
+        assert hvd.allreduce(torch.ones(2), name='gil', op=hvd.Sum).tolist() == [hvd.size()] * 2

@@ -1,0 +1,56 @@
+"""join (uneven data) and barrier."""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+import torch
+
+import collective.torch as hvd
+from collective.common.exceptions import HorovodInternalError
+
+
+def test_join_others_allreduce_with_zeros_from_the_joined_rank(two_ranks):
+    size = hvd.size()
+    if hvd.rank() == 0:
+        last = hvd.join()
+    else:
+        summed = hvd.allreduce(torch.ones(4), op=hvd.Sum, name='join.sum')
+        averaged = hvd.allreduce(torch.ones(4), op=hvd.Average, name='join.avg')
+        assert summed.tolist() == [size - 1] * 4
+        assert torch.allclose(averaged, torch.full((4,), (size - 1) / size))
+        with pytest.raises(HorovodInternalError, match='joined'):
+            hvd.allgather(torch.ones(1), name='join.gather')
+        last = hvd.join()
+    # Rank 0 joined before the others could finish their allreduces.
+    assert last != 0
+    assert hvd.allgather(torch.tensor([last])).tolist() == [last] * size
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [size] * 2
+
+
+def test_join_with_a_single_rank_or_all_ranks_returns_a_rank():
+    last = hvd.join(device=-1)
+    assert 0 <= last < hvd.size()
+
+
+def _shared_directory():
+    """A directory made by rank 0, its path broadcast to every rank."""
+    path = tempfile.mkdtemp(prefix='cpy-barrier-') if hvd.rank() == 0 else ''
+    encoded = torch.zeros(256, dtype=torch.uint8)
+    encoded[:len(path)] = torch.tensor(list(path.encode()), dtype=torch.uint8)
+    hvd.broadcast_(encoded, 0)
+    return bytes(encoded[encoded != 0].tolist()).decode()
+
+
+def test_barrier_waits_for_every_rank():
+    directory = _shared_directory()
+    for round_ in range(3):
+        with open(os.path.join(directory, f'{round_}.{hvd.rank()}'), 'w'):
+            pass
+        hvd.barrier()
+        present = {name for name in os.listdir(directory) if name.startswith(f'{round_}.')}
+        assert present == {f'{round_}.{r}' for r in range(hvd.size())}
+    hvd.barrier()  # everyone has looked: rank 0 may clean up
+    if hvd.rank() == 0:
+        shutil.rmtree(directory)

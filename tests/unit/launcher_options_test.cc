@@ -1,0 +1,173 @@
+// client/launcher/launcher_options: the command line (mpirun's -np, where
+// the command starts, usage errors) and what the environment adds to it.
+#include "client/launcher/launcher_options.h"
+
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace collective::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+struct Parsed {
+  std::variant<LauncherOptions, int> result;
+  std::string out;
+  std::string err;
+
+  bool ok() const { return std::holds_alternative<LauncherOptions>(result); }
+  const LauncherOptions& options() const { return std::get<LauncherOptions>(result); }
+  int exit_code() const { return std::get<int>(result); }
+};
+
+Parsed Parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "collectiverun");
+  std::ostringstream out;
+  std::ostringstream err;
+  Parsed parsed{ParseLauncherOptions(args, out, err), "", ""};
+  parsed.out = out.str();
+  parsed.err = err.str();
+  return parsed;
+}
+
+TEST(LauncherOptionsTest, MpiStyleNpAndTheCommandKeepsItsOwnOptions) {
+  const Parsed parsed = Parse({"-np", "4", "python", "-u", "train.py", "--flag", "-np", "3"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_EQ(parsed.options().ranks, 4);
+  EXPECT_THAT(parsed.options().command,
+              ElementsAre("python", "-u", "train.py", "--flag", "-np", "3"));
+  EXPECT_TRUE(parsed.options().prefix_output);
+  EXPECT_FALSE(parsed.options().verbose);
+  EXPECT_EQ(parsed.options().grace_seconds, 10);
+}
+
+TEST(LauncherOptionsTest, EveryFormOfTheRankCount) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"-n", "3", "x"},
+                                             {"-n3", "x"},
+                                             {"--np", "3", "x"},
+                                             {"--np=3", "x"},
+                                             {"-np", "3", "x"},
+                                             {"-np=3", "x"}}) {
+    const Parsed parsed = Parse(args);
+    ASSERT_TRUE(parsed.ok()) << args[0] << ": " << parsed.err;
+    EXPECT_EQ(parsed.options().ranks, 3) << args[0];
+    EXPECT_THAT(parsed.options().command, ElementsAre("x")) << args[0];
+  }
+}
+
+TEST(LauncherOptionsTest, EveryOption) {
+  const Parsed parsed =
+      Parse({"--socket", "/run/x.sock", "--daemon-arg", "--log-level=debug", "-np", "2",
+             "--daemon-arg=--fusion-threshold-bytes=1MiB", "--daemon", "/opt/collectived",
+             "--job-id", "j1", "--no-prefix", "--grace-seconds", "0.5", "--verbose", "cmd"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  const LauncherOptions& options = parsed.options();
+  EXPECT_EQ(options.ranks, 2);
+  EXPECT_EQ(options.socket, "/run/x.sock");
+  EXPECT_EQ(options.daemon, "/opt/collectived");
+  EXPECT_THAT(options.daemon_args,
+              ElementsAre("--log-level=debug", "--fusion-threshold-bytes=1MiB"));
+  EXPECT_EQ(options.job_id, "j1");
+  EXPECT_FALSE(options.prefix_output);
+  EXPECT_EQ(options.grace_seconds, 0.5);
+  EXPECT_TRUE(options.verbose);
+  EXPECT_THAT(options.command, ElementsAre("cmd"));
+}
+
+TEST(LauncherOptionsTest, DoubleDashStartsACommandThatLooksLikeAnOption) {
+  const Parsed parsed = Parse({"-np", "2", "--", "--weird", "-np"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_THAT(parsed.options().command, ElementsAre("--weird", "-np"));
+}
+
+TEST(LauncherOptionsTest, UsageErrorsExitWith2AndSayWhy) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"python", "x.py"}, "--np is required"},
+      {{"-np", "2"}, "no command given"},
+      {{"-np", "2", "--"}, "no command given"},
+      {{"-np", "0", "x"}, "--np"},
+      {{"-np", "1025", "x"}, "--np"},
+      {{"-np", "two", "x"}, "--np"},
+      {{"-np", "2", "--bogus", "x"}, "unknown option --bogus"},
+      {{"-np", "2", "--grace-seconds", "-1", "x"}, "--grace-seconds"},
+  };
+  for (const Case& c : cases) {
+    const Parsed parsed = Parse(c.args);
+    ASSERT_FALSE(parsed.ok()) << c.args.back();
+    EXPECT_EQ(parsed.exit_code(), 2) << c.args.back();
+    EXPECT_THAT(parsed.err, HasSubstr(c.says));
+  }
+}
+
+TEST(LauncherOptionsTest, HelpExitsWith0AndShowsTheUsage) {
+  const Parsed parsed = Parse({"--help"});
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.exit_code(), 0);
+  EXPECT_THAT(parsed.out, HasSubstr("Usage: collectiverun -np N [OPTIONS] [--] COMMAND [ARGS...]"));
+  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts is not supported"));
+}
+
+LauncherOptions Options(std::vector<std::string> args) {
+  const Parsed parsed = Parse(std::move(args));
+  EXPECT_TRUE(parsed.ok()) << parsed.err;
+  return parsed.ok() ? parsed.options() : LauncherOptions{};
+}
+
+TEST(LauncherOptionsTest, EnvironmentFillsInTheSocketAndTheJobId) {
+  LauncherOptions options = Options({"-np", "2", "x"});
+  ASSERT_TRUE(
+      ApplyEnvironment({{"COLLECTIVE_SOCKET", "/run/a.sock"}, {"COLLECTIVE_JOB_ID", "j"}}, options)
+          .ok());
+  EXPECT_EQ(options.socket, "/run/a.sock");
+  EXPECT_EQ(options.job_id, "j");
+
+  // Flags win; a relative socket becomes absolute.
+  options = Options({"-np", "2", "--socket", "rel.sock", "--job-id", "mine", "x"});
+  ASSERT_TRUE(
+      ApplyEnvironment({{"COLLECTIVE_SOCKET", "/run/a.sock"}, {"COLLECTIVE_JOB_ID", "j"}}, options)
+          .ok());
+  EXPECT_EQ(options.socket.front(), '/');
+  EXPECT_THAT(options.socket, ::testing::EndsWith("/rel.sock"));
+  EXPECT_EQ(options.job_id, "mine");
+
+  // Neither: a private daemon and a fresh job id, decided later.
+  options = Options({"-np", "2", "x"});
+  ASSERT_TRUE(ApplyEnvironment({{"COLLECTIVE_SOCKET", ""}}, options).ok());
+  EXPECT_EQ(options.socket, "");
+  EXPECT_EQ(options.job_id, "");
+}
+
+TEST(LauncherOptionsTest, RefusesWhatCannotWork) {
+  LauncherOptions options = Options({"-np", "2", "--daemon-arg=--log-level=debug", "x"});
+  absl::Status status = ApplyEnvironment({{"COLLECTIVE_SOCKET", "/run/a.sock"}}, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("/run/a.sock"));
+
+  options = Options({"-np", "2", "--daemon-arg=--socket=/tmp/s", "x"});
+  status = ApplyEnvironment({}, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  // --socket-group is another knob, and fine.
+  options = Options({"-np", "2", "--daemon-arg=--socket-group=users", "x"});
+  EXPECT_TRUE(ApplyEnvironment({}, options).ok());
+
+  for (const char* mpi : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"}) {
+    options = Options({"-np", "2", "x"});
+    status = ApplyEnvironment({{mpi, "2"}}, options);
+    EXPECT_TRUE(absl::IsFailedPrecondition(status)) << mpi;
+    EXPECT_THAT(status.message(), HasSubstr("mpirun or srun")) << mpi;
+  }
+}
+
+}  // namespace
+}  // namespace collective::launcher
