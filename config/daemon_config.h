@@ -63,6 +63,14 @@ struct DaemonConfig {
   // engine looks for messages of the other daemons while it waits for them.
   MultiNode multi_node = MultiNode::kAuto;
   uint32_t cycle_time_ms = 1;
+  // A node whose daemon sends nothing for this long is taken for dead.
+  double node_timeout_seconds = 30.0;
+  // Tensors remembered by the response cache of negotiation across nodes; 0
+  // disables it.
+  uint32_t response_cache_capacity = 1024;
+  // Large collectives across nodes move in chunks of this size, the local
+  // reduction of one overlapping the transfer of the one before.
+  uint64_t cross_node_chunk_bytes = 4ull << 20;
 
   // Warn (log and collectivectl status) about tensors some ranks submitted
   // and others not after this long; 0 disables the check.

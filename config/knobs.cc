@@ -340,16 +340,28 @@ std::vector<Knob> BuildTable() {
                                     "Threads that share a large reduction; 0: one per online "
                                     "core."),
              });
-  AddSection(table, "Multi-node",
-             {
-                 Enum(COLLECTIVE_KNOB(multi_node),
-                      {{"auto", MultiNode::kAuto}, {"off", MultiNode::kOff}},
-                      "auto: when an MPI launcher (mpirun, srun) started the daemon, the daemons "
-                      "of the job form an MPI world, one per node; off: a world of one node."),
-                 Unsigned<uint32_t>(COLLECTIVE_KNOB(cycle_time_ms), 1, 1000,
-                                    "How often, in milliseconds, the engine looks for the other "
-                                    "daemons' messages while it waits for them."),
-             });
+  AddSection(
+      table, "Multi-node",
+      {
+          Enum(COLLECTIVE_KNOB(multi_node), {{"auto", MultiNode::kAuto}, {"off", MultiNode::kOff}},
+               "auto: when an MPI launcher (mpirun, srun) started the daemon, the daemons "
+               "of the job form an MPI world, one per node; off: a world of one node."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(cycle_time_ms), 1, 1000,
+                             "How often, in milliseconds, the engine looks for the other "
+                             "daemons' messages while it waits for them."),
+          Seconds(COLLECTIVE_KNOB(node_timeout_seconds), 86400.0,
+                  "A node whose daemon sends nothing (heartbeats go every "
+                  "heartbeat_interval_ms) for this long is taken for dead: the job fails "
+                  "on every other node with an error naming it and its ranks."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(response_cache_capacity), 0, 1 << 20,
+                             "Tensors the response cache remembers, so that steady-state "
+                             "steps announce them by a bit instead of every request; 0 "
+                             "disables it. Every node must use the same value."),
+          Bytes(COLLECTIVE_KNOB(cross_node_chunk_bytes), 4 * kKiB, kGiB,
+                "Collectives across nodes move in chunks of this size, the local "
+                "reduction of one overlapping the transfer of the one before. Every node "
+                "must use the same value."),
+      });
   return table;
 }
 

@@ -36,20 +36,24 @@ absl::Status Coordinator::Add(Submission submission, int32_t set_size, int32_t l
 }
 
 bool Coordinator::IsReady(const PendingTensor& pending) const {
-  const int32_t size = static_cast<int32_t>(pending.by_rank.size());
-  if (pending.submitted == pending.expected) return true;
+  if (pending.submitted >= pending.expected) return true;
   if (pending.submitted == 0) return false;
   // Join itself waits for every rank; everything else only for ranks that
-  // have not joined.
+  // have not joined. (Joins come from this node's clients only, so across
+  // nodes the count is of local ranks, as `expected` is.)
   const auto first = std::find_if(pending.by_rank.begin(), pending.by_rank.end(),
                                   [](const auto& submission) { return submission.has_value(); });
   if ((*first)->request.collective() == v1::COLLECTIVE_JOIN) return false;
-  const auto joined = joined_.find(pending.process_set_id);
-  if (joined == joined_.end()) return false;
-  for (int32_t rank = 0; rank < size; ++rank) {
-    if (!pending.by_rank[rank].has_value() && !joined->second[rank]) return false;
+  int32_t joined = 0;
+  for (size_t rank = 0; rank < pending.by_rank.size(); ++rank) {
+    if (!pending.by_rank[rank].has_value() && HasJoined(pending.process_set_id, rank)) ++joined;
   }
-  return true;
+  return pending.submitted + joined >= pending.expected;
+}
+
+bool Coordinator::HasJoined(int32_t process_set_id, size_t set_rank) const {
+  const auto joined = joined_.find(process_set_id);
+  return joined != joined_.end() && set_rank < joined->second.size() && joined->second[set_rank];
 }
 
 void Coordinator::MakeReady(PendingTensor pending, int32_t completed_by) {
@@ -215,36 +219,36 @@ std::vector<PendingTensor> Coordinator::TakeTensor(int32_t process_set_id,
   return taken;
 }
 
-void Coordinator::Describe(Clock::time_point now, const ProcessSetTable& sets,
-                           Clock::duration stall_after,
-                           google::protobuf::RepeatedPtrField<v1::PendingTensor>* out) const {
-  std::vector<const PendingTensor*> sorted;
-  sorted.reserve(table_.size());
-  for (const auto& [key, entry] : table_) sorted.push_back(&entry);
-  // Oldest first: the tensor a job is stuck on is the one people look for.
-  std::sort(sorted.begin(), sorted.end(), [](const PendingTensor* a, const PendingTensor* b) {
-    return a->first_at < b->first_at;
+void SortOldestFirst(std::vector<WaitingTensor>& waiting) {
+  std::sort(waiting.begin(), waiting.end(), [](const WaitingTensor& a, const WaitingTensor& b) {
+    return a.first_at < b.first_at;
   });
-  for (const PendingTensor* entry : sorted) {
-    const ProcessSet* set = sets.Find(entry->process_set_id);
-    const auto joined = joined_.find(entry->process_set_id);
-    v1::PendingTensor* tensor = out->Add();
-    tensor->set_name(entry->name);
-    tensor->set_process_set_id(entry->process_set_id);
-    tensor->set_age_seconds(std::chrono::duration<double>(now - entry->first_at).count());
-    tensor->set_stalled(stall_after > Clock::duration::zero() &&
-                        now - entry->first_at > stall_after);
-    for (size_t rank = 0; rank < entry->by_rank.size(); ++rank) {
+}
+
+std::vector<WaitingTensor> Coordinator::Waiting(const ProcessSetTable& sets,
+                                                absl::FunctionRef<bool(int32_t)> is_local) const {
+  std::vector<WaitingTensor> waiting;
+  waiting.reserve(table_.size());
+  for (const auto& [key, entry] : table_) {
+    const ProcessSet* set = sets.Find(entry.process_set_id);
+    WaitingTensor tensor{.process_set_id = entry.process_set_id,
+                         .name = entry.name,
+                         .collective = v1::COLLECTIVE_UNSPECIFIED,
+                         .first_at = entry.first_at};
+    for (size_t rank = 0; rank < entry.by_rank.size(); ++rank) {
       const int32_t global = set != nullptr ? set->ranks[rank] : static_cast<int32_t>(rank);
-      const auto& submission = entry->by_rank[rank];
+      const auto& submission = entry.by_rank[rank];
       if (submission.has_value()) {
-        tensor->set_collective(submission->request.collective());
-        tensor->add_ready_ranks(global);
-      } else if (joined == joined_.end() || !joined->second[rank]) {
-        tensor->add_missing_ranks(global);
+        tensor.collective = submission->request.collective();
+        tensor.ready_ranks.push_back(global);
+      } else if (is_local(global) && !HasJoined(entry.process_set_id, rank)) {
+        tensor.missing_ranks.push_back(global);
       }
     }
+    waiting.push_back(std::move(tensor));
   }
+  SortOldestFirst(waiting);
+  return waiting;
 }
 
 }  // namespace collective::daemon

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "collective/v1/negotiation.pb.h"
 #include "collective/v1/status.pb.h"
 #include "collective/v1/types.pb.h"
 #include "daemon/client_record.h"
@@ -24,6 +27,8 @@
 namespace collective::daemon {
 
 using Clock = std::chrono::steady_clock;
+
+struct SetSpan;  // daemon/set_communicators.h
 
 struct Submission {
   ClientRecord* client = nullptr;  // null for another node's rank
@@ -40,9 +45,27 @@ struct PendingTensor {
   std::vector<std::optional<Submission>> by_rank;  // by set rank
   int32_t submitted = 0;
   // Submissions that make it ready on this node: the set's size on one
-  // node, the set's local members across nodes.
+  // node, the set's local members across nodes. Ranks that joined count as
+  // submitted, except for join itself.
   int32_t expected = 0;
 };
+
+// A tensor some ranks of its set have submitted and others not, for the
+// stall inspector and for status.
+struct WaitingTensor {
+  int32_t process_set_id = 0;
+  std::string name;
+  v1::Collective collective = v1::COLLECTIVE_UNSPECIFIED;
+  Clock::time_point first_at;
+  std::vector<int32_t> ready_ranks;    // global
+  std::vector<int32_t> missing_ranks;  // global; ranks that joined are neither
+  // Across nodes: node 0's entry, or (elsewhere) ready here and waiting for
+  // node 0's decision.
+  bool across_nodes = false;
+};
+
+// Oldest first: the tensor a job is stuck on is the one people look for.
+void SortOldestFirst(std::vector<WaitingTensor>& waiting);
 
 // A tensor ready to run: one collective.
 struct ReadyTensor {
@@ -56,11 +79,20 @@ struct ReadyTensor {
   int32_t completed_by = 0;
   Clock::time_point first_at;
   Clock::time_point ready_at;
-  // Its set spans nodes: `submissions` are this node's members only, and
-  // the reduction here is the partial one the nodes then combine.
+  // Its set spans nodes: `submissions` are this node's members only (none
+  // when every one of them joined), and the work here is this node's part,
+  // which MPI completes with the other nodes'.
   bool across_nodes = false;
+  // Across nodes, once node 0 decided: every submitting rank's request in
+  // set-rank order, how the set lies on the nodes (and its communicator),
+  // and how many of its ranks live here (those that did not submit joined).
+  std::shared_ptr<const std::vector<v1::RankRequest>> everyone;
+  std::shared_ptr<const SetSpan> span;
+  int32_t local_members = 0;
 
-  const v1::TensorRequest& request() const { return submissions.front().request; }
+  const v1::TensorRequest& request() const {
+    return submissions.empty() ? everyone->front().request() : submissions.front().request;
+  }
   bool has_joined_ranks() const {
     return !across_nodes && static_cast<int32_t>(submissions.size()) < set_size;
   }
@@ -97,10 +129,11 @@ class Coordinator {
   bool idle() const { return table_.empty() && ready_.empty() && groups_.empty(); }
   const auto& pending() const { return table_; }
 
-  // Pending tensors, oldest first, ranks as global ranks; `stall_after`
-  // marks the stalled ones.
-  void Describe(Clock::time_point now, const ProcessSetTable& sets, Clock::duration stall_after,
-                google::protobuf::RepeatedPtrField<v1::PendingTensor>* out) const;
+  // Pending tensors, oldest first, ranks as global ranks: those that
+  // submitted, and those `is_local` that did not and have not joined (the
+  // other nodes' ranks are node 0's to know).
+  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets,
+                                     absl::FunctionRef<bool(int32_t)> is_local) const;
 
  private:
   using Key = std::pair<int32_t, std::string>;  // process set, name
@@ -109,6 +142,7 @@ class Coordinator {
 
   // Whether `pending` waits for nobody but joined ranks.
   bool IsReady(const PendingTensor& pending) const;
+  bool HasJoined(int32_t process_set_id, size_t set_rank) const;
   void MakeReady(PendingTensor pending, int32_t completed_by);
 
   absl::flat_hash_map<Key, PendingTensor> table_;

@@ -20,15 +20,16 @@ constexpr int kMaxMessageBytes = 64 << 20;
 
 }  // namespace
 
-Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch)
+Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, Engine::StopRequest stop)
     : config_(config),
       epoch_(epoch),
       policy_(::geteuid(), config.allowed_uids, config.allowed_gids),
-      engine_(config, epoch),
+      engine_(config, epoch, std::move(stop)),
       service_(engine_, policy_) {}
 
-absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig& config) {
-  auto daemon = std::unique_ptr<Daemon>(new Daemon(config, NewEpoch()));
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig& config,
+                                                      Engine::StopRequest stop) {
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(config, NewEpoch(), std::move(stop)));
   auto listener = UnixListener::Bind({config.socket, config.socket_group});
   if (!listener.ok()) return listener.status();
   daemon->listener_ = std::move(*listener);

@@ -19,8 +19,10 @@ namespace collective::daemon {
 class Daemon {
  public:
   // Binds the socket (failing if another daemon holds it), removes segments
-  // a crashed predecessor left behind, and starts serving.
-  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const config::DaemonConfig& config);
+  // a crashed predecessor left behind, and starts serving. `stop` is how the
+  // daemon asks its owner to shut it down (see Engine::StopRequest).
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const config::DaemonConfig& config,
+                                                       Engine::StopRequest stop = nullptr);
 
   // Stops accepting work, fails pending requests with an error that names
   // `reason`, ends every session, removes the socket and every segment.
@@ -29,7 +31,7 @@ class Daemon {
   ~Daemon();
 
  private:
-  Daemon(const config::DaemonConfig& config, uint64_t epoch);
+  Daemon(const config::DaemonConfig& config, uint64_t epoch, Engine::StopRequest stop);
 
   const config::DaemonConfig config_;
   const uint64_t epoch_;

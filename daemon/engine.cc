@@ -40,7 +40,7 @@ v1::JobState ToProto(JobState state) {
 
 }  // namespace
 
-Engine::Engine(const config::DaemonConfig& config, uint64_t epoch)
+Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, StopRequest stop)
     : config_(config),
       epoch_(epoch),
       daemon_uid_(::geteuid()),
@@ -49,6 +49,7 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch)
       names_(daemon_uid_, config.socket, epoch),
       pool_(ReduceThreads(config.reduce_threads)),
       executor_(pool_),
+      stop_(std::move(stop)),
       stalls_(config.stall_check_seconds, config.stall_shutdown_seconds) {}
 
 Engine::~Engine() {
@@ -124,6 +125,7 @@ void Engine::Loop() {
     }
     worked = PollWorld() || worked;
     worked = DrainSubmissionRings() || worked;
+    worked = AdvanceCrossNode() || worked;
     if (RunReady()) {
       worked = true;
       if (timeline_.mark_cycles()) timeline_.Cycle(MonotonicNanos());
@@ -131,9 +133,18 @@ void Engine::Loop() {
     RunTimers(Clock::now());
     if (!worked) doorbell_.Sleep(NextTimer());
   }
-  // MPI ends on the thread that began it.
+  // MPI ends on the thread that began it: the other daemons hear that this
+  // one stops (they stop too), then MPI_Finalize meets them — unless MPI
+  // cannot be trusted any more, when the process's exit is the clean-up.
+  if (exchange_ != nullptr && exchange_->in_flight()) abandoned_.push_back(std::move(exchange_));
   exchange_.reset();
-  if (abandoned_.empty()) world_.reset();
+  if (!abandoned_.empty()) world_->Abandon();
+  world_->AnnounceStop();
+  if (world_->abandoned()) {
+    (void)world_.release();
+  } else {
+    world_.reset();
+  }
   log::Daemon().info("engine stopped");
 }
 
@@ -169,9 +180,7 @@ void Engine::Dispatch(EngineEvent& event) {
 
 Clock::time_point Engine::NextTimer() const {
   Clock::time_point next = next_heartbeat_;
-  if (WaitsForWorld()) {
-    next = std::min(next, Clock::now() + std::chrono::milliseconds(config_.cycle_time_ms));
-  }
+  if (WaitsForWorld()) next = std::min(next, NextWorldPoll());
   if (job_ == nullptr) return next;
   if (stalls_.enabled() && coordinator_ != nullptr && !coordinator_->idle()) {
     next = std::min(next, next_stall_check_);
@@ -226,15 +235,72 @@ void Engine::RunTimers(Clock::time_point now) {
   MaybeTearDownJob();
 }
 
+std::vector<WaitingTensor> Engine::AllWaiting(bool with_announced) const {
+  const NodeLayout& layout = job_->layout();
+  std::vector<WaitingTensor> local = coordinator_->Waiting(
+      job_->process_sets(), [&](int32_t rank) { return layout.IsLocal(rank); });
+  if (negotiator_ == nullptr) return local;
+  // Node 0 knows which nodes announced a tensor; this node's own table
+  // knows which of its ranks submitted one it has not announced.
+  std::vector<WaitingTensor> waiting = negotiator_->Waiting(job_->process_sets());
+  for (WaitingTensor& mine : local) {
+    auto across = std::find_if(waiting.begin(), waiting.end(), [&](const WaitingTensor& w) {
+      return w.process_set_id == mine.process_set_id && w.name == mine.name;
+    });
+    if (across == waiting.end()) {
+      waiting.push_back(std::move(mine));
+      continue;
+    }
+    for (int32_t rank : mine.ready_ranks) {
+      std::erase(across->missing_ranks, rank);
+      across->ready_ranks.push_back(rank);
+    }
+    std::sort(across->ready_ranks.begin(), across->ready_ranks.end());
+  }
+  if (with_announced && !negotiator_->coordinator()) {
+    for (const auto& [key, tensor] : announced_) {
+      WaitingTensor announced{.process_set_id = key.first,
+                              .name = key.second,
+                              .collective = tensor.request().collective(),
+                              .first_at = tensor.first_at,
+                              .across_nodes = true};
+      for (const Submission& submission : tensor.submissions) {
+        announced.ready_ranks.push_back(submission.rank);
+      }
+      waiting.push_back(std::move(announced));
+    }
+  }
+  SortOldestFirst(waiting);
+  return waiting;
+}
+
 void Engine::CheckStalls(Clock::time_point now) {
   if (coordinator_ == nullptr || job_->state() != JobState::kRunning) return;
-  for (const StalledTensor& stalled : stalls_.Inspect(now, *coordinator_, job_->process_sets())) {
+  for (const StalledTensor& stalled : stalls_.Inspect(now, AllWaiting(/*with_announced=*/false))) {
+    const absl::Status why = absl::DeadlineExceededError(stalls_.ShutdownMessage(stalled));
     std::vector<PendingTensor> failed =
         coordinator_->TakeTensor(stalled.process_set_id, stalled.name);
-    if (failed.empty()) continue;
-    const absl::Status why = absl::DeadlineExceededError(stalls_.ShutdownMessage(stalled));
+    const bool across =
+        negotiator_ != nullptr && negotiator_->Fail(stalled.process_set_id, stalled.name, why);
+    if (failed.empty() && !across) continue;
     log::Coord().error("{}", why.message());
     FailSubmissions(std::move(failed), why);
+  }
+}
+
+void Engine::DescribePending(Clock::time_point now, v1::StatusResponse& response) const {
+  const Clock::duration stall_after = stalls_.check_after();
+  for (const WaitingTensor& waiting : AllWaiting(/*with_announced=*/true)) {
+    v1::PendingTensor* tensor = response.add_pending();
+    tensor->set_name(waiting.name);
+    tensor->set_process_set_id(waiting.process_set_id);
+    tensor->set_collective(waiting.collective);
+    tensor->set_age_seconds(std::chrono::duration<double>(now - waiting.first_at).count());
+    tensor->set_stalled(stall_after > Clock::duration::zero() &&
+                        now - waiting.first_at > stall_after);
+    tensor->set_waiting_for_other_nodes(waiting.across_nodes);
+    for (int32_t rank : waiting.ready_ranks) tensor->add_ready_ranks(rank);
+    for (int32_t rank : waiting.missing_ranks) tensor->add_missing_ranks(rank);
   }
 }
 
@@ -300,6 +366,7 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
       for (const auto& member : job_->members()) {
         if (member && member->link) member->link->Close(status);
       }
+      EndWorldJob();
       job_.reset();
       coordinator_.reset();
     }
@@ -349,10 +416,10 @@ void Engine::OnStatus(const StatusEvent& event) const {
     client->set_result_bytes_held(member->result_bytes_held);
   }
   if (coordinator_ != nullptr) {
-    coordinator_->Describe(now, job_->process_sets(), stalls_.check_after(),
-                           response.mutable_pending());
+    DescribePending(now, response);
     for (int32_t rank : coordinator_->Joined(0)) response.add_joined_ranks(rank);
   }
+  if (negotiator_ != nullptr) negotiator_->Describe(response.mutable_negotiation());
   if (job_->state() != JobState::kForming) {
     for (const auto& [id, set] : job_->process_sets().sets()) {
       v1::ProcessSet* described = response.add_process_sets();

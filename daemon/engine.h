@@ -12,11 +12,13 @@
 // timeline), engine_jobs.cc (registration, formation, leaving, failure,
 // teardown), engine_requests.cc (submission, completion, release),
 // engine_collectives.cc (agreement, control collectives, fusion, execution)
-// and engine_world.cc (the MPI world of daemons: formation across nodes).
+// and engine_world.cc (the MPI world of daemons: formation, negotiation and
+// execution across nodes, failures of other nodes).
 #pragma once
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,6 +33,7 @@
 #include "collective/v1/status.pb.h"
 #include "config/daemon_config.h"
 #include "daemon/coordinator.h"
+#include "daemon/cross_node_run.h"
 #include "daemon/engine_doorbell.h"
 #include "daemon/engine_events.h"
 #include "daemon/executor.h"
@@ -39,6 +42,7 @@
 #include "daemon/negotiator.h"
 #include "daemon/node_exchange.h"
 #include "daemon/ops/collective_op.h"
+#include "daemon/set_communicators.h"
 #include "daemon/stall_inspector.h"
 #include "daemon/thread_pool.h"
 #include "daemon/timeline.h"
@@ -47,9 +51,18 @@
 
 namespace collective::daemon {
 
+// Timeline helpers shared by the engine's files: a time point in the
+// timeline's clock, and the row a tensor gets (names are per process set).
+uint64_t Nanos(Clock::time_point time);
+std::string TimelineName(const ReadyTensor& tensor);
+
 class Engine {
  public:
-  Engine(const config::DaemonConfig& config, uint64_t epoch);
+  // Asks the daemon to stop (with why, and the process's exit code): the
+  // engine's way out when its MPI world of daemons broke.
+  using StopRequest = std::function<void(std::string reason, int exit_code)>;
+
+  Engine(const config::DaemonConfig& config, uint64_t epoch, StopRequest stop = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -80,6 +93,11 @@ class Engine {
   // Tells every client whether to report copy-out spans.
   void PublishTimelineState();
   void CheckStalls(Clock::time_point now);
+  // Tensors some ranks wait on, this node's merged with node 0's view
+  // across nodes; `with_announced`: also those ready here and waiting for
+  // node 0 (for status, not for the stall inspector).
+  std::vector<WaitingTensor> AllWaiting(bool with_announced) const;
+  void DescribePending(Clock::time_point now, v1::StatusResponse& response) const;
   void OnShutdown(const ShutdownEvent& event);
 
   // engine_jobs.cc
@@ -100,9 +118,11 @@ class Engine {
   void OnLeave(ClientRecord& client);
   void OnSessionClosed(const SessionClosedEvent& event);
   // The job cannot continue: every pending request fails with `why`, every
-  // attached client hears it, and later submissions fail with it too.
-  void FailJob(const absl::Status& why);
-  void EndJob(const absl::Status& why);
+  // attached client hears it, and later submissions fail with it too. Across
+  // nodes the other nodes hear it as well, unless it came from them.
+  enum class Origin { kHere, kOtherNode };
+  void FailJob(const absl::Status& why, Origin origin = Origin::kHere);
+  void EndJob(const absl::Status& why, Origin origin = Origin::kHere);
   void FailAllPending(const absl::Status& why);
   void MaybeTearDownJob();
 
@@ -120,28 +140,58 @@ class Engine {
                 uint64_t slot, const ops::RankResult& result, const std::string& tensor);
   void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
   void FailSubmissions(std::vector<PendingTensor> tensors, const absl::Status& why);
+  void FailReady(std::vector<ReadyTensor> tensors, const absl::Status& why);
 
   // engine_world.cc
   // Joins the launcher's MPI world (on the engine thread, the only one that
   // calls MPI) or makes a world of one.
   absl::Status StartWorld();
+  // Starts forming the job with the other nodes.
+  void StartExchange();
   // Advances what waits for the other daemons; true if anything happened.
   bool PollWorld();
-  // Whether the engine waits for the other daemons (and so polls).
+  // Whether the engine must look for the other daemons' messages soon, and
+  // when next.
   bool WaitsForWorld() const;
+  Clock::time_point NextWorldPoll() const;
+  // The nodes agreed on the job: its communicators, then the job itself.
+  void FormAcrossNodes(const NodeLayout& layout);
   // An exchange that cannot complete any more: kept for MPI, and the world
   // cannot form later jobs.
   void AbandonExchange(const absl::Status& why);
   // Ranks of `set` on this node.
   int32_t LocalMembers(const ProcessSet& set) const;
+  bool SpansNodes(const ProcessSet& set) const;
   // A tensor ready on this node whose set spans nodes goes to the
   // negotiator (true) to wait for node 0's decision.
   bool AnnounceIfAcrossNodes(ReadyTensor& tensor);
+  // A local rank of a set that spans nodes joined: node 0 must know.
+  void AnnounceJoin(const ProcessSet& set, int32_t set_rank);
   // Carries out one batch of node 0's decisions, in order.
   void Decide(v1::Decisions decisions);
-  // The nodes combine their partial results of a batch run here, then the
-  // final scale is applied; an MPI error fails the job.
-  absl::Status CombineAcrossNodes(const FusedBatch& batch, const Executor::Outcome& outcome);
+  // The tensor a decision names, as this node runs it: its announced local
+  // part, or (every local member having joined) one with no submissions.
+  std::optional<ReadyTensor> DecidedTensor(const v1::Decision& decision, bool& from_cache,
+                                           const ResponseCache::Entry*& cached);
+  // Runs the cross-node batches, one at a time, in decision order; true if
+  // any progressed.
+  bool AdvanceCrossNode();
+  void FinishCrossNode(absl::Status status);
+  // Another node's word on the job, or its silence.
+  void OnJobEvent(int from, const v1::JobEvent& event);
+  // Tells the other nodes that the job failed or ended here.
+  void TellOtherNodes(v1::JobEvent::Kind kind, const absl::Status& why);
+  // The world of daemons cannot form another job (a node died or stopped,
+  // MPI failed, transfers were left unfinished): refuse new jobs, and stop
+  // the daemon once this job is gone. `abandon_mpi`: MPI cannot be trusted
+  // any more (skip its clean-up, which could hang on a dead node).
+  void BreakWorld(const absl::Status& why, bool abandon_mpi);
+  // Asks the daemon to stop because the world broke (once).
+  void RequestStop();
+  // The job's cross-node state, at teardown.
+  void EndWorldJob();
+  // "node 1 (host-b, ranks 2-3)".
+  std::string DescribeNode(int node) const;
 
   // engine_collectives.cc
   // Runs what is ready; true if anything ran.
@@ -167,13 +217,27 @@ class Engine {
   Executor executor_;
 
   // The MPI world of daemons (engine thread only, like all of MPI).
+  const StopRequest stop_;
   std::unique_ptr<World> world_;
+  uint64_t world_generation_ = 0;                         // jobs formed across nodes
   std::unique_ptr<NodeExchange> exchange_;                // formation across nodes
   std::vector<std::unique_ptr<NodeExchange>> abandoned_;  // MPI may still write them
   absl::Status world_broken_;                             // why no job can form any more
-  std::unique_ptr<Negotiator> negotiator_;                // a job across nodes
-  // Announced to node 0, waiting for its decision: by process set and name.
+  bool stop_requested_ = false;
+  int world_exit_code_ = 0;  // 3 when MPI had to be abandoned
+  // A job across nodes: its communicators, negotiation, the tensors
+  // announced to node 0 (by process set and name) awaiting its decision,
+  // and the batches decided, run one at a time in order.
+  std::unique_ptr<SetCommunicators> set_comms_;
+  std::unique_ptr<Negotiator> negotiator_;
   std::map<std::pair<int32_t, std::string>, ReadyTensor> announced_;
+  std::deque<FusedBatch> cross_queue_;
+  struct ActiveCrossRun {
+    FusedBatch batch;
+    Executor::Outcome outcome;
+    std::unique_ptr<CrossNodeRun> run;
+  };
+  std::optional<ActiveCrossRun> cross_active_;
 
   // Job state: engine thread only.
   std::unique_ptr<Job> job_;

@@ -8,7 +8,6 @@
 #include "daemon/mismatch.h"
 
 namespace collective::daemon {
-namespace {
 
 uint64_t Nanos(Clock::time_point time) {
   return static_cast<uint64_t>(
@@ -21,8 +20,6 @@ std::string TimelineName(const ReadyTensor& tensor) {
              ? tensor.name
              : absl::StrCat(tensor.name, " (process set ", tensor.process_set_id, ")");
 }
-
-}  // namespace
 
 bool Engine::RunReady() {
   if (coordinator_ == nullptr) return false;
@@ -70,15 +67,6 @@ bool Engine::RunDeferred() {
     ran = true;
     const FusedBatch batch = std::move(deferred_.front());
     deferred_.pop_front();
-    if (outcome.status.ok() && batch.tensors.front().across_nodes) {
-      if (absl::Status combined = CombineAcrossNodes(batch, outcome); !combined.ok()) {
-        job_->results()->Discard(outcome.block);
-        outcome.status = combined;
-        CompleteBatch(batch, outcome);
-        FailJob(combined);
-        return ran;
-      }
-    }
     if (outcome.status.ok() && timeline_.active()) RecordTimeline(batch, outcome);
     CompleteBatch(batch, outcome);
     if (!outcome.corrupted.empty() || outcome.results_lost) FailJob(outcome.status);
@@ -113,8 +101,19 @@ void Engine::RunControl(const ReadyTensor& tensor) {
         FailTensor(tensor, id.status());
         return;
       }
+      const ProcessSet& added = *job_->process_sets().Find(*id);
+      if (set_comms_ != nullptr) {
+        // Every node runs this decision at the same point of the order: the
+        // set's nodes create its communicator together.
+        if (absl::Status made = set_comms_->Add(added); !made.ok()) {
+          FailTensor(tensor, made);
+          FailJob(absl::UnavailableError(absl::StrCat("process set ", *id, " of job '", job_->id(),
+                                                      "' across nodes: ", made.message())));
+          return;
+        }
+      }
       log::Coord().info("job '{}': process set {} {} added", job_->id(), *id,
-                        RanksString(job_->process_sets().Find(*id)->ranks));
+                        RanksString(added.ranks));
       CompleteControl(tensor, *id);
       return;
     }
@@ -126,6 +125,7 @@ void Engine::RunControl(const ReadyTensor& tensor) {
       }
       FailSubmissions(coordinator_->TakePending(id),
                       absl::CancelledError(absl::StrCat("process set ", id, " was removed")));
+      if (set_comms_ != nullptr) set_comms_->Remove(id);
       log::Coord().info("job '{}': process set {} removed", job_->id(), id);
       CompleteControl(tensor, id);
       return;

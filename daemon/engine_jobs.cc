@@ -198,16 +198,7 @@ void Engine::FormJob() {
     FinishFormation(NodeLayout::Single(job_->local_size()));
     return;
   }
-  auto exchange =
-      NodeExchange::Start(*world_, {.local_size = job_->local_size(), .job_id = job_->id()});
-  if (!exchange.ok()) {
-    world_broken_ = exchange.status();
-    AbortFormation(exchange.status());
-    return;
-  }
-  exchange_ = std::move(*exchange);
-  log::Coord().info("job '{}': all {} local ranks registered; waiting for the other {} nodes",
-                    job_->id(), job_->local_size(), world_->size() - 1);
+  StartExchange();
 }
 
 void Engine::FinishFormation(const NodeLayout& layout) {
@@ -374,26 +365,62 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
 
 void Engine::FailAllPending(const absl::Status& why) {
   if (coordinator_ != nullptr) FailSubmissions(coordinator_->TakeAllPending(), why);
-  for (const FusedBatch& batch : deferred_) {
-    for (const ReadyTensor& tensor : batch.tensors) {
-      for (const Submission& submission : tensor.submissions) {
-        CompleteWithError(*submission.client, submission.request.request_id(), why);
-      }
-    }
+  std::vector<ReadyTensor> ready;
+  for (FusedBatch& batch : deferred_) {
+    for (ReadyTensor& tensor : batch.tensors) ready.push_back(std::move(tensor));
   }
   deferred_.clear();
+  // Across nodes: what waits for node 0, what it decided, and the batch
+  // being exchanged, whose transfers the other nodes abandon too.
+  for (auto& [key, tensor] : announced_) ready.push_back(std::move(tensor));
+  announced_.clear();
+  for (FusedBatch& batch : cross_queue_) {
+    for (ReadyTensor& tensor : batch.tensors) ready.push_back(std::move(tensor));
+  }
+  cross_queue_.clear();
+  if (cross_active_.has_value()) {
+    const bool in_flight = cross_active_->run->waiting_for_transfers();
+    for (ReadyTensor& tensor : cross_active_->batch.tensors) ready.push_back(std::move(tensor));
+    if (in_flight) {
+      // MPI keeps the run's buffers (its result block, the arenas it reads)
+      // and requests: this world cannot be trusted with another job.
+      BreakWorld(absl::AbortedError("the job failed while data was crossing nodes"),
+                 /*abandon_mpi=*/true);
+      (void)cross_active_->run.release();
+    }
+    cross_active_.reset();
+  }
+  FailReady(std::move(ready), why);
 }
 
-void Engine::EndJob(const absl::Status& why) {
+void Engine::EndJob(const absl::Status& why, Origin origin) {
+  const bool first = job_->failure().ok();
   job_->End(why);
-  FailAllPending(job_->failure());
+  if (negotiator_ == nullptr) {
+    FailAllPending(job_->failure());
+    return;
+  }
+  // Across nodes, what node 0 decided (or will decide) for tensors every
+  // rank submitted still runs on every node, so that their transfers pair
+  // up: only what was not ready here fails now. Node 0 fails everything
+  // else it waits for.
+  FailSubmissions(coordinator_->TakeAllPending(), job_->failure());
+  std::vector<ReadyTensor> local;
+  for (FusedBatch& batch : deferred_) {
+    for (ReadyTensor& tensor : batch.tensors) local.push_back(std::move(tensor));
+  }
+  deferred_.clear();
+  FailReady(std::move(local), job_->failure());
+  if (negotiator_->coordinator()) negotiator_->EndAll(job_->failure());
+  if (first && origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_ENDED, why);
 }
 
-void Engine::FailJob(const absl::Status& why) {
+void Engine::FailJob(const absl::Status& why, Origin origin) {
   const bool first = job_->state() != JobState::kFailed;
   job_->Fail(why);
   FailAllPending(job_->failure());
   if (!first) return;
+  if (origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_FAILED, why);
   v1::DaemonMessage message;
   message.mutable_job_failed()->set_code(static_cast<int>(job_->failure().code()));
   message.mutable_job_failed()->set_message(std::string(job_->failure().message()));
@@ -404,12 +431,18 @@ void Engine::FailJob(const absl::Status& why) {
 
 void Engine::MaybeTearDownJob() {
   if (job_ == nullptr || job_->state() == JobState::kForming || !job_->finished()) return;
+  // An ending job across nodes first finishes what node 0 decided.
+  if (job_->state() == JobState::kEnding &&
+      (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value())) {
+    return;
+  }
   if (job_->state() == JobState::kFailed) {
     log::Coord().info("job '{}' ended after failing ({}); ready for the next job", job_->id(),
                       job_->failure().message());
   } else {
     log::Coord().info("job '{}' ended: every rank left; ready for the next job", job_->id());
   }
+  EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();
   deferred_.clear();
   registrations_.clear();

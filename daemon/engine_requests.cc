@@ -136,14 +136,6 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
   }
   const int32_t local_members = LocalMembers(*set);
   const bool join = request.collective() == v1::COLLECTIVE_JOIN;
-  if (join && local_members < set->size()) {
-    CompleteWithError(
-        client, request_id,
-        absl::UnimplementedError(absl::StrCat("request ", request_id,
-                                              ": join is not implemented for a process set "
-                                              "that spans nodes yet")));
-    return;
-  }
   client.outstanding[request_id] = request.length();
   client.bytes_submitted += request.length();
   const int32_t set_rank = set->RankOf(client.topology.rank());
@@ -158,7 +150,10 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
     CompleteWithError(client, request_id, status);
     return;
   }
-  if (join) coordinator_->Join(set_id, set_rank, set->size());
+  if (join) {
+    coordinator_->Join(set_id, set_rank, set->size());
+    AnnounceJoin(*set, set_rank);
+  }
 }
 
 void Engine::Complete(ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
@@ -192,6 +187,10 @@ void Engine::FailSubmissions(std::vector<PendingTensor> tensors, const absl::Sta
       }
     }
   }
+}
+
+void Engine::FailReady(std::vector<ReadyTensor> tensors, const absl::Status& why) {
+  for (const ReadyTensor& tensor : tensors) FailTensor(tensor, why);
 }
 
 void Engine::OnCopyOuts(ClientRecord& client, const v1::ClientMessage& message) {

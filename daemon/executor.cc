@@ -25,7 +25,7 @@ Executor::Executor(ThreadPool& pool) : pool_(pool) {
 
 Executor::~Executor() { ::munmap(const_cast<std::byte*>(zeros_), ops::kPieceBytes); }
 
-Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
+Executor::Outcome Executor::Reserve(const FusedBatch& batch, ResultArena& results) const {
   Outcome outcome;
   uint32_t readers = 0;
   for (const ReadyTensor& tensor : batch.tensors) {
@@ -38,20 +38,30 @@ Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
                      " (raise result_arena_bytes in the daemon's configuration)"));
     return outcome;
   }
-  const auto block = results.Allocate(batch.bytes, readers);
+  // A block no local rank reads (every one joined) is released at once.
+  const auto block = results.Allocate(batch.bytes, std::max<uint32_t>(readers, 1));
   if (!block.has_value()) {
     outcome.deferred = true;
     return outcome;
   }
   outcome.block = *block;
-  outcome.started = Clock::now();
-
-  ops::WorkList work(zeros_);
   uint64_t slot = *block;
   for (const ReadyTensor& tensor : batch.tensors) {
     outcome.slots.push_back(slot);
-    ops::OpFor(tensor.request().collective())->AddWork(tensor, results.data() + slot, work);
     slot += SlotBytes(tensor);
+  }
+  return outcome;
+}
+
+Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
+  Outcome outcome = Reserve(batch, results);
+  if (outcome.deferred || !outcome.status.ok()) return outcome;
+  outcome.started = Clock::now();
+  ops::WorkList work(zeros_);
+  for (size_t t = 0; t < batch.tensors.size(); ++t) {
+    const ReadyTensor& tensor = batch.tensors[t];
+    ops::OpFor(tensor.request().collective())
+        ->AddWork(tensor, results.data() + outcome.slots[t], work);
   }
   if (work.bytes() < kInlineBytes) {
     for (size_t i = 0; i < work.size(); ++i) work.Run(i);
@@ -59,7 +69,11 @@ Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
     pool_.Run(work.size(), [&work](size_t i) { work.Run(i); });
   }
   outcome.finished = Clock::now();
+  CheckFaults(batch, results, outcome);
+  return outcome;
+}
 
+void Executor::CheckFaults(const FusedBatch& batch, ResultArena& results, Outcome& outcome) const {
   // A client that truncated its segment under us left zeros in the inputs.
   for (const ReadyTensor& tensor : batch.tensors) {
     for (const Submission& submission : tensor.submissions) {
@@ -80,7 +94,6 @@ Executor::Outcome Executor::Run(const FusedBatch& batch, ResultArena& results) {
         "the job's result segment was truncated under the daemon (only a client that owns it "
         "can do that); the job cannot continue");
   }
-  return outcome;
 }
 
 }  // namespace collective::daemon

@@ -41,6 +41,18 @@ class Executor {
   // Every tensor of `batch` has passed its op's Check.
   Outcome Run(const FusedBatch& batch, ResultArena& results);
 
+  // The first half of Run, for work that runs elsewhere (a batch across
+  // nodes): the batch's block and its tensors' slots, or why not (deferred
+  // or an error).
+  Outcome Reserve(const FusedBatch& batch, ResultArena& results) const;
+  // The last half: whether a client truncated its segment, or the result
+  // segment vanished, under the work; if so the block is discarded and the
+  // outcome carries the error.
+  void CheckFaults(const FusedBatch& batch, ResultArena& results, Outcome& outcome) const;
+
+  // kPieceBytes of zeros: the inputs of ranks that joined.
+  const std::byte* zeros() const { return zeros_; }
+
  private:
   ThreadPool& pool_;
   // Zeros that stand for joined ranks' inputs (read-only, one piece long).

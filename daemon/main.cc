@@ -1,27 +1,26 @@
 // collectived: parse flags, load the configuration, start the daemon, and
-// shut it down on SIGTERM or SIGINT.
+// shut it down on SIGTERM or SIGINT, or when it asks to stop (its MPI world
+// of daemons broke: exit code 3).
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
 
-#include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
 #include "common/logging.h"
 #include "config/config_loader.h"
 #include "daemon/daemon.h"
+#include "daemon/stop_signal.h"
 
 int main(int argc, char** argv) {
-  // Signals are taken synchronously below (sigwait), so shutdown runs as
-  // ordinary code on this thread; block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before any thread starts: signals are taken synchronously.
+  auto stop = collective::daemon::StopSignal::Create();
+  if (!stop.ok()) {
+    std::fprintf(stderr, "collectived: %s\n", std::string(stop.status().message()).c_str());
+    return 1;
+  }
   signal(SIGPIPE, SIG_IGN);
 
   CLI::App app{"collectived: the per-node collective communication daemon"};
@@ -44,14 +43,16 @@ int main(int argc, char** argv) {
                                  ? collective::log::Format::kJson
                                  : collective::log::Format::kText);
 
-  auto daemon = collective::daemon::Daemon::Start(values);
+  collective::daemon::StopSignal& signal = **stop;
+  auto daemon =
+      collective::daemon::Daemon::Start(values, [&signal](std::string reason, int exit_code) {
+        signal.Request(std::move(reason), exit_code);
+      });
   if (!daemon.ok()) {
     collective::log::Daemon().critical("cannot start: {}", daemon.status().message());
     return 1;
   }
-  int received = 0;
-  sigwait(&signals, &received);
-  const char* name = sigabbrev_np(received);
-  (*daemon)->Shutdown(absl::StrCat("received SIG", name != nullptr ? name : "?"));
-  return 0;
+  const collective::daemon::StopSignal::Reason reason = signal.Wait();
+  (*daemon)->Shutdown(reason.text);
+  return reason.exit_code;
 }

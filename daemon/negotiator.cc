@@ -1,49 +1,31 @@
 #include "daemon/negotiator.h"
 
-#include <algorithm>
-#include <set>
-
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace collective::daemon {
-namespace {
 
-constexpr int kReadyTag = 1;
-constexpr int kDecisionTag = 2;
-
-// A ReadyTensor of every rank's request, for the checks of node 0.
-ReadyTensor Everyone(const v1::Decision& decision, int32_t set_size) {
-  ReadyTensor tensor;
-  tensor.name = decision.name();
-  tensor.process_set_id = decision.process_set_id();
-  tensor.set_size = set_size;
-  for (const v1::RankRequest& rank : decision.ranks()) {
-    tensor.submissions.push_back(Submission{.client = nullptr,
-                                            .set_rank = rank.set_rank(),
-                                            .rank = rank.rank(),
-                                            .request = rank.request(),
-                                            .at = {}});
-  }
-  return tensor;
-}
-
-}  // namespace
-
-Negotiator::Negotiator(const World& world, NodeLayout layout, GlobalCheck check)
-    : world_(world), layout_(std::move(layout)), check_(check) {}
-
-Negotiator::~Negotiator() {
-  // Sends still in flight would write into freed buffers' peers only on the
-  // receiving side; ours must stay until MPI is done with them, and a job
-  // that ends normally has none (every decision was received).
-  for (InFlight& send : sends_) {
-    if (send.request != MPI_REQUEST_NULL) MPI_Request_free(&send.request);
-    (void)send.bytes.release();  // MPI may still read it: leak rather than corrupt
+Negotiator::Negotiator(const World& world, NodeLayout layout, GlobalCheck check,
+                       const Options& options)
+    : layout_(std::move(layout)),
+      channel_(world, options.generation),
+      monitor_(channel_, options.heartbeat_interval, options.node_timeout),
+      cache_(options.cache_capacity) {
+  if (channel_.node() == 0) {
+    bits_ = std::make_unique<CacheBits>(options.cache_capacity, channel_.nodes());
+    table_ = std::make_unique<GlobalTable>(layout_, check, cache_, *bits_);
   }
 }
 
-void Negotiator::Announce(const ReadyTensor& tensor, const ProcessSet& set) {
+void Negotiator::Announce(const ReadyTensor& tensor, const ProcessSet& set, int32_t local_members) {
+  // A bit stands for every local member's request: only when none joined.
+  if (static_cast<int32_t>(tensor.submissions.size()) == local_members) {
+    if (const std::optional<uint32_t> bit = cache_.Match(tensor); bit.has_value()) {
+      outgoing_bits_.push_back(*bit);
+      ++announced_from_cache_;
+      return;
+    }
+  }
   v1::NodeTensor* announced = outgoing_.add_tensors();
   announced->set_process_set_id(tensor.process_set_id);
   announced->set_name(tensor.name);
@@ -53,128 +35,164 @@ void Negotiator::Announce(const ReadyTensor& tensor, const ProcessSet& set) {
     rank->set_rank(set.ranks[submission.set_rank]);
     *rank->mutable_request() = submission.request;
   }
-  ++undecided_;
+  ++announced_in_full_;
 }
 
-int32_t Negotiator::NodesOf(const ProcessSet& set) const {
-  std::set<int32_t> nodes;
-  for (int32_t rank : set.ranks) nodes.insert(layout_.NodeOf(rank));
-  return static_cast<int32_t>(nodes.size());
+void Negotiator::Joined(int32_t process_set_id, int32_t set_rank, int32_t rank) {
+  v1::JoinedRank* joined = outgoing_.add_joined();
+  joined->set_process_set_id(process_set_id);
+  joined->set_set_rank(set_rank);
+  joined->set_rank(rank);
 }
 
-void Negotiator::Collect(const v1::NodeTensor& tensor, const ProcessSetTable& sets) {
-  const ProcessSet* set = sets.Find(tensor.process_set_id());
-  Pending& pending = table_[{tensor.process_set_id(), tensor.name()}];
-  for (const v1::RankRequest& rank : tensor.ranks()) pending.ranks.push_back(rank);
-  ++pending.nodes_announced;
-  if (set != nullptr && pending.nodes_announced < NodesOf(*set)) return;
-
-  v1::Decision* decision = decided_.add_decisions();
-  decision->set_process_set_id(tensor.process_set_id());
-  decision->set_name(tensor.name());
-  std::vector<v1::RankRequest> ranks = std::move(pending.ranks);
-  table_.erase({tensor.process_set_id(), tensor.name()});
-  std::sort(ranks.begin(), ranks.end(),
-            [](const auto& a, const auto& b) { return a.set_rank() < b.set_rank(); });
-  for (v1::RankRequest& rank : ranks) *decision->add_ranks() = std::move(rank);
-  absl::Status status =
-      set == nullptr ? absl::NotFoundError(absl::StrCat("process set ", tensor.process_set_id(),
-                                                        " was removed while '", tensor.name(),
-                                                        "' was pending"))
-                     : check_(Everyone(*decision, set->size()));
-  decision->set_code(static_cast<int32_t>(status.code()));
-  decision->set_message(std::string(status.message()));
-}
-
-absl::Status Negotiator::Send(int to, int tag, const google::protobuf::Message& message) {
-  InFlight send;
-  send.bytes = std::make_unique<std::string>(message.SerializeAsString());
-  if (absl::Status sent =
-          MpiStatus(MPI_Isend(send.bytes->data(), static_cast<int>(send.bytes->size()), MPI_BYTE,
-                              to, tag, world_.control(), &send.request),
-                    absl::StrCat("MPI_Isend to node ", to));
-      !sent.ok()) {
-    return sent;
-  }
-  sends_.push_back(std::move(send));
-  return absl::OkStatus();
-}
-
-absl::Status Negotiator::FinishSends() {
-  while (!sends_.empty()) {
-    int done = 0;
-    if (absl::Status tested = MpiStatus(MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE),
-                                        "MPI_Test of a negotiation message");
-        !tested.ok()) {
-      return tested;
+absl::Status Negotiator::Tell(const v1::JobEvent& event) {
+  for (int node = 0; node < channel_.nodes(); ++node) {
+    if (node == channel_.node()) continue;
+    if (absl::Status sent = channel_.Send(node, ControlTag::kJobEvent, event); !sent.ok()) {
+      return sent;
     }
-    if (!done) break;
-    sends_.pop_front();
+  }
+  return channel_.Progress();
+}
+
+void Negotiator::Apply(const v1::Decisions& batch) {
+  for (uint32_t bit : batch.retired_bits()) cache_.Retire(bit);
+  for (const v1::Decision& decision : batch.decisions()) {
+    if (!decision.cache_put()) continue;
+    std::vector<v1::RankRequest> ranks(decision.ranks().begin(), decision.ranks().end());
+    for (v1::RankRequest& rank : ranks) *rank.mutable_request() = CacheForm(rank.request());
+    cache_.Put(decision.cache_bit(), {decision.process_set_id(), decision.name()},
+               std::move(ranks));
+  }
+  ++batches_applied_;
+}
+
+absl::Status Negotiator::ReceiveEvents(Incoming& incoming) {
+  std::vector<ControlChannel::Received> received;
+  if (absl::Status read = channel_.Receive(ControlTag::kJobEvent, received); !read.ok()) {
+    return read;
+  }
+  for (ControlChannel::Received& message : received) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent an unreadable job event"));
+    }
+    incoming.events.emplace_back(message.from, std::move(event));
   }
   return absl::OkStatus();
 }
 
-absl::Status Negotiator::Receive(int tag, std::vector<std::pair<int, std::string>>& out) {
-  while (true) {
-    int arrived = 0;
-    MPI_Status status;
-    if (absl::Status probed = MpiStatus(
-            MPI_Iprobe(MPI_ANY_SOURCE, tag, world_.control(), &arrived, &status), "MPI_Iprobe");
-        !probed.ok()) {
-      return probed;
-    }
-    if (!arrived) return absl::OkStatus();
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::string buffer(static_cast<size_t>(bytes), '\0');
-    if (absl::Status received =
-            MpiStatus(MPI_Recv(buffer.data(), bytes, MPI_BYTE, status.MPI_SOURCE, tag,
-                               world_.control(), MPI_STATUS_IGNORE),
-                      absl::StrCat("MPI_Recv from node ", status.MPI_SOURCE));
-        !received.ok()) {
-      return received;
-    }
-    out.emplace_back(status.MPI_SOURCE, std::move(buffer));
-  }
+absl::StatusOr<Negotiator::Incoming> Negotiator::Exchange(const ProcessSetTable& sets,
+                                                          Clock::time_point now) {
+  Incoming incoming;
+  absl::Status status = coordinator() ? Coordinate(sets, now, incoming) : Follow(now, incoming);
+  if (status.ok()) status = ReceiveEvents(incoming);
+  if (status.ok()) status = channel_.Progress();
+  if (!status.ok()) return status;
+  return incoming;
 }
 
-absl::StatusOr<std::vector<v1::Decisions>> Negotiator::Exchange(const ProcessSetTable& sets) {
-  std::vector<v1::Decisions> decisions;
-  std::vector<std::pair<int, std::string>> messages;
-  if (world_.rank() == 0) {
-    for (const v1::NodeTensor& tensor : outgoing_.tensors()) Collect(tensor, sets);
+absl::Status Negotiator::Coordinate(const ProcessSetTable& sets, Clock::time_point now,
+                                    Incoming& incoming) {
+  // A node's heartbeat is its NodeReady, which also says how many batches
+  // it has applied: the acknowledgement never runs ahead of the cache bits
+  // the same node announced before it.
+  std::vector<ControlChannel::Received> received;
+  if (absl::Status read = channel_.Receive(ControlTag::kReady, received); !read.ok()) return read;
+  v1::NodeReady own = std::exchange(outgoing_, {});
+  own.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
+  table_->Take(0, own, sets, now);
+  for (const ControlChannel::Received& message : received) {
+    v1::NodeReady ready;
+    if (!ready.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent an unreadable message"));
+    }
+    table_->Take(message.from, ready, sets, now);
+    bits_->Acknowledge(message.from, ready.batches_applied());
+  }
+  if (std::optional<v1::Decisions> batch = table_->TakeBatch(); batch.has_value()) {
+    for (int node = 1; node < channel_.nodes(); ++node) {
+      if (absl::Status sent = channel_.Send(node, ControlTag::kDecisions, *batch); !sent.ok()) {
+        return sent;
+      }
+    }
+    Apply(*batch);
+    bits_->Acknowledge(0, batches_applied_);
+    incoming.batches.push_back(std::move(*batch));
+    monitor_.Sent(now);  // the batch was everyone's heartbeat
+  } else if (monitor_.Due(now)) {
+    v1::Heartbeat heartbeat;
+    heartbeat.set_batches_applied(batches_applied_);
+    for (int node = 1; node < channel_.nodes(); ++node) {
+      if (absl::Status sent = channel_.Send(node, ControlTag::kHeartbeat, heartbeat); !sent.ok()) {
+        return sent;
+      }
+    }
+    monitor_.Sent(now);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Negotiator::Follow(Clock::time_point now, Incoming& incoming) {
+  // Decisions first, so that this node's announcement carries them as
+  // applied.
+  std::vector<ControlChannel::Received> received;
+  if (absl::Status read = channel_.Receive(ControlTag::kDecisions, received); !read.ok()) {
+    return read;
+  }
+  for (const ControlChannel::Received& message : received) {
+    v1::Decisions batch;
+    if (!batch.ParseFromString(message.bytes)) {
+      return absl::DataLossError(absl::StrCat("node ", message.from, " sent unreadable decisions"));
+    }
+    Apply(batch);
+    incoming.batches.push_back(std::move(batch));
+  }
+  received.clear();
+  if (absl::Status read = channel_.Receive(ControlTag::kHeartbeat, received); !read.ok()) {
+    return read;
+  }
+  if (!outgoing_.tensors().empty() || !outgoing_.joined().empty() || !outgoing_bits_.empty() ||
+      monitor_.Due(now)) {
+    // An empty announcement is this node's heartbeat.
+    outgoing_.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
+    outgoing_.set_batches_applied(batches_applied_);
+    if (absl::Status sent = channel_.Send(0, ControlTag::kReady, outgoing_); !sent.ok()) {
+      return sent;
+    }
     outgoing_.Clear();
-    if (absl::Status received = Receive(kReadyTag, messages); !received.ok()) return received;
-    for (const auto& [from, bytes] : messages) {
-      v1::NodeReady ready;
-      if (!ready.ParseFromString(bytes)) {
-        return absl::DataLossError(absl::StrCat("node ", from, " sent an unreadable message"));
-      }
-      for (const v1::NodeTensor& tensor : ready.tensors()) Collect(tensor, sets);
-    }
-    if (!decided_.decisions().empty()) {
-      for (int node = 1; node < world_.size(); ++node) {
-        if (absl::Status sent = Send(node, kDecisionTag, decided_); !sent.ok()) return sent;
-      }
-      decisions.push_back(std::move(decided_));
-      decided_.Clear();
-    }
-  } else {
-    if (!outgoing_.tensors().empty()) {
-      if (absl::Status sent = Send(0, kReadyTag, outgoing_); !sent.ok()) return sent;
-      outgoing_.Clear();
-    }
-    if (absl::Status received = Receive(kDecisionTag, messages); !received.ok()) return received;
-    for (const auto& [from, bytes] : messages) {
-      v1::Decisions batch;
-      if (!batch.ParseFromString(bytes)) {
-        return absl::DataLossError(absl::StrCat("node ", from, " sent unreadable decisions"));
-      }
-      decisions.push_back(std::move(batch));
-    }
+    monitor_.Sent(now);
   }
-  if (absl::Status sent = FinishSends(); !sent.ok()) return sent;
-  return decisions;
+  return absl::OkStatus();
+}
+
+std::vector<WaitingTensor> Negotiator::Waiting(const ProcessSetTable& sets) const {
+  return table_ != nullptr ? table_->Waiting(sets) : std::vector<WaitingTensor>{};
+}
+
+bool Negotiator::Fail(int32_t process_set_id, const std::string& name, const absl::Status& why) {
+  return table_ != nullptr && table_->Fail(process_set_id, name, why);
+}
+
+void Negotiator::EndAll(const absl::Status& why) {
+  if (table_ != nullptr) table_->EndAll(why);
+}
+
+void Negotiator::Describe(v1::NegotiationStatus* out) const {
+  out->set_node(channel_.node());
+  out->set_nodes(channel_.nodes());
+  for (int32_t size : layout_.local_sizes) out->add_local_sizes(size);
+  out->set_announced_in_full(announced_in_full_);
+  out->set_announced_from_cache(announced_from_cache_);
+  out->set_cache_capacity(cache_.capacity());
+  out->set_cache_entries(static_cast<uint32_t>(cache_.live_entries()));
+  out->set_batches_applied(batches_applied_);
+  if (table_ != nullptr) {
+    out->set_decided_in_full(table_->counters().decided_in_full);
+    out->set_decided_from_cache(table_->counters().decided_from_cache);
+  }
 }
 
 }  // namespace collective::daemon

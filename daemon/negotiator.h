@@ -1,89 +1,112 @@
 // Global negotiation across nodes, as in Horovod: node 0 coordinates. Each
 // node announces the tensors that all its local members of the process set
-// have submitted; once every node with members of the set has announced a
-// tensor, node 0 checks that all ranks agree and sends every node the same
-// decision — run, or fail with the mismatch — in one global order, which
-// every node follows, so that their MPI transfers pair up.
+// have submitted (by response-cache bit when nothing changed since they were
+// last negotiated, else with every local rank's request) and the ranks that
+// joined; node 0 decides, in one global order, and sends every node the
+// same batches of decisions, which every node carries out in that order so
+// that their MPI transfers pair up. Failures travel the same way: a node
+// whose job fails tells every other node, and the node monitor's heartbeats
+// bound how long a dead or hung daemon goes unnoticed.
 //
-// Event-driven: announcements and decisions are point-to-point messages on
-// the world's control communicator, sent when something becomes ready and
-// looked for (MPI_Iprobe) on each engine cycle; nothing runs when idle.
-// Engine thread only.
+// Event-driven: messages are sent when something becomes ready and looked
+// for (MPI_Iprobe) whenever the engine polls; nothing blocks. Engine thread
+// only.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <string>
+#include <optional>
 #include <utility>
 #include <vector>
-
-#include <mpi.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/v1/negotiation.pb.h"
+#include "collective/v1/status.pb.h"
+#include "daemon/control_channel.h"
 #include "daemon/coordinator.h"
+#include "daemon/global_table.h"
 #include "daemon/node_layout.h"
+#include "daemon/node_monitor.h"
 #include "daemon/process_sets.h"
+#include "daemon/response_cache.h"
 #include "daemon/world.h"
 
 namespace collective::daemon {
 
-// The agreement check of node 0, given every rank's request: OK or the error
-// every rank receives. (The engine passes CheckAgreement and the op's
-// Check.)
-using GlobalCheck = absl::Status (*)(const ReadyTensor& everyone);
-
 class Negotiator {
  public:
-  Negotiator(const World& world, NodeLayout layout, GlobalCheck check);
-  ~Negotiator();
-  Negotiator(const Negotiator&) = delete;
-  Negotiator& operator=(const Negotiator&) = delete;
+  using Clock = std::chrono::steady_clock;
 
-  // A tensor ready on this node, for a set of `set` that spans nodes.
-  void Announce(const ReadyTensor& tensor, const ProcessSet& set);
+  struct Options {
+    uint64_t generation = 0;  // jobs the world has formed, this one included
+    uint32_t cache_capacity = 1024;
+    Clock::duration heartbeat_interval = std::chrono::milliseconds(500);
+    Clock::duration node_timeout = std::chrono::seconds(30);
+  };
 
-  // Sends what was announced since the last call, takes in what the other
-  // nodes sent, and returns the decisions this node must now carry out, in
-  // order and in the batches node 0 sent them in (every node fuses within a
-  // batch alike, so that their transfers pair up). An MPI error is returned
-  // as is: the world is then broken.
-  absl::StatusOr<std::vector<v1::Decisions>> Exchange(const ProcessSetTable& sets);
+  // What the other nodes sent, for the engine to carry out in order.
+  struct Incoming {
+    std::vector<v1::Decisions> batches;
+    std::vector<std::pair<int, v1::JobEvent>> events;  // (from node, event)
+  };
 
-  // Announced tensors not yet decided (the engine keeps polling for them).
-  bool waiting() const { return undecided_ > 0 || !sends_.empty(); }
+  Negotiator(const World& world, NodeLayout layout, GlobalCheck check, const Options& options);
+
+  // A tensor ready on this node for a set that spans nodes: `local_members`
+  // of the set live here, and those that have not joined all submitted it.
+  void Announce(const ReadyTensor& tensor, const ProcessSet& set, int32_t local_members);
+  // A local rank joined.
+  void Joined(int32_t process_set_id, int32_t set_rank, int32_t rank);
+  // Tells every other node that the job failed or ended here.
+  absl::Status Tell(const v1::JobEvent& event);
+
+  // Sends what is due (announcements, heartbeats, node 0's decisions),
+  // takes in what arrived, and returns it; the cache has already applied
+  // the returned batches. An MPI error is returned as is: the world is then
+  // broken.
+  absl::StatusOr<Incoming> Exchange(const ProcessSetTable& sets, Clock::time_point now);
+
+  // The first node this one watches that has been silent past the node
+  // timeout, or -1.
+  int Silent(Clock::time_point now) const { return monitor_.Silent(now); }
+  Clock::duration node_timeout() const { return monitor_.timeout(); }
+  Clock::time_point next_heartbeat() const { return monitor_.next_due(); }
+
+  // The entry a cached decision names (live or retired).
+  const ResponseCache::Entry* CachedAt(uint32_t bit) const { return cache_.At(bit); }
+
+  // Node 0: tensors some nodes announced and others not yet, and failing
+  // one of them on every node (the stall inspector gave up on it).
+  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets) const;
+  bool Fail(int32_t process_set_id, const std::string& name, const absl::Status& why);
+  // Node 0: a rank left; what waits fails, now and when announced later.
+  void EndAll(const absl::Status& why);
+
+  bool coordinator() const { return channel_.node() == 0; }
+  void Describe(v1::NegotiationStatus* out) const;
 
  private:
-  // Node 0's view of one tensor being negotiated.
-  struct Pending {
-    std::vector<v1::RankRequest> ranks;
-    int32_t nodes_announced = 0;
-  };
+  absl::Status SendReady(Clock::time_point now);
+  absl::Status ReceiveEvents(Incoming& incoming);
+  // Applies a batch's cache changes on this node, and counts it.
+  void Apply(const v1::Decisions& batch);
+  absl::Status Coordinate(const ProcessSetTable& sets, Clock::time_point now, Incoming& incoming);
+  absl::Status Follow(Clock::time_point now, Incoming& incoming);
 
-  absl::Status Send(int to, int tag, const google::protobuf::Message& message);
-  absl::Status FinishSends();
-  // Messages with `tag` that have arrived; appended to `out` as (from, bytes).
-  absl::Status Receive(int tag, std::vector<std::pair<int, std::string>>& out);
-  // Node 0: a node's announcement.
-  void Collect(const v1::NodeTensor& tensor, const ProcessSetTable& sets);
-  int32_t NodesOf(const ProcessSet& set) const;
-
-  const World& world_;
   const NodeLayout layout_;
-  const GlobalCheck check_;
-  v1::NodeReady outgoing_;  // announced since the last Exchange
-  int64_t undecided_ = 0;   // this node's announced tensors awaiting a decision
-  std::map<std::pair<int32_t, std::string>, Pending> table_;  // node 0
-  v1::Decisions decided_;                                     // node 0, to send
-
-  struct InFlight {
-    std::unique_ptr<std::string> bytes;
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-  std::deque<InFlight> sends_;
+  ControlChannel channel_;
+  NodeMonitor monitor_;
+  ResponseCache cache_;
+  v1::NodeReady outgoing_;
+  std::vector<uint32_t> outgoing_bits_;
+  uint64_t batches_applied_ = 0;
+  uint64_t announced_in_full_ = 0;
+  uint64_t announced_from_cache_ = 0;
+  // Node 0 only.
+  std::unique_ptr<CacheBits> bits_;
+  std::unique_ptr<GlobalTable> table_;
 };
 
 }  // namespace collective::daemon

@@ -13,15 +13,29 @@ absl::string_view JobId(const auto& wire) {
   return absl::string_view(wire.job_id.data(), wire.job_id_bytes);
 }
 
+std::string Host(const auto& wire) {
+  return std::string(wire.host.data(), strnlen(wire.host.data(), wire.host.size()));
+}
+
+std::string DescribeSettings(const NodeExchange::Settings& settings) {
+  return absl::StrCat("fusion_threshold_bytes ", settings.fusion_threshold_bytes,
+                      ", cross_node_chunk_bytes ", settings.cross_node_chunk_bytes,
+                      ", response_cache_capacity ", settings.response_cache_capacity);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeExchange>> NodeExchange::Start(const World& world,
                                                                   const Contribution& mine) {
   std::unique_ptr<NodeExchange> exchange(new NodeExchange());
   exchange->node_ = world.rank();
-  exchange->mine_.local_size = mine.local_size;
-  exchange->mine_.job_id_bytes = static_cast<uint32_t>(std::min(mine.job_id.size(), kJobIdBytes));
-  std::memcpy(exchange->mine_.job_id.data(), mine.job_id.data(), exchange->mine_.job_id_bytes);
+  Wire& wire = exchange->mine_;
+  wire.local_size = mine.local_size;
+  wire.job_id_bytes = static_cast<uint32_t>(std::min(mine.job_id.size(), kJobIdBytes));
+  std::memcpy(wire.job_id.data(), mine.job_id.data(), wire.job_id_bytes);
+  std::memcpy(wire.host.data(), world.node_name().data(),
+              std::min(world.node_name().size(), kHostBytes - 1));
+  wire.settings = mine.settings;
   exchange->all_.resize(static_cast<size_t>(world.size()));
   const absl::Status started =
       MpiStatus(MPI_Iallgather(&exchange->mine_, sizeof(Wire), MPI_BYTE, exchange->all_.data(),
@@ -53,14 +67,24 @@ absl::StatusOr<NodeLayout> NodeExchange::Layout() const {
   NodeLayout layout;
   layout.node = node_;
   layout.local_sizes.clear();
+  // Every node checks against node 0, so that all report the same error.
+  const Wire& first = all_.front();
   for (size_t node = 0; node < all_.size(); ++node) {
     const Wire& wire = all_[node];
-    if (JobId(wire) != JobId(mine_)) {
+    if (JobId(wire) != JobId(first)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node ", node, " (", Host(wire), ") formed job '", JobId(wire),
+                       "' while node 0 (", Host(first), ") formed job '", JobId(first),
+                       "'; every node's trainers must register the same job id"));
+    }
+    if (!(wire.settings == first.settings)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "node ", node, " formed job '", JobId(wire), "' while node ", node_, " formed job '",
-          JobId(mine_), "'; every node's trainers must register the same job id"));
+          "node ", node, " (", Host(wire), ") runs with ", DescribeSettings(wire.settings),
+          " but node 0 (", Host(first), ") with ", DescribeSettings(first.settings),
+          "; the daemons of a job must agree on them"));
     }
     layout.local_sizes.push_back(wire.local_size);
+    layout.hosts.push_back(Host(wire));
   }
   return layout;
 }

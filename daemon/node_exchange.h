@@ -1,8 +1,8 @@
 // Job formation across nodes: once a daemon's local ranks have all
-// registered, the daemons allgather their local sizes and job ids (without
-// blocking the engine, which keeps serving while slower nodes form). The
-// result is the job's NodeLayout, or an error every node reports alike when
-// the nodes disagree on the job.
+// registered, the daemons allgather their local sizes, job ids, host names
+// and the settings that must agree (without blocking the engine, which
+// keeps serving while slower nodes form). The result is the job's
+// NodeLayout, or an error every node reports alike when the nodes disagree.
 #pragma once
 
 #include <array>
@@ -22,12 +22,25 @@ namespace collective::daemon {
 
 class NodeExchange {
  public:
-  // What this node contributes. Job ids longer than kJobIdBytes are compared
-  // by their first kJobIdBytes bytes.
+  // Job ids and host names longer than these are compared (and shown) by
+  // their first bytes.
   static constexpr size_t kJobIdBytes = 256;
+  static constexpr size_t kHostBytes = 64;
+
+  // Settings every node must share: each plans the same fused batches and
+  // transfers from node 0's decisions, and caches the same tensors.
+  struct Settings {
+    uint64_t fusion_threshold_bytes = 0;
+    uint64_t cross_node_chunk_bytes = 0;
+    uint32_t response_cache_capacity = 0;
+    friend bool operator==(const Settings&, const Settings&) = default;
+  };
+
+  // What this node contributes.
   struct Contribution {
     int32_t local_size = 0;
     std::string job_id;
+    Settings settings;
   };
 
   // Starts the exchange on the world's control communicator. Every daemon of
@@ -51,6 +64,8 @@ class NodeExchange {
     int32_t local_size = 0;
     uint32_t job_id_bytes = 0;
     std::array<char, kJobIdBytes> job_id = {};
+    std::array<char, kHostBytes> host = {};
+    Settings settings;
   };
 
   NodeExchange() = default;

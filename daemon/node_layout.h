@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace collective::daemon {
@@ -12,8 +13,9 @@ namespace collective::daemon {
 struct NodeLayout {
   int32_t node = 0;                        // this daemon's index
   std::vector<int32_t> local_sizes = {1};  // by node
+  std::vector<std::string> hosts;          // by node, when known
 
-  static NodeLayout Single(int32_t local_size) { return {0, {local_size}}; }
+  static NodeLayout Single(int32_t local_size) { return {0, {local_size}, {}}; }
 
   int32_t nodes() const { return static_cast<int32_t>(local_sizes.size()); }
   int32_t world_size() const {

@@ -15,15 +15,6 @@ namespace {
 constexpr size_t kNamesPerRank = 5;
 constexpr size_t kRanksShown = 32;
 
-// A rank in join waits, by design, for ranks that still have data: not a
-// stall.
-bool IsJoin(const PendingTensor& pending) {
-  for (const auto& submission : pending.by_rank) {
-    if (submission.has_value()) return submission->request.collective() == v1::COLLECTIVE_JOIN;
-  }
-  return false;
-}
-
 Clock::duration Seconds(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -34,26 +25,16 @@ StallInspector::StallInspector(double check_seconds, double shutdown_seconds)
     : check_(Seconds(check_seconds)), shutdown_(Seconds(shutdown_seconds)) {}
 
 std::vector<StalledTensor> StallInspector::Inspect(Clock::time_point now,
-                                                   const Coordinator& coordinator,
-                                                   const ProcessSetTable& sets) {
+                                                   const std::vector<WaitingTensor>& waiting) {
   std::vector<StalledTensor> stalled;
   std::vector<StalledTensor> expired;
   if (!enabled()) return expired;
-  const auto joined_of = [&](int32_t set_id) { return coordinator.Joined(set_id); };
-  for (const auto& [key, pending] : coordinator.pending()) {
+  for (const WaitingTensor& pending : waiting) {
     const Clock::duration age = now - pending.first_at;
-    if (age < check_ || IsJoin(pending)) continue;
-    const ProcessSet* set = sets.Find(pending.process_set_id);
-    const std::vector<int32_t> joined = joined_of(pending.process_set_id);
-    StalledTensor tensor{pending.process_set_id, pending.name, {}, age};
-    for (size_t rank = 0; rank < pending.by_rank.size(); ++rank) {
-      if (pending.by_rank[rank].has_value() ||
-          std::find(joined.begin(), joined.end(), static_cast<int32_t>(rank)) != joined.end()) {
-        continue;
-      }
-      tensor.missing_ranks.push_back(set != nullptr ? set->ranks[rank]
-                                                    : static_cast<int32_t>(rank));
-    }
+    // A rank in join waits, by design, for ranks that still have data: not
+    // a stall.
+    if (age < check_ || pending.collective == v1::COLLECTIVE_JOIN) continue;
+    StalledTensor tensor{pending.process_set_id, pending.name, pending.missing_ranks, age};
     if (shutdown_ > Clock::duration::zero() && age >= shutdown_) expired.push_back(tensor);
     stalled.push_back(std::move(tensor));
   }
@@ -84,9 +65,17 @@ std::string StallInspector::ShutdownMessage(const StalledTensor& tensor) const {
 }
 
 std::string FormatMissingRanks(const std::vector<StalledTensor>& stalled) {
+  // A tensor waited on across nodes can come from this node's table and
+  // from node 0's: each name once per rank.
   std::map<int32_t, std::vector<const std::string*>> by_rank;
   for (const StalledTensor& tensor : stalled) {
-    for (int32_t rank : tensor.missing_ranks) by_rank[rank].push_back(&tensor.name);
+    for (int32_t rank : tensor.missing_ranks) {
+      std::vector<const std::string*>& names = by_rank[rank];
+      if (std::none_of(names.begin(), names.end(),
+                       [&](const std::string* name) { return *name == tensor.name; })) {
+        names.push_back(&tensor.name);
+      }
+    }
   }
   std::string report = "Missing ranks:";
   size_t ranks = 0;

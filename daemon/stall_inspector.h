@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "daemon/coordinator.h"
-#include "daemon/process_sets.h"
 
 namespace collective::daemon {
 
@@ -28,10 +27,11 @@ class StallInspector {
   bool enabled() const { return check_ > Clock::duration::zero(); }
   Clock::duration check_after() const { return check_; }
 
-  // Engine thread, from its timers. Logs the report when one is due, and
-  // returns the tensors that have waited past the shutdown limit.
-  std::vector<StalledTensor> Inspect(Clock::time_point now, const Coordinator& coordinator,
-                                     const ProcessSetTable& sets);
+  // Engine thread, from its timers, with every tensor some ranks wait on
+  // (this node's, and across nodes node 0's). Logs the report when one is
+  // due, and returns the tensors that have waited past the shutdown limit.
+  std::vector<StalledTensor> Inspect(Clock::time_point now,
+                                     const std::vector<WaitingTensor>& waiting);
 
   // The text for a tensor failed by the shutdown limit.
   std::string ShutdownMessage(const StalledTensor& tensor) const;

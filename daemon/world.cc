@@ -1,6 +1,9 @@
 #include "daemon/world.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -9,6 +12,11 @@
 
 namespace collective::daemon {
 namespace {
+
+// The tag of stop notices on the control communicator (the negotiation's
+// messages use small tags of their own, see control_channel.h).
+constexpr int kStopTag = 50;
+constexpr auto kStopNoticeDeadline = std::chrono::seconds(2);
 
 std::string HostName() {
   char name[256] = {};
@@ -74,8 +82,52 @@ absl::StatusOr<std::unique_ptr<World>> World::Create(WorldMode mode) {
   return world;
 }
 
+void World::AnnounceStop() {
+  if (single() || abandoned_) return;
+  const char notice = 0;
+  std::vector<MPI_Request> requests;
+  for (int node = 0; node < size_; ++node) {
+    if (node == rank_) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (MPI_Isend(&notice, 1, MPI_CHAR, node, kStopTag, control_, &request) == MPI_SUCCESS) {
+      requests.push_back(request);
+    }
+  }
+  // A dead node never takes its notice: give up after a while, and leave
+  // MPI_Finalize out then (it would wait for that node too).
+  const auto deadline = std::chrono::steady_clock::now() + kStopNoticeDeadline;
+  int done = 0;
+  while (!requests.empty()) {
+    if (MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
+                    MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+      abandoned_ = true;
+      return;
+    }
+    if (done) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      log::Mpi().warn("not every node took this daemon's stop notice; leaving MPI unfinalised");
+      abandoned_ = true;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+int World::TakeStopNotice() {
+  if (single()) return -1;
+  int arrived = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, control_, &arrived, &status) != MPI_SUCCESS ||
+      !arrived) {
+    return -1;
+  }
+  char notice = 0;
+  MPI_Recv(&notice, 1, MPI_CHAR, status.MPI_SOURCE, kStopTag, control_, MPI_STATUS_IGNORE);
+  return status.MPI_SOURCE;
+}
+
 World::~World() {
-  if (!initialised_) return;
+  if (!initialised_ || abandoned_) return;
   for (MPI_Comm* comm : {&control_, &data_}) {
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
   }

@@ -56,10 +56,25 @@ class World {
   MPI_Comm control() const { return control_; }
   MPI_Comm data() const { return data_; }
 
+  // Tells every other daemon that this one is stopping (whether or not a
+  // job runs), and waits, boundedly, until the notices are out: they stop
+  // too, and MPI_Finalize then finds them all.
+  void AnnounceStop();
+  // A node whose daemon announced that it stops, if one did since the last
+  // call; -1 otherwise.
+  int TakeStopNotice();
+
+  // MPI cannot be trusted any more (a node died, transfers were left
+  // unfinished): the destructor then skips MPI_Finalize, which would wait
+  // for the dead.
+  void Abandon() { abandoned_ = true; }
+  bool abandoned() const { return abandoned_; }
+
  private:
   World() = default;
 
   bool initialised_ = false;
+  bool abandoned_ = false;
   int rank_ = 0;
   int size_ = 1;
   std::string node_name_;

@@ -1,11 +1,34 @@
 // Allgather: every rank's input, in rank order, concatenated along the first
-// dimension (which may differ per rank) into one result that every rank reads.
+// dimension (which may differ per rank) into one result that every rank
+// reads. Across nodes each node copies its own ranks' inputs to their place
+// in the result, and MPI_Iallgatherv fills in the other nodes' blocks (a
+// node's ranks are consecutive in the set, so its block is contiguous).
+#include <numeric>
+
 #include "daemon/ops/ops.h"
 #include "daemon/timeline.h"
 #include "shm/segment_layout.h"
 
 namespace collective::daemon::ops {
 namespace {
+
+// The input bytes of every submitting rank, by set rank order.
+std::vector<uint64_t> Lengths(const ReadyTensor& tensor) {
+  std::vector<uint64_t> lengths;
+  if (tensor.across_nodes) {
+    for (const v1::RankRequest& rank : Everyone(tensor)) lengths.push_back(rank.request().length());
+  } else {
+    for (const Submission& submission : tensor.submissions) {
+      lengths.push_back(submission.request.length());
+    }
+  }
+  return lengths;
+}
+
+uint64_t TotalBytes(const ReadyTensor& tensor) {
+  const std::vector<uint64_t> lengths = Lengths(tensor);
+  return std::accumulate(lengths.begin(), lengths.end(), uint64_t{0});
+}
 
 class Allgather final : public CollectiveOp {
  public:
@@ -14,26 +37,52 @@ class Allgather final : public CollectiveOp {
   }
 
   void AddWork(const ReadyTensor& tensor, std::byte* slot, WorkList& work) const override {
-    uint64_t offset = 0;
-    for (const Submission& submission : tensor.submissions) {
+    // Set rank order: inputs follow each other, and (across nodes, where
+    // no rank has joined) a rank's place is the bytes of the ranks before it.
+    const std::vector<uint64_t> lengths = Lengths(tensor);
+    for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+      const Submission& submission = tensor.submissions[i];
+      const size_t before = tensor.across_nodes ? static_cast<size_t>(submission.set_rank) : i;
+      const uint64_t offset = std::accumulate(
+          lengths.begin(), lengths.begin() + static_cast<ptrdiff_t>(before), uint64_t{0});
       work.AddCopy(slot + offset, InputOf(submission), submission.request.length());
-      offset += submission.request.length();
     }
   }
 
   RankResult ResultOf(const ReadyTensor& tensor, size_t) const override {
     int64_t rows = 0;
-    for (const Submission& submission : tensor.submissions) rows += Dim0(submission.request);
+    if (tensor.across_nodes) {
+      for (const v1::RankRequest& rank : Everyone(tensor)) rows += Dim0(rank.request());
+    } else {
+      for (const Submission& submission : tensor.submissions) rows += Dim0(submission.request);
+    }
     return {.offset = 0, .bytes = TotalBytes(tensor), .dim0 = rows};
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }
 
- private:
-  static uint64_t TotalBytes(const ReadyTensor& tensor) {
-    uint64_t bytes = 0;
-    for (const Submission& submission : tensor.submissions) bytes += submission.request.length();
-    return bytes;
+  void AddTransfers(const ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    const uint64_t row_bytes = RowBytes(tensor.request());
+    const std::vector<uint64_t> lengths = Lengths(tensor);
+    const uint64_t total = std::accumulate(lengths.begin(), lengths.end(), uint64_t{0});
+    if (row_bytes == 0 || total == 0) return;
+    const SetSpan& span = Span(tensor);
+    std::vector<uint64_t> rows(span.nodes.size(), 0);
+    std::vector<uint64_t> displs(span.nodes.size(), 0);
+    uint64_t offset = 0;
+    for (int32_t i = 0; i < span.size(); ++i) {
+      displs[i] = offset;
+      for (int32_t r = span.first[i]; r < span.first[i] + span.count[i]; ++r) {
+        rows[i] += lengths[r] / row_bytes;
+      }
+      offset += rows[i];
+    }
+    stage.bytes += total;
+    const MPI_Comm comm = span.comm;
+    stage.transfers.push_back([comm, slot, row_bytes, rows, displs](InFlightMpi& mpi) {
+      return StartAllgather(comm, slot, row_bytes, rows, displs, mpi);
+    });
   }
 };
 

@@ -3,6 +3,11 @@
 // and the count of rows from each. Without splits the first dimension is
 // split evenly. Each rank's output and its received splits get their own
 // part of the slot.
+//
+// Across nodes the slot holds only this node's receivers' parts, and one
+// MPI_Ialltoallw among the set's nodes moves every block, node-aggregated:
+// MPI reads each block from its sender's arena and writes it at its place
+// in the receiver's part, with no staging copy on either side.
 #include <numeric>
 #include <vector>
 
@@ -16,20 +21,33 @@ namespace {
 
 using Splits = std::vector<std::vector<int64_t>>;  // [sender][receiver] rows
 
+std::vector<int64_t> SplitsOf(const v1::TensorRequest& request, int32_t size) {
+  if (request.splits_size() > 0) return {request.splits().begin(), request.splits().end()};
+  return std::vector<int64_t>(static_cast<size_t>(size), Dim0(request) / size);
+}
+
 // The rows each rank sends to each rank (Check has vouched for them).
 Splits EffectiveSplits(const ReadyTensor& tensor) {
   const int32_t size = tensor.set_size;
   Splits splits(size);
-  for (const Submission& submission : tensor.submissions) {
-    const v1::TensorRequest& request = submission.request;
-    std::vector<int64_t>& row = splits[submission.set_rank];
-    if (request.splits_size() > 0) {
-      row.assign(request.splits().begin(), request.splits().end());
-    } else {
-      row.assign(size, Dim0(request) / size);
+  if (tensor.across_nodes) {
+    for (const v1::RankRequest& rank : Everyone(tensor)) {
+      splits[rank.set_rank()] = SplitsOf(rank.request(), size);
+    }
+  } else {
+    for (const Submission& submission : tensor.submissions) {
+      splits[submission.set_rank] = SplitsOf(submission.request, size);
     }
   }
   return splits;
+}
+
+// The receivers whose parts this node's slot holds: every rank on one node,
+// this node's ranks across nodes.
+std::pair<int32_t, int32_t> Receivers(const ReadyTensor& tensor) {
+  if (!tensor.across_nodes) return {0, tensor.set_size};
+  const SetSpan& span = Span(tensor);
+  return {span.first[span.index], span.first[span.index] + span.count[span.index]};
 }
 
 // Where receiver j's output and received splits lie in the slot.
@@ -40,12 +58,14 @@ struct Part {
   uint64_t splits = 0;
 };
 
+// By receiver; only the receivers of this slot have a place.
 std::vector<Part> Layout(const ReadyTensor& tensor, const Splits& splits) {
   const int32_t size = tensor.set_size;
   const uint64_t row_bytes = RowBytes(tensor.request());
+  const auto [first, end] = Receivers(tensor);
   std::vector<Part> parts(size);
   uint64_t offset = 0;
-  for (int32_t j = 0; j < size; ++j) {
+  for (int32_t j = first; j < end; ++j) {
     Part& part = parts[j];
     for (int32_t r = 0; r < size; ++r) part.rows += splits[r][j];
     part.data = offset;
@@ -57,6 +77,19 @@ std::vector<Part> Layout(const ReadyTensor& tensor, const Splits& splits) {
   return parts;
 }
 
+// Rows rank `sender` sends before its block for `receiver`.
+int64_t SentBefore(const Splits& splits, int32_t sender, int32_t receiver) {
+  const std::vector<int64_t>& sent = splits[sender];
+  return std::accumulate(sent.begin(), sent.begin() + receiver, int64_t{0});
+}
+
+// Rows receiver `receiver` gets from the ranks before `sender`.
+int64_t ReceivedBefore(const Splits& splits, int32_t sender, int32_t receiver) {
+  int64_t rows = 0;
+  for (int32_t r = 0; r < sender; ++r) rows += splits[r][receiver];
+  return rows;
+}
+
 class Alltoall final : public CollectiveOp {
  public:
   absl::Status Check(const ReadyTensor& tensor) const override {
@@ -64,7 +97,7 @@ class Alltoall final : public CollectiveOp {
     const int32_t size = tensor.set_size;
     for (const Submission& submission : tensor.submissions) {
       const v1::TensorRequest& request = submission.request;
-      const int32_t rank = submission.client->topology.rank();
+      const int32_t rank = submission.rank;
       if (request.splits_size() == 0) {
         if (Dim0(request) % size != 0) {
           return absl::InvalidArgumentError(
@@ -83,9 +116,10 @@ class Alltoall final : public CollectiveOp {
 
   uint64_t SlotBytes(const ReadyTensor& tensor) const override {
     const std::vector<Part> parts = Layout(tensor, EffectiveSplits(tensor));
-    const Part& last = parts.back();
-    return last.splits + shm::RoundUp(sizeof(int64_t) * static_cast<uint64_t>(tensor.set_size),
-                                      shm::kDataAlignment);
+    const int32_t last = Receivers(tensor).second - 1;
+    return parts[last].splits +
+           shm::RoundUp(sizeof(int64_t) * static_cast<uint64_t>(tensor.set_size),
+                        shm::kDataAlignment);
   }
 
   void AddWork(const ReadyTensor& tensor, std::byte* slot, WorkList& work) const override {
@@ -93,18 +127,18 @@ class Alltoall final : public CollectiveOp {
     const std::vector<Part> parts = Layout(tensor, splits);
     const uint64_t row_bytes = RowBytes(tensor.request());
     const int32_t size = tensor.set_size;
-    for (int32_t j = 0; j < size; ++j) {
-      std::byte* out = slot + parts[j].data;
+    const auto [first, end] = Receivers(tensor);
+    for (int32_t j = first; j < end; ++j) {
       auto* received = reinterpret_cast<int64_t*>(slot + parts[j].splits);
+      for (int32_t r = 0; r < size; ++r) received[r] = splits[r][j];  // a few words, not work
+      if (tensor.across_nodes) continue;                              // the exchange moves the rows
+      std::byte* out = slot + parts[j].data;
       for (int32_t r = 0; r < size; ++r) {
         // Without joined ranks, submissions are indexed by set rank.
-        const std::vector<int64_t>& sent = splits[r];
-        const int64_t skip = std::accumulate(sent.begin(), sent.begin() + j, int64_t{0});
-        const uint64_t bytes = static_cast<uint64_t>(sent[j]) * row_bytes;
-        work.AddCopy(out, InputOf(tensor.submissions[r]) + static_cast<uint64_t>(skip) * row_bytes,
-                     bytes);
+        const uint64_t skip = static_cast<uint64_t>(SentBefore(splits, r, j)) * row_bytes;
+        const uint64_t bytes = static_cast<uint64_t>(splits[r][j]) * row_bytes;
+        work.AddCopy(out, InputOf(tensor.submissions[r]) + skip, bytes);
         out += bytes;
-        received[r] = sent[j];  // a few words: written here, not as work
       }
     }
   }
@@ -120,6 +154,44 @@ class Alltoall final : public CollectiveOp {
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }
+
+  // Blocks go in the order (sender ascending, receiver ascending) on both
+  // sides, so that what node i lists for node j is what node j lists from
+  // node i.
+  void AddTransfers(const ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    const uint64_t row_bytes = RowBytes(tensor.request());
+    if (row_bytes == 0) return;
+    const Splits splits = EffectiveSplits(tensor);
+    const std::vector<Part> parts = Layout(tensor, splits);
+    const SetSpan& span = Span(tensor);
+    const auto [mine_first, mine_end] = Receivers(tensor);
+    std::vector<std::vector<RowBlock>> send(span.nodes.size());
+    std::vector<std::vector<RowBlock>> receive(span.nodes.size());
+    for (int32_t node = 0; node < span.size(); ++node) {
+      const int32_t theirs_first = span.first[node];
+      const int32_t theirs_end = theirs_first + span.count[node];
+      for (const Submission& submission : tensor.submissions) {
+        const int32_t i = submission.set_rank;
+        for (int32_t j = theirs_first; j < theirs_end; ++j) {
+          const uint64_t skip = static_cast<uint64_t>(SentBefore(splits, i, j)) * row_bytes;
+          send[node].push_back({InputOf(submission) + skip, static_cast<uint64_t>(splits[i][j])});
+          stage.bytes += static_cast<uint64_t>(splits[i][j]) * row_bytes;
+        }
+      }
+      for (int32_t i = theirs_first; i < theirs_end; ++i) {
+        for (int32_t j = mine_first; j < mine_end; ++j) {
+          const uint64_t at =
+              parts[j].data + static_cast<uint64_t>(ReceivedBefore(splits, i, j)) * row_bytes;
+          receive[node].push_back({slot + at, static_cast<uint64_t>(splits[i][j])});
+        }
+      }
+    }
+    const MPI_Comm comm = span.comm;
+    stage.transfers.push_back([comm, row_bytes, send, receive](InFlightMpi& mpi) {
+      return StartExchange(comm, row_bytes, send, receive, mpi);
+    });
+  }
 };
 
 }  // namespace

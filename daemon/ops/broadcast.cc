@@ -1,6 +1,7 @@
 // Broadcast: the root's input, copied once into the result that every rank
 // reads. The other ranks' inputs are never written (out-of-place); a rank
-// that wants it in place names its input as the output.
+// that wants it in place names its input as the output. Across nodes the
+// root's node copies it and MPI_Ibcast sends it to the set's other nodes.
 #include "absl/strings/str_cat.h"
 #include "daemon/ops/ops.h"
 #include "daemon/timeline.h"
@@ -27,9 +28,14 @@ class Broadcast final : public CollectiveOp {
   }
 
   void AddWork(const ReadyTensor& tensor, std::byte* slot, WorkList& work) const override {
-    // Without joined ranks, submissions are indexed by set rank.
-    const Submission& root = tensor.submissions[tensor.request().root_rank()];
-    work.AddCopy(slot, InputOf(root), root.request.length());
+    // No rank has joined: every rank of the set submitted (here, every
+    // local one), so the root is the submission with its set rank.
+    const int32_t root = tensor.request().root_rank();
+    for (const Submission& submission : tensor.submissions) {
+      if (submission.set_rank == root) {
+        work.AddCopy(slot, InputOf(submission), submission.request.length());
+      }
+    }
   }
 
   RankResult ResultOf(const ReadyTensor& tensor, size_t) const override {
@@ -37,6 +43,19 @@ class Broadcast final : public CollectiveOp {
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }
+
+  void AddTransfers(const ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    const uint64_t bytes = tensor.request().length();
+    if (bytes == 0) return;
+    const SetSpan& span = Span(tensor);
+    const int root = span.IndexOf(tensor.request().root_rank());
+    stage.bytes += bytes;
+    const MPI_Comm comm = span.comm;
+    stage.transfers.push_back([comm, slot, bytes, root](InFlightMpi& mpi) {
+      return StartBroadcast(comm, slot, bytes, root, mpi);
+    });
+  }
 };
 
 }  // namespace

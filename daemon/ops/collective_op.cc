@@ -56,4 +56,21 @@ int64_t Dim0(const v1::TensorRequest& request) {
   return request.shape_size() > 0 ? request.shape(0) : 0;
 }
 
+const std::vector<v1::RankRequest>& Everyone(const ReadyTensor& tensor) { return *tensor.everyone; }
+
+const SetSpan& Span(const ReadyTensor& tensor) { return *tensor.span; }
+
+void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                                   const PlanContext& context,
+                                   std::vector<CrossNodeStage>& stages) const {
+  for (size_t t = 0; t < batch.tensors.size(); ++t) {
+    const ReadyTensor& tensor = batch.tensors[t];
+    std::byte* slot = context.data + slots[t];
+    CrossNodeStage& stage = stages.emplace_back(context.zeros);
+    stage.tensor = tensor.name;
+    AddWork(tensor, slot, stage.before);
+    AddTransfers(tensor, slot, stage);
+  }
+}
+
 }  // namespace collective::daemon::ops

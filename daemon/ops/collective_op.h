@@ -6,12 +6,16 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "collective/v1/types.pb.h"
 #include "daemon/coordinator.h"
+#include "daemon/cross_node.h"
+#include "daemon/fusion.h"
 #include "daemon/ops/work_list.h"
+#include "daemon/set_communicators.h"
 
 namespace collective::daemon::ops {
 
@@ -24,6 +28,13 @@ struct RankResult {
   // is not zero.
   uint64_t aux_offset = 0;
   uint32_t aux_count = 0;
+};
+
+// What planning a batch across nodes needs besides the batch.
+struct PlanContext {
+  std::byte* data = nullptr;         // the result segment's data
+  const std::byte* zeros = nullptr;  // kPieceBytes of zeros (joined ranks' inputs)
+  uint64_t chunk_bytes = 4 << 20;    // pipelining granularity
 };
 
 class CollectiveOp {
@@ -48,6 +59,19 @@ class CollectiveOp {
 
   // The timeline phase of this op's work.
   virtual absl::string_view phase() const = 0;
+
+  // Across nodes (tensor.across_nodes), where SlotBytes, AddWork and
+  // ResultOf mean this node's part: the transfers that complete it with the
+  // other nodes' parts, and the work on what arrives.
+  virtual void AddTransfers(const ReadyTensor& tensor, std::byte* slot,
+                            CrossNodeStage& stage) const = 0;
+
+  // The stages of a fused batch across nodes, whose tensors' slots lie at
+  // `slots` (offsets into context.data). By default one stage per tensor:
+  // AddWork, then AddTransfers.
+  virtual void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                               const PlanContext& context,
+                               std::vector<CrossNodeStage>& stages) const;
 };
 
 // The op of a data collective; null for control collectives.
@@ -58,5 +82,9 @@ const std::byte* InputOf(const Submission& submission);
 // Bytes of one row: every dimension but the first (a scalar is one row).
 uint64_t RowBytes(const v1::TensorRequest& request);
 int64_t Dim0(const v1::TensorRequest& request);
+// Across nodes: every submitting rank's request (node 0's decision), and
+// how the set lies on the nodes.
+const std::vector<v1::RankRequest>& Everyone(const ReadyTensor& tensor);
+const SetSpan& Span(const ReadyTensor& tensor);
 
 }  // namespace collective::daemon::ops

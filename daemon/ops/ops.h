@@ -19,7 +19,15 @@ exec::ReduceSpec ReductionSpec(const ReadyTensor& tensor);
 exec::ReduceSpec FinalScaleSpec(const ReadyTensor& tensor);
 
 // Adds the reduction of `tensor` (one input per rank of its set, zeros for
-// joined ranks, in rank order) into `out`.
+// joined ranks, in rank order) into `out`. Across nodes: of this node's
+// ranks, the partial result the nodes then combine.
 void AddReduction(const ReadyTensor& tensor, std::byte* out, WorkList& work);
+// The same for `count` elements from element `first`.
+void AddReductionRange(const ReadyTensor& tensor, std::byte* out, WorkList& work, uint64_t first,
+                       uint64_t count);
+// Across nodes: FinalScaleSpec applied in place to `count` elements of
+// `out` from element `first`, when there is anything to apply.
+void AddFinalScaleRange(const ReadyTensor& tensor, std::byte* out, WorkList& work, uint64_t first,
+                        uint64_t count);
 
 }  // namespace collective::daemon::ops

@@ -134,8 +134,15 @@ Team TeamOf(const Client& client, const ProcessSet& set) {
   return Team{.set = set.id, .members = set.ranks, .me = set.rank_of(client.rank())};
 }
 
+namespace {
+bool compare_closely = false;
+}  // namespace
+
+void CompareReductionsClosely(bool closely) { compare_closely = closely; }
+
 Submitted PrepareAllreduce(Client& client, const Team& team, const ReduceCase& c) {
   Submitted s = Base(c.name, "allreduce", c.dtype, c.arena, c.out, c.shape);
+  s.reduced = true;
   const size_t count = Elements(c.shape);
   s.expected = Reduced(team, c, count);
   s.expected_shape = c.shape;
@@ -147,6 +154,7 @@ Submitted PrepareAllreduce(Client& client, const Team& team, const ReduceCase& c
 
 Submitted PrepareReducescatter(Client& client, const Team& team, const ReduceCase& c) {
   Submitted s = Base(c.name, "reducescatter", c.dtype, c.arena, c.out, c.shape);
+  s.reduced = true;
   const size_t count = Elements(c.shape);
   const Bytes whole = Reduced(team, c, count);
   // The first (rows mod size) ranks get one row more.
@@ -285,7 +293,10 @@ void Check(Client& client, Submitted& s) {
     Die(absl::StrCat(s.label, ": the result is not in the output buffer"));
   }
   const size_t count = s.expected.size() / ElementSize(s.dtype);
-  const std::string difference = CompareBitwise(s.dtype, s.expected.data(), result->data(), count);
+  const std::string difference =
+      s.reduced && compare_closely
+          ? CompareClose(s.dtype, s.expected.data(), result->data(), count)
+          : CompareBitwise(s.dtype, s.expected.data(), result->data(), count);
   if (!difference.empty()) Die(absl::StrCat(s.label, ": ", difference));
   if (s.untouched.has_value()) {
     const std::string changed = CompareBitwise(s.dtype, s.untouched->data(), s.view.data,

@@ -94,7 +94,16 @@ struct Submitted {
   std::vector<std::byte> output_buffer;
   // Broadcast out of place: the input must come back untouched.
   std::optional<std::vector<std::byte>> untouched;
+  // A reduction: across nodes, compared within rounding (see
+  // CompareReductionsClosely).
+  bool reduced = false;
 };
+
+// Across nodes each node reduces its own ranks first and the nodes then
+// combine their partial results, so floating-point reductions may differ
+// from the single-node reference in the last bits: compare them within a
+// tolerance. Copies (allgather, broadcast, alltoall) stay bitwise.
+void CompareReductionsClosely(bool closely);
 
 Submitted PrepareAllreduce(Client& client, const Team& team, const ReduceCase& c);
 Submitted PrepareReducescatter(Client& client, const Team& team, const ReduceCase& c);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "collective/v1/collective.grpc.pb.h"
 #include "common/dtype.h"
 #include "tests/common/reference_reduce.h"
+#include "tests/integration/collectives_checks.h"
 #include "tests/integration/collectives_worker.h"
 
 namespace collective::testing {
@@ -46,6 +48,7 @@ std::vector<std::vector<int>> ParseSets(const std::string& text) {
 }
 
 std::unique_ptr<Client> ConnectOrDie(const Args& args) {
+  CompareReductionsClosely(HasFlag(args, "--across-nodes"));
   ClientOptions options;
   options.static_process_sets = ParseSets(Flag(args, "--static-sets"));
   return ValueOrDie(Client::Connect(options), "connect");
@@ -79,19 +82,79 @@ std::vector<size_t> MatrixCounts(v1::DataType dtype, size_t big_bytes) {
   return {0, 1, 7, 4096 + 3, big_bytes / ElementSize(dtype) + 3};
 }
 
-absl::StatusOr<v1::StatusResponse> DaemonStatus() {
-  static const std::unique_ptr<v1::CollectiveService::Stub> stub = [] {
-    const char* socket = std::getenv("COLLECTIVE_SOCKET");
-    if (socket == nullptr) Die("COLLECTIVE_SOCKET is not set");
-    return v1::CollectiveService::NewStub(
-        grpc::CreateChannel(std::string("unix:") + socket, grpc::InsecureChannelCredentials()));
-  }();
+namespace {
+
+std::unique_ptr<v1::CollectiveService::Stub> StubFor(const std::string& socket) {
+  return v1::CollectiveService::NewStub(
+      grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()));
+}
+
+absl::StatusOr<v1::StatusResponse> StatusOf(v1::CollectiveService::Stub& stub) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::StatusResponse response;
-  const grpc::Status status = stub->Status(&context, {}, &response);
+  const grpc::Status status = stub.Status(&context, {}, &response);
   if (!status.ok()) return absl::UnavailableError(status.error_message());
   return response;
+}
+
+// Adds `other`'s ranks of each pending tensor and its joined ranks to
+// `merged`: across nodes no one daemon knows every rank's submissions (a
+// node announces a tensor once all its local ranks submitted it).
+void Merge(v1::StatusResponse& merged, const v1::StatusResponse& other) {
+  for (const v1::PendingTensor& tensor : other.pending()) {
+    v1::PendingTensor* same = nullptr;
+    for (v1::PendingTensor& mine : *merged.mutable_pending()) {
+      if (mine.name() == tensor.name() && mine.process_set_id() == tensor.process_set_id()) {
+        same = &mine;
+      }
+    }
+    if (same == nullptr) {
+      *merged.add_pending() = tensor;
+      continue;
+    }
+    for (int32_t rank : tensor.ready_ranks()) {
+      if (std::find(same->ready_ranks().begin(), same->ready_ranks().end(), rank) ==
+          same->ready_ranks().end()) {
+        same->add_ready_ranks(rank);
+      }
+    }
+  }
+  for (int32_t rank : other.joined_ranks()) {
+    if (std::find(merged.joined_ranks().begin(), merged.joined_ranks().end(), rank) ==
+        merged.joined_ranks().end()) {
+      merged.add_joined_ranks(rank);
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::StatusResponse> DaemonStatus() {
+  // COLLECTIVE_TEST_SOCKETS (a multi-node test): every node's daemon,
+  // merged; else this rank's own daemon.
+  static const std::vector<std::unique_ptr<v1::CollectiveService::Stub>> stubs = [] {
+    std::vector<std::unique_ptr<v1::CollectiveService::Stub>> made;
+    const char* every = std::getenv("COLLECTIVE_TEST_SOCKETS");
+    const char* own = std::getenv("COLLECTIVE_SOCKET");
+    if (every != nullptr) {
+      for (absl::string_view socket : absl::StrSplit(every, ',', absl::SkipEmpty())) {
+        made.push_back(StubFor(std::string(socket)));
+      }
+    } else if (own != nullptr) {
+      made.push_back(StubFor(own));
+    } else {
+      Die("COLLECTIVE_SOCKET is not set");
+    }
+    return made;
+  }();
+  absl::StatusOr<v1::StatusResponse> merged = StatusOf(*stubs.front());
+  for (size_t i = 1; merged.ok() && i < stubs.size(); ++i) {
+    absl::StatusOr<v1::StatusResponse> other = StatusOf(*stubs[i]);
+    if (!other.ok()) return other.status();
+    Merge(*merged, *other);
+  }
+  return merged;
 }
 
 void PauseBeforeNextPoll() {

@@ -162,25 +162,54 @@ TEST_F(CoordinatorTest, TakeAllPendingReturnsPartialAndUntakenReadyTensors) {
   EXPECT_TRUE(Add(0, "partial", 3).ok());
 }
 
-TEST_F(CoordinatorTest, DescribeListsOldestFirstWithReadyAndMissingRanks) {
+TEST_F(CoordinatorTest, WaitingListsOldestFirstWithReadyAndMissingRanks) {
   const Clock::time_point now = Clock::now();
   ASSERT_TRUE(Add(1, "young", 1, 0, now - std::chrono::seconds(1)).ok());
   ASSERT_TRUE(Add(0, "old", 2, 0, now - std::chrono::seconds(5)).ok());
   ASSERT_TRUE(Add(2, "old", 3, 0, now - std::chrono::seconds(2)).ok());
-  google::protobuf::RepeatedPtrField<v1::PendingTensor> described;
-  coordinator_.Describe(now, ProcessSetTable(kSize), std::chrono::seconds(3), &described);
-  ASSERT_EQ(described.size(), 2);
-  EXPECT_EQ(described[0].name(), "old");
-  EXPECT_EQ(described[0].collective(), v1::COLLECTIVE_ALLREDUCE);
-  EXPECT_THAT(described[0].ready_ranks(), ElementsAre(0, 2));
-  EXPECT_THAT(described[0].missing_ranks(), ElementsAre(1));
-  EXPECT_NEAR(described[0].age_seconds(), 5.0, 0.01) << "age counts from the first submission";
-  EXPECT_TRUE(described[0].stalled());
-  EXPECT_EQ(described[1].name(), "young");
-  EXPECT_THAT(described[1].ready_ranks(), ElementsAre(1));
-  EXPECT_THAT(described[1].missing_ranks(), ElementsAre(0, 2));
-  EXPECT_NEAR(described[1].age_seconds(), 1.0, 0.01);
-  EXPECT_FALSE(described[1].stalled());
+  const std::vector<WaitingTensor> waiting =
+      coordinator_.Waiting(ProcessSetTable(kSize), [](int32_t) { return true; });
+  ASSERT_EQ(waiting.size(), 2u);
+  EXPECT_EQ(waiting[0].name, "old");
+  EXPECT_EQ(waiting[0].collective, v1::COLLECTIVE_ALLREDUCE);
+  EXPECT_THAT(waiting[0].ready_ranks, ElementsAre(0, 2));
+  EXPECT_THAT(waiting[0].missing_ranks, ElementsAre(1));
+  EXPECT_EQ(waiting[0].first_at, now - std::chrono::seconds(5))
+      << "age counts from the first submission";
+  EXPECT_FALSE(waiting[0].across_nodes);
+  EXPECT_EQ(waiting[1].name, "young");
+  EXPECT_THAT(waiting[1].ready_ranks, ElementsAre(1));
+  EXPECT_THAT(waiting[1].missing_ranks, ElementsAre(0, 2));
+}
+
+TEST_F(CoordinatorTest, AcrossNodesOnlyLocalRanksAreMissingHere) {
+  // Ranks 0 and 1 live here, rank 2 on another node: the tensor is ready
+  // here once ranks 0 and 1 submitted it, and until then only rank 1 is
+  // missing here (node 0 knows about rank 2).
+  ASSERT_TRUE(coordinator_.Add(Make(0, "t", 1, 0, Clock::now()), kSize, 2).ok());
+  const std::vector<WaitingTensor> waiting =
+      coordinator_.Waiting(ProcessSetTable(kSize), [](int32_t rank) { return rank < 2; });
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_THAT(waiting[0].missing_ranks, ElementsAre(1));
+  EXPECT_TRUE(coordinator_.TakeReady().empty());
+  ASSERT_TRUE(coordinator_.Add(Make(1, "t", 2, 0, Clock::now()), kSize, 2).ok());
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].submissions.size(), 2u);
+}
+
+TEST_F(CoordinatorTest, AcrossNodesALocalJoinedRankCountsAsSubmitted) {
+  // Ranks 0 and 1 here, rank 2 elsewhere; rank 1 joined: rank 0's
+  // submission makes the tensor ready here.
+  Submission join = Make(1, "join", 1);
+  join.request.set_collective(v1::COLLECTIVE_JOIN);
+  ASSERT_TRUE(coordinator_.Add(std::move(join), kSize, 2).ok());
+  coordinator_.Join(0, 1, kSize);
+  ASSERT_TRUE(coordinator_.Add(Make(0, "t", 2, 0, Clock::now()), kSize, 2).ok());
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].name, "t");
+  EXPECT_EQ(ready[0].submissions.size(), 1u);
 }
 
 TEST_F(CoordinatorTest, JoinedRanksNoLongerHoldOthersUp) {
@@ -334,7 +363,7 @@ TEST_F(CoordinatorTest, TakeTensorTakesTheRestOfItsGroup) {
   EXPECT_TRUE(coordinator_.TakeReady().empty());
 }
 
-TEST_F(CoordinatorTest, DescribeNamesGlobalRanksAndLeavesJoinedRanksOut) {
+TEST_F(CoordinatorTest, WaitingNamesGlobalRanksAndLeavesJoinedRanksOut) {
   ProcessSetTable sets(kSize);
   ASSERT_TRUE(sets.Add(std::vector<int32_t>{0, 2}).ok());  // set 1
   const Clock::time_point now = Clock::now();
@@ -344,17 +373,16 @@ TEST_F(CoordinatorTest, DescribeNamesGlobalRanksAndLeavesJoinedRanksOut) {
   ASSERT_TRUE(coordinator_.Add(std::move(submission), 2).ok());
   ASSERT_TRUE(Add(0, "joined", 2, 0, now - std::chrono::seconds(1)).ok());
   coordinator_.Join(0, 2, kSize);
-  google::protobuf::RepeatedPtrField<v1::PendingTensor> described;
-  coordinator_.Describe(now, sets, Clock::duration::zero(), &described);
-  ASSERT_EQ(described.size(), 2);
-  EXPECT_EQ(described[0].name(), "in.set");
-  EXPECT_EQ(described[0].process_set_id(), 1);
-  EXPECT_THAT(described[0].ready_ranks(), ElementsAre(2));
-  EXPECT_THAT(described[0].missing_ranks(), ElementsAre(0));
-  EXPECT_FALSE(described[0].stalled()) << "a zero stall time marks nothing";
-  EXPECT_EQ(described[1].name(), "joined");
-  EXPECT_THAT(described[1].ready_ranks(), ElementsAre(0));
-  EXPECT_THAT(described[1].missing_ranks(), ElementsAre(1)) << "rank 2 has joined";
+  const std::vector<WaitingTensor> waiting =
+      coordinator_.Waiting(sets, [](int32_t) { return true; });
+  ASSERT_EQ(waiting.size(), 2u);
+  EXPECT_EQ(waiting[0].name, "in.set");
+  EXPECT_EQ(waiting[0].process_set_id, 1);
+  EXPECT_THAT(waiting[0].ready_ranks, ElementsAre(2));
+  EXPECT_THAT(waiting[0].missing_ranks, ElementsAre(0));
+  EXPECT_EQ(waiting[1].name, "joined");
+  EXPECT_THAT(waiting[1].ready_ranks, ElementsAre(0));
+  EXPECT_THAT(waiting[1].missing_ranks, ElementsAre(1)) << "rank 2 has joined";
 }
 
 }  // namespace

@@ -67,6 +67,11 @@ class StallInspectorTest : public ::testing::Test {
     ASSERT_TRUE(coordinator_.Add(std::move(submission), process_set->size()).ok());
   }
 
+  // The inspector's view of the coordinator (one node: every rank local).
+  std::vector<StalledTensor> Inspect(StallInspector& inspector, Clock::time_point now) {
+    return inspector.Inspect(now, coordinator_.Waiting(sets_, [](int32_t) { return true; }));
+  }
+
   // What was logged since the last call.
   std::string TakeLog() {
     std::string text = log_.str();
@@ -95,7 +100,7 @@ TEST_F(StallInspectorTest, DisabledByAZeroCheckTime) {
   StallInspector inspector(0, 5);
   EXPECT_FALSE(inspector.enabled());
   Submit(0, "w", t0_);
-  EXPECT_THAT(inspector.Inspect(t0_ + 3600 * kSecond, coordinator_, sets_), IsEmpty());
+  EXPECT_THAT(Inspect(inspector, t0_ + 3600 * kSecond), IsEmpty());
   EXPECT_EQ(TakeLog(), "");
 }
 
@@ -104,9 +109,9 @@ TEST_F(StallInspectorTest, NothingBeforeTheCheckTime) {
   EXPECT_TRUE(inspector.enabled());
   EXPECT_EQ(inspector.check_after(), 10 * kSecond);
   Submit(0, "w", t0_);
-  EXPECT_THAT(inspector.Inspect(t0_ + 10 * kSecond - kMilli, coordinator_, sets_), IsEmpty());
+  EXPECT_THAT(Inspect(inspector, t0_ + 10 * kSecond - kMilli), IsEmpty());
   EXPECT_EQ(TakeLog(), "") << "younger than stall_check_seconds";
-  EXPECT_THAT(inspector.Inspect(t0_ + 10 * kSecond, coordinator_, sets_), IsEmpty())
+  EXPECT_THAT(Inspect(inspector, t0_ + 10 * kSecond), IsEmpty())
       << "no shutdown limit: nothing is handed back";
   EXPECT_THAT(TakeLog(), HasSubstr("Missing ranks:\n1: [w]\n2: [w]\n3: [w]"));
 }
@@ -115,39 +120,38 @@ TEST_F(StallInspectorTest, AgeCountsFromTheFirstSubmission) {
   StallInspector inspector(10, 0);
   Submit(2, "w", t0_);
   Submit(0, "w", t0_ + 8 * kSecond);
-  inspector.Inspect(t0_ + 10 * kSecond, coordinator_, sets_);
+  Inspect(inspector, t0_ + 10 * kSecond);
   EXPECT_THAT(TakeLog(), HasSubstr("Missing ranks:\n1: [w]\n3: [w]"));
 }
 
 TEST_F(StallInspectorTest, ReportsAtMostOncePerPeriod) {
   StallInspector inspector(10, 0);
   Submit(0, "w", t0_);
-  inspector.Inspect(t0_ + 10 * kSecond, coordinator_, sets_);
+  Inspect(inspector, t0_ + 10 * kSecond);
   const std::string first = TakeLog();
   EXPECT_THAT(first, HasSubstr("have waited more than 10 s for the rest"));
   EXPECT_THAT(first, Not(HasSubstr("They fail after"))) << "no shutdown limit";
-  inspector.Inspect(t0_ + 11 * kSecond, coordinator_, sets_);
-  inspector.Inspect(t0_ + 20 * kSecond - kMilli, coordinator_, sets_);
+  Inspect(inspector, t0_ + 11 * kSecond);
+  Inspect(inspector, t0_ + 20 * kSecond - kMilli);
   EXPECT_EQ(TakeLog(), "") << "within the period of the last report";
-  inspector.Inspect(t0_ + 20 * kSecond, coordinator_, sets_);
+  Inspect(inspector, t0_ + 20 * kSecond);
   EXPECT_THAT(TakeLog(), HasSubstr("Missing ranks:"));
 }
 
 TEST_F(StallInspectorTest, NoReportWhenNothingIsStalled) {
   StallInspector inspector(10, 0);
-  inspector.Inspect(t0_ + 10 * kSecond, coordinator_, sets_);
+  Inspect(inspector, t0_ + 10 * kSecond);
   EXPECT_EQ(TakeLog(), "");
   // A quiet check does not start a period: the first stall is reported at once.
   Submit(0, "w", t0_ + 5 * kSecond);
-  inspector.Inspect(t0_ + 15 * kSecond, coordinator_, sets_);
+  Inspect(inspector, t0_ + 15 * kSecond);
   EXPECT_THAT(TakeLog(), HasSubstr("Missing ranks:"));
 }
 
 TEST_F(StallInspectorTest, MissingRanksAreGlobalRanksOfTheSet) {
   StallInspector inspector(1, 2);
   Submit(3, "w", t0_, /*set=*/1);  // set rank 1; set rank 0 (global 1) is missing
-  const std::vector<StalledTensor> expired =
-      inspector.Inspect(t0_ + 2 * kSecond, coordinator_, sets_);
+  const std::vector<StalledTensor> expired = Inspect(inspector, t0_ + 2 * kSecond);
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired[0].process_set_id, 1);
   EXPECT_EQ(expired[0].name, "w");
@@ -160,7 +164,7 @@ TEST_F(StallInspectorTest, JoinedRanksAreNotMissing) {
   StallInspector inspector(1, 1);
   coordinator_.Join(0, 2, kWorld);
   Submit(0, "w", t0_);
-  const std::vector<StalledTensor> expired = inspector.Inspect(t0_ + kSecond, coordinator_, sets_);
+  const std::vector<StalledTensor> expired = Inspect(inspector, t0_ + kSecond);
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_THAT(expired[0].missing_ranks, ElementsAre(1, 3));
   EXPECT_THAT(TakeLog(), HasSubstr("Missing ranks:\n1: [w]\n3: [w]"));
@@ -171,12 +175,12 @@ TEST_F(StallInspectorTest, HandsBackTensorsPastTheShutdownLimit) {
   Submit(0, "old", t0_);
   Submit(1, "young", t0_ + 15 * kSecond);
   Submit(3, "set", t0_ + 5 * kSecond, /*set=*/1);
-  EXPECT_THAT(inspector.Inspect(t0_ + 30 * kSecond - kMilli, coordinator_, sets_), IsEmpty());
+  EXPECT_THAT(Inspect(inspector, t0_ + 30 * kSecond - kMilli), IsEmpty());
   EXPECT_THAT(TakeLog(), HasSubstr("They fail after 30 s (stall_shutdown_seconds)."));
 
-  std::vector<StalledTensor> expired = inspector.Inspect(t0_ + 30 * kSecond, coordinator_, sets_);
+  std::vector<StalledTensor> expired = Inspect(inspector, t0_ + 30 * kSecond);
   EXPECT_THAT(Names(expired), ElementsAre("old"));
-  expired = inspector.Inspect(t0_ + 40 * kSecond, coordinator_, sets_);
+  expired = Inspect(inspector, t0_ + 40 * kSecond);
   std::sort(expired.begin(), expired.end(),
             [](const StalledTensor& a, const StalledTensor& b) { return a.name < b.name; });
   EXPECT_THAT(Names(expired), ElementsAre("old", "set"))

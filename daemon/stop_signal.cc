@@ -1,0 +1,69 @@
+#include "daemon/stop_signal.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace collective::daemon {
+
+absl::StatusOr<std::unique_ptr<StopSignal>> StopSignal::Create() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
+  if (signal_fd < 0) {
+    return absl::InternalError(absl::StrCat("signalfd failed: ", std::strerror(errno)));
+  }
+  const int event_fd = ::eventfd(0, EFD_CLOEXEC);
+  if (event_fd < 0) {
+    ::close(signal_fd);
+    return absl::InternalError(absl::StrCat("eventfd failed: ", std::strerror(errno)));
+  }
+  return std::unique_ptr<StopSignal>(new StopSignal(signal_fd, event_fd));
+}
+
+StopSignal::~StopSignal() {
+  ::close(signal_fd_);
+  ::close(event_fd_);
+}
+
+void StopSignal::Request(std::string text, int exit_code) {
+  {
+    std::lock_guard lock(mutex_);
+    if (requested_) return;
+    requested_ = true;
+    requested_reason_ = {std::move(text), exit_code};
+  }
+  const uint64_t one = 1;
+  (void)!::write(event_fd_, &one, sizeof(one));
+}
+
+StopSignal::Reason StopSignal::Wait() {
+  pollfd fds[] = {{signal_fd_, POLLIN, 0}, {event_fd_, POLLIN, 0}};
+  while (true) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return {absl::StrCat("poll failed: ", std::strerror(errno)), 1};
+    }
+    if (fds[1].revents & POLLIN) {
+      std::lock_guard lock(mutex_);
+      return requested_reason_;
+    }
+    signalfd_siginfo info{};
+    if ((fds[0].revents & POLLIN) && ::read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+      const char* name = sigabbrev_np(static_cast<int>(info.ssi_signo));
+      return {absl::StrCat("received SIG", name != nullptr ? name : "?"), 0};
+    }
+  }
+}
+
+}  // namespace collective::daemon
