@@ -64,6 +64,10 @@ struct DaemonConfig {
   MultiNode multi_node = MultiNode::kAuto;
   uint32_t cycle_time_ms = 1;
 
+  // HOST:PORT where the daemon serves its Prometheus metrics over HTTP (GET
+  // /metrics); empty: only `collectivectl metrics` shows them.
+  std::string metrics_listen;
+
   // Warn (log and collectivectl status) about tensors some ranks submitted
   // and others not after this long; 0 disables the check.
   double stall_check_seconds = 60.0;

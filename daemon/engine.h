@@ -36,10 +36,12 @@
 #include "daemon/executor.h"
 #include "daemon/fusion.h"
 #include "daemon/job.h"
+#include "daemon/metrics.h"
 #include "daemon/negotiator.h"
 #include "daemon/node_exchange.h"
 #include "daemon/ops/collective_op.h"
 #include "daemon/stall_inspector.h"
+#include "daemon/systemd_notify.h"
 #include "daemon/thread_pool.h"
 #include "daemon/timeline.h"
 #include "daemon/world.h"
@@ -49,7 +51,8 @@ namespace collective::daemon {
 
 class Engine {
  public:
-  Engine(const config::DaemonConfig& config, uint64_t epoch);
+  // `metrics_url`: where the metrics are served over HTTP, if they are.
+  Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -76,6 +79,7 @@ class Engine {
   Clock::time_point NextTimer() const;
   void WriteHeartbeats();
   void OnStatus(const StatusEvent& event) const;
+  void OnMetrics(const MetricsEvent& event) const;
   void OnTimeline(const TimelineEvent& event);
   // Tells every client whether to report copy-out spans.
   void PublishTimelineState();
@@ -189,6 +193,8 @@ class Engine {
   bool shutting_down_ = false;
   std::string shutdown_reason_;
   v1::Totals totals_;
+  Metrics metrics_;
+  JobStatusNotifier systemd_status_;
 
   // The event queue and the doorbell: the only state shared with other
   // threads.
