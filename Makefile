@@ -4,8 +4,10 @@
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
+# make install / make uninstall (as root for system prefixes)
+PREFIX ?= /usr/local
 
-.PHONY: demo test build deps bench format clean
+.PHONY: demo test build deps bench format clean install uninstall
 
 demo: build
 	./scripts/demo.sh
@@ -24,6 +26,18 @@ deps:
 # MPI_Allreduce with the same processes.
 bench: build
 	$(BUILD_DIR)/bin/collective-bench --clients 4 --compare mpi
+
+# Binaries, configuration, man pages, the systemd unit and its sysusers.d
+# file, libcollective and its headers; see "Running in production" in
+# README.md. DESTDIR is honoured. Build first, as yourself: `make build &&
+# sudo make install` (so that build/ stays yours).
+install:
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# Removes what `make install` put under PREFIX (its manifests there say
+# what), except the live configuration in etc/collectived.
+uninstall:
+	cmake -DPREFIX=$(PREFIX) -P cmake/Uninstall.cmake
 
 format:
 	git ls-files '*.h' '*.cc' '*.c' | xargs clang-format -i

@@ -1,8 +1,10 @@
 #include "common/logging.h"
 
 #include <array>
+#include <iterator>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -17,42 +19,82 @@ namespace {
 constexpr std::array<absl::string_view, kSubsystemCount> kNames = {
     "daemon", "rpc", "shm", "coord", "exec", "mpi", "nccl", "cfg", "client", "bench"};
 
+// The innermost ScopedContext of this thread. Per thread by nature (like
+// errno): a scope describes what its own thread is doing.
+thread_local const Context* current_context = nullptr;
+
+// `text` as the inside of a JSON string.
+void AppendJsonEscaped(absl::string_view text, spdlog::memory_buf_t& dest) {
+  auto append = [&dest](absl::string_view part) {
+    dest.append(part.data(), part.data() + part.size());
+  };
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        append("\\\"");
+        break;
+      case '\\':
+        append("\\\\");
+        break;
+      case '\n':
+        append("\\n");
+        break;
+      case '\r':
+        append("\\r");
+        break;
+      case '\t':
+        append("\\t");
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          append(fmt::format("\\u{:04x}", static_cast<unsigned>(c)));
+        } else {
+          dest.push_back(c);
+        }
+    }
+  }
+}
+
+void AppendNull(spdlog::memory_buf_t& dest) {
+  constexpr absl::string_view kNull = "null";
+  dest.append(kNull.data(), kNull.data() + kNull.size());
+}
+
+// A custom pattern flag; spdlog copies formatters through clone().
+template <class Flag>
+class ClonableFlag : public spdlog::custom_flag_formatter {
+ public:
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<Flag>(); }
+};
+
 // %j: the message, escaped for a JSON string.
-class JsonMessageFlag final : public spdlog::custom_flag_formatter {
+class JsonMessageFlag final : public ClonableFlag<JsonMessageFlag> {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    auto append = [&dest](absl::string_view text) {
-      dest.append(text.data(), text.data() + text.size());
-    };
-    for (char c : absl::string_view(msg.payload.data(), msg.payload.size())) {
-      switch (c) {
-        case '"':
-          append("\\\"");
-          break;
-        case '\\':
-          append("\\\\");
-          break;
-        case '\n':
-          append("\\n");
-          break;
-        case '\r':
-          append("\\r");
-          break;
-        case '\t':
-          append("\\t");
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            append(fmt::format("\\u{:04x}", static_cast<unsigned>(c)));
-          } else {
-            dest.push_back(c);
-          }
-      }
-    }
+    AppendJsonEscaped(absl::string_view(msg.payload.data(), msg.payload.size()), dest);
   }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JsonMessageFlag>();
+};
+
+// %R: the context's rank, or null.
+class JsonRankFlag final : public ClonableFlag<JsonRankFlag> {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    if (current_context == nullptr || !current_context->rank.has_value()) return AppendNull(dest);
+    fmt::format_to(std::back_inserter(dest), "{}", *current_context->rank);
+  }
+};
+
+// %T: the context's tensor as a JSON string, or null.
+class JsonTensorFlag final : public ClonableFlag<JsonTensorFlag> {
+ public:
+  void format(const spdlog::details::log_msg&, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    if (current_context == nullptr || current_context->tensor.empty()) return AppendNull(dest);
+    dest.push_back('"');
+    AppendJsonEscaped(current_context->tensor, dest);
+    dest.push_back('"');
   }
 };
 
@@ -61,8 +103,13 @@ std::unique_ptr<spdlog::formatter> MakeFormatter(Format format) {
     return std::make_unique<spdlog::pattern_formatter>("%Y-%m-%d %H:%M:%S.%e %^%L%$ %n: %v");
   }
   auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
-  formatter->add_flag<JsonMessageFlag>('j').set_pattern(
-      R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n","pid":%P,"tid":%t,"msg":"%j"})");
+  // The field names are a contract with log collectors (README, "Logs").
+  formatter->add_flag<JsonMessageFlag>('j')
+      .add_flag<JsonRankFlag>('R')
+      .add_flag<JsonTensorFlag>('T')
+      .set_pattern(
+          R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n","rank":%R,"tensor":%T,)"
+          R"("msg":"%j","pid":%P})");
   return formatter;
 }
 
@@ -95,6 +142,13 @@ absl::StatusOr<spdlog::level::level_enum> ParseLevel(absl::string_view text) {
 }
 
 }  // namespace
+
+ScopedContext::ScopedContext(Context context)
+    : previous_(current_context), context_(std::move(context)) {
+  current_context = &context_;
+}
+
+ScopedContext::~ScopedContext() { current_context = previous_; }
 
 absl::string_view SubsystemName(Subsystem subsystem) { return kNames[static_cast<int>(subsystem)]; }
 

@@ -2,7 +2,9 @@
 // and container runtimes collect stderr). Text or JSON lines.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -49,6 +51,28 @@ absl::StatusOr<LevelSpec> ParseLevelSpec(absl::string_view spec);
 void Configure(const LevelSpec& levels, Format format);
 
 spdlog::logger& Get(Subsystem subsystem);
+
+// Who the lines logged in a scope are about: the JSON format's "rank" and
+// "tensor" fields (null outside such a scope), so that a log collector can
+// select one rank's or one tensor's lines without parsing messages. Held per
+// thread: the sink is synchronous, so lines are formatted on the thread that
+// logs them. Scopes nest; the inner one wins until it ends.
+struct Context {
+  std::optional<int64_t> rank;  // global rank
+  absl::string_view tensor;     // must outlive the scope
+};
+
+class ScopedContext {
+ public:
+  explicit ScopedContext(Context context);
+  ~ScopedContext();
+  ScopedContext(const ScopedContext&) = delete;
+  ScopedContext& operator=(const ScopedContext&) = delete;
+
+ private:
+  const Context* previous_;
+  Context context_;
+};
 
 inline spdlog::logger& Daemon() { return Get(Subsystem::kDaemon); }
 inline spdlog::logger& Rpc() { return Get(Subsystem::kRpc); }

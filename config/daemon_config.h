@@ -72,6 +72,10 @@ struct DaemonConfig {
   // reduction of one overlapping the transfer of the one before.
   uint64_t cross_node_chunk_bytes = 4ull << 20;
 
+  // HOST:PORT where the daemon serves its Prometheus metrics over HTTP (GET
+  // /metrics); empty: only `collectivectl metrics` shows them.
+  std::string metrics_listen;
+
   // Warn (log and collectivectl status) about tensors some ranks submitted
   // and others not after this long; 0 disables the check.
   double stall_check_seconds = 60.0;

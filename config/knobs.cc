@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "config/knob_values.h"
@@ -244,6 +245,12 @@ absl::Status CheckGroup(absl::string_view group) {
   return absl::OkStatus();
 }
 
+// Empty (off) or HOST:PORT; whether it can be bound is found out at start-up.
+absl::Status CheckListenAddress(absl::string_view address) {
+  if (address.empty()) return absl::OkStatus();
+  return ParseHostPort(address).status();
+}
+
 absl::Status CheckLogLevel(absl::string_view spec) {
   return collective::log::ParseLevelSpec(spec).status();
 }
@@ -284,6 +291,14 @@ std::vector<Knob> BuildTable() {
                       {{"text", LogFormat::kText}, {"json", LogFormat::kJson}},
                       "Format of the log lines on stderr: text for people, json (one object per "
                       "line) for log collectors."),
+             });
+  AddSection(table, "Metrics",
+             {
+                 Text(COLLECTIVE_KNOB(metrics_listen), KnobType::kString, CheckListenAddress,
+                      "HOST:PORT, or empty",
+                      "Also serve the Prometheus metrics of `collectivectl metrics` over HTTP "
+                      "(GET /metrics) on this address, e.g. 127.0.0.1:9464 (port 0: any free "
+                      "port, shown by `collectivectl status`); empty: no HTTP listener."),
              });
   AddSection(table, "Timeline",
              {

@@ -1,5 +1,9 @@
 #include "daemon/daemon.h"
 
+#include <chrono>
+#include <future>
+#include <memory>
+
 #include <unistd.h>
 
 #include <grpcpp/server_builder.h>
@@ -7,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/secrets.h"
 #include "daemon/sigbus_guard.h"
 #include "daemon/systemd_notify.h"
@@ -17,22 +22,34 @@ namespace {
 
 // Large enough for a submission of many requests with long names.
 constexpr int kMaxMessageBytes = 64 << 20;
+// How long a scrape waits for the engine, which answers between two pieces
+// of work (milliseconds, unless a huge reduction runs).
+constexpr auto kMetricsTimeout = std::chrono::seconds(4);
 
 }  // namespace
 
-Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, Engine::StopRequest stop)
+Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
+               Engine::StopRequest stop)
     : config_(config),
       epoch_(epoch),
       policy_(::geteuid(), config.allowed_uids, config.allowed_gids),
-      engine_(config, epoch, std::move(stop)),
+      engine_(config, epoch, std::move(metrics_url), std::move(stop)),
       service_(engine_, policy_) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig& config,
                                                       Engine::StopRequest stop) {
-  auto daemon = std::unique_ptr<Daemon>(new Daemon(config, NewEpoch(), std::move(stop)));
+  // The socket first: a second daemon on the same socket (and, likely, the
+  // same metrics address) is refused for the socket, which says more.
   auto listener = UnixListener::Bind({config.socket, config.socket_group});
   if (!listener.ok()) return listener.status();
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  if (!config.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(metrics_http, MetricsHttpServer::Bind(config.metrics_listen));
+  }
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(
+      config, NewEpoch(), metrics_http ? metrics_http->url() : std::string(), std::move(stop)));
   daemon->listener_ = std::move(*listener);
+  daemon->metrics_http_ = std::move(metrics_http);
 
   shm::SegmentNames(::geteuid(), config.socket, daemon->epoch_).RemoveStale();
   SigbusGuard::Install();
@@ -47,16 +64,21 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
     return absl::InternalError("cannot start the gRPC server");
   }
   daemon->listener_->Start(daemon->server_.get(), &daemon->policy_);
+  if (daemon->metrics_http_) {
+    daemon->metrics_http_->Start([raw = daemon.get()] { return raw->FetchMetrics(); });
+  }
   log::Daemon().info("collectived {} serving {} (pid {})", COLLECTIVE_VERSION, config.socket,
                      ::getpid());
-  NotifyReady(absl::StrCat("serving ", config.socket));
+  NotifyReady(DescribeForSystemd(nullptr, config.socket));
   return daemon;
 }
 
 void Daemon::Shutdown(const std::string& reason) {
   if (shut_down_) return;
   shut_down_ = true;
-  NotifyStopping(reason);
+  NotifyStopping(absl::StrCat("stopping: ", reason));
+  // Before the engine stops: a scrape in progress still gets its answer.
+  if (metrics_http_) metrics_http_->Stop();
   listener_->Stop();
   engine_.Shutdown(reason);
   // Every session and registration has been finished by the engine; give
@@ -64,6 +86,19 @@ void Daemon::Shutdown(const std::string& reason) {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   listener_.reset();
   log::Daemon().info("collectived stopped");
+}
+
+absl::StatusOr<std::string> Daemon::FetchMetrics() {
+  // Shared with the reply, which may come after this call gave up waiting.
+  auto answer = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> text = answer->get_future();
+  const bool posted = engine_.Post(MetricsEvent{
+      [answer](const v1::MetricsResponse& response) { answer->set_value(response.text()); }});
+  if (!posted) return absl::UnavailableError("collectived is shutting down");
+  if (text.wait_for(kMetricsTimeout) != std::future_status::ready) {
+    return absl::DeadlineExceededError("the engine did not render the metrics in time");
+  }
+  return text.get();
 }
 
 Daemon::~Daemon() {

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "config/daemon_config.h"
 #include "daemon/engine.h"
+#include "daemon/metrics_http.h"
 #include "daemon/peer_credentials.h"
 #include "daemon/service.h"
 #include "daemon/unix_listener.h"
@@ -31,7 +32,11 @@ class Daemon {
   ~Daemon();
 
  private:
-  Daemon(const config::DaemonConfig& config, uint64_t epoch, Engine::StopRequest stop);
+  Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
+         Engine::StopRequest stop);
+
+  // The metrics text, from the engine thread, for the HTTP listener's thread.
+  absl::StatusOr<std::string> FetchMetrics();
 
   const config::DaemonConfig config_;
   const uint64_t epoch_;
@@ -40,6 +45,7 @@ class Daemon {
   CollectiveServiceImpl service_;
   std::unique_ptr<UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_http_;  // with metrics_listen
   bool shut_down_ = false;
 };
 

@@ -9,6 +9,7 @@
 #include "collective/build_config.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/job_report.h"
 
 namespace collective::daemon {
 namespace {
@@ -40,7 +41,8 @@ v1::JobState ToProto(JobState state) {
 
 }  // namespace
 
-Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, StopRequest stop)
+Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
+               StopRequest stop)
     : config_(config),
       epoch_(epoch),
       daemon_uid_(::geteuid()),
@@ -50,7 +52,9 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, StopRequest s
       pool_(ReduceThreads(config.reduce_threads)),
       executor_(pool_),
       stop_(std::move(stop)),
-      stalls_(config.stall_check_seconds, config.stall_shutdown_seconds) {}
+      stalls_(config.stall_check_seconds, config.stall_shutdown_seconds),
+      metrics_(std::move(metrics_url)),
+      systemd_status_(config.socket) {}
 
 Engine::~Engine() {
   if (thread_.joinable()) Shutdown("the daemon object was destroyed");
@@ -131,6 +135,7 @@ void Engine::Loop() {
       if (timeline_.mark_cycles()) timeline_.Cycle(MonotonicNanos());
     }
     RunTimers(Clock::now());
+    systemd_status_.Observe(job_.get());
     if (!worked) doorbell_.Sleep(NextTimer());
   }
   // MPI ends on the thread that began it: the other daemons hear that this
@@ -174,6 +179,7 @@ void Engine::Dispatch(EngineEvent& event) {
                  },
                  [this](TimelineEvent& e) { OnTimeline(e); },
                  [this](ShutdownEvent& e) { OnShutdown(e); },
+                 [this](MetricsEvent& e) { OnMetrics(e); },
              },
              event);
 }
@@ -283,6 +289,7 @@ void Engine::CheckStalls(Clock::time_point now) {
     const bool across =
         negotiator_ != nullptr && negotiator_->Fail(stalled.process_set_id, stalled.name, why);
     if (failed.empty() && !across) continue;
+    const log::ScopedContext about({.tensor = stalled.name});
     log::Coord().error("{}", why.message());
     FailSubmissions(std::move(failed), why);
   }
@@ -366,6 +373,7 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
       for (const auto& member : job_->members()) {
         if (member && member->link) member->link->Close(status);
       }
+      ReportJobEnded(*job_, metrics_);
       EndWorldJob();
       job_.reset();
       coordinator_.reset();
@@ -379,6 +387,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
   response.set_version(COLLECTIVE_VERSION);
   response.set_pid(::getpid());
   response.set_socket(config_.socket);
+  response.set_metrics_url(metrics_.url());
   response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
   *response.mutable_totals() = totals_;
   v1::TimelineStatus* timeline = response.mutable_timeline();
@@ -431,6 +440,37 @@ void Engine::OnStatus(const StatusEvent& event) const {
     response.set_result_arena_bytes(job_->results()->capacity());
     response.set_result_arena_used_bytes(job_->results()->bytes_in_use());
   }
+  event.reply(response);
+}
+
+void Engine::OnMetrics(const MetricsEvent& event) const {
+  Metrics::Gauges gauges;
+  gauges.uptime_seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+  gauges.timeline_active = timeline_.active();
+  gauges.job_state = shutting_down_ ? "stopping" : "idle";
+  if (job_ != nullptr && !shutting_down_) {
+    gauges.job_state = std::string(JobStateName(job_->state()));
+    for (const auto& member : job_->members()) {
+      if (!member) continue;
+      gauges.clients_connected += member->attached() && member->live() ? 1 : 0;
+      gauges.outstanding_requests += member->outstanding.size();
+    }
+    if (job_->results() != nullptr) {
+      gauges.result_arena_bytes = job_->results()->capacity();
+      gauges.result_arena_used_bytes = job_->results()->bytes_in_use();
+    }
+  }
+  if (coordinator_ != nullptr) {
+    const Clock::time_point now = Clock::now();
+    const Clock::duration stall_after = stalls_.check_after();
+    for (const WaitingTensor& waiting : AllWaiting(/*with_announced=*/true)) {
+      ++gauges.pending_tensors;
+      gauges.stalled_tensors +=
+          stall_after > Clock::duration::zero() && now - waiting.first_at > stall_after ? 1 : 0;
+    }
+  }
+  v1::MetricsResponse response;
+  response.set_text(metrics_.Render(gauges));
   event.reply(response);
 }
 

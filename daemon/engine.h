@@ -39,11 +39,13 @@
 #include "daemon/executor.h"
 #include "daemon/fusion.h"
 #include "daemon/job.h"
+#include "daemon/metrics.h"
 #include "daemon/negotiator.h"
 #include "daemon/node_exchange.h"
 #include "daemon/ops/collective_op.h"
 #include "daemon/set_communicators.h"
 #include "daemon/stall_inspector.h"
+#include "daemon/systemd_notify.h"
 #include "daemon/thread_pool.h"
 #include "daemon/timeline.h"
 #include "daemon/world.h"
@@ -62,7 +64,9 @@ class Engine {
   // engine's way out when its MPI world of daemons broke.
   using StopRequest = std::function<void(std::string reason, int exit_code)>;
 
-  Engine(const config::DaemonConfig& config, uint64_t epoch, StopRequest stop = nullptr);
+  // `metrics_url`: where the metrics are served over HTTP, if they are.
+  Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url = {},
+         StopRequest stop = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -89,6 +93,7 @@ class Engine {
   Clock::time_point NextTimer() const;
   void WriteHeartbeats();
   void OnStatus(const StatusEvent& event) const;
+  void OnMetrics(const MetricsEvent& event) const;
   void OnTimeline(const TimelineEvent& event);
   // Tells every client whether to report copy-out spans.
   void PublishTimelineState();
@@ -253,6 +258,8 @@ class Engine {
   bool shutting_down_ = false;
   std::string shutdown_reason_;
   v1::Totals totals_;
+  Metrics metrics_;
+  JobStatusNotifier systemd_status_;
 
   // The event queue and the doorbell: the only state shared with other
   // threads.

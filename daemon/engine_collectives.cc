@@ -40,6 +40,7 @@ bool Engine::RunReady() {
     absl::Status status = CheckAgreement(tensor);
     if (status.ok() && op != nullptr) status = op->Check(tensor);
     if (!status.ok()) {
+      const log::ScopedContext about({.tensor = tensor.name});
       log::Coord().warn("{}", status.message());
       FailTensor(tensor, status);
     } else if (op == nullptr) {
@@ -137,6 +138,7 @@ void Engine::RunControl(const ReadyTensor& tensor) {
 }
 
 void Engine::CompleteControl(const ReadyTensor& tensor, int64_t value) {
+  metrics_.ControlCompleted(tensor);
   totals_.set_collectives(totals_.collectives() + 1);
   for (const Submission& submission : tensor.submissions) {
     ClientRecord& client = *submission.client;
@@ -162,6 +164,7 @@ void Engine::CompleteBatch(const FusedBatch& batch, const Executor::Outcome& out
     return;
   }
   totals_.set_fused_batches(totals_.fused_batches() + 1);
+  metrics_.BatchCompleted(batch, outcome);
   for (size_t t = 0; t < batch.tensors.size(); ++t) {
     const ReadyTensor& tensor = batch.tensors[t];
     const ops::CollectiveOp& op = *ops::OpFor(tensor.request().collective());

@@ -43,6 +43,10 @@ struct HealthEvent {
   std::function<void(const v1::HealthResponse&)> reply;
 };
 
+struct MetricsEvent {
+  std::function<void(const v1::MetricsResponse&)> reply;
+};
+
 struct TimelineEvent {
   v1::TimelineRequest request;
   PeerCredentials peer;  // the timeline file is opened with this identity
@@ -55,6 +59,6 @@ struct ShutdownEvent {
 
 using EngineEvent =
     std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent, SessionClosedEvent,
-                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent>;
+                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent, MetricsEvent>;
 
 }  // namespace collective::daemon

@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/engine.h"
+#include "daemon/job_report.h"
 #include "daemon/request_validator.h"
 #include "daemon/secrets.h"
 #include "shm/segment_layout.h"
@@ -256,17 +257,11 @@ void Engine::FinishFormation(const NodeLayout& layout) {
     member->registration->Finish(absl::OkStatus(), response);
     member->registration.reset();
   }
-  if (layout.nodes() == 1) {
-    log::Coord().info("job '{}' formed with {} local ranks", job_->id(), job_->local_size());
-  } else {
-    log::Coord().info("job '{}' formed: {} ranks on {} nodes, this node's are {}..{}", job_->id(),
-                      layout.world_size(), layout.nodes(), layout.offset(),
-                      layout.offset() + job_->local_size() - 1);
-  }
+  ReportJobStarted(*job_, metrics_);
 }
 
 void Engine::AbortFormation(const absl::Status& status) {
-  log::Coord().warn("job '{}' did not form: {}", job_->id(), status.message());
+  ReportJobNotFormed(*job_, status, metrics_);
   for (const auto& member : job_->members()) {
     if (member && member->registration) member->registration->Finish(status, {});
   }
@@ -353,6 +348,7 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
   client->segment->Unlink();
   ReleaseAllResults(*client);
   if (!client->left) {
+    const log::ScopedContext about({.rank = client->topology.rank()});
     log::Coord().warn("job '{}': {} disconnected without leaving", job_->id(),
                       DescribeMember(*client));
     FailJob(absl::AbortedError(absl::StrCat(
@@ -436,12 +432,7 @@ void Engine::MaybeTearDownJob() {
       (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value())) {
     return;
   }
-  if (job_->state() == JobState::kFailed) {
-    log::Coord().info("job '{}' ended after failing ({}); ready for the next job", job_->id(),
-                      job_->failure().message());
-  } else {
-    log::Coord().info("job '{}' ended: every rank left; ready for the next job", job_->id());
-  }
+  ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();
   deferred_.clear();

@@ -130,6 +130,7 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
     }
   }
   if (!status.ok()) {
+    const log::ScopedContext about({.rank = client.topology.rank(), .tensor = request.name()});
     log::Coord().debug("{}: {}", DescribeMember(client), status.message());
     CompleteWithError(client, request_id, status);
     return;
@@ -206,6 +207,7 @@ void Engine::CompleteWithError(ClientRecord& client, uint64_t request_id,
                                const absl::Status& status) {
   client.outstanding.erase(request_id);
   totals_.set_errors(totals_.errors() + 1);
+  metrics_.RequestFailed(status);
   if (client.gone) return;
   // The text first: a client that sees the failed record finds it waiting.
   if (client.link) {

@@ -87,6 +87,20 @@ absl::Status Job::Form(std::unique_ptr<ResultArena> results,
   return absl::OkStatus();
 }
 
+absl::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kForming:
+      return "forming";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kEnding:
+      return "ending";
+    case JobState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
 void Job::End(absl::Status why) {
   if (state_ == JobState::kEnding || state_ == JobState::kFailed) return;
   state_ = JobState::kEnding;

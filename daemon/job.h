@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/client_record.h"
 #include "daemon/node_layout.h"
@@ -26,6 +27,9 @@ enum class JobState {
   kEnding,  // a rank left: nothing can complete any more
   kFailed,  // a rank died or the job was aborted
 };
+
+// "forming", "running", "ending", "failed".
+absl::string_view JobStateName(JobState state);
 
 class Job {
  public:

@@ -137,6 +137,12 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Health(grpc::CallbackServerCont
   return AskEngine<HealthEvent>(context, response, "Health");
 }
 
+grpc::ServerUnaryReactor* CollectiveServiceImpl::Metrics(grpc::CallbackServerContext* context,
+                                                         const v1::MetricsRequest*,
+                                                         v1::MetricsResponse* response) {
+  return AskEngine<MetricsEvent>(context, response, "Metrics");
+}
+
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Timeline(grpc::CallbackServerContext* context,
                                                           const v1::TimelineRequest* request,
                                                           v1::TimelineResponse* response) {

@@ -32,6 +32,9 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
   grpc::ServerUnaryReactor* Timeline(grpc::CallbackServerContext* context,
                                      const v1::TimelineRequest* request,
                                      v1::TimelineResponse* response) override;
+  grpc::ServerUnaryReactor* Metrics(grpc::CallbackServerContext* context,
+                                    const v1::MetricsRequest* request,
+                                    v1::MetricsResponse* response) override;
 
  private:
   // The peer's credentials if the policy admits it; else PERMISSION_DENIED,

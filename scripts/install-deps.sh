@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages collectived needs to build, test and run.
-# Idempotent and quiet: prints nothing and touches nothing when all are present.
+# Installs the Debian 12 packages collectived needs. Idempotent and quiet:
+# prints nothing and touches nothing when all are present.
+#   install-deps.sh          build, test and run (make test, make demo, CI)
+#   install-deps.sh build    only what compiling the daemon and its tools needs
+#                            (cmake -DCOLLECTIVE_BUILD_TESTS=OFF
+#                            -DCOLLECTIVE_BUILD_PYTHON=OFF; the container
+#                            image's build stage)
 set -euo pipefail
+profile=${1:-all}
 
 packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config
   # control plane
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   # multi-node
   libopenmpi-dev openmpi-bin
   # shared memory, logging, config, CLI, systemd
   libboost-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev libsystemd-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
-  # Python binding and its tests
-  pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
 )
+case "$profile" in
+  build) ;;
+  all)
+    packages+=(
+      git
+      # tests and benchmarks
+      libgtest-dev libgmock-dev libbenchmark-dev
+      # Python binding and its tests
+      pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+      # the deployment tests: systemd-analyze verify, systemd-sysusers
+      systemd
+    )
+    ;;
+  *)
+    echo "usage: $0 [all|build]" >&2
+    exit 2
+    ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,6 +4,7 @@
 //   collectivectl health [--wait]     exit 0 only if the daemon answers and serves
 //   collectivectl timeline start FILE [--mark-cycles] | stop
 //                                     record the daemon's work as a Chrome trace
+//   collectivectl metrics             counters, histograms and gauges (Prometheus text)
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +95,10 @@ int main(int argc, char** argv) {
   timeline_start->add_flag("--mark-cycles", mark_cycles, "also mark every cycle of the engine");
   CLI::App* timeline_stop =
       timeline_command->add_subcommand("stop", "stop recording and complete the file");
+  CLI::App* metrics_command = app.add_subcommand(
+      "metrics",
+      "print the daemon's counters, histograms and gauges in Prometheus' text format (what "
+      "metrics_listen serves over HTTP)");
   CLI11_PARSE(app, argc, argv);
 
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
@@ -125,6 +130,13 @@ int main(int argc, char** argv) {
     const grpc::Status status = stub->Timeline(&context, request, &response);
     if (!status.ok()) return Report(status, socket);
     PrintTimeline(response);
+    return 0;
+  }
+  if (*metrics_command) {
+    collective::v1::MetricsResponse response;
+    const grpc::Status status = stub->Metrics(&context, {}, &response);
+    if (!status.ok()) return Report(status, socket);
+    std::cout << response.text();
     return 0;
   }
   if (*status_command) {

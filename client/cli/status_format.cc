@@ -126,6 +126,7 @@ std::string FormatStatus(const v1::StatusResponse& status) {
   if (!status.joined_ranks().empty()) {
     out += fmt::format("joined ranks: {}\n", Ranks(status.joined_ranks()));
   }
+  if (!status.metrics_url().empty()) out += fmt::format("metrics: {}\n", status.metrics_url());
   if (status.timeline().active()) {
     out += fmt::format("timeline: recording to {} ({} events so far)\n", status.timeline().path(),
                        status.timeline().events_written());

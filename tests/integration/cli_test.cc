@@ -8,7 +8,6 @@
 #include <vector>
 
 #include <signal.h>
-#include <sys/wait.h>
 
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
@@ -23,34 +22,6 @@ namespace collective::testing {
 namespace {
 
 constexpr absl::Duration kTimeout = absl::Seconds(15);
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs a binary to completion (within kTimeout).
-CommandResult RunCommand(const std::vector<std::string>& argv,
-                         const std::map<std::string, std::string>& environment = {}) {
-  CommandResult run;
-  auto process = Subprocess::Start(argv, environment);
-  if (!process.ok()) {
-    run.err = process.status().ToString();
-    return run;
-  }
-  const auto status = process->Wait(kTimeout);
-  if (status.has_value() && WIFEXITED(*status)) run.exit_code = WEXITSTATUS(*status);
-  run.out = process->Stdout();
-  run.err = process->Stderr();
-  return run;
-}
-
-CommandResult Ctl(const std::string& socket, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {CollectivectlBinary(), "--socket", socket};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return RunCommand(argv);
-}
 
 // The line of `text` that starts with `prefix`, or "".
 std::string LineStartingWith(const std::string& text, absl::string_view prefix) {
@@ -67,14 +38,14 @@ std::vector<std::string> Words(absl::string_view line) {
 TEST(CollectivectlTest, HealthSucceedsOnlyWithADaemon) {
   auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
-  const CommandResult healthy = Ctl((*daemon)->socket(), {"health"});
+  const CommandResult healthy = RunCollectivectl((*daemon)->socket(), {"health"});
   EXPECT_EQ(healthy.exit_code, 0) << healthy.err;
   EXPECT_TRUE(absl::StartsWith(healthy.out, "serving (collectived ")) << healthy.out;
   const std::string socket = (*daemon)->socket();
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 
   // The same socket path, with nobody behind it any more.
-  const CommandResult dead = Ctl(socket, {"--timeout", "2", "health"});
+  const CommandResult dead = RunCollectivectl(socket, {"--timeout", "2", "health"});
   EXPECT_NE(dead.exit_code, 0);
   EXPECT_EQ(dead.out, "");
   EXPECT_TRUE(absl::StartsWith(dead.err, absl::StrCat("collectivectl: ", socket, ": ")))
@@ -125,7 +96,7 @@ class CollectivectlStatusTest : public ::testing::Test {
 };
 
 TEST_F(CollectivectlStatusTest, TablesNameTheMissingRank) {
-  const CommandResult status = Ctl(daemon_->socket(), {"status"});
+  const CommandResult status = RunCollectivectl(daemon_->socket(), {"status"});
   ASSERT_EQ(status.exit_code, 0) << status.err;
   const std::string& out = status.out;
   EXPECT_TRUE(absl::StartsWith(out, "collectived ")) << out;
@@ -156,7 +127,7 @@ TEST_F(CollectivectlStatusTest, TablesNameTheMissingRank) {
 }
 
 TEST_F(CollectivectlStatusTest, JsonParsesIntoStatusResponse) {
-  const CommandResult status = Ctl(daemon_->socket(), {"status", "--json"});
+  const CommandResult status = RunCollectivectl(daemon_->socket(), {"status", "--json"});
   ASSERT_EQ(status.exit_code, 0) << status.err;
   v1::StatusResponse response;
   const auto parsed = google::protobuf::util::JsonStringToMessage(status.out, &response);

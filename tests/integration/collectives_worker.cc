@@ -23,6 +23,7 @@
 //   call-errors                        arguments refused by the client library
 //   stall                              the last rank never submits a tensor
 //   timeline [--start FILE [--mark-cycles]]  named collectives for a timeline
+//   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted
 //
 // Every scenario connects with --static-sets "0,1;2" when given (see
 // ConnectOrDie).
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
       {"call-errors", CallErrors},
       {"stall", StallScenario},
       {"timeline", TimelineScenario},
+      {"workload", WorkloadScenario},
   };
   const auto it = scenarios.find(args[0]);
   if (it == scenarios.end()) Die("unknown scenario " + args[0]);

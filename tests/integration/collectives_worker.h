@@ -104,5 +104,6 @@ int MismatchScenario(const Args& args);
 int CallErrors(const Args& args);
 int StallScenario(const Args& args);
 int TimelineScenario(const Args& args);
+int WorkloadScenario(const Args& args);
 
 }  // namespace collective::testing

@@ -1,10 +1,12 @@
 #include "tests/integration/daemon_process.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
@@ -158,6 +160,50 @@ bool HasPending(const v1::StatusResponse& status, const std::string& name, int r
 std::vector<std::string> SmallMemoryFlags() {
   return {"--default-arena-bytes",    "1MiB", "--result-arena-bytes", "4MiB",
           "--fusion-threshold-bytes", "1MiB"};
+}
+
+absl::StatusOr<StuckJob> StartStuckJob(const DaemonProcess& daemon) {
+  auto victim = daemon.StartWorker(TestWorkerBinary(), 1, 2, {"victim"});
+  if (!victim.ok()) return victim.status();
+  auto waiter =
+      daemon.StartWorker(TestWorkerBinary(), 0, 2, {"wait-stuck", "--expect", "disconnected"});
+  if (!waiter.ok()) return waiter.status();
+  return StuckJob{std::move(*victim), std::move(*waiter)};
+}
+
+std::string EndStuckJob(StuckJob& job, const DaemonProcess& daemon, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  job.victim.Signal(SIGKILL);
+  const auto waited = job.waiter.Wait(timeout);
+  if (!ExitedCleanly(waited)) {
+    return absl::StrCat("rank 0: ", waited ? job.waiter.Describe(*waited) : "still runs");
+  }
+  auto idle = daemon.AwaitStatus(
+      [](const v1::StatusResponse& s) { return s.job().state() == v1::JOB_STATE_IDLE; },
+      std::max(deadline - absl::Now(), absl::ZeroDuration()));
+  return idle.ok() ? "" : std::string(idle.status().message());
+}
+
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& environment,
+                         absl::Duration timeout) {
+  CommandResult run;
+  auto process = Subprocess::Start(argv, environment);
+  if (!process.ok()) {
+    run.err = process.status().ToString();
+    return run;
+  }
+  const auto status = process->Wait(timeout);
+  if (status.has_value() && WIFEXITED(*status)) run.exit_code = WEXITSTATUS(*status);
+  run.out = process->Stdout();
+  run.err = process->Stderr();
+  return run;
+}
+
+CommandResult RunCollectivectl(const std::string& socket, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {CollectivectlBinary(), "--socket", socket};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
 }
 
 std::string WaitForWorkers(std::vector<Subprocess>& workers, absl::Duration timeout) {

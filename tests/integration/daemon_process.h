@@ -104,9 +104,34 @@ bool HasPending(const v1::StatusResponse& status, const std::string& name, int r
 // production defaults. Append further flags after these.
 std::vector<std::string> SmallMemoryFlags();
 
+// A job of two test workers that blocks: rank 1 ("victim") submits a tensor
+// rank 0 never submits, and rank 0 waits on one rank 1 never submits. Ending
+// it (EndStuckJob) kills the victim, which fails the job on rank 0 ("...
+// disconnected ..."); then the daemon is idle again. "" when that all
+// happened within `timeout`, else what did not.
+struct StuckJob {
+  Subprocess victim;
+  Subprocess waiter;
+};
+absl::StatusOr<StuckJob> StartStuckJob(const DaemonProcess& daemon);
+std::string EndStuckJob(StuckJob& job, const DaemonProcess& daemon, absl::Duration timeout);
+
 // Waits for every worker (up to `timeout` in all) and returns "" if all
 // exited 0, else a description of each failure.
 std::string WaitForWorkers(std::vector<Subprocess>& workers, absl::Duration timeout);
+
+// A command run to completion: its exit code (-1 if it did not exit within
+// the timeout, or was killed), stdout and stderr.
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+CommandResult RunCommand(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& environment = {},
+                         absl::Duration timeout = absl::Seconds(15));
+// collectivectl --socket SOCKET ARGS...
+CommandResult RunCollectivectl(const std::string& socket, const std::vector<std::string>& args);
 
 // Paths of the binaries the tests start (set by CMake).
 std::string CollectivedBinary();

@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/common/temporary_directory.h"
 #include "tests/integration/daemon_process.h"
 
 namespace collective::testing {
@@ -136,26 +137,8 @@ TEST_F(SecurityTest, SocketAndSegmentsAreNotOpenToOthers) {
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
 
-// A temporary directory for socket paths the test chooses itself; removed
-// with everything in it.
-class TemporaryDirectory {
- public:
-  TemporaryDirectory() {
-    char pattern[] = "/tmp/cld-sec-XXXXXX";
-    if (::mkdtemp(pattern) != nullptr) path_ = pattern;
-  }
-  ~TemporaryDirectory() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 TEST(SocketDirectoryTest, WorldWritableIsRefused) {
-  TemporaryDirectory directory;
+  TemporaryDirectory directory("sec");
   ASSERT_FALSE(directory.path().empty());
   ASSERT_EQ(::chmod(directory.path().c_str(), 0777), 0);
   const std::string socket = directory.path() + "/collectived.sock";
@@ -172,7 +155,7 @@ TEST(SocketDirectoryTest, WorldWritableIsRefused) {
 }
 
 TEST(SocketDirectoryTest, CreatedOneIsNotWorldWritable) {
-  TemporaryDirectory directory;
+  TemporaryDirectory directory("sec");
   ASSERT_FALSE(directory.path().empty());
   const std::string created = directory.path() + "/run";
   auto daemon =

@@ -1,0 +1,119 @@
+# What `cmake --install build` (or `make install`) puts where, in three
+# components:
+#   daemon   collectived, collectivectl, their shared library, the default
+#            configuration, man pages and the README (the container image
+#            installs only this one)
+#   client   libcollective with its headers, collectiverun, demo-trainer
+#   systemd  the unit and the sysusers.d file that creates its user
+# Paths follow GNUInstallDirs (FHS): /usr/local/bin, /usr/local/etc, ... for
+# the default prefix; configure with -DCMAKE_INSTALL_PREFIX=/usr for /usr/bin
+# and /etc. Each component also records the files it installed in
+# share/collectived/install_manifest_<component>.txt, which `cmake --build
+# build --target uninstall` (make uninstall) reads: a manifest kept in the
+# prefix itself, so that installing elsewhere (a test, a package build) does
+# not change what an uninstall removes.
+include(GNUInstallDirs)
+
+# Installed binaries find the project's shared libraries next to them,
+# wherever the prefix is (/usr/local, /opt/collectived in the image).
+set_target_properties(collectived collectivectl collectiverun demo-trainer PROPERTIES
+  INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+
+# A path of GNUInstallDirs as it will be at install time: the prefix may be
+# overridden then (cmake --install --prefix), so it is resolved in the
+# install script, not here.
+function(collective_install_path out dir)
+  set(${out} "\${CMAKE_INSTALL_PREFIX}/${dir}" PARENT_SCOPE)
+  if(IS_ABSOLUTE "${dir}")
+    set(${out} "${dir}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# Records what this install has put in place so far into the prefix's
+# manifest for `component`.
+function(collective_install_manifest component)
+  install(CODE "
+    set(manifest \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/collectived/install_manifest_${component}.txt\")
+    list(REMOVE_DUPLICATES CMAKE_INSTALL_MANIFEST_FILES)
+    list(JOIN CMAKE_INSTALL_MANIFEST_FILES \"\\n\" files)
+    file(WRITE \"\${manifest}\" \"\${files}\\n\")
+    " COMPONENT ${component})
+endfunction()
+
+# Man pages made of the programs' own --help (scripts/help-to-man.sh), built
+# with them.
+set(man_dir ${CMAKE_BINARY_DIR}/man)
+set(collective_man_pages "")
+function(collective_man_page program section summary)
+  set(page ${man_dir}/${program}.${section})
+  add_custom_command(OUTPUT ${page}
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${man_dir}
+    COMMAND sh ${PROJECT_SOURCE_DIR}/scripts/help-to-man.sh ${page} ${program} ${section}
+      ${summary} $<TARGET_FILE:${program}> ${ARGN}
+    DEPENDS ${program} ${PROJECT_SOURCE_DIR}/scripts/help-to-man.sh
+    COMMENT "man page ${program}(${section})"
+    VERBATIM)
+  set(collective_man_pages ${collective_man_pages} ${page} PARENT_SCOPE)
+endfunction()
+collective_man_page(collectived 8 "per-node collective communication daemon")
+collective_man_page(collectivectl 1 "inspect a running collectived" status health
+  "timeline start" "timeline stop" metrics)
+add_custom_target(man-pages ALL DEPENDS ${collective_man_pages})
+
+# --- daemon ---------------------------------------------------------------
+install(TARGETS collectived collectivectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  COMPONENT daemon)
+install(TARGETS collective_proto LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT daemon
+  NAMELINK_SKIP)
+# The shipped configuration, for reference and for `diff` after an upgrade.
+install(FILES config/collectived.yaml DESTINATION ${CMAKE_INSTALL_DATADIR}/collectived
+  COMPONENT daemon)
+# The live one is the operator's: put in place only when there is none, and
+# not recorded, so that neither an upgrade nor an uninstall touches it.
+collective_install_path(config_dir "${CMAKE_INSTALL_SYSCONFDIR}/collectived")
+install(CODE "
+  set(live \"\$ENV{DESTDIR}${config_dir}/collectived.yaml\")
+  if(EXISTS \"\${live}\")
+    message(STATUS \"Kept: \${live} (the shipped one is in share/collectived)\")
+  else()
+    file(MAKE_DIRECTORY \"\$ENV{DESTDIR}${config_dir}\")
+    file(COPY \"${PROJECT_SOURCE_DIR}/config/collectived.yaml\" DESTINATION \"\$ENV{DESTDIR}${config_dir}\")
+    message(STATUS \"Installing: \${live}\")
+  endif()
+  " COMPONENT daemon)
+install(FILES ${man_dir}/collectived.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT daemon)
+install(FILES ${man_dir}/collectivectl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
+install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
+collective_install_manifest(daemon)
+
+# --- client ---------------------------------------------------------------
+install(TARGETS collective LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client)
+install(TARGETS collectiverun demo-trainer RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+  COMPONENT client)
+install(DIRECTORY client/include/collective DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  COMPONENT client)
+collective_install_manifest(client)
+
+# --- systemd --------------------------------------------------------------
+# The unit names the installed paths, which are known only at install time.
+collective_install_path(bin_dir "${CMAKE_INSTALL_BINDIR}")
+collective_install_path(doc_dir "${CMAKE_INSTALL_DOCDIR}")
+set(unit_out ${CMAKE_BINARY_DIR}/deploy/collectived.service)
+install(CODE "
+  set(COLLECTIVED_BINDIR \"${bin_dir}\")
+  set(COLLECTIVED_CONFIG \"${config_dir}/collectived.yaml\")
+  set(COLLECTIVED_DOCDIR \"${doc_dir}\")
+  configure_file(\"${PROJECT_SOURCE_DIR}/deploy/systemd/collectived.service.in\" \"${unit_out}\" @ONLY)
+  " COMPONENT systemd)
+install(FILES ${unit_out} DESTINATION lib/systemd/system COMPONENT systemd)
+install(FILES deploy/systemd/collectived.sysusers DESTINATION lib/sysusers.d
+  RENAME collectived.conf COMPONENT systemd)
+collective_install_manifest(systemd)
+
+# `cmake --build build --target uninstall`: removes what the manifests in the
+# prefix list (the live configuration stays).
+add_custom_target(uninstall
+  COMMAND ${CMAKE_COMMAND} -DPREFIX=${CMAKE_INSTALL_PREFIX}
+    -DDATADIR=${CMAKE_INSTALL_DATADIR} -P ${PROJECT_SOURCE_DIR}/cmake/Uninstall.cmake
+  COMMENT "Removing collectived from ${CMAKE_INSTALL_PREFIX}"
+  VERBATIM)

@@ -1,0 +1,516 @@
+// The deployment artefacts, checked with the tools operators use: the
+// installed tree (cmake --install into a temporary prefix) with a systemd
+// unit that `systemd-analyze verify` accepts and names the installed paths,
+// a sysusers.d file that systemd-sysusers turns into the unit's user, man
+// pages, and an uninstall that removes what was installed but the live
+// configuration; the container image's runtime packages against `ldd` of
+// the installed binaries; and the Kubernetes manifests' volumes, probes and
+// limits.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "tests/common/temporary_directory.h"
+#include "tests/integration/daemon_process.h"
+
+namespace collective::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const std::string kSource = COLLECTIVE_SOURCE_DIR;
+const std::string kBuild = COLLECTIVE_BINARY_DIR;
+const std::string kCmake = CMAKE_COMMAND_PATH;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Installs `components` of the build into `prefix`; "" when it worked, else
+// what cmake said.
+std::string Install(const std::string& prefix, const std::vector<std::string>& components) {
+  for (const std::string& component : components) {
+    const CommandResult run =
+        RunCommand({kCmake, "--install", kBuild, "--prefix", prefix, "--component", component}, {},
+                   absl::Seconds(60));
+    if (run.exit_code != 0) return absl::StrCat(component, ": ", run.out, run.err);
+  }
+  return "";
+}
+
+// The unit's "Key=Value" lines, by key (keys may repeat).
+std::multimap<std::string, std::string> UnitSettings(const std::string& text) {
+  std::multimap<std::string, std::string> settings;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.empty() || line[0] == '#' || line[0] == '[') continue;
+    const size_t eq = line.find('=');
+    if (eq != absl::string_view::npos) {
+      settings.emplace(std::string(line.substr(0, eq)), std::string(line.substr(eq + 1)));
+    }
+  }
+  return settings;
+}
+
+std::string Setting(const std::multimap<std::string, std::string>& settings,
+                    const std::string& key) {
+  const auto it = settings.find(key);
+  return it == settings.end() ? "" : it->second;
+}
+
+TEST(InstallTest, UnitVerifiesAndRunsTheInstalledDaemon) {
+  TemporaryDirectory temp("deploy");
+  const std::string prefix = temp.path() + "/prefix";
+  ASSERT_EQ(Install(prefix, {"daemon", "systemd"}), "");
+  for (const char* file :
+       {"bin/collectived", "bin/collectivectl", "lib/libcollective-proto.so.0",
+        "etc/collectived/collectived.yaml", "share/collectived/collectived.yaml",
+        "share/man/man8/collectived.8", "share/man/man1/collectivectl.1",
+        "share/doc/collectived/README.md", "lib/systemd/system/collectived.service",
+        "lib/sysusers.d/collectived.conf"}) {
+    EXPECT_TRUE(fs::exists(prefix + "/" + file)) << file;
+  }
+
+  // The unit names the installed daemon and configuration.
+  const std::string unit = prefix + "/lib/systemd/system/collectived.service";
+  const auto settings = UnitSettings(ReadFile(unit));
+  EXPECT_EQ(Setting(settings, "ExecStart"),
+            absl::StrCat(prefix, "/bin/collectived --config ", prefix,
+                         "/etc/collectived/collectived.yaml"));
+  EXPECT_EQ(Setting(settings, "Type"), "notify");
+  EXPECT_EQ(Setting(settings, "RuntimeDirectory"), "collectived");
+  EXPECT_EQ(Setting(settings, "Restart"), "on-failure");
+  EXPECT_EQ(Setting(settings, "NoNewPrivileges"), "yes");
+  EXPECT_EQ(Setting(settings, "ProtectSystem"), "strict");
+  EXPECT_EQ(Setting(settings, "PrivateTmp"), "yes");
+  EXPECT_EQ(Setting(settings, "LimitMEMLOCK"), "infinity");
+  EXPECT_EQ(Setting(settings, "PrivateDevices"), "") << "the daemon needs the host's /dev/shm";
+  const std::vector<std::string> writable =
+      absl::StrSplit(Setting(settings, "ReadWritePaths"), ' ');
+  EXPECT_THAT(writable, Contains("/dev/shm"));
+  EXPECT_THAT(writable, Contains("/run/collectived"));
+
+  // systemd accepts it: keys, values, the binary, and the man pages of
+  // Documentation= (found through MANPATH in the temporary prefix).
+  const CommandResult verify =
+      RunCommand({"/usr/bin/systemd-analyze", "verify", unit},
+                 {{"MANPATH", prefix + "/share/man"}, {"SYSTEMD_LOG_COLOR", "0"}});
+  EXPECT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  // Remarks on the unit name it (unknown keys are only warnings); lines
+  // about the machine itself (a container without systemd running) do not.
+  for (absl::string_view line : absl::StrSplit(verify.out + verify.err, '\n', absl::SkipEmpty())) {
+    EXPECT_FALSE(absl::StrContains(line, "collectived")) << "systemd-analyze verify: " << line;
+  }
+
+  // The sysusers.d file creates the unit's user and group.
+  const std::string root = temp.path() + "/root";
+  fs::create_directories(root + "/etc");
+  const CommandResult sysusers = RunCommand(
+      {"/usr/bin/systemd-sysusers", "--root=" + root, prefix + "/lib/sysusers.d/collectived.conf"});
+  ASSERT_EQ(sysusers.exit_code, 0) << sysusers.out << sysusers.err;
+  EXPECT_TRUE(absl::StrContains("\n" + ReadFile(root + "/etc/passwd"),
+                                absl::StrCat("\n", Setting(settings, "User"), ":x:")));
+  EXPECT_TRUE(absl::StrContains("\n" + ReadFile(root + "/etc/group"),
+                                absl::StrCat("\n", Setting(settings, "Group"), ":x:")));
+
+  // The installed daemon finds its library and reads the installed
+  // configuration.
+  const CommandResult config =
+      RunCommand({prefix + "/bin/collectived", "--config",
+                  prefix + "/etc/collectived/collectived.yaml", "--print-config"});
+  EXPECT_EQ(config.exit_code, 0) << config.err;
+  EXPECT_THAT(config.out, HasSubstr("socket: \"/run/collectived/collectived.sock\""));
+  // The man pages are the programs' --help.
+  const std::string page = ReadFile(prefix + "/share/man/man8/collectived.8");
+  EXPECT_THAT(page, HasSubstr(".TH COLLECTIVED 8"));
+  EXPECT_THAT(page, HasSubstr("--metrics-listen"));
+  EXPECT_THAT(ReadFile(prefix + "/share/man/man1/collectivectl.1"),
+              HasSubstr("COLLECTIVECTL METRICS"));
+}
+
+TEST(InstallTest, UpgradeKeepsTheLiveConfigAndUninstallRemovesTheRest) {
+  TemporaryDirectory temp("deploy");
+  const std::string prefix = temp.path() + "/prefix";
+  ASSERT_EQ(Install(prefix, {"daemon", "systemd"}), "");
+  const std::string live = prefix + "/etc/collectived/collectived.yaml";
+  std::ofstream(live) << "log_level: debug\n";
+  ASSERT_EQ(Install(prefix, {"daemon", "systemd"}), "");
+  EXPECT_EQ(ReadFile(live), "log_level: debug\n");
+
+  const CommandResult uninstall =
+      RunCommand({kCmake, "-DPREFIX=" + prefix, "-P", kSource + "/cmake/Uninstall.cmake"});
+  ASSERT_EQ(uninstall.exit_code, 0) << uninstall.out << uninstall.err;
+  std::vector<std::string> left;
+  for (const auto& entry : fs::recursive_directory_iterator(prefix)) {
+    if (!entry.is_directory()) left.push_back(fs::relative(entry.path(), prefix).string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"etc/collectived/collectived.yaml"});
+  EXPECT_FALSE(fs::exists(prefix + "/share/collectived"));
+  EXPECT_FALSE(fs::exists(prefix + "/share/doc/collectived"));
+}
+
+// --- The container image ---------------------------------------------------
+
+// The lines of the Dockerfile stage named `stage`.
+std::vector<std::string> Stage(const std::string& dockerfile, absl::string_view stage) {
+  std::vector<std::string> lines;
+  bool in = false;
+  for (absl::string_view line : absl::StrSplit(dockerfile, '\n')) {
+    if (absl::StartsWith(line, "FROM ")) in = absl::EndsWith(line, absl::StrCat(" AS ", stage));
+    if (in) lines.emplace_back(line);
+  }
+  return lines;
+}
+
+// The packages the `apt-get install` commands of `stage` name.
+std::set<std::string> AptInstalled(const std::vector<std::string>& stage) {
+  // Instructions, with their continuation lines joined.
+  std::vector<std::string> instructions;
+  bool continued = false;
+  for (const std::string& line : stage) {
+    absl::string_view text = absl::StripAsciiWhitespace(line);
+    const bool continues = absl::ConsumeSuffix(&text, "\\");
+    if (continued) {
+      absl::StrAppend(&instructions.back(), " ", text);
+    } else {
+      instructions.emplace_back(text);
+    }
+    continued = continues;
+  }
+  std::set<std::string> packages;
+  for (const std::string& instruction : instructions) {
+    if (!absl::StartsWith(instruction, "RUN ")) continue;
+    for (absl::string_view command : absl::StrSplit(instruction.substr(4), "&&")) {
+      const std::vector<absl::string_view> words = absl::StrSplit(command, ' ', absl::SkipEmpty());
+      if (words.size() < 2 || words[0] != "apt-get" || words[1] != "install") continue;
+      for (size_t i = 2; i < words.size(); ++i) {
+        if (!absl::StartsWith(words[i], "-")) packages.emplace(words[i]);
+      }
+    }
+  }
+  return packages;
+}
+
+// Every ELF file under `dir`.
+std::vector<std::string> ElfFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    if (in && std::string(magic, 4) ==
+                  "\x7f"
+                  "ELF")
+      files.push_back(entry.path().string());
+  }
+  return files;
+}
+
+// Debian packages that own `paths` (dpkg -S), trying the other side of the
+// merged /usr where dpkg registered a library under /usr/lib or /lib.
+std::set<std::string> OwningPackages(const std::set<std::string>& paths,
+                                     std::set<std::string>& unowned) {
+  std::set<std::string> packages;
+  std::set<std::string> pending = paths;
+  for (int attempt = 0; attempt < 2 && !pending.empty(); ++attempt) {
+    std::vector<std::string> argv = {"/usr/bin/dpkg", "-S"};
+    for (const std::string& path : pending) {
+      argv.push_back(attempt == 0                      ? path
+                     : absl::StartsWith(path, "/usr/") ? path.substr(4)
+                                                       : "/usr" + path);
+    }
+    const CommandResult run = RunCommand(argv);
+    std::set<std::string> found;
+    for (absl::string_view line : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+      const size_t separator = line.find(": /");
+      if (separator == absl::string_view::npos) continue;
+      for (absl::string_view owner : absl::StrSplit(line.substr(0, separator), ", ")) {
+        packages.emplace(owner.substr(0, owner.find(':')));
+      }
+      std::string path(line.substr(separator + 2));
+      if (attempt == 1) path = absl::StartsWith(path, "/usr/") ? path.substr(4) : "/usr" + path;
+      found.insert(path);
+    }
+    for (const std::string& path : found) pending.erase(path);
+  }
+  unowned = pending;
+  return packages;
+}
+
+struct PackageInfo {
+  bool base = false;  // Essential, or Priority required: in every Debian image
+  std::vector<std::string> depends;
+};
+
+std::map<std::string, PackageInfo> InstalledPackages() {
+  const CommandResult run =
+      RunCommand({"/usr/bin/dpkg-query", "-W",
+                  "-f=${Package}\t${Essential}\t${Priority}\t${Depends}, ${Pre-Depends}\n"});
+  std::map<std::string, PackageInfo> packages;
+  for (absl::string_view line : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> fields = absl::StrSplit(line, '\t');
+    if (fields.size() != 4) continue;
+    PackageInfo& info = packages[std::string(fields[0])];
+    info.base = fields[1] == "yes" || fields[2] == "required";
+    for (absl::string_view dependency : absl::StrSplit(fields[3], absl::ByAnyChar(",|"))) {
+      dependency = absl::StripAsciiWhitespace(dependency);
+      dependency = dependency.substr(0, dependency.find_first_of(" :("));
+      if (!dependency.empty()) info.depends.emplace_back(dependency);
+    }
+  }
+  return packages;
+}
+
+// `roots` and everything they depend on.
+std::set<std::string> Closure(std::set<std::string> roots,
+                              const std::map<std::string, PackageInfo>& packages) {
+  std::vector<std::string> todo(roots.begin(), roots.end());
+  while (!todo.empty()) {
+    const std::string name = todo.back();
+    todo.pop_back();
+    const auto it = packages.find(name);
+    if (it == packages.end()) continue;
+    for (const std::string& dependency : it->second.depends) {
+      if (roots.insert(dependency).second) todo.push_back(dependency);
+    }
+  }
+  return roots;
+}
+
+TEST(ContainerTest, RuntimeStageInstallsExactlyWhatTheBinariesLoad) {
+  const std::string dockerfile = ReadFile(kSource + "/deploy/container/Dockerfile");
+  const std::vector<std::string> build = Stage(dockerfile, "build");
+  const std::vector<std::string> runtime = Stage(dockerfile, "runtime");
+  ASSERT_FALSE(build.empty());
+  ASSERT_FALSE(runtime.empty());
+  EXPECT_EQ(build.front(), "FROM debian:12 AS build");
+  EXPECT_EQ(runtime.front(), "FROM debian:12-slim AS runtime");
+  EXPECT_THAT(absl::StrJoin(build, "\n"),
+              HasSubstr("cmake --install build --prefix /opt/collectived --component daemon"));
+  EXPECT_THAT(runtime, Contains("COPY --from=build /opt/collectived /opt/collectived"));
+  EXPECT_THAT(runtime, Contains("USER collectived:collectived"));
+  const std::set<std::string> listed = AptInstalled(runtime);
+  ASSERT_FALSE(listed.empty());
+
+  // What the image's tree loads: the same component, installed here.
+  TemporaryDirectory temp("deploy");
+  const std::string prefix = temp.path() + "/opt";
+  ASSERT_EQ(Install(prefix, {"daemon"}), "");
+  std::set<std::string> libraries;
+  const std::vector<std::string> elves = ElfFiles(prefix);
+  ASSERT_GE(elves.size(), 3u);
+  for (const std::string& file : elves) {
+    const CommandResult ldd = RunCommand({"/usr/bin/ldd", file});
+    ASSERT_EQ(ldd.exit_code, 0) << file << ": " << ldd.err;
+    EXPECT_THAT(ldd.out, ::testing::Not(HasSubstr("not found"))) << file;
+    for (absl::string_view line : absl::StrSplit(ldd.out, '\n', absl::SkipEmpty())) {
+      const size_t arrow = line.find("=> /");
+      if (arrow == absl::string_view::npos) continue;
+      const absl::string_view path = line.substr(arrow + 3, line.find(" (") - arrow - 3);
+      // The project's own libraries come with the tree.
+      if (!absl::StartsWith(path, prefix)) libraries.emplace(path);
+    }
+  }
+  std::set<std::string> unowned;
+  const std::set<std::string> needed = OwningPackages(libraries, unowned);
+  EXPECT_THAT(unowned, IsEmpty()) << "libraries of no Debian package";
+
+  // Every package listed provides a library the binaries load...
+  for (const std::string& package : listed) {
+    EXPECT_THAT(needed, Contains(package)) << package << " is installed but nothing loads it";
+  }
+  // ...and every library comes with a listed package, its dependencies, or
+  // the base image.
+  const std::map<std::string, PackageInfo> packages = InstalledPackages();
+  std::set<std::string> base;
+  for (const auto& [name, info] : packages) {
+    if (info.base) base.insert(name);
+  }
+  const std::set<std::string> image = Closure(base, packages);
+  const std::set<std::string> provided = Closure(listed, packages);
+  for (const std::string& package : needed) {
+    EXPECT_TRUE(provided.contains(package) || image.contains(package))
+        << package << " provides a library the binaries load, but the runtime stage lacks it";
+  }
+}
+
+// --- Kubernetes -------------------------------------------------------------
+
+std::vector<YAML::Node> Documents(const std::string& file) {
+  return YAML::LoadAllFromFile(kSource + "/deploy/" + file);
+}
+
+// The container of `pod` (a PodSpec) named `name`, in containers or
+// initContainers.
+YAML::Node ContainerNamed(const YAML::Node& pod, const std::string& name) {
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const YAML::Node& container : pod[list]) {
+      if (container["name"].as<std::string>() == name) return container;
+    }
+  }
+  return YAML::Node();
+}
+
+YAML::Node VolumeNamed(const YAML::Node& pod, const std::string& name) {
+  for (const YAML::Node& volume : pod["volumes"]) {
+    if (volume["name"].as<std::string>() == name) return volume;
+  }
+  return YAML::Node();
+}
+
+// The volume `container` mounts at `path`.
+std::string MountedAt(const YAML::Node& container, const std::string& path) {
+  for (const YAML::Node& mount : container["volumeMounts"]) {
+    if (mount["mountPath"].as<std::string>() == path) return mount["name"].as<std::string>();
+  }
+  return "";
+}
+
+std::string SocketArgument(const YAML::Node& container) {
+  for (const YAML::Node& arg : container["args"]) {
+    const std::string text = arg.as<std::string>();
+    if (absl::StartsWith(text, "--socket=")) return text.substr(9);
+  }
+  return "";
+}
+
+std::string EnvValue(const YAML::Node& container, const std::string& name) {
+  for (const YAML::Node& variable : container["env"]) {
+    if (variable["name"].as<std::string>() == name) return variable["value"].as<std::string>();
+  }
+  return "";
+}
+
+// The daemon's probes run `collectivectl --socket SOCKET ... health`.
+void ExpectHealthProbes(const YAML::Node& daemon, const std::string& socket) {
+  for (const char* probe : {"startupProbe", "readinessProbe", "livenessProbe"}) {
+    SCOPED_TRACE(probe);
+    ASSERT_TRUE(daemon[probe].IsMap());
+    const std::vector<std::string> command =
+        daemon[probe]["exec"]["command"].as<std::vector<std::string>>();
+    ASSERT_GE(command.size(), 4u);
+    EXPECT_EQ(command.front(), "collectivectl");
+    EXPECT_EQ(command.back(), "health");
+    const auto flag = std::find(command.begin(), command.end(), "--socket");
+    ASSERT_NE(flag, command.end());
+    ASSERT_NE(flag + 1, command.end());
+    EXPECT_EQ(*(flag + 1), socket);
+  }
+}
+
+void ExpectLimits(const YAML::Node& container) {
+  EXPECT_TRUE(container["resources"]["limits"]["cpu"].IsDefined());
+  EXPECT_TRUE(container["resources"]["limits"]["memory"].IsDefined());
+}
+
+TEST(KubernetesTest, SidecarSharesSocketAndShmAndIsProbedWithCollectivectl) {
+  const std::vector<YAML::Node> documents = Documents("kubernetes/trainer-with-sidecar.yaml");
+  ASSERT_EQ(documents.size(), 1u);
+  ASSERT_EQ(documents[0]["kind"].as<std::string>(), "Pod");
+  const YAML::Node pod = documents[0]["spec"];
+  EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>());
+  const YAML::Node daemon = ContainerNamed(pod, "collectived");
+  const YAML::Node trainer = ContainerNamed(pod, "trainer");
+  ASSERT_TRUE(daemon.IsMap());
+  ASSERT_TRUE(trainer.IsMap());
+  // A native sidecar: an init container that keeps running.
+  EXPECT_EQ(daemon["restartPolicy"].as<std::string>(), "Always");
+
+  // /dev/shm: one memory-backed emptyDir with a size limit, in both.
+  const std::string shm = MountedAt(daemon, "/dev/shm");
+  EXPECT_EQ(MountedAt(trainer, "/dev/shm"), shm);
+  const YAML::Node shm_volume = VolumeNamed(pod, shm);
+  ASSERT_TRUE(shm_volume.IsMap()) << shm;
+  EXPECT_EQ(shm_volume["emptyDir"]["medium"].as<std::string>(), "Memory");
+  EXPECT_TRUE(shm_volume["emptyDir"]["sizeLimit"].IsDefined());
+
+  // The socket: in a directory of a shared emptyDir, below its (world-
+  // writable) mount point, and where the trainer looks.
+  const std::string socket = SocketArgument(daemon);
+  ASSERT_FALSE(socket.empty());
+  const fs::path directory = fs::path(socket).parent_path();
+  const std::string mount = directory.parent_path().string();
+  const std::string socket_volume = MountedAt(daemon, mount);
+  ASSERT_FALSE(socket_volume.empty()) << "no volume holds " << socket;
+  EXPECT_TRUE(VolumeNamed(pod, socket_volume)["emptyDir"].IsDefined());
+  EXPECT_EQ(MountedAt(trainer, mount), socket_volume);
+  EXPECT_EQ(EnvValue(trainer, "COLLECTIVE_SOCKET"), socket);
+
+  ExpectHealthProbes(daemon, socket);
+  ExpectLimits(daemon);
+  ExpectLimits(trainer);
+}
+
+TEST(KubernetesTest, DaemonSetServesTheNodeThroughHostPaths) {
+  const std::vector<YAML::Node> documents = Documents("kubernetes/collectived-daemonset.yaml");
+  ASSERT_EQ(documents.size(), 2u);
+  ASSERT_EQ(documents[0]["kind"].as<std::string>(), "DaemonSet");
+  const YAML::Node pod = documents[0]["spec"]["template"]["spec"];
+  const YAML::Node daemon = ContainerNamed(pod, "collectived");
+  ASSERT_TRUE(daemon.IsMap());
+  const std::string socket = SocketArgument(daemon);
+  const std::string directory = fs::path(socket).parent_path().string();
+  const YAML::Node socket_volume = VolumeNamed(pod, MountedAt(daemon, directory));
+  EXPECT_EQ(socket_volume["hostPath"]["path"].as<std::string>(), directory);
+  EXPECT_EQ(VolumeNamed(pod, MountedAt(daemon, "/dev/shm"))["hostPath"]["path"].as<std::string>(),
+            "/dev/shm");
+  ExpectHealthProbes(daemon, socket);
+  ExpectLimits(daemon);
+  // Root without root's powers: only what handing segments to trainers needs.
+  const YAML::Node capabilities = daemon["securityContext"]["capabilities"];
+  EXPECT_EQ(capabilities["drop"].as<std::vector<std::string>>(), std::vector<std::string>{"ALL"});
+  EXPECT_EQ(capabilities["add"].as<std::vector<std::string>>(),
+            (std::vector<std::string>{"CHOWN", "FOWNER"}));
+  EXPECT_FALSE(daemon["securityContext"]["allowPrivilegeEscalation"].as<bool>());
+
+  // The example trainer reaches the same socket and /dev/shm.
+  ASSERT_EQ(documents[1]["kind"].as<std::string>(), "Pod");
+  const YAML::Node trainer_pod = documents[1]["spec"];
+  const YAML::Node trainer = ContainerNamed(trainer_pod, "trainer");
+  EXPECT_EQ(EnvValue(trainer, "COLLECTIVE_SOCKET"), socket);
+  EXPECT_EQ(
+      VolumeNamed(trainer_pod, MountedAt(trainer, directory))["hostPath"]["path"].as<std::string>(),
+      directory);
+  EXPECT_EQ(VolumeNamed(trainer_pod, MountedAt(trainer, "/dev/shm"))["hostPath"]["path"]
+                .as<std::string>(),
+            "/dev/shm");
+}
+
+TEST(KubernetesTest, EveryManifestParses) {
+  for (const char* file :
+       {"kubernetes/trainer-with-sidecar.yaml", "kubernetes/collectived-daemonset.yaml",
+        "multinode/mpijob-sidecar.yaml"}) {
+    SCOPED_TRACE(file);
+    std::vector<YAML::Node> documents;
+    EXPECT_NO_THROW(documents = Documents(file));
+    for (const YAML::Node& document : documents) {
+      EXPECT_TRUE(document["apiVersion"].IsDefined());
+      EXPECT_TRUE(document["kind"].IsDefined());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace collective::testing
