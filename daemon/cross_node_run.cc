@@ -41,7 +41,7 @@ absl::Status CrossNodeRun::StartTransfers(size_t stage) {
   Transfer& transfer = in_flight_.emplace_back();
   transfer.stage = stage;
   if (transfers_started_ == Clock::time_point{}) transfers_started_ = Clock::now();
-  log::Mpi().debug("stage {} of '{}': {} transfers start", stage, stages_[stage].tensor,
+  log::Mpi().trace("stage {} of '{}': {} transfers start", stage, stages_[stage].tensor,
                    stages_[stage].transfers.size());
   for (const TransferStart& start : stages_[stage].transfers) {
     if (absl::Status started = start(transfer.mpi); !started.ok()) {
@@ -66,6 +66,8 @@ absl::Status CrossNodeRun::TestTransfers() {
     }
     if (!done) return absl::OkStatus();
     FreeTypes(transfer.mpi);
+    log::Mpi().trace("stage {} of '{}' transferred", transfer.stage,
+                     stages_[transfer.stage].tensor);
     // A scale of one chunk: small enough to run here.
     const ops::WorkList& after = stages_[transfer.stage].after;
     for (size_t i = 0; i < after.size(); ++i) after.Run(i);

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <future>
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "collective/build_config.h"
@@ -77,6 +78,9 @@ absl::Status Engine::Start() {
   std::promise<absl::Status> world;
   std::future<absl::Status> joined = world.get_future();
   thread_ = std::thread([this, &world] {
+    // Its sleeps are short deadlines: the kernel's default 50 us of timer
+    // slack would double them.
+    ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     const absl::Status status = StartWorld();
     const bool ok = status.ok();
     world.set_value(status);
@@ -248,7 +252,7 @@ std::vector<WaitingTensor> Engine::AllWaiting(bool with_announced) const {
   if (negotiator_ == nullptr) return local;
   // Node 0 knows which nodes announced a tensor; this node's own table
   // knows which of its ranks submitted one it has not announced.
-  std::vector<WaitingTensor> waiting = negotiator_->Waiting(job_->process_sets());
+  std::vector<WaitingTensor> waiting = negotiator_->Waiting(job_->process_sets(), Clock::now());
   for (WaitingTensor& mine : local) {
     auto across = std::find_if(waiting.begin(), waiting.end(), [&](const WaitingTensor& w) {
       return w.process_set_id == mine.process_set_id && w.name == mine.name;
@@ -280,8 +284,31 @@ std::vector<WaitingTensor> Engine::AllWaiting(bool with_announced) const {
   return waiting;
 }
 
+void Engine::ReportPartialToNodeZero(Clock::time_point now) {
+  if (negotiator_ == nullptr || negotiator_->coordinator() || !stalls_.enabled()) return;
+  const NodeLayout& layout = job_->layout();
+  std::vector<v1::PartialTensor> partial;
+  for (const WaitingTensor& waiting : coordinator_->Waiting(
+           job_->process_sets(), [&](int32_t rank) { return layout.IsLocal(rank); })) {
+    const ProcessSet* set = job_->process_sets().Find(waiting.process_set_id);
+    // Half the stall time: node 0 knows by the time its own check fires.
+    if (set == nullptr || !SpansNodes(*set) || now - waiting.first_at < stalls_.check_after() / 2) {
+      continue;
+    }
+    v1::PartialTensor& tensor = partial.emplace_back();
+    tensor.set_process_set_id(waiting.process_set_id);
+    tensor.set_name(waiting.name);
+    for (int32_t rank : waiting.ready_ranks) tensor.add_ranks(rank);
+    tensor.set_age_seconds(std::chrono::duration<double>(now - waiting.first_at).count());
+  }
+  if (partial.empty() && !reported_partial_) return;
+  reported_partial_ = !partial.empty();
+  negotiator_->ReportPartial(std::move(partial));
+}
+
 void Engine::CheckStalls(Clock::time_point now) {
   if (coordinator_ == nullptr || job_->state() != JobState::kRunning) return;
+  ReportPartialToNodeZero(now);
   for (const StalledTensor& stalled : stalls_.Inspect(now, AllWaiting(/*with_announced=*/false))) {
     const absl::Status why = absl::DeadlineExceededError(stalls_.ShutdownMessage(stalled));
     std::vector<PendingTensor> failed =
@@ -369,6 +396,10 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
     if (job_->state() == JobState::kForming) {
       AbortFormation(status);
     } else {
+      // Transfers this daemon began with the others will not finish.
+      if (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value()) {
+        BreakWorld(status, /*abandon_mpi=*/true);
+      }
       FailJob(status);
       for (const auto& member : job_->members()) {
         if (member && member->link) member->link->Close(status);
@@ -390,6 +421,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
   response.set_metrics_url(metrics_.url());
   response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
   *response.mutable_totals() = totals_;
+  if (negotiator_ != nullptr) negotiator_->AddTo(*response.mutable_totals());
   v1::TimelineStatus* timeline = response.mutable_timeline();
   timeline->set_active(timeline_.active());
   timeline->set_path(timeline_.path());

@@ -98,6 +98,9 @@ class Engine {
   // Tells every client whether to report copy-out spans.
   void PublishTimelineState();
   void CheckStalls(Clock::time_point now);
+  // Across nodes, on nodes but 0: tensors partly submitted here for a while,
+  // so that node 0's stall report names exactly the missing ranks.
+  void ReportPartialToNodeZero(Clock::time_point now);
   // Tensors some ranks wait on, this node's merged with node 0's view
   // across nodes; `with_announced`: also those ready here and waiting for
   // node 0 (for status, not for the stall inspector).
@@ -128,7 +131,12 @@ class Engine {
   enum class Origin { kHere, kOtherNode };
   void FailJob(const absl::Status& why, Origin origin = Origin::kHere);
   void EndJob(const absl::Status& why, Origin origin = Origin::kHere);
-  void FailAllPending(const absl::Status& why);
+  // Fails what is not decided across nodes (or anything, on one node): the
+  // tensors not ready here, and (node 0) those it waits for.
+  void FailUndecided(const absl::Status& why);
+  // Fails what node 0 decided but this node has not finished, leaving its
+  // transfers to MPI: only when MPI is abandoned.
+  void AbandonDecided(const absl::Status& why);
   void MaybeTearDownJob();
 
   // engine_requests.cc
@@ -159,6 +167,9 @@ class Engine {
   // when next.
   bool WaitsForWorld() const;
   Clock::time_point NextWorldPoll() const;
+  // The negotiation moved: look for the other daemons' next message often
+  // for a while (two cycles).
+  void KeepPollingFast();
   // The nodes agreed on the job: its communicators, then the job itself.
   void FormAcrossNodes(const NodeLayout& layout);
   // An exchange that cannot complete any more: kept for MPI, and the world
@@ -243,6 +254,8 @@ class Engine {
     std::unique_ptr<CrossNodeRun> run;
   };
   std::optional<ActiveCrossRun> cross_active_;
+  bool reported_partial_ = false;  // node 0 holds a non-empty partial report
+  Clock::time_point fast_poll_until_{};
 
   // Job state: engine thread only.
   std::unique_ptr<Job> job_;

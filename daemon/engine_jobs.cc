@@ -359,15 +359,20 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
   MaybeTearDownJob();
 }
 
-void Engine::FailAllPending(const absl::Status& why) {
+void Engine::FailUndecided(const absl::Status& why) {
   if (coordinator_ != nullptr) FailSubmissions(coordinator_->TakeAllPending(), why);
-  std::vector<ReadyTensor> ready;
+  std::vector<ReadyTensor> local;
   for (FusedBatch& batch : deferred_) {
-    for (ReadyTensor& tensor : batch.tensors) ready.push_back(std::move(tensor));
+    for (ReadyTensor& tensor : batch.tensors) local.push_back(std::move(tensor));
   }
   deferred_.clear();
-  // Across nodes: what waits for node 0, what it decided, and the batch
-  // being exchanged, whose transfers the other nodes abandon too.
+  FailReady(std::move(local), why);
+  // Node 0 fails what it still waits for, now and when announced later.
+  if (negotiator_ != nullptr && negotiator_->coordinator()) negotiator_->EndAll(why);
+}
+
+void Engine::AbandonDecided(const absl::Status& why) {
+  std::vector<ReadyTensor> ready;
   for (auto& [key, tensor] : announced_) ready.push_back(std::move(tensor));
   announced_.clear();
   for (FusedBatch& batch : cross_queue_) {
@@ -375,15 +380,10 @@ void Engine::FailAllPending(const absl::Status& why) {
   }
   cross_queue_.clear();
   if (cross_active_.has_value()) {
-    const bool in_flight = cross_active_->run->waiting_for_transfers();
     for (ReadyTensor& tensor : cross_active_->batch.tensors) ready.push_back(std::move(tensor));
-    if (in_flight) {
-      // MPI keeps the run's buffers (its result block, the arenas it reads)
-      // and requests: this world cannot be trusted with another job.
-      BreakWorld(absl::AbortedError("the job failed while data was crossing nodes"),
-                 /*abandon_mpi=*/true);
-      (void)cross_active_->run.release();
-    }
+    // MPI keeps the run's buffers (its result block, the arenas it reads)
+    // and requests: they are the process's until it exits.
+    (void)cross_active_->run.release();
     cross_active_.reset();
   }
   FailReady(std::move(ready), why);
@@ -392,30 +392,22 @@ void Engine::FailAllPending(const absl::Status& why) {
 void Engine::EndJob(const absl::Status& why, Origin origin) {
   const bool first = job_->failure().ok();
   job_->End(why);
-  if (negotiator_ == nullptr) {
-    FailAllPending(job_->failure());
-    return;
-  }
-  // Across nodes, what node 0 decided (or will decide) for tensors every
-  // rank submitted still runs on every node, so that their transfers pair
-  // up: only what was not ready here fails now. Node 0 fails everything
-  // else it waits for.
-  FailSubmissions(coordinator_->TakeAllPending(), job_->failure());
-  std::vector<ReadyTensor> local;
-  for (FusedBatch& batch : deferred_) {
-    for (ReadyTensor& tensor : batch.tensors) local.push_back(std::move(tensor));
-  }
-  deferred_.clear();
-  FailReady(std::move(local), job_->failure());
-  if (negotiator_->coordinator()) negotiator_->EndAll(job_->failure());
+  FailUndecided(job_->failure());
   if (first && origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_ENDED, why);
 }
 
 void Engine::FailJob(const absl::Status& why, Origin origin) {
   const bool first = job_->state() != JobState::kFailed;
   job_->Fail(why);
-  FailAllPending(job_->failure());
+  // Across nodes, what node 0 decided (or decides before it hears of this)
+  // for tensors every rank submitted still runs on every node, so that
+  // their transfers pair up and MPI stays in step for the next job: only
+  // what is not decided fails now. Once MPI is abandoned (a node died),
+  // nothing decided can finish either.
+  FailUndecided(job_->failure());
+  if (world_->abandoned()) AbandonDecided(job_->failure());
   if (!first) return;
+  log::Coord().warn("job '{}' failed: {}", job_->id(), job_->failure().message());
   if (origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_FAILED, why);
   v1::DaemonMessage message;
   message.mutable_job_failed()->set_code(static_cast<int>(job_->failure().code()));
@@ -427,11 +419,8 @@ void Engine::FailJob(const absl::Status& why, Origin origin) {
 
 void Engine::MaybeTearDownJob() {
   if (job_ == nullptr || job_->state() == JobState::kForming || !job_->finished()) return;
-  // An ending job across nodes first finishes what node 0 decided.
-  if (job_->state() == JobState::kEnding &&
-      (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value())) {
-    return;
-  }
+  // A job across nodes first finishes what node 0 decided (see FailJob).
+  if (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value()) return;
   ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();

@@ -34,19 +34,22 @@ absl::Status CheckAcrossNodes(const ReadyTensor& everyone) {
   return op->Check(everyone);
 }
 
-// Whether a job in `state` carries out node 0's decisions: while it runs,
-// and while it ends (a rank left; decided work still runs everywhere).
-bool Decides(JobState state) { return state == JobState::kRunning || state == JobState::kEnding; }
+// Whether a job in `state` carries out node 0's decisions: once formed,
+// also when it ends or fails (decided work still runs everywhere; see
+// Engine::FailJob).
+bool Decides(JobState state) { return state != JobState::kForming; }
 
 template <typename Duration>
 Clock::duration Ticks(Duration duration) {
   return std::chrono::duration_cast<Clock::duration>(duration);
 }
 
-// After announcing, a decision usually follows within a cycle or two: look
-// this often for it before sleeping a whole cycle. Sleeps, not spins: the
-// trainers and daemons of a node often outnumber its cores.
-constexpr auto kTransferPoll = std::chrono::microseconds(50);
+// While transfers run, and for a short window after the negotiation moved
+// (an announcement made or received, a decision taken), the next message
+// usually follows within microseconds: look this often, and sleep a whole
+// cycle only when the window has passed. Sleeps, not spins: the trainers
+// and daemons of a node often outnumber its cores.
+constexpr auto kFastPoll = std::chrono::microseconds(50);
 
 }  // namespace
 
@@ -83,8 +86,9 @@ bool Engine::WaitsForWorld() const { return !world_->single() && !world_->abando
 
 Clock::time_point Engine::NextWorldPoll() const {
   const Clock::time_point now = Clock::now();
-  if (cross_active_.has_value() && cross_active_->run->waiting_for_transfers()) {
-    return now + kTransferPoll;
+  if ((cross_active_.has_value() && cross_active_->run->waiting_for_transfers()) ||
+      now < fast_poll_until_) {
+    return now + kFastPoll;
   }
   const Clock::time_point cycle = now + std::chrono::milliseconds(config_.cycle_time_ms);
   const Clock::time_point idle = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
@@ -109,6 +113,10 @@ int32_t Engine::LocalMembers(const ProcessSet& set) const {
 
 bool Engine::SpansNodes(const ProcessSet& set) const {
   return negotiator_ != nullptr && LocalMembers(set) < set.size();
+}
+
+void Engine::KeepPollingFast() {
+  fast_poll_until_ = Clock::now() + 2 * std::chrono::milliseconds(config_.cycle_time_ms);
 }
 
 std::string Engine::DescribeNode(int node) const {
@@ -200,7 +208,8 @@ bool Engine::PollWorld() {
     FailJob(why);
     return true;
   }
-  bool worked = !incoming->batches.empty() || !incoming->events.empty();
+  bool worked = !incoming->batches.empty() || !incoming->events.empty() || incoming->heard;
+  if (worked) KeepPollingFast();
   for (v1::Decisions& batch : incoming->batches) {
     // An ending job still runs what node 0 decided (see EndJob).
     if (job_ == nullptr || !Decides(job_->state())) break;
@@ -235,6 +244,7 @@ bool Engine::AnnounceIfAcrossNodes(ReadyTensor& tensor) {
   tensor.across_nodes = true;
   tensor.local_members = LocalMembers(*set);
   negotiator_->Announce(tensor, *set, tensor.local_members);
+  KeepPollingFast();
   announced_.emplace(std::pair(tensor.process_set_id, tensor.name), std::move(tensor));
   return true;
 }
@@ -296,6 +306,16 @@ void Engine::Decide(v1::Decisions decisions) {
     }
     const ProcessSet* set = job_->process_sets().Find(tensor.process_set_id);
     tensor.set_size = set != nullptr ? set->size() : tensor.set_size;
+    // Negotiated: from the first local submission to node 0's decision.
+    tensor.ready_at = Clock::now();
+    if (timeline_.active() && !tensor.submissions.empty()) {
+      std::vector<RankArrival> arrivals;
+      for (const Submission& submission : tensor.submissions) {
+        arrivals.push_back({submission.set_rank, Nanos(submission.at)});
+      }
+      timeline_.Negotiation(TimelineName(tensor), tensor.request().collective(),
+                            Nanos(tensor.first_at), Nanos(tensor.ready_at), arrivals);
+    }
     if (from_cache) {
       tensor.everyone = std::make_shared<const std::vector<v1::RankRequest>>(cached->ranks);
     } else {
@@ -311,8 +331,10 @@ void Engine::Decide(v1::Decisions decisions) {
     }
     tensor.span = set_comms_->Find(tensor.process_set_id);
     if (tensor.span == nullptr) {
-      FailJob(absl::InternalError(absl::StrCat("no communicator for process set ",
-                                               tensor.process_set_id, " across nodes")));
+      const absl::Status why = absl::InternalError(
+          absl::StrCat("no communicator for process set ", tensor.process_set_id, " across nodes"));
+      BreakWorld(why, /*abandon_mpi=*/true);
+      FailJob(why);
       return;
     }
     (tensor.request().collective() == v1::COLLECTIVE_ALLTOALL ? alone : data)
@@ -323,6 +345,8 @@ void Engine::Decide(v1::Decisions decisions) {
   // every rank's data), but for alltoall, whose slot holds only this node's
   // receivers: it runs alone.
   for (FusedBatch& batch : PlanFusion(std::move(data), config_.fusion_threshold_bytes)) {
+    log::Coord().trace("decided: '{}' and {} more", batch.tensors.front().name,
+                       batch.tensors.size() - 1);
     cross_queue_.push_back(std::move(batch));
   }
   for (ReadyTensor& tensor : alone) {
@@ -340,10 +364,19 @@ bool Engine::AdvanceCrossNode() {
     if (!cross_active_.has_value()) {
       if (cross_queue_.empty()) break;
       Executor::Outcome outcome = executor_.Reserve(cross_queue_.front(), *job_->results());
-      if (outcome.deferred) break;  // a release will make room
+      if (outcome.deferred) {
+        log::Exec().debug("'{}' across nodes waits for result space ({} of {} bytes in use)",
+                          cross_queue_.front().tensors.front().name,
+                          job_->results()->bytes_in_use(), job_->results()->capacity());
+        break;  // a release will make room
+      }
       if (!outcome.status.ok()) {
-        // The other nodes already run it: the job cannot go on.
-        FailJob(outcome.status);
+        // The other nodes run it and wait for this node's part in vain.
+        const absl::Status why = absl::Status(
+            outcome.status.code(),
+            absl::StrCat("on ", DescribeNode(world_->rank()), ": ", outcome.status.message()));
+        BreakWorld(why, /*abandon_mpi=*/true);
+        FailJob(why);
         break;
       }
       FusedBatch batch = std::move(cross_queue_.front());
@@ -414,7 +447,10 @@ void Engine::OnJobEvent(int from, const v1::JobEvent& event) {
   const absl::Status why(static_cast<absl::StatusCode>(event.code()),
                          absl::StrCat("on ", DescribeNode(from), ": ", event.message()));
   if (event.daemon_stopping() || event.node_lost()) {
-    BreakWorld(why, /*abandon_mpi=*/event.node_lost());
+    // A daemon that stops will not finish the work it was deciding with us.
+    const bool unfinished =
+        !announced_.empty() || !cross_queue_.empty() || cross_active_.has_value();
+    BreakWorld(why, /*abandon_mpi=*/event.node_lost() || unfinished);
   }
   if (job_->state() == JobState::kForming) return;
   if (event.kind() == v1::JobEvent::KIND_ENDED) {
@@ -439,9 +475,11 @@ void Engine::TellOtherNodes(v1::JobEvent::Kind kind, const absl::Status& why) {
 
 void Engine::BreakWorld(const absl::Status& why, bool abandon_mpi) {
   if (world_->single()) return;
-  if (abandon_mpi) {
+  if (abandon_mpi && !world_->abandoned()) {
     world_->Abandon();
     world_exit_code_ = 3;
+    // Nothing decided can finish without MPI.
+    if (job_ != nullptr) AbandonDecided(absl::UnavailableError(why.message()));
   }
   if (!world_broken_.ok()) return;
   world_broken_ = absl::FailedPreconditionError(
@@ -458,6 +496,7 @@ void Engine::RequestStop() {
 }
 
 void Engine::EndWorldJob() {
+  if (negotiator_ != nullptr) negotiator_->AddTo(totals_);
   if (world_->abandoned()) {
     // MPI may still own buffers of the job's transfers and requests of its
     // messages, and freeing communicators could wait on a dead node: leave

@@ -1,6 +1,7 @@
 #include "daemon/global_table.h"
 
 #include <algorithm>
+#include <set>
 
 #include <google/protobuf/util/message_differencer.h>
 
@@ -47,6 +48,9 @@ GlobalTable::GlobalTable(NodeLayout layout, GlobalCheck check, const ResponseCac
 
 void GlobalTable::Take(int from, const v1::NodeReady& ready, const ProcessSetTable& sets,
                        Clock::time_point now) {
+  if (ready.has_partial()) {
+    partial_[from] = std::vector<v1::PartialTensor>(ready.partial().begin(), ready.partial().end());
+  }
   for (const v1::JoinedRank& joined : ready.joined()) {
     const ProcessSet* set = sets.Find(joined.process_set_id());
     if (set == nullptr || joined.set_rank() < 0 || joined.set_rank() >= set->size()) continue;
@@ -194,12 +198,12 @@ void GlobalTable::UpdateCache(const Key& key, v1::Decision& decision, bool cache
     }
     // Its parameters changed (or it failed): announce it in full again.
     bits_.Retire(*live, next_batch_);
-    batch_.add_retired_bits(*live);
+    decision.add_retire_bits(*live);
   }
   if (!cacheable) return;
   std::vector<uint32_t> evicted;
   const std::optional<uint32_t> bit = bits_.Take(next_batch_, evicted);
-  for (uint32_t retired : evicted) batch_.add_retired_bits(retired);
+  for (uint32_t retired : evicted) decision.add_retire_bits(retired);
   if (!bit.has_value()) return;
   decision.set_cache_put(true);
   decision.set_cache_bit(*bit);
@@ -226,28 +230,52 @@ void GlobalTable::EndAll(const absl::Status& why) {
 }
 
 std::optional<v1::Decisions> GlobalTable::TakeBatch() {
-  if (batch_.decisions().empty() && batch_.retired_bits().empty()) return std::nullopt;
+  if (batch_.decisions().empty()) return std::nullopt;
   ++next_batch_;
   return std::exchange(batch_, {});
 }
 
-std::vector<WaitingTensor> GlobalTable::Waiting(const ProcessSetTable& sets) const {
-  std::vector<WaitingTensor> waiting;
+std::vector<WaitingTensor> GlobalTable::Waiting(const ProcessSetTable& sets,
+                                                Clock::time_point now) const {
+  // Every rank known to have submitted each tensor, and since when.
+  std::map<Key, std::pair<std::set<int32_t>, Clock::time_point>> submitted;
   for (const auto& [key, entry] : table_) {
+    auto& [ranks, since] = submitted[key];
+    since = entry.first_at;
+    for (const auto& rank : entry.by_set_rank) {
+      if (rank.has_value()) ranks.insert(rank->rank());
+    }
+  }
+  for (const auto& [node, tensors] : partial_) {
+    for (const v1::PartialTensor& tensor : tensors) {
+      const auto [it, inserted] = submitted.try_emplace({tensor.process_set_id(), tensor.name()});
+      auto& [ranks, since] = it->second;
+      const Clock::time_point first =
+          now - std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(tensor.age_seconds()));
+      since = inserted ? first : std::min(since, first);
+      ranks.insert(tensor.ranks().begin(), tensor.ranks().end());
+    }
+  }
+  std::vector<WaitingTensor> waiting;
+  for (const auto& [key, known] : submitted) {
     const ProcessSet* set = sets.Find(key.first);
     if (set == nullptr) continue;
+    const auto entry = table_.find(key);
+    const v1::Collective collective =
+        entry != table_.end() ? entry->second.collective : v1::COLLECTIVE_UNSPECIFIED;
     const auto joins = joins_.find(key.first);
     WaitingTensor tensor{.process_set_id = key.first,
                          .name = key.second,
-                         .collective = entry.collective,
-                         .first_at = entry.first_at,
+                         .collective = collective,
+                         .first_at = known.second,
                          .across_nodes = true};
-    for (size_t rank = 0; rank < entry.by_set_rank.size(); ++rank) {
+    for (size_t rank = 0; rank < set->ranks.size(); ++rank) {
       const int32_t global = set->ranks[rank];
-      if (entry.by_set_rank[rank].has_value()) {
+      if (known.first.contains(global)) {
         tensor.ready_ranks.push_back(global);
       } else if (joins == joins_.end() || !joins->second.joined[rank] ||
-                 entry.collective == v1::COLLECTIVE_JOIN) {
+                 collective == v1::COLLECTIVE_JOIN) {
         tensor.missing_ranks.push_back(global);
       }
     }

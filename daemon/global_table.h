@@ -59,7 +59,10 @@ class GlobalTable {
   // applies the batches in this order); nullopt when there are none.
   std::optional<v1::Decisions> TakeBatch();
 
-  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets) const;
+  // Tensors waited on across nodes: those some node announced, and those
+  // only partly submitted on some node (the nodes' stall reports), with
+  // every rank that submitted them; oldest first.
+  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets, Clock::time_point now) const;
   const Counters& counters() const { return counters_; }
 
  private:
@@ -96,7 +99,9 @@ class GlobalTable {
   std::map<Key, Entry> table_;
   uint64_t next_sequence_ = 0;
   std::map<int32_t, Joins> joins_;
-  absl::Status ended_;       // why the job ended; OK while it runs
+  absl::Status ended_;  // why the job ended; OK while it runs
+  // By node: its latest report of tensors it holds partly submitted.
+  std::map<int, std::vector<v1::PartialTensor>> partial_;
   v1::Decisions batch_;      // being built
   uint64_t next_batch_ = 1;  // the number the batch being built will get
   Counters counters_;

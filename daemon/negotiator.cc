@@ -56,8 +56,8 @@ absl::Status Negotiator::Tell(const v1::JobEvent& event) {
 }
 
 void Negotiator::Apply(const v1::Decisions& batch) {
-  for (uint32_t bit : batch.retired_bits()) cache_.Retire(bit);
   for (const v1::Decision& decision : batch.decisions()) {
+    for (uint32_t bit : decision.retire_bits()) cache_.Retire(bit);
     if (!decision.cache_put()) continue;
     std::vector<v1::RankRequest> ranks(decision.ranks().begin(), decision.ranks().end());
     for (v1::RankRequest& rank : ranks) *rank.mutable_request() = CacheForm(rank.request());
@@ -100,6 +100,7 @@ absl::Status Negotiator::Coordinate(const ProcessSetTable& sets, Clock::time_poi
   // the same node announced before it.
   std::vector<ControlChannel::Received> received;
   if (absl::Status read = channel_.Receive(ControlTag::kReady, received); !read.ok()) return read;
+  incoming.heard = !received.empty();
   v1::NodeReady own = std::exchange(outgoing_, {});
   own.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
   table_->Take(0, own, sets, now);
@@ -155,7 +156,7 @@ absl::Status Negotiator::Follow(Clock::time_point now, Incoming& incoming) {
     return read;
   }
   if (!outgoing_.tensors().empty() || !outgoing_.joined().empty() || !outgoing_bits_.empty() ||
-      monitor_.Due(now)) {
+      outgoing_.has_partial() || monitor_.Due(now)) {
     // An empty announcement is this node's heartbeat.
     outgoing_.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
     outgoing_.set_batches_applied(batches_applied_);
@@ -168,12 +169,29 @@ absl::Status Negotiator::Follow(Clock::time_point now, Incoming& incoming) {
   return absl::OkStatus();
 }
 
-std::vector<WaitingTensor> Negotiator::Waiting(const ProcessSetTable& sets) const {
-  return table_ != nullptr ? table_->Waiting(sets) : std::vector<WaitingTensor>{};
+std::vector<WaitingTensor> Negotiator::Waiting(const ProcessSetTable& sets,
+                                               Clock::time_point now) const {
+  return table_ != nullptr ? table_->Waiting(sets, now) : std::vector<WaitingTensor>{};
+}
+
+void Negotiator::ReportPartial(std::vector<v1::PartialTensor> partial) {
+  outgoing_.set_has_partial(true);
+  outgoing_.clear_partial();
+  for (v1::PartialTensor& tensor : partial) *outgoing_.add_partial() = std::move(tensor);
 }
 
 bool Negotiator::Fail(int32_t process_set_id, const std::string& name, const absl::Status& why) {
   return table_ != nullptr && table_->Fail(process_set_id, name, why);
+}
+
+void Negotiator::AddTo(v1::Totals& totals) const {
+  totals.set_announced_in_full(totals.announced_in_full() + announced_in_full_);
+  totals.set_announced_from_cache(totals.announced_from_cache() + announced_from_cache_);
+  if (table_ != nullptr) {
+    totals.set_decided_in_full(totals.decided_in_full() + table_->counters().decided_in_full);
+    totals.set_decided_from_cache(totals.decided_from_cache() +
+                                  table_->counters().decided_from_cache);
+  }
 }
 
 void Negotiator::EndAll(const absl::Status& why) {

@@ -50,6 +50,8 @@ class Negotiator {
   struct Incoming {
     std::vector<v1::Decisions> batches;
     std::vector<std::pair<int, v1::JobEvent>> events;  // (from node, event)
+    // Node 0: announcements arrived (the rest of a tensor's may follow).
+    bool heard = false;
   };
 
   Negotiator(const World& world, NodeLayout layout, GlobalCheck check, const Options& options);
@@ -79,13 +81,18 @@ class Negotiator {
 
   // Node 0: tensors some nodes announced and others not yet, and failing
   // one of them on every node (the stall inspector gave up on it).
-  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets) const;
+  std::vector<WaitingTensor> Waiting(const ProcessSetTable& sets, Clock::time_point now) const;
+  // Another node: the tensors it holds partly submitted past half the stall
+  // time, for node 0's stall report (replaces the previous report).
+  void ReportPartial(std::vector<v1::PartialTensor> partial);
   bool Fail(int32_t process_set_id, const std::string& name, const absl::Status& why);
   // Node 0: a rank left; what waits fails, now and when announced later.
   void EndAll(const absl::Status& why);
 
   bool coordinator() const { return channel_.node() == 0; }
   void Describe(v1::NegotiationStatus* out) const;
+  // Adds this job's negotiation counters to the daemon's totals.
+  void AddTo(v1::Totals& totals) const;
 
  private:
   absl::Status SendReady(Clock::time_point now);

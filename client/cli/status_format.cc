@@ -126,6 +126,13 @@ std::string FormatStatus(const v1::StatusResponse& status) {
   if (!status.joined_ranks().empty()) {
     out += fmt::format("joined ranks: {}\n", Ranks(status.joined_ranks()));
   }
+  if (status.has_negotiation()) {
+    const v1::NegotiationStatus& negotiation = status.negotiation();
+    out += fmt::format(
+        "nodes: this is node {} of {} (local sizes {}); response cache: {} of {} entries\n",
+        negotiation.node(), negotiation.nodes(), absl::StrJoin(negotiation.local_sizes(), ", "),
+        negotiation.cache_entries(), negotiation.cache_capacity());
+  }
   if (!status.metrics_url().empty()) out += fmt::format("metrics: {}\n", status.metrics_url());
   if (status.timeline().active()) {
     out += fmt::format("timeline: recording to {} ({} events so far)\n", status.timeline().path(),
@@ -136,6 +143,19 @@ std::string FormatStatus(const v1::StatusResponse& status) {
       "totals: {} jobs, {} collectives ({} requests), {} reduced, {} fused batches, {} errors\n",
       totals.jobs(), totals.collectives(), totals.requests(), HumanBytes(totals.bytes_reduced()),
       totals.fused_batches(), totals.errors());
+  if (totals.cross_node_collectives() != 0) {
+    out += fmt::format("across nodes: {} collectives, {} exchanged\n",
+                       totals.cross_node_collectives(), HumanBytes(totals.cross_node_bytes()));
+  }
+  if (totals.announced_in_full() + totals.announced_from_cache() != 0) {
+    out += fmt::format("negotiation: {} tensors announced in full, {} from the response cache",
+                       totals.announced_in_full(), totals.announced_from_cache());
+    if (totals.decided_in_full() + totals.decided_from_cache() != 0) {
+      out += fmt::format("; node 0 decided {} in full, {} from the cache", totals.decided_in_full(),
+                         totals.decided_from_cache());
+    }
+    out += "\n";
+  }
 
   if (!status.clients().empty()) {
     Table clients({"RANK", "LOCAL", "PID", "UID", "SESSION", "CONNECTED", "SUBMITTED", "REQUESTS",
@@ -156,7 +176,9 @@ std::string FormatStatus(const v1::StatusResponse& status) {
     for (const v1::PendingTensor& tensor : status.pending()) {
       pending.Add({tensor.name(), CollectiveName(tensor.collective()),
                    std::to_string(tensor.process_set_id()), Ranks(tensor.ready_ranks()),
-                   Ranks(tensor.missing_ranks()),
+                   tensor.waiting_for_other_nodes() && tensor.missing_ranks().empty()
+                       ? "other nodes"
+                       : Ranks(tensor.missing_ranks()),
                    HumanDuration(tensor.age_seconds()) + (tensor.stalled() ? " STALLED" : "")});
     }
     out += "\nPENDING TENSORS\n" + pending.Render();

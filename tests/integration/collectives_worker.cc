@@ -23,6 +23,9 @@
 //   call-errors                        arguments refused by the client library
 //   stall                              the last rank never submits a tensor
 //   timeline [--start FILE [--mark-cycles]]  named collectives for a timeline
+//   repeat [--steps S] [--tensors T] [--change-at K]  the same allreduces, step
+//                                      after step (tensor 0 reshaped from step K)
+//   loop [--elements N]                allreduces until one fails
 //   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted
 //
 // Every scenario connects with --static-sets "0,1;2" when given (see
@@ -53,6 +56,8 @@ int main(int argc, char** argv) {
       {"call-errors", CallErrors},
       {"stall", StallScenario},
       {"timeline", TimelineScenario},
+      {"repeat", RepeatScenario},
+      {"loop", LoopScenario},
       {"workload", WorkloadScenario},
   };
   const auto it = scenarios.find(args[0]);

@@ -104,6 +104,8 @@ int MismatchScenario(const Args& args);
 int CallErrors(const Args& args);
 int StallScenario(const Args& args);
 int TimelineScenario(const Args& args);
+int RepeatScenario(const Args& args);
+int LoopScenario(const Args& args);
 int WorkloadScenario(const Args& args);
 
 }  // namespace collective::testing

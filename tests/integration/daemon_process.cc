@@ -109,9 +109,9 @@ absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout) {
   return absl::OkStatus();
 }
 
-std::vector<std::string> DaemonProcess::Segments() const {
+std::vector<std::string> SegmentsOf(const std::string& socket) {
   // The epoch is not known here; the prefix (uid and socket) is enough.
-  const std::string prefix = shm::SegmentNames(::geteuid(), socket_, 0).prefix();
+  const std::string prefix = shm::SegmentNames(::geteuid(), socket, 0).prefix();
   std::vector<std::string> found;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
     const std::string name = entry.path().filename().string();
@@ -119,6 +119,8 @@ std::vector<std::string> DaemonProcess::Segments() const {
   }
   return found;
 }
+
+std::vector<std::string> DaemonProcess::Segments() const { return SegmentsOf(socket_); }
 
 absl::StatusOr<std::vector<Subprocess>> DaemonProcess::StartWorkers(
     const std::string& worker, int local_size, const std::vector<std::string>& args,

@@ -91,6 +91,10 @@ absl::StatusOr<v1::StatusResponse> DaemonProcess::AwaitStatus(Predicate predicat
 // Waits until the daemon on `socket` answers Health (gRPC retries until the
 // socket exists), up to `timeout`.
 absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout);
+
+// The shared-memory segments in /dev/shm of the daemon on `socket` (of this
+// uid), whatever its epoch.
+std::vector<std::string> SegmentsOf(const std::string& socket);
 // The Status RPC of the daemon on `socket`.
 absl::StatusOr<v1::StatusResponse> QueryStatus(const std::string& socket);
 

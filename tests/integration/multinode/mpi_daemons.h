@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/types.h>
+
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "tests/common/subprocess.h"
@@ -22,6 +24,9 @@ class MpiDaemons {
     // "vader,self" (shared memory).
     std::string btl = "tcp,self";
     std::vector<std::string> daemon_flags;
+    // mpirun --enable-recovery: a daemon that dies does not take the others
+    // down with it, so that they report it themselves.
+    bool recovery = false;
   };
 
   // Runs mpirun and waits until every daemon answers.
@@ -33,13 +38,21 @@ class MpiDaemons {
   Subprocess& mpirun() { return *mpirun_; }
 
   // Starts one worker per local rank on every node: `local_sizes[n]` ranks of
-  // `worker` with `args` against node n's daemon, in node order.
+  // `worker` with `args` against node n's daemon, in node order. Workers get
+  // every node's socket in COLLECTIVE_TEST_SOCKETS (to follow the whole job's
+  // state, which no one daemon holds).
   absl::StatusOr<std::vector<Subprocess>> StartWorkers(const std::string& worker,
                                                        const std::vector<int>& local_sizes,
                                                        const std::vector<std::string>& args) const;
 
   // SIGTERM to every daemon; mpirun's exit status once they all stopped.
   std::optional<int> Stop();
+  // Node n's daemon's pid (from its Status), or an error if it does not
+  // answer.
+  absl::StatusOr<pid_t> DaemonPid(int node) const;
+  // Waits for mpirun to exit (every daemon gone).
+  std::optional<int> Wait(absl::Duration timeout) { return mpirun_->Wait(timeout); }
+  const std::string& directory() const { return directory_; }
 
  private:
   MpiDaemons() = default;

@@ -1,4 +1,4 @@
-#include "tests/integration/mpi_daemons.h"
+#include "tests/integration/multinode/mpi_daemons.h"
 
 #include <csignal>
 #include <filesystem>
@@ -25,17 +25,17 @@ absl::StatusOr<std::unique_ptr<MpiDaemons>> MpiDaemons::Start(const Options& opt
   std::vector<std::string> daemon_argv = {CollectivedBinary(), "--socket",
                                           daemons->directory_ + "/node$OMPI_COMM_WORLD_RANK.sock"};
   daemon_argv.insert(daemon_argv.end(), options.daemon_flags.begin(), options.daemon_flags.end());
-  const std::vector<std::string> argv = {"/usr/bin/mpirun",
-                                         "--allow-run-as-root",
-                                         "--oversubscribe",
-                                         "--mca",
-                                         "btl",
-                                         options.btl,
-                                         "-np",
-                                         std::to_string(options.nodes),
-                                         "/bin/sh",
-                                         "-c",
-                                         "exec " + absl::StrJoin(daemon_argv, " ")};
+  // --tag-output: each line of a daemon's log says which node wrote it
+  // ("[1,0]<stderr>:...").
+  std::vector<std::string> argv = {
+      "/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output", "--mca", "btl",
+      options.btl};
+  if (options.recovery) argv.push_back("--enable-recovery");
+  for (const std::string& arg :
+       {std::string("-np"), std::to_string(options.nodes), std::string("/bin/sh"),
+        std::string("-c"), "exec " + absl::StrJoin(daemon_argv, " ")}) {
+    argv.push_back(arg);
+  }
   auto mpirun = Subprocess::Start(argv, {});
   if (!mpirun.ok()) return mpirun.status();
   daemons->mpirun_ = std::make_unique<Subprocess>(std::move(*mpirun));
@@ -53,6 +53,12 @@ MpiDaemons::~MpiDaemons() {
   if (mpirun_) Stop();
   std::error_code ignored;
   std::filesystem::remove_all(directory_, ignored);
+}
+
+absl::StatusOr<pid_t> MpiDaemons::DaemonPid(int node) const {
+  const auto status = QueryStatus(sockets_[node]);
+  if (!status.ok()) return status.status();
+  return static_cast<pid_t>(status->pid());
 }
 
 std::optional<int> MpiDaemons::Stop() {
@@ -79,6 +85,7 @@ absl::StatusOr<std::vector<Subprocess>> MpiDaemons::StartWorkers(
       argv.insert(argv.end(), args.begin(), args.end());
       auto started =
           Subprocess::Start(argv, {{"COLLECTIVE_SOCKET", sockets_[node]},
+                                   {"COLLECTIVE_TEST_SOCKETS", absl::StrJoin(sockets_, ",")},
                                    {"COLLECTIVE_LOCAL_RANK", std::to_string(local)},
                                    {"COLLECTIVE_LOCAL_SIZE", std::to_string(local_sizes[node])}});
       if (!started.ok()) return started.status();
