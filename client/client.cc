@@ -105,6 +105,10 @@ absl::StatusOr<Buffer> Client::Allocate(size_t bytes) {
   return Buffer(core_, core_->arena() + offset, bytes, offset);
 }
 
+uint64_t Client::arena_bytes() const { return core_->arena_bytes(); }
+
+uint64_t Client::arena_free_bytes() const { return core_->ArenaFreeBytes(); }
+
 bool Client::Poll(Handle handle) { return core_->Poll(handle); }
 
 absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {

@@ -151,6 +151,11 @@ absl::StatusOr<uint64_t> ClientCore::Allocate(size_t bytes) {
   }
 }
 
+uint64_t ClientCore::ArenaFreeBytes() const {
+  std::lock_guard lock(mutex_);
+  return allocator_.capacity() - allocator_.bytes_in_use();
+}
+
 void ClientCore::Free(uint64_t offset) {
   std::lock_guard lock(mutex_);
   allocator_.Free(offset);

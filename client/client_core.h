@@ -70,6 +70,8 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::StatusOr<uint64_t> Allocate(size_t bytes);
   void Free(uint64_t offset);
   std::byte* arena() const { return segment_->arena(); }
+  uint64_t arena_bytes() const { return segment_->arena_bytes(); }
+  uint64_t ArenaFreeBytes() const;
   // The arena offset of [data, data + bytes) if it lies inside the arena.
   std::optional<uint64_t> ArenaOffset(const void* data, size_t bytes) const;
 

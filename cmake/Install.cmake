@@ -5,6 +5,8 @@
 #            installs only this one)
 #   client   libcollective with its headers, collectiverun, demo-trainer
 #   systemd  the unit and the sysusers.d file that creates its user
+#   python   the collective package (collective.torch) for the python3 it
+#            was built for, with libcollective
 # Paths follow GNUInstallDirs (FHS): /usr/local/bin, /usr/local/etc, ... for
 # the default prefix; configure with -DCMAKE_INSTALL_PREFIX=/usr for /usr/bin
 # and /etc. Each component also records the files it installed in
@@ -18,6 +20,9 @@ include(GNUInstallDirs)
 # wherever the prefix is (/usr/local, /opt/collectived in the image).
 set_target_properties(collectived collectivectl collectiverun demo-trainer PROPERTIES
   INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+# libcollective loads libcollective-proto from beside itself: a trainer's own
+# RUNPATH does not reach the libraries that libcollective needs.
+set_target_properties(collective PROPERTIES INSTALL_RPATH "$ORIGIN")
 
 # A path of GNUInstallDirs as it will be at install time: the prefix may be
 # overridden then (cmake --install --prefix), so it is resolved in the
@@ -88,11 +93,33 @@ collective_install_manifest(daemon)
 
 # --- client ---------------------------------------------------------------
 install(TARGETS collective LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client)
+install(TARGETS collective_proto LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT client
+  NAMELINK_SKIP)
 install(TARGETS collectiverun demo-trainer RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   COMPONENT client)
 install(DIRECTORY client/include/collective DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT client)
 collective_install_manifest(client)
+
+# --- python ---------------------------------------------------------------
+# The package where the interpreter looks under the prefix; the extension
+# finds the libcollective of the same prefix relative to itself, so the
+# install works wherever the prefix is and needs no build tree. libcollective
+# and libcollective-proto are part of this component too: the package does
+# not load without them.
+if(TARGET collective_python_core)
+  file(RELATIVE_PATH python_to_libdir "/${COLLECTIVE_PYTHON_INSTALL_DIR}/collective"
+    "/${CMAKE_INSTALL_LIBDIR}")
+  set_target_properties(collective_python_core PROPERTIES
+    INSTALL_RPATH "$ORIGIN/${python_to_libdir}")
+  install(TARGETS collective_python_core
+    LIBRARY DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}/collective COMPONENT python)
+  install(DIRECTORY client/python/collective DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}
+    COMPONENT python FILES_MATCHING PATTERN "*.py")
+  install(TARGETS collective collective_proto LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+    COMPONENT python NAMELINK_SKIP)
+  collective_install_manifest(python)
+endif()
 
 # --- systemd --------------------------------------------------------------
 # The unit names the installed paths, which are known only at install time.

@@ -6,7 +6,10 @@ and reports images per second, like Horovod's pytorch_synthetic_benchmark:
     collectiverun -np 4 /usr/bin/python3 examples/python/pytorch_synthetic_benchmark.py
 
 The default model is a small CNN that runs quickly on a CPU; `--model
-resnet` is a narrow ResNet of basic residual blocks.
+resnet` is a narrow ResNet of basic residual blocks; `--model mlp` is a wide
+multi-layer perceptron whose 59 MB of gradients make the allreduce a large
+part of each step. `--no-zero-copy` makes DistributedOptimizer copy each
+gradient into shared memory instead of keeping it there.
 """
 
 import argparse
@@ -24,11 +27,11 @@ import collective.torch as ct
 class SmallCNN(nn.Module):
     """Two convolutions and two linear layers (about 0.6 M parameters)."""
 
-    def __init__(self, num_classes):
+    def __init__(self, num_classes, image_size):
         super().__init__()
         self.conv1 = nn.Conv2d(3, 32, 3, padding=1)
         self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
-        self.fc1 = nn.Linear(64 * 8 * 8, 128)
+        self.fc1 = nn.Linear(64 * (image_size // 4) ** 2, 128)
         self.fc2 = nn.Linear(128, num_classes)
 
     def forward(self, x):
@@ -59,7 +62,8 @@ class BasicBlock(nn.Module):
 class SmallResNet(nn.Module):
     """A CIFAR-style ResNet: three stages of two basic blocks, 16/32/64 channels."""
 
-    def __init__(self, num_classes):
+    def __init__(self, num_classes, image_size):
+        del image_size  # global average pooling takes any size
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16),
                                   nn.ReLU())
@@ -75,7 +79,21 @@ class SmallResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-MODELS = {'small_cnn': SmallCNN, 'resnet': SmallResNet}
+class WideMLP(nn.Module):
+    """Three hidden layers of 2048 units over the flattened image (about 14.7 M parameters)."""
+
+    def __init__(self, num_classes, image_size, width=2048):
+        super().__init__()
+        self.layers = nn.Sequential(
+            nn.Flatten(), nn.Linear(3 * image_size * image_size, width), nn.ReLU(),
+            nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+            nn.Linear(width, num_classes))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+MODELS = {'small_cnn': SmallCNN, 'resnet': SmallResNet, 'mlp': WideMLP}
 
 
 def parse_args():
@@ -91,6 +109,9 @@ def parse_args():
     parser.add_argument('--num-iters', type=int, default=5, help='number of benchmark iterations')
     parser.add_argument('--fp16-allreduce', action='store_true',
                         help='use fp16 compression during allreduce')
+    parser.add_argument('--no-zero-copy', action='store_true',
+                        help='copy gradients into shared memory for each allreduce instead of '
+                             'keeping them there')
     parser.add_argument('--threads', type=int, default=0,
                         help='torch threads per rank; 0: the cores divided among local ranks')
     return parser.parse_args()
@@ -103,12 +124,13 @@ def main():
     torch.set_num_threads(threads)
     torch.manual_seed(1234)
 
-    model = MODELS[args.model](num_classes=10)
+    model = MODELS[args.model](num_classes=10, image_size=args.image_size)
     # Learning rate scaled by the number of ranks, as with a larger batch.
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * ct.size(), momentum=0.9)
     compression = ct.Compression.fp16 if args.fp16_allreduce else ct.Compression.none
     optimizer = ct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                        compression=compression)
+                                        compression=compression,
+                                        zero_copy_gradients=not args.no_zero_copy)
     ct.broadcast_parameters(model.state_dict(), root_rank=0)
     ct.broadcast_optimizer_state(optimizer, root_rank=0)
 
@@ -129,6 +151,9 @@ def main():
     log('Model: %s (%.2f M parameters)' % (args.model, parameters / 1e6))
     log('Batch size: %d per rank' % args.batch_size)
     log('Number of ranks: %d, %d torch thread(s) each' % (ct.size(), threads))
+    log('Gradients: %s' % ('fp16-compressed copies' if args.fp16_allreduce else
+                           'copied into shared memory' if args.no_zero_copy else
+                           'kept in shared memory (zero-copy)'))
 
     log('Running warmup...')
     timeit.timeit(benchmark_step, number=args.num_warmup_batches)

@@ -47,6 +47,8 @@ def test_allgather_async_and_grouped():
     handle = hvd.allgather_async(tensors[0], name='gather.async')
     grouped = hvd.grouped_allgather(tensors)
     grouped_async = hvd.synchronize(hvd.grouped_allgather_async(tensors, name='gather.grp'))
+    # Horovod's types: tuples from grouped_allgather and from synchronize.
+    assert isinstance(grouped, tuple) and isinstance(grouped_async, tuple)
     single = hvd.synchronize(handle)
     for k in range(3):
         expected = torch.cat([rank_input(r, (_rows(r), k + 1), torch.float32, seed=k)

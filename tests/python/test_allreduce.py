@@ -1,4 +1,5 @@
-"""allreduce in all its forms: every dtype and op, scale factors, in place, async, grouped, fused."""
+"""allreduce in all its forms: every dtype and op, scale factors, in place, async, grouped, fused,
+and of tensors that lie in the client's shared-memory arena."""
 
 import time
 import warnings
@@ -7,6 +8,8 @@ import pytest
 import torch
 
 import collective.torch as hvd
+from collective.common import basics
+from collective.common.exceptions import HorovodInternalError
 from rank_tensors import DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, expected_reduction, rank_input
 
 SHAPES = [(), (17,), (5, 3), (2, 3, 4)]
@@ -131,6 +134,7 @@ def test_grouped_allreduce_async_and_in_place_forms():
     expected = [sum(rank_input(r, (4,), torch.float64, seed=i) for r in range(hvd.size()))
                 for i in range(3)]
     results = hvd.synchronize(hvd.grouped_allreduce_async(tensors, op=hvd.Sum, name='grp'))
+    assert isinstance(results, tuple)  # as Horovod's synchronize returns
     assert all(torch.equal(a, b) for a, b in zip(results, expected))
 
     in_place = [t.clone() for t in tensors]
@@ -139,7 +143,7 @@ def test_grouped_allreduce_async_and_in_place_forms():
     assert all(torch.equal(a, b) for a, b in zip(in_place, expected))
 
     in_place = [t.clone() for t in tensors]
-    hvd.grouped_allreduce_(in_place, op=hvd.Average)
+    assert isinstance(hvd.grouped_allreduce_(in_place, op=hvd.Average), tuple)
     assert all(torch.equal(a, b / hvd.size()) for a, b in zip(in_place, expected))
 
 
@@ -156,3 +160,38 @@ def test_adasum_is_refused_not_summed():
         hvd.allreduce(tensor, op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match='Adasum'):
         hvd.grouped_allreduce_([tensor], op=hvd.Adasum)
+
+
+def test_arena_buffer_is_a_tensor_the_daemon_reads_in_place():
+    client = basics.connection().client
+    buffer = client.allocate(16 * 4)
+    view = memoryview(buffer)
+    assert (view.nbytes, view.readonly, buffer.nbytes) == (64, False, 64)
+    tensor = torch.frombuffer(buffer, dtype=torch.float32)
+    assert tensor.data_ptr() == buffer.address
+    del buffer, view  # the tensor keeps the block alive
+    tensor.fill_(hvd.rank() + 1)
+    hvd.allreduce_(tensor, op=hvd.Sum, name='arena.buffer')
+    assert tensor.tolist() == [hvd.size() * (hvd.size() + 1) / 2] * 16
+
+
+def test_arena_refuses_what_cannot_fit():
+    client = basics.connection().client
+    with pytest.raises(HorovodInternalError, match='do not fit'):
+        client.allocate(client.arena_bytes + 1)
+
+
+@pytest.mark.parametrize('op', [hvd.Sum, hvd.Average])
+def test_sparse_allreduce_async(op):
+    def sparse_input(rank):
+        indices = torch.tensor([[rank % 3, 2, 2], [1, rank % 4, rank % 4]])  # a repeated index
+        return torch.sparse_coo_tensor(indices, torch.tensor([1.0 + rank, 2.0, 0.5]), (3, 4))
+
+    result = hvd.sparse_allreduce_async(sparse_input(hvd.rank()), name='sparse', op=op)()
+    expected = sum(sparse_input(r).to_dense() for r in _ranks())
+    if op == hvd.Average:
+        expected = expected / hvd.size()
+    assert result.is_sparse and result.is_coalesced()
+    assert torch.equal(result.to_dense(), expected)
+    with pytest.raises(NotImplementedError, match='Average or op=Sum'):
+        hvd.sparse_allreduce_async(sparse_input(0), name='sparse.max', op=hvd.Max)

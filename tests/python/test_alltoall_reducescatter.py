@@ -89,6 +89,7 @@ def test_grouped_and_async_reducescatter():
     handle = hvd.reducescatter_async(tensors[0], name='rs.async', op=hvd.Sum)
     grouped = hvd.grouped_reducescatter(tensors, op=hvd.Sum)
     grouped_async = hvd.synchronize(hvd.grouped_reducescatter_async(tensors, op=hvd.Sum))
+    assert isinstance(grouped, list) and isinstance(grouped_async, tuple)  # Horovod's types
     single = hvd.synchronize(handle)
     for i, shape in enumerate(shapes):
         start, count = expected_rows(shape[0], size, rank)

@@ -156,3 +156,23 @@ def test_in_place_forms_do_not_track_gradients():
     x = _leaf(hvd.rank(), (3,))
     y = x.detach().clone()
     assert hvd.allreduce_(y, op=hvd.Sum) is y and not y.requires_grad
+
+
+def test_horovods_autograd_functions_take_horovods_arguments():
+    # horovod.torch.mpi_ops.HorovodAllreduce.apply(tensor, average, name, op, prescale,
+    # postscale, process_set), and the grouped form with the tensors last.
+    size, rank = hvd.size(), hvd.rank()
+    x = _leaf(rank, (3,))
+    with pytest.warns(DeprecationWarning, match='average'):  # average=False: Sum
+        y = hvd.mpi_ops.HorovodAllreduce.apply(x, False, 'horovod.apply', None, 1.0, 1.0,
+                                               hvd.global_process_set)
+    _backward(y, rank)
+    assert torch.allclose(y, sum(_leaf(r, (3,)) for r in range(size)).detach())
+    assert torch.allclose(x.grad, sum(_upstream(r, (3,)) for r in range(size)))
+    (z,) = hvd.mpi_ops.HorovodGroupedAllreduce.apply(None, 'horovod.grouped', hvd.Average, 1.0,
+                                                     1.0, hvd.global_process_set, x.detach())
+    assert torch.allclose(z, sum(_leaf(r, (3,)) for r in range(size)).detach() / size)
+    gathered = hvd.mpi_ops.HorovodAllgather.apply(x.detach(), 'horovod.gather',
+                                                  hvd.global_process_set)
+    assert gathered.shape == (3 * size,)
+    assert hvd.mpi_ops.handle_average_backwards_compatibility(None, None) == hvd.Average

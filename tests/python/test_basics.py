@@ -13,6 +13,34 @@ import torch
 import collective.torch as hvd
 
 
+# What horovod.torch 0.28.1 exports (horovod/torch/__init__.py) but `elastic`:
+# collectiverun has no elastic mode.
+_HOROVOD_TORCH_NAMES = [
+    'Compression', 'allgather_object', 'broadcast_object', 'broadcast_optimizer_state',
+    'broadcast_parameters', 'allreduce', 'allreduce_async', 'allreduce_', 'allreduce_async_',
+    'grouped_allreduce', 'grouped_allreduce_async', 'grouped_allreduce_',
+    'grouped_allreduce_async_', 'sparse_allreduce_async', 'allgather', 'allgather_async',
+    'grouped_allgather', 'grouped_allgather_async', 'broadcast', 'broadcast_async',
+    'broadcast_', 'broadcast_async_', 'alltoall', 'alltoall_async', 'reducescatter',
+    'reducescatter_async', 'grouped_reducescatter', 'grouped_reducescatter_async', 'join',
+    'barrier', 'poll', 'synchronize', 'init', 'shutdown', 'is_initialized', 'start_timeline',
+    'stop_timeline', 'size', 'local_size', 'cross_size', 'rank', 'local_rank', 'cross_rank',
+    'mpi_threads_supported', 'mpi_enabled', 'mpi_built', 'gloo_enabled', 'gloo_built',
+    'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built', 'rocm_built', 'ProcessSet',
+    'global_process_set', 'add_process_set', 'remove_process_set', 'Average', 'Sum', 'Adasum',
+    'Min', 'Max', 'Product', 'HorovodInternalError', 'DistributedOptimizer', 'SyncBatchNorm']
+
+
+def test_exports_horovods_names():
+    assert [name for name in _HOROVOD_TORCH_NAMES if not hasattr(hvd, name)] == []
+    # The submodules scripts reach through hvd, as with horovod.torch.
+    for module in ('mpi_ops', 'compression', 'functions', 'optimizer', 'sync_batch_norm'):
+        assert getattr(hvd, module).__name__ == f'collective.torch.{module}'
+    for name in ('none', 'fp16'):
+        assert hasattr(hvd.Compression, name)
+    assert hvd.mpi_ops.HorovodInternalError is hvd.HorovodInternalError
+
+
 def test_topology_matches_the_launcher():
     size = int(os.environ.get('COLLECTIVE_LOCAL_SIZE', '1'))
     rank = int(os.environ.get('COLLECTIVE_LOCAL_RANK', '0'))
@@ -31,6 +59,12 @@ def test_init_again_changes_nothing():
     assert hvd.synchronize(handle).tolist() == [hvd.size()] * 2
     with pytest.raises(ValueError, match='does not exist'):
         hvd.init(process_sets=[hvd.ProcessSet([0])] if hvd.size() > 2 else [[0, 0]])
+    # Horovod's comm as a list of ranks: every rank of the job (or none) is the job.
+    hvd.init(comm=[])
+    hvd.init(comm=list(reversed(range(hvd.size()))))
+    with pytest.raises(NotImplementedError, match='MPI communicator'):
+        hvd.init(comm=object())
+    assert hvd.is_initialized()
 
 
 def test_build_flags():

@@ -6,6 +6,9 @@ import pytest
 import torch
 
 import collective.torch as ct
+from collective import _core
+from collective.common.exceptions import HorovodInternalError
+from collective.torch import grad_buckets
 from _helpers import assert_same_on_all_ranks, rank_batch
 
 
@@ -130,6 +133,11 @@ def test_gradient_predivide_factor():
 def test_gradient_predivide_factor_needs_average():
     with pytest.raises(ValueError, match='gradient_predivide_factor'):
         _distributed(_Net(), op=ct.Sum, gradient_predivide_factor=2.0)
+
+
+def test_backward_passes_per_step_must_be_positive():
+    with pytest.raises(ValueError, match='backward_passes_per_step must be > 0'):
+        _distributed(_Net(), backward_passes_per_step=0)
 
 
 @pytest.mark.usefixtures('two_ranks')
@@ -325,3 +333,88 @@ def test_load_state_dict_keeps_working():
     # Reduced: the ranks' different local gradients became one average.
     assert_same_on_all_ranks([p.grad for p in model.parameters() if p.grad is not None],
                              'test.load_state_dict')
+
+
+# Gradients in the client's shared-memory arena (collective.torch.grad_buckets).
+
+def _in_arena(tensor, optimizer):
+    """Whether `tensor`'s data lies in one of the optimizer's arena buckets."""
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    return any(b.address <= start and end <= b.address + b.nbytes
+               for b in optimizer._buckets.buffers)
+
+
+@pytest.mark.usefixtures('two_ranks')
+def test_gradients_accumulate_in_the_arena():
+    model = _Net()
+    optimizer = _distributed(model)
+    params = list(model.parameters())
+    # Nothing is placed in p.grad before the first backward.
+    assert all(p.grad is None for p in params)
+    _loss(model, ct.rank()).backward()
+    optimizer.synchronize()
+    # Moved into the arena when submitted, the unused layer's zeros included.
+    assert all(_in_arena(p.grad, optimizer) for p in params)
+    addresses = [p.grad.data_ptr() for p in params]
+
+    optimizer.zero_grad()
+    _loss(model, ct.rank(), seed=1).backward()
+    # Autograd added into the arena views, which the hooks then submitted.
+    assert [p.grad.data_ptr() for p in params] == addresses
+    optimizer.synchronize()
+    assert [p.grad.data_ptr() for p in params] == addresses
+    _assert_grads(model, _expected_grads(seeds=(1,)))
+
+
+@pytest.mark.usefixtures('two_ranks')
+def test_gradients_set_to_none_return_to_the_arena():
+    model = _Net()
+    optimizer = _distributed(model)
+    _loss(model, ct.rank()).backward()
+    optimizer.synchronize()
+    optimizer.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in model.parameters())
+    _loss(model, ct.rank(), seed=1).backward()  # fresh gradients, outside the arena
+    optimizer.synchronize()
+    assert all(_in_arena(p.grad, optimizer) for p in model.parameters())
+    _assert_grads(model, _expected_grads(seeds=(1,)))
+
+
+@pytest.mark.usefixtures('two_ranks')
+@pytest.mark.parametrize('options', [dict(compression=ct.Compression.fp16),
+                                     dict(zero_copy_gradients=False)], ids=['fp16', 'disabled'])
+def test_no_arena_buckets_with_compression_or_when_disabled(options):
+    model = _Net()
+    optimizer = _distributed(model, **options)
+    assert optimizer._buckets is None
+    _loss(model, ct.rank()).backward()
+    optimizer.synchronize()
+    _assert_grads(model, _expected_grads(), atol=2e-3 if 'compression' in options else 1e-12)
+
+
+@pytest.mark.usefixtures('two_ranks')
+def test_gradients_that_do_not_fit_take_the_copy_path(monkeypatch):
+    # Room for a.weight alone (30 float64 = 240 bytes, 256 with alignment).
+    monkeypatch.setattr(grad_buckets, 'arena_budget', lambda client: 256)
+    model = _Net()
+    optimizer = _distributed(model)
+    _loss(model, ct.rank()).backward()
+    optimizer.synchronize()
+    assert [name for name, p in model.named_parameters() if _in_arena(p.grad, optimizer)] \
+        == ['a.weight']
+    _assert_grads(model, _expected_grads())
+
+
+@pytest.mark.usefixtures('two_ranks')
+def test_an_arena_that_refuses_the_buckets_means_copies(monkeypatch):
+    def refuse(client, nbytes):
+        raise HorovodInternalError(f'{nbytes} bytes do not fit')
+
+    monkeypatch.setattr(_core.Client, 'allocate', refuse)
+    model = _Net()
+    optimizer = _distributed(model)
+    assert optimizer._buckets.buffers == []
+    _loss(model, ct.rank()).backward()
+    optimizer.synchronize()
+    _assert_grads(model, _expected_grads())

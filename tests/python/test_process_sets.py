@@ -102,7 +102,7 @@ def test_dynamic_process_set_add_use_remove():
             assert result.item() == sum(ps.ranks)
     removed_id = first.process_set_id
     assert hvd.remove_process_set(first)
-    assert first.process_set_id is None and first.ranks is None
+    assert first.process_set_id is None and first.ranks == [0, 1]  # as in Horovod
     with pytest.raises(ValueError, match='not registered'):
         hvd.allreduce(torch.ones(1), process_set=first)
     stale = hvd.ProcessSet([0, 1])
@@ -111,6 +111,9 @@ def test_dynamic_process_set_add_use_remove():
         hvd.allreduce(torch.ones(1), process_set=stale)
     assert hvd.remove_process_set(second)
     assert not hvd.remove_process_set(second), 'removing twice'
+    # A removed set keeps its ranks and can be added again.
+    assert hvd.add_process_set(first) is first and first.process_set_id is not None
+    assert hvd.remove_process_set(first)
 
 
 def test_process_set_needs_ranks():
@@ -119,4 +122,8 @@ def test_process_set_needs_ranks():
     with pytest.raises(ValueError):
         hvd.ProcessSet([0, 1.5])
     assert hvd.ProcessSet([3, 1]).ranks == [1, 3]
+    assert hvd.ProcessSet(ranks_or_comm=[2, 0]).ranks == [0, 2]  # Horovod's argument name
     assert hvd.ProcessSet([0]).size() is None, 'not registered yet'
+    # Horovod answers membership from the ranks, registered or not.
+    assert hvd.ProcessSet([0]).included() == (hvd.rank() == 0)
+    assert hvd.ProcessSet([0]).mpi_comm is None and 'mpi_comm=None' in str(hvd.ProcessSet([0]))

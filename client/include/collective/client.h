@@ -178,6 +178,10 @@ class Client {
   // A zero-copy buffer in this client's arena. Waits while the arena is full
   // of inputs still in flight; fails if `bytes` exceeds the whole arena.
   absl::StatusOr<Buffer> Allocate(size_t bytes);
+  // The size of this client's arena, which Buffers share with the copies of
+  // inputs that lie elsewhere, and how much of it neither holds right now.
+  uint64_t arena_bytes() const;
+  uint64_t arena_free_bytes() const;
 
   // The collectives. Each starts a request and returns its handle; Wait
   // returns its result. Names identify tensors across the ranks of a process

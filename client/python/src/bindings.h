@@ -8,5 +8,6 @@ namespace collective::python {
 void BindResult(pybind11::module_& m);       // result_binding.cc
 void BindClient(pybind11::module_& m);       // client_binding.cc
 void BindCollectives(pybind11::module_& m);  // collectives_binding.cc, after BindClient
+void BindBuffer(pybind11::module_& m);       // buffer_binding.cc, after BindClient
 
 }  // namespace collective::python

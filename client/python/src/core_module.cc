@@ -44,6 +44,7 @@ PYBIND11_MODULE(_core, m) {
   collective::python::BindResult(m);
   collective::python::BindClient(m);
   collective::python::BindCollectives(m);
+  collective::python::BindBuffer(m);
   m.attr("DTYPES") = Codes(kDataTypes);
   m.attr("REDUCE_OPS") = Codes(kReduceOps);
   m.attr("GLOBAL_PROCESS_SET") = collective::kGlobalProcessSet;

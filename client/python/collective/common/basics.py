@@ -43,8 +43,10 @@ def init(comm=None, process_sets=None):
     """Connects this process to collectived and waits until the whole job has formed.
 
     Arguments:
-        comm: Not supported: collectived forms the job from the launcher's
-              environment, not from an MPI communicator. Must be None.
+        comm: ``None``, or as in Horovod a list of ranks that must then be
+              every rank of the job (an empty list means the same): the
+              launcher's processes form the job, so a subset, or an MPI
+              communicator, raises NotImplementedError.
         process_sets: Process sets to create when the job forms, as
                       ``ProcessSet`` objects or lists of ranks; every rank must
                       pass the same ones. ``None`` or ``"dynamic"``: none
@@ -56,19 +58,29 @@ def init(comm=None, process_sets=None):
     """
     global _connection, _atexit_registered
     if comm is not None:
-        raise NotImplementedError(
-            'init(comm=...) is not supported: collectived forms the job from the launcher '
-            '(collectiverun, mpirun, torchrun, ...), not from an MPI communicator')
+        if isinstance(comm, (str, bytes)) or not hasattr(comm, '__iter__'):
+            raise NotImplementedError(
+                'init(comm=...) takes no MPI communicator: collectived forms the job from the '
+                'launcher (collectiverun, mpirun, torchrun, ...)')
+        comm = list(comm)
     # Imported here: process sets ask this module for the connection.
     from collective.common import process_sets as sets
     requested = sets.requested_process_sets(process_sets)
     with _lock:
-        if _connection is None:
+        connected = _connection is None
+        if connected:
             client = _core.Client.connect(static_process_sets=[list(s.ranks) for s in requested])
             _connection = _Connection(client)
             if not _atexit_registered:
                 atexit.register(shutdown)
                 _atexit_registered = True
+        job_size = _connection.client.size
+    if comm and sorted(comm) != list(range(job_size)):
+        if connected:
+            shutdown()
+        raise NotImplementedError(
+            f'init(comm={comm}): comm must list every rank of the job (0 to {job_size - 1}) '
+            'or none; collectived forms the job from every process the launcher started')
     sets.bind_process_sets(requested)
 
 

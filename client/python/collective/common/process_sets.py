@@ -20,12 +20,14 @@ class ProcessSet:
 
     process_set_id = None
     ranks = None
+    mpi_comm = None  # Horovod's; collectived builds sets from ranks only
 
-    def __init__(self, ranks):
-        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, '__iter__'):
+    def __init__(self, ranks_or_comm):
+        """``ranks_or_comm``: the global ranks (Horovod's name: an MPI communicator is refused)."""
+        if isinstance(ranks_or_comm, (str, bytes)) or not hasattr(ranks_or_comm, '__iter__'):
             raise ValueError('ProcessSet should be initialized with a list of process ranks '
                              '(MPI communicators are not supported)')
-        ranks = sorted(ranks)
+        ranks = sorted(ranks_or_comm)
         if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
             raise ValueError('ProcessSet should be initialized with a list of process ranks')
         self.ranks = ranks
@@ -48,19 +50,19 @@ class ProcessSet:
         return basics.connection().client.process_set_rank(self.process_set_id)
 
     def included(self):
-        """Whether this process is in the set, or None while it is not registered."""
-        if self.process_set_id is None:
+        """Whether this process is one of the set's ranks, or None when the set has no ranks."""
+        if self.ranks is None:
             return None
-        return basics.connection().client.process_set_included(self.process_set_id)
+        return basics.rank() in self.ranks
 
-    def invalidate(self):
-        """Forgets the registration (after ``remove_process_set`` or ``shutdown``)."""
+    def _invalidate(self):
+        """Forgets the registration (after ``remove_process_set`` or ``shutdown``); the ranks
+        stay, so the object can be added again."""
         self.process_set_id = None
-        if self is not global_process_set:
-            self.ranks = None
 
     def __str__(self):
-        return f'ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})'
+        return (f'ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, '
+                f'mpi_comm={self.mpi_comm})')
 
     __repr__ = __str__
 
@@ -107,7 +109,7 @@ def remove_process_set(process_set):
         return False
     basics.connection().client.remove_process_set(process_set_id)
     for registered in _registered.pop(process_set_id, [process_set]):
-        registered.invalidate()
+        registered._invalidate()
     return True
 
 
@@ -166,5 +168,5 @@ def invalidate_process_sets():
     for set_id in list(_registered):
         if set_id != 0:
             for s in _registered.pop(set_id):
-                s.invalidate()
+                s._invalidate()
     global_process_set.ranks = []

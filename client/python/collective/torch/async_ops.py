@@ -49,7 +49,7 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
 
     def finish(_results):
         outputs = [d.finish() for d in destinations]
-        return outputs if grouped else outputs[0]
+        return tuple(outputs) if grouped else outputs[0]
 
     return handles.register(requests, finish, (inputs, destinations))
 
@@ -113,7 +113,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     `grouped_allreduce`; without compression). The input tensors are not modified.
 
     Returns:
-        A handle for `poll()` and `synchronize()`, which returns a list of new
+        A handle for `poll()` and `synchronize()`, which returns a tuple of new
         tensors holding the results.
     """
     return _allreduce_async(tensors, None, name, average, op, prescale_factor,
@@ -126,7 +126,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
     `grouped_allreduce`): the results are written into the tensors.
 
     Returns:
-        A handle for `poll()` and `synchronize()`, which returns the list of tensors.
+        A handle for `poll()` and `synchronize()`, which returns the tensors, as a tuple.
     """
     tensors = list(tensors)
     return _allreduce_async(tensors, tensors, name, average, op, prescale_factor,
@@ -139,7 +139,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
     `grouped_allreduce`; without compression). Not differentiable.
 
     Returns:
-        The list `tensors`, holding the results.
+        The tensors of `tensors`, as a tuple, holding the results.
     """
     return handles.synchronize(grouped_allreduce_async_(tensors, average, name, op,
                                                         prescale_factor, postscale_factor,
@@ -157,7 +157,7 @@ def _allgather_async(tensors, name, process_set, grouped):
 
     def finish(results):
         outputs = [tensor_args.tensor_from_result(r, dtype) for r, dtype in zip(results, dtypes)]
-        return outputs if grouped else outputs[0]
+        return tuple(outputs) if grouped else outputs[0]
 
     return handles.register(requests, finish, inputs)
 
@@ -178,10 +178,48 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     `grouped_allgather`).
 
     Returns:
-        A handle for `poll()` and `synchronize()`, which returns a list of new
+        A handle for `poll()` and `synchronize()`, which returns a tuple of new
         tensors.
     """
     return _allgather_async(tensors, name, process_set, grouped=True)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Starts the sum (or average) of a sparse COO tensor over the ranks of the process set.
+
+    Every rank's nonzero entries are allgathered (the indices transposed so
+    that the entries are rows; their number may differ between ranks), and
+    entries at the same index are added up.
+
+    Arguments:
+        tensor: A sparse COO tensor of the same size on every rank.
+        name: A name of the operation; its allgathers are '<name>.indices'
+              and '<name>.values'.
+        op: Average or Sum.
+        process_set: Process set object to limit this operation to a subset of
+                     processes. Default is the global process set.
+
+    Returns:
+        As in Horovod, a function (not a handle for `synchronize()`): calling
+        it once waits for the allgathers and returns the reduced sparse tensor,
+        coalesced.
+    """
+    if op not in (reduce_ops.Average, reduce_ops.Sum):
+        raise NotImplementedError('Sparse tensors support only op=Average or op=Sum.')
+    grad = tensor.coalesce()
+    indices_handle = allgather_async(grad.indices().t().contiguous(), name=f'{name}.indices',
+                                     process_set=process_set)
+    values_handle = allgather_async(grad.values(), name=f'{name}.values',
+                                    process_set=process_set)
+
+    def result():
+        indices = handles.synchronize(indices_handle).t()
+        values = handles.synchronize(values_handle)
+        if op == reduce_ops.Average:
+            values = values / process_set.size()
+        return torch.sparse_coo_tensor(indices, values, grad.size()).coalesce()
+
+    return result
 
 
 def _broadcast_async(tensor, output, root_rank, name, process_set):
@@ -303,7 +341,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
     `grouped_reducescatter`; without compression).
 
     Returns:
-        A handle for `poll()` and `synchronize()`, which returns a list of new
+        A handle for `poll()` and `synchronize()`, which returns a tuple of new
         tensors, each holding this rank's rows.
     """
     return _reducescatter_async(tensors, name, op, process_set, prescale_factor,

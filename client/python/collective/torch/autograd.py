@@ -18,16 +18,17 @@ backward is itself differentiable.
 import torch
 
 from collective.common import basics
-from collective.torch import async_ops
+from collective.torch import async_ops, reduce_ops
 from collective.torch.handles import synchronize
 from collective.torch.reduce_ops import Average, Sum
 
 
-class AllreduceFunction(torch.autograd.Function):
-    """Allreduce of one tensor."""
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce of one tensor (Horovod's arguments; ``average`` is the deprecated form of ``op``)."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        op = reduce_ops.resolve_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
@@ -38,16 +39,17 @@ class AllreduceFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = AllreduceFunction.apply(grad_output, None, ctx.op, ctx.prescale_factor,
-                                       ctx.postscale_factor, ctx.process_set)
-        return grad, None, None, None, None, None
+        grad = HorovodAllreduce.apply(grad_output, None, None, ctx.op, ctx.prescale_factor,
+                                      ctx.postscale_factor, ctx.process_set)
+        return grad, None, None, None, None, None, None
 
 
-class GroupedAllreduceFunction(torch.autograd.Function):
+class HorovodGroupedAllreduce(torch.autograd.Function):
     """Allreduce of a group of tensors (the tensors come last, as autograd needs)."""
 
     @staticmethod
-    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        op = reduce_ops.resolve_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
@@ -58,10 +60,10 @@ class GroupedAllreduceFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        grads = GroupedAllreduceFunction.apply(None, ctx.op, ctx.prescale_factor,
-                                               ctx.postscale_factor, ctx.process_set,
-                                               *grad_outputs)
-        return (None, None, None, None, None) + tuple(grads)
+        grads = HorovodGroupedAllreduce.apply(None, None, ctx.op, ctx.prescale_factor,
+                                              ctx.postscale_factor, ctx.process_set,
+                                              *grad_outputs)
+        return (None, None, None, None, None, None) + tuple(grads)
 
 
 def _own_rows(grad, rows, process_set):
@@ -72,7 +74,7 @@ def _own_rows(grad, rows, process_set):
     return grad.narrow(0, offset, rows)
 
 
-class AllgatherFunction(torch.autograd.Function):
+class HorovodAllgather(torch.autograd.Function):
     """Allgather of one tensor."""
 
     @staticmethod
@@ -83,11 +85,12 @@ class AllgatherFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        averaged = AllreduceFunction.apply(grad_output, None, Average, 1.0, 1.0, ctx.process_set)
+        averaged = HorovodAllreduce.apply(grad_output, None, None, Average, 1.0, 1.0,
+                                          ctx.process_set)
         return _own_rows(averaged, ctx.rows, ctx.process_set), None, None
 
 
-class GroupedAllgatherFunction(torch.autograd.Function):
+class HorovodGroupedAllgather(torch.autograd.Function):
     """Allgather of a group of tensors."""
 
     @staticmethod
@@ -99,13 +102,13 @@ class GroupedAllgatherFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        averaged = GroupedAllreduceFunction.apply(None, Average, 1.0, 1.0, ctx.process_set,
-                                                  *grad_outputs)
+        averaged = HorovodGroupedAllreduce.apply(None, None, Average, 1.0, 1.0, ctx.process_set,
+                                                 *grad_outputs)
         return (None, None) + tuple(_own_rows(g, rows, ctx.process_set)
                                     for g, rows in zip(averaged, ctx.rows))
 
 
-class BroadcastFunction(torch.autograd.Function):
+class HorovodBroadcast(torch.autograd.Function):
     """Broadcast of one tensor from a (global) root rank."""
 
     @staticmethod
@@ -117,13 +120,14 @@ class BroadcastFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        averaged = AllreduceFunction.apply(grad_output, None, Average, 1.0, 1.0, ctx.process_set)
+        averaged = HorovodAllreduce.apply(grad_output, None, None, Average, 1.0, 1.0,
+                                          ctx.process_set)
         if basics.rank() != ctx.root_rank:
             averaged = torch.zeros_like(averaged)
         return averaged, None, None, None
 
 
-class AlltoallFunction(torch.autograd.Function):
+class HorovodAlltoall(torch.autograd.Function):
     """Alltoall; returns the received splits too when splits were given, as Horovod does."""
 
     @staticmethod
@@ -139,7 +143,7 @@ class AlltoallFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *_received_splits_grad):
-        grad, _ = AlltoallFunction.apply(grad_output, ctx.received_splits, None, ctx.process_set)
+        grad, _ = HorovodAlltoall.apply(grad_output, ctx.received_splits, None, ctx.process_set)
         return grad, None, None, None
 
 
@@ -147,7 +151,7 @@ def _reducescatter_grad_scale(op, process_set, prescale_factor, postscale_factor
     return (process_set.size() if op == Sum else 1) * prescale_factor * postscale_factor
 
 
-class ReducescatterFunction(torch.autograd.Function):
+class HorovodReducescatter(torch.autograd.Function):
     """Reducescatter of one tensor."""
 
     @staticmethod
@@ -160,11 +164,11 @@ class ReducescatterFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = AllgatherFunction.apply(grad_output * ctx.scale, None, ctx.process_set)
+        grad = HorovodAllgather.apply(grad_output * ctx.scale, None, ctx.process_set)
         return grad, None, None, None, None, None
 
 
-class GroupedReducescatterFunction(torch.autograd.Function):
+class HorovodGroupedReducescatter(torch.autograd.Function):
     """Reducescatter of a group of tensors."""
 
     @staticmethod
@@ -177,6 +181,6 @@ class GroupedReducescatterFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        grads = GroupedAllgatherFunction.apply(None, ctx.process_set,
-                                               *[g * ctx.scale for g in grad_outputs])
+        grads = HorovodGroupedAllgather.apply(None, ctx.process_set,
+                                              *[g * ctx.scale for g in grad_outputs])
         return (None, None, None, None, None) + tuple(grads)

@@ -13,16 +13,24 @@ from collective.common.basics import (ccl_built, cross_rank, cross_size, cuda_bu
 from collective.common.exceptions import HorovodInternalError
 from collective.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                             remove_process_set)
-from collective.torch import autograd, reduce_ops
+from collective.torch import reduce_ops
+# The autograd functions, by the names horovod.torch.mpi_ops gives them.
+from collective.torch.autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,
+                                       HorovodBroadcast, HorovodGroupedAllgather,
+                                       HorovodGroupedAllreduce, HorovodGroupedReducescatter,
+                                       HorovodReducescatter)
 from collective.torch.async_ops import (allgather_async, allreduce_, allreduce_async,
                                         allreduce_async_, alltoall_async, barrier, broadcast_,
                                         broadcast_async, broadcast_async_, grouped_allgather_async,
                                         grouped_allreduce_, grouped_allreduce_async,
                                         grouped_allreduce_async_, grouped_reducescatter_async,
-                                        join, reducescatter_async)
+                                        join, reducescatter_async, sparse_allreduce_async)
 from collective.torch.compression import Compression
 from collective.torch.handles import poll, synchronize
 from collective.torch.reduce_ops import Adasum, Average, Max, Min, Product, Sum
+
+# Horovod's helper: the op meant by `op` and the deprecated `average` flag.
+handle_average_backwards_compatibility = reduce_ops.resolve_op
 
 __all__ = [
     'init', 'shutdown', 'is_initialized', 'size', 'local_size', 'cross_size', 'rank',
@@ -34,7 +42,7 @@ __all__ = [
     'Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product',
     'allreduce', 'allreduce_async', 'allreduce_', 'allreduce_async_',
     'grouped_allreduce', 'grouped_allreduce_async', 'grouped_allreduce_',
-    'grouped_allreduce_async_',
+    'grouped_allreduce_async_', 'sparse_allreduce_async',
     'allgather', 'allgather_async', 'grouped_allgather', 'grouped_allgather_async',
     'broadcast', 'broadcast_async', 'broadcast_', 'broadcast_async_',
     'alltoall', 'alltoall_async',
@@ -78,8 +86,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """
     op = reduce_ops.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
-    reduced = autograd.AllreduceFunction.apply(compressed, name, op, prescale_factor,
-                                               postscale_factor, process_set)
+    reduced = HorovodAllreduce.apply(compressed, None, name, op, prescale_factor,
+                                     postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
 
 
@@ -106,8 +114,8 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     """
     op = reduce_ops.resolve_op(op, average)
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = autograd.GroupedAllreduceFunction.apply(name, op, prescale_factor,
-                                                      postscale_factor, process_set, *compressed)
+    reduced = HorovodGroupedAllreduce.apply(None, name, op, prescale_factor, postscale_factor,
+                                            process_set, *compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(reduced, ctxs)]
 
 
@@ -132,7 +140,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
         the first dimension, which may be greater and is the sum of all first
         dimensions of the tensors in the different processes.
     """
-    return autograd.AllgatherFunction.apply(tensor, name, process_set)
+    return HorovodAllgather.apply(tensor, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -147,9 +155,9 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
                      processes. Default is the global process set.
 
     Returns:
-        A list of tensors, each concatenated on dimension zero across all processes.
+        A tuple of tensors, each concatenated on dimension zero across all processes.
     """
-    return list(autograd.GroupedAllgatherFunction.apply(name, process_set, *tensors))
+    return HorovodGroupedAllgather.apply(name, process_set, *tensors)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -174,7 +182,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
         A tensor of the same shape and type as `tensor`, with the value broadcast
         from root rank.
     """
-    return autograd.BroadcastFunction.apply(tensor, root_rank, name, process_set)
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -201,7 +209,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
         2) If `splits` has been provided: a tensor of integers in rank order
            describing how many rows of the output were received from each process.
     """
-    return autograd.AlltoallFunction.apply(tensor, splits, name, process_set)
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -227,8 +235,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
         ones get one row more).
     """
     compressed, ctx = compression.compress(tensor)
-    reduced = autograd.ReducescatterFunction.apply(compressed, name, op, process_set,
-                                                   prescale_factor, postscale_factor)
+    reduced = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor,
+                                         postscale_factor)
     return compression.decompress(reduced, ctx)
 
 
@@ -249,6 +257,6 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
         A list of tensors, each holding this process's rows of the reduced tensor.
     """
     compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    reduced = autograd.GroupedReducescatterFunction.apply(name, op, process_set, prescale_factor,
-                                                          postscale_factor, *compressed)
+    reduced = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                                postscale_factor, *compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(reduced, ctxs)]

@@ -8,6 +8,10 @@ communication overlaps the rest of the backward pass. ``synchronize()`` (and
 ``step()``) submits whatever no hook submitted, zero-filling gradients a rank
 did not compute so that every rank submits the same tensors, then waits for
 all of them and writes the reduced gradients back.
+
+Gradients are kept in the client's shared-memory arena where they fit
+(``grad_buckets``), so that the daemon reads them where autograd wrote them
+instead of libcollective copying each one in.
 """
 
 import warnings
@@ -17,9 +21,11 @@ import torch
 
 from collective.torch.compression import Compression
 from collective.torch.functions import broadcast_object
-from collective.torch.mpi_ops import allgather_async, allreduce_async_, grouped_allreduce_async_
+from collective.torch.grad_buckets import GradientBuckets
+from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_,
+                                      sparse_allreduce_async)
 from collective.torch.mpi_ops import synchronize, size
-from collective.torch.mpi_ops import Adasum, Average, Sum
+from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
 
 _TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times '
@@ -31,7 +37,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Mixin placed in front of the wrapped optimizer's class by DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, groups, sparse_as_dense, process_set):
+                 gradient_predivide_factor, groups, sparse_as_dense, process_set,
+                 zero_copy_gradients):
         super().__init__(params)
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
@@ -50,9 +57,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []     # keeps the hooked accumulators alive
         self._synchronized = False
         self._should_synchronize = True
+        self._buckets = None     # arena views of the gradients, when used
 
         if process_set.included() and size() > 1:
             self._register_hooks(groups)
+            # A compressor makes a new tensor to send, which is never in the
+            # arena: buckets would only hold space.
+            if zero_copy_gradients and compression is Compression.none:
+                self._buckets = GradientBuckets([p for group in self._groups for p in group])
 
     def _name_parameters(self, named_parameters):
         """Validates named_parameters and returns a parameter -> name map."""
@@ -131,17 +143,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _allreduce_group_async(self, group):
         """Submits the allreduce of a group's gradients; returns a function that finishes it."""
+        buckets = self._buckets
         for p in group:
             if p.grad is None:
                 # Another rank may have computed this gradient (a dynamic
                 # forward): submit zeros so its allreduce can complete.
-                p.grad = torch.zeros_like(p)
+                p.grad = torch.zeros_like(p) if buckets is None else buckets.zeros(p)
+            elif buckets is not None:
+                buckets.rehome(p)
         if len(group) == 1 and group[0].grad.is_sparse and not self.sparse_as_dense:
             return self._sparse_allreduce_async(group[0])
 
         name = self._parameter_names[group[0]]
         prescale, postscale = self._scale_factors()
         compressed, ctxs = zip(*(self._compression.compress(self._dense_grad(p)) for p in group))
+        # In place: the result is copied from the daemon's read-only result
+        # segment into p.grad (into its arena view, when it has one).
         if len(group) == 1:
             handle = allreduce_async_(compressed[0], name=name, op=self.op,
                                       prescale_factor=prescale, postscale_factor=postscale,
@@ -174,22 +191,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _sparse_allreduce_async(self, p):
         """Sums a sparse gradient by gathering every rank's nonzero rows."""
-        if self.op not in (Average, Sum):
-            raise NotImplementedError('Sparse gradients support only op=Average or op=Sum.')
-        name = self._parameter_names[p]
-        grad = p.grad.coalesce()
-        # Gather along the nonzero count, which differs between ranks.
-        indices_handle = allgather_async(grad.indices().t().contiguous(), name=name + '.indices',
-                                         process_set=self.process_set)
-        values_handle = allgather_async(grad.values(), name=name + '.values',
+        result = sparse_allreduce_async(p.grad, name=self._parameter_names[p], op=self.op,
                                         process_set=self.process_set)
 
         def finish():
-            indices = synchronize(indices_handle).t()
-            values = synchronize(values_handle)
-            if self.op == Average:
-                values = values / self.process_set.size()
-            p.grad = torch.sparse_coo_tensor(indices, values, grad.size()).coalesce()
+            p.grad = result()
         return finish
 
     def set_backward_passes_per_step(self, passes):
@@ -326,7 +332,8 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                          gradient_predivide_factor=1.0,
                          num_groups=0, groups=None,
                          sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set,
+                         *, zero_copy_gradients=True):
     """
     An optimizer that wraps another torch.optim.Optimizer, using an allreduce to
     combine gradient values before applying gradients to model weights.
@@ -386,9 +393,16 @@ def DistributedOptimizer(optimizer, named_parameters=None,
                          then convert back to sparse before applying the update.
         process_set: Gradients will only be reduced over processes belonging
                      to this process set. Defaults to the global process set.
+        zero_copy_gradients: (collective.torch only) Keep the gradients in this
+                     process's shared-memory arena, where the daemon reads them
+                     without a copy (see ``collective.torch.grad_buckets``);
+                     gradients that do not fit take the copy path. Not used with
+                     compression. False: always copy.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError('gradient_predivide_factor not supported with op != Average')
+    if backward_passes_per_step <= 0:
+        raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
         raise NotImplementedError('op=Adasum is not supported by collectived; use Average or Sum.')
     if num_groups != 0:
@@ -403,7 +417,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     distributed = cls(optimizer.param_groups, named_parameters, compression,
                       backward_passes_per_step, op, gradient_predivide_factor, groups,
-                      sparse_as_dense, process_set)
+                      sparse_as_dense, process_set, zero_copy_gradients)
     # The constructor ran with the class's default hyper-parameters; groups
     # added later should get the ones the user chose.
     distributed.defaults = optimizer.defaults

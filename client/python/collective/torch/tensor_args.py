@@ -23,6 +23,11 @@ _DTYPE_CODES = {
 }
 
 
+def supported(dtype):
+    """Whether the daemon takes tensors of ``dtype``."""
+    return dtype in _DTYPE_CODES
+
+
 def check(tensor):
     """Raises ValueError unless the daemon can take ``tensor``."""
     if not isinstance(tensor, torch.Tensor):
@@ -32,7 +37,7 @@ def check(tensor):
                          f'{tensor.device} (the GPU path is not implemented yet)')
     if tensor.layout != torch.strided:
         raise ValueError(f'collective.torch handles dense tensors only, not {tensor.layout}')
-    if tensor.dtype not in _DTYPE_CODES:
+    if not supported(tensor.dtype):
         raise ValueError(f'Tensor type {tensor.dtype} is not supported.')
 
 

@@ -1,0 +1,90 @@
+"""Installs the collective package the two documented ways and imports it from there.
+
+Run by ctest (python_install) as: install_check.py BUILD_DIR
+
+1. ``cmake --install BUILD --component python --prefix TMP``: the extension
+   must load the libcollective installed in TMP (its RUNPATH is relative to
+   itself), never the build tree's.
+2. ``pip install --no-build-isolation --no-deps --target TMP BUILD/python``:
+   the package as built; its extension keeps finding the build tree's
+   libcollective (RUNPATH of the build). Skipped where pip is not installed.
+
+Each import runs in a fresh interpreter that sees only the installed copy.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+_PROBE = '''
+import json, collective._core, collective.torch
+libraries = sorted({line.split()[-1] for line in open('/proc/self/maps')
+                    if 'libcollective' in line and '.so' in line})
+print(json.dumps({'core': collective._core.__file__, 'libraries': libraries}))
+'''
+
+
+def _run(command, **kwargs):
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300, **kwargs)
+    if completed.returncode != 0:
+        sys.exit(f'{" ".join(command)} failed ({completed.returncode}):\n'
+                 f'{completed.stdout}{completed.stderr}')
+    return completed.stdout
+
+
+def _probe(package_dir):
+    """What a fresh interpreter loads when the package comes from `package_dir`."""
+    environment = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'LD_LIBRARY_PATH')}
+    environment['PYTHONPATH'] = package_dir
+    output = _run([sys.executable, '-c', _PROBE], env=environment, cwd=package_dir)
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def _expect(loaded, package_dir, library_dir):
+    core_dir = os.path.realpath(os.path.dirname(loaded['core']))
+    if core_dir != os.path.realpath(os.path.join(package_dir, 'collective')):
+        sys.exit(f'collective._core came from {loaded["core"]}, not from {package_dir}')
+    libraries = [os.path.realpath(p) for p in loaded['libraries']]
+    if not libraries or any(os.path.dirname(p) != os.path.realpath(library_dir)
+                            for p in libraries):
+        sys.exit(f'expected libcollective from {library_dir}; loaded {loaded["libraries"]}')
+
+
+def _directory_of(root, relative):
+    """The directory below `root` that holds `relative` (a file name or a path ending in one)."""
+    for directory, _, _ in os.walk(root):
+        if os.path.exists(os.path.join(directory, relative)):
+            return directory
+    sys.exit(f'the install under {root} has no {relative}')
+
+
+def main():
+    build = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix='collective-install-') as prefix:
+        _run(['cmake', '--install', build, '--prefix', prefix, '--component', 'python'])
+        package_dir = _directory_of(prefix, os.path.join('collective', '__init__.py'))
+        libdir = _directory_of(prefix, 'libcollective.so.0')
+        _expect(_probe(package_dir), package_dir, libdir)
+        print(f'cmake --install: the package in {package_dir} loads libcollective from {libdir}')
+
+    if subprocess.run([sys.executable, '-m', 'pip', '--version'],
+                      capture_output=True).returncode != 0:
+        print('pip is not installed: the pip check is skipped')
+        return
+    with tempfile.TemporaryDirectory(prefix='collective-pip-') as scratch:
+        # setuptools builds in the source tree: build a copy, so build/python
+        # stays as CMake made it.
+        source = shutil.copytree(os.path.join(build, 'python'), os.path.join(scratch, 'source'))
+        target = os.path.join(scratch, 'target')
+        _run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-build-isolation',
+              '--no-deps', '--no-cache-dir', '--target', target, source],
+             env=dict(os.environ, PIP_NO_INDEX='1'))
+        _expect(_probe(target), target, os.path.join(build, 'lib'))
+        print(f'pip install --target: the package in {target} loads {build}/lib')
+
+
+if __name__ == '__main__':
+    main()
