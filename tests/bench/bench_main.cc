@@ -1,12 +1,13 @@
-// collective-bench: collectived against plain MPI on one node. A size sweep
-// of one collective (allreduce, allgather, broadcast, alltoall or
-// reducescatter), a ResNet-50 gradient step and the latency of a 4-byte
-// allreduce, each with client tensors copied in and out or placed in shared
-// memory (zero-copy).
+// collective-bench: collectived against plain MPI, on one node or on several
+// stand-in nodes of this machine. A size sweep of one collective (allreduce,
+// allgather, broadcast, alltoall or reducescatter), a ResNet-50 gradient step
+// and the latency of a 4-byte allreduce, each with client tensors copied in
+// and out or placed in shared memory (zero-copy).
 //
 // One executable, three roles: the launcher (what people run) starts a
-// private daemon and then this executable again as K client workers per
-// phase, or as K MPI ranks under mpirun (--compare mpi).
+// private daemon (or, for --nodes N, one per node under mpirun) and then this
+// executable again as K client workers per node and phase, or as N*K MPI
+// ranks under mpirun (--compare mpi).
 #include <cstdio>
 #include <string>
 

@@ -72,16 +72,25 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->type_name("PLACEMENT")
       ->check(CLI::IsMember({"copy", "zerocopy", "both"}))
       ->capture_default_str();
-  app.add_option("--clients", options_.clients, "client processes (ranks) on this node")
+  app.add_option("--clients,--clients-per-node", options_.clients,
+                 "client processes (ranks) on each node; a job has N*K ranks")
       ->type_name("K")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  app.add_option("--nodes", options_.nodes,
+                 "stand-in nodes on this machine: with more than one, one mpirun starts a "
+                 "collectived per node, each on its own socket in a private directory, and each "
+                 "node's K clients talk to their own daemon; the MPI comparison runs N*K ranks")
+      ->type_name("N")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   app.add_option("--sizes", sizes_,
                  "sweep sizes in bytes, MIN:MAX, doubling. A size is what each rank puts in "
-                 "(float32); allgather gives each rank K times that. For alltoall and "
-                 "reducescatter each size is rounded up to a multiple of 4*K bytes, so that it "
-                 "splits evenly among the K ranks (MPI_Alltoall and MPI_Reduce_scatter_block need "
-                 "that), and a size that rounding repeats is measured once")
+                 "(float32); allgather gives each rank R times that, R the ranks (N*K). For "
+                 "alltoall and reducescatter each size is rounded up to a multiple of 4*R bytes, "
+                 "so that it splits evenly among the ranks (MPI_Alltoall and "
+                 "MPI_Reduce_scatter_block need that), and a size that rounding repeats is "
+                 "measured once")
       ->type_name("MIN:MAX")
       ->capture_default_str();
   app.add_option("--iterations", options_.iterations,
@@ -126,7 +135,7 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
                  "use the collectived listening here instead of starting a private one")
       ->type_name("PATH");
   app.add_option("--daemon-arg", options_.daemon_args,
-                 "flag for the private collectived, repeatable, e.g. "
+                 "flag for each private collectived, repeatable, e.g. "
                  "--daemon-arg=--fusion-threshold-bytes=1048576")
       ->type_name("FLAG")
       ->allow_extra_args(false);
@@ -140,9 +149,23 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
   app.add_option("--mpirun", options_.mpirun, "the MPI launcher")
       ->type_name("PATH")
       ->capture_default_str();
+  btl_option_ =
+      app.add_option("--btl", options_.btl,
+                     "Open MPI's transports, for the daemons of --nodes and the MPI comparison: "
+                     "tcp,self (the default with several nodes: as across machines; on one "
+                     "machine MPI's ranks of one stand-in node talk TCP as well) or vader,self "
+                     "(shared memory; the default on one node)")
+          ->type_name("BTL")
+          ->check(CLI::Validator(
+              [](const std::string& value) -> std::string {
+                if (value == "tcp,self" || value == "vader,self") return "";
+                return "expected tcp,self or vader,self, not " + value;
+              },
+              "tcp,self|vader,self"));
   app.add_option("--mpirun-arg", options_.mpirun_args,
-                 "extra mpirun argument, repeatable (MCA parameters are easier as environment "
-                 "variables, e.g. OMPI_MCA_mpi_yield_when_idle=1)")
+                 "extra argument of every mpirun (the daemons' and the MPI comparison's), "
+                 "repeatable (MCA parameters are easier as environment variables, e.g. "
+                 "OMPI_MCA_mpi_yield_when_idle=1)")
       ->type_name("ARG")
       ->allow_extra_args(false);
   app.add_flag("--json", options_.json, "print one JSON object per measurement instead of tables");
@@ -179,6 +202,11 @@ absl::Status OptionParser::FinishOptions() {
   }
   options_.reduce_op = reduce_op_ == "average" ? ReduceOp::kAverage : ReduceOp::kSum;
   options_.compare_mpi = compare_ == "mpi";
+  if (options_.nodes > 1 && !options_.socket.empty()) {
+    return absl::InvalidArgumentError(
+        "--socket names one running daemon, one node; --nodes starts daemons of its own");
+  }
+  if (btl_option_->count() == 0) options_.btl = options_.nodes > 1 ? "tcp,self" : "vader,self";
   const bool allreduce = options_.collective == Collective::kAllreduce;
   if (!allreduce && mode_ != "all" && mode_ != "sweep") {
     return absl::InvalidArgumentError(absl::StrCat("--mode ", mode_, " measures allreduce only; ",
@@ -207,7 +235,7 @@ absl::Status OptionParser::FinishOptions() {
   // MPI counts elements in an int; allgather's output holds K times the input.
   const uint64_t largest = SweepSizes(options_).back();
   if (options_.compare_mpi &&
-      AlgorithmBytes(options_.collective, largest, options_.clients) / sizeof(float) > INT_MAX) {
+      AlgorithmBytes(options_.collective, largest, options_.ranks()) / sizeof(float) > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat("--sizes: MPI takes at most 2^31-1 elements per buffer (",
                      CollectiveName(options_.collective), "); lower MAX or drop --compare mpi"));
@@ -225,6 +253,8 @@ std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role,
                                    role == Role::kMpi ? "mpi" : "client",
                                    "--mode",
                                    ModeName(mode),
+                                   "--nodes",
+                                   std::to_string(options.nodes),
                                    "--clients",
                                    std::to_string(options.clients),
                                    "--sizes",
@@ -269,7 +299,7 @@ const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kAverage ? "avera
 
 std::vector<uint64_t> SweepSizes(const BenchOptions& options) {
   const uint64_t unit = SplitsInput(options.collective)
-                            ? sizeof(float) * static_cast<uint64_t>(options.clients)
+                            ? sizeof(float) * static_cast<uint64_t>(options.ranks())
                             : sizeof(float);
   std::vector<uint64_t> sizes;
   for (uint64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 2) {
@@ -280,7 +310,7 @@ std::vector<uint64_t> SweepSizes(const BenchOptions& options) {
 }
 
 int SweepIterations(const BenchOptions& options, uint64_t bytes) {
-  const uint64_t moved = AlgorithmBytes(options.collective, bytes, options.clients);
+  const uint64_t moved = AlgorithmBytes(options.collective, bytes, options.ranks());
   const uint64_t affordable = std::max<uint64_t>(kSweepBytesPerSize / moved, kMinSweepIterations);
   return static_cast<int>(
       std::min<uint64_t>(affordable, static_cast<uint64_t>(options.iterations)));

@@ -34,6 +34,9 @@ struct BenchOptions {
 
   std::vector<BenchMode> modes;
   std::vector<Placement> placements;
+  // Stand-in nodes, each a collectived of its own (several: started by one
+  // mpirun on this machine), and the client processes of each.
+  int nodes = 1;
   int clients = 4;
   uint64_t min_bytes = 8;
   uint64_t max_bytes = uint64_t{256} << 20;
@@ -50,10 +53,16 @@ struct BenchOptions {
   std::vector<std::string> daemon_args;
   bool compare_mpi = false;
   std::string mpirun;
+  // Open MPI's byte transfer layers, for the daemons' world and the MPI
+  // comparison alike: "tcp,self" (as across machines) or "vader,self".
+  std::string btl;
   std::vector<std::string> mpirun_args;
 
   bool json = false;
   int timeout_seconds = 600;
+
+  // The ranks of a job: every client of every node (and as many MPI ranks).
+  int ranks() const { return nodes * clients; }
 };
 
 // Declares every option on `app`; the values land in `options` when it parses.
@@ -73,6 +82,7 @@ class OptionParser {
   std::string op_ = "allreduce";
   std::string reduce_op_ = "sum";
   std::string compare_ = "none";
+  CLI::Option* btl_option_ = nullptr;
   CLI::Option* reduce_op_option_ = nullptr;
 };
 
@@ -87,9 +97,10 @@ const char* ReduceOpName(ReduceOp op);
 
 // The sweep's sizes, each the bytes one rank puts in: min_bytes doubling up
 // to max_bytes. For alltoall and reducescatter each is rounded up to a
-// multiple of 4·K bytes (K float32 elements, so that the input splits evenly
-// among the K ranks, as MPI_Alltoall and MPI_Reduce_scatter_block need), and
-// a size that rounding repeats is measured once.
+// multiple of 4·R bytes (R float32 elements, R = options.ranks(), so that
+// the input splits evenly among the ranks, as MPI_Alltoall and
+// MPI_Reduce_scatter_block need), and a size that rounding repeats is
+// measured once.
 std::vector<uint64_t> SweepSizes(const BenchOptions& options);
 // Timed iterations for one sweep size: options.iterations, fewer for large
 // sizes (each size moves about 1 GiB of algbw bytes per rank), but at least 5.

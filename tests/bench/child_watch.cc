@@ -6,36 +6,16 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/bench/pid_fd.h"
 
 namespace collective::bench {
 namespace {
 
 // The end of a long stderr says why a process failed; the beginning is noise.
 constexpr size_t kStderrTail = 6000;
-
-// A pidfd that closes itself. Tracking a second pidfd of a child is safe: the
-// Subprocess still owns reaping it.
-class PidFd {
- public:
-  explicit PidFd(pid_t pid)
-      : fd_(pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1) {}
-  ~PidFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  PidFd(PidFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  PidFd(const PidFd&) = delete;
-  PidFd& operator=(const PidFd&) = delete;
-  PidFd& operator=(PidFd&&) = delete;
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 std::string Tail(const std::string& text) {
   return text.size() <= kStderrTail ? text : "..." + text.substr(text.size() - kStderrTail);
@@ -52,8 +32,9 @@ std::string DescribeFailure(const WatchedChild& child, int status) {
 
 }  // namespace
 
-absl::Status AwaitChildren(const std::vector<WatchedChild>& children, pid_t daemon_pid,
-                           absl::Time deadline, Interrupts& interrupts) {
+absl::Status AwaitChildren(const std::vector<WatchedChild>& children,
+                           const std::vector<pid_t>& daemon_pids, absl::Time deadline,
+                           Interrupts& interrupts) {
   std::vector<PidFd> pidfds;
   std::vector<bool> done(children.size(), false);
   for (const auto& child : children) {
@@ -63,7 +44,8 @@ absl::Status AwaitChildren(const std::vector<WatchedChild>& children, pid_t daem
           absl::StrCat("pidfd_open(", child.name, "): ", std::strerror(errno)));
     }
   }
-  const PidFd daemon(daemon_pid);
+  std::vector<PidFd> daemons;
+  for (const pid_t pid : daemon_pids) daemons.emplace_back(pid);
   size_t running = children.size();
   while (running > 0) {
     std::vector<pollfd> fds;
@@ -74,7 +56,8 @@ absl::Status AwaitChildren(const std::vector<WatchedChild>& children, pid_t daem
       owners.push_back(i);
     }
     fds.push_back({interrupts.fd(), POLLIN, 0});
-    if (daemon.fd() >= 0) fds.push_back({daemon.fd(), POLLIN, 0});
+    // A daemon already gone has no pidfd: its clients' failures say so.
+    for (const PidFd& daemon : daemons) fds.push_back({daemon.fd(), POLLIN, 0});
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       std::string stuck;
@@ -91,9 +74,11 @@ absl::Status AwaitChildren(const std::vector<WatchedChild>& children, pid_t daem
     }
     if (const std::optional<int> signal = interrupts.Take()) return Interrupted(*signal);
     // A dead daemon is the cause of whatever its clients report next.
-    if (daemon.fd() >= 0 && fds.back().revents != 0) {
-      return absl::UnavailableError(
-          absl::StrCat("collectived (pid ", daemon_pid, ") exited while the benchmark ran"));
+    for (size_t d = 0; d < daemons.size(); ++d) {
+      if (fds[owners.size() + 1 + d].revents != 0) {
+        return absl::UnavailableError(absl::StrCat("collectived (pid ", daemons[d].pid(),
+                                                   ") exited while the benchmark ran"));
+      }
     }
     std::string failures;
     for (size_t f = 0; f < owners.size(); ++f) {

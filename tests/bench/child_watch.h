@@ -22,11 +22,12 @@ struct WatchedChild {
 };
 
 // OK when every child has exited 0. Otherwise an error naming the children
-// that failed (with their stderr), the daemon if `daemon_pid` (when > 0)
-// exits first, the signal if one of `interrupts` arrives, or the children
-// still running at the deadline.
-absl::Status AwaitChildren(const std::vector<WatchedChild>& children, pid_t daemon_pid,
-                           absl::Time deadline, Interrupts& interrupts);
+// that failed (with their stderr), a daemon of `daemon_pids` that exits
+// first, the signal if one of `interrupts` arrives, or the children still
+// running at the deadline.
+absl::Status AwaitChildren(const std::vector<WatchedChild>& children,
+                           const std::vector<pid_t>& daemon_pids, absl::Time deadline,
+                           Interrupts& interrupts);
 
 // SIGTERM to every child still running (mpirun passes it on to its ranks),
 // up to `grace` for them to go, then SIGKILL; all are reaped.

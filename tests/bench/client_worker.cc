@@ -151,8 +151,19 @@ class ClientBench {
     return client_.Wait(handle).status();
   }
 
-  static void Emit(const std::string& key, const std::vector<int64_t>& nanos) {
-    const std::string line = FormatSeries(key, nanos);
+  // Checks one result of the series being measured; Emit says whether any was.
+  absl::Status Verify(const Pattern& pattern, const Received& received, int iteration,
+                      const std::string& name) {
+    RETURN_IF_ERROR(pattern.Check(received.data, received.elements, iteration, name));
+    ++checked_;
+    return absl::OkStatus();
+  }
+
+  // A series every result of which this rank checked: a failed check ends the
+  // worker before it gets here.
+  void Emit(const std::string& key, const std::vector<int64_t>& nanos) {
+    const std::string line = FormatSeries(key, checked_ > 0 ? 1 : 0, nanos);
+    checked_ = 0;
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
   }
@@ -174,7 +185,7 @@ class ClientBench {
         ASSIGN_OR_RETURN(const Client::Handle handle, Submit(collective, name, tensor, shape));
         ASSIGN_OR_RETURN(const Received received, Receive(handle, tensor, name));
         const int64_t elapsed = NanosSince(start);
-        RETURN_IF_ERROR(pattern.Check(received.data, received.elements, i, name));
+        RETURN_IF_ERROR(Verify(pattern, received, i, name));
         if (i >= warmup) nanos.push_back(elapsed);
       }
       Emit(name, nanos);
@@ -214,8 +225,7 @@ class ClientBench {
       }
       const int64_t elapsed = NanosSince(start);
       for (size_t t = 0; t < workload.size(); ++t) {
-        RETURN_IF_ERROR(
-            patterns[t].Check(results[t].data, results[t].elements, step, workload[t].name));
+        RETURN_IF_ERROR(Verify(patterns[t], results[t], step, workload[t].name));
       }
       for (Received& received : results) received.result.Release();
       if (step >= warmup) nanos.push_back(elapsed);
@@ -239,7 +249,7 @@ class ClientBench {
                        Submit(Collective::kAllreduce, kLatencyKey, tensor, shape));
       ASSIGN_OR_RETURN(const Received received, Receive(handle, tensor, kLatencyKey));
       const int64_t elapsed = NanosSince(start);
-      RETURN_IF_ERROR(pattern.Check(received.data, received.elements, i, kLatencyKey));
+      RETURN_IF_ERROR(Verify(pattern, received, i, kLatencyKey));
       if (i >= warmup) nanos.push_back(elapsed);
     }
     Emit(kLatencyKey, nanos);
@@ -250,6 +260,7 @@ class ClientBench {
   const BenchOptions& options_;
   const Placement placement_;
   float barrier_ = 0;
+  int64_t checked_ = 0;  // results of the current series
 };
 
 }  // namespace
@@ -264,8 +275,17 @@ int RunClientWorker(const BenchOptions& options) {
                  client.status().ToString().c_str());
     return 1;
   }
+  // Daemons that did not form one job across the nodes would each run a
+  // smaller one, whose results would pass the checks made for its size.
+  absl::Status status = absl::OkStatus();
+  if ((*client)->size() != options.ranks() || (*client)->rank() != options.rank) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("the daemon made this client rank ", (*client)->rank(), " of ",
+                     (*client)->size(), "; expected rank ", options.rank, " of ", options.ranks(),
+                     " (", options.nodes, " nodes x ", options.clients, " clients)"));
+  }
   ClientBench bench(**client, options);
-  absl::Status status = bench.Run(options.modes.front());
+  if (status.ok()) status = bench.Run(options.modes.front());
   if (status.ok()) status = (*client)->Close();
   if (!status.ok()) {
     std::fprintf(stderr, "collective-bench: client worker %d (%s, %s): %s\n", options.rank,

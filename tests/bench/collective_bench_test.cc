@@ -1,9 +1,11 @@
-// collective-bench end to end: a short run of every mode against MPI, and of
+// collective-bench end to end: a short run of every mode against MPI, on one
+// node and on two stand-in nodes (daemons under mpirun, over TCP), and of
 // every collective's sweep, prints JSON lines with the fields scripts rely on
-// (and bandwidths by the nccl-tests conventions); options that contradict
-// each other are refused; a daemon that does not come up,
-// a worker that fails, a phase past its deadline, or SIGTERM ends the run
-// with a clear message, exit 1, and no process left behind.
+// (and bandwidths by the nccl-tests conventions), each for results that every
+// rank checked; options that contradict each other are refused; a daemon
+// that does not come up, a worker that fails, a phase past its deadline, or
+// SIGTERM ends the run with a clear message, exit 1, and no process, socket
+// or shared-memory segment left behind.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
@@ -24,7 +27,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "shm/segment_names.h"
 #include "tests/common/subprocess.h"
+#include "tests/common/temporary_directory.h"
 
 namespace collective::testing {
 namespace {
@@ -38,18 +44,23 @@ struct BenchRun {
   pid_t pid = -1;
 };
 
+// Waits up to `timeout` for a started run to end.
+BenchRun AwaitBench(Subprocess& process, absl::Duration timeout) {
+  BenchRun run;
+  run.pid = process.pid();
+  run.status = process.Wait(timeout);
+  run.out = process.Stdout();
+  run.err = process.Stderr();
+  return run;
+}
+
 BenchRun RunBench(const std::vector<std::string>& args, absl::Duration timeout) {
   std::vector<std::string> argv = {COLLECTIVE_BENCH_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   auto process = Subprocess::Start(argv);
   EXPECT_TRUE(process.ok()) << process.status();
   if (!process.ok()) return {};
-  BenchRun run;
-  run.pid = process->pid();
-  run.status = process->Wait(timeout);
-  run.out = process->Stdout();
-  run.err = process->Stderr();
-  return run;
+  return AwaitBench(*process, timeout);
 }
 
 std::string Text(const Struct& line, const std::string& key) {
@@ -82,12 +93,20 @@ void ExpectNoWorkersOf(pid_t launcher) {
   EXPECT_TRUE(ProcessesMentioning(needle).empty()) << "orphaned workers of " << launcher;
 }
 
-TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
-  const BenchRun run =
-      RunBench({"--clients", "2", "--mode", "all", "--sizes", "8:65536", "--iterations", "5",
-                "--latency-iterations", "50", "--steps", "3", "--compare", "mpi", "--json"},
-               absl::Seconds(100));
+// What a short run of every mode against MPI must print.
+struct EveryModeRun {
+  int nodes = 1;
+  int clients_per_node = 0;
+  int sweep_sizes = 0;
+  std::string workload;
+  int tensors = 0;
+};
+
+// Every JSON line of `run` carries the fields scripts rely on, for results
+// that every rank checked; every point is on MPI and in both placements.
+void ExpectEveryModeAgainstMpi(const BenchRun& run, const EveryModeRun& expected) {
   ASSERT_TRUE(ExitedCleanly(run.status)) << run.err;
+  const int ranks = expected.nodes * expected.clients_per_node;
   std::map<std::string, int> lines_per_mode;
   std::set<std::string> points;
   for (absl::string_view text : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
@@ -100,14 +119,18 @@ TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
     EXPECT_EQ(Has(line, "placement"), system == "collectived") << text;
     EXPECT_EQ(Text(line, "op"), "allreduce") << text;
     EXPECT_EQ(Text(line, "reduce_op"), "sum") << text;
-    EXPECT_EQ(Number(line, "clients"), 2) << text;
-    EXPECT_EQ(Number(line, "nodes"), 1) << text;
-    EXPECT_GT(Number(line, "algbw_GBps"), 0) << text;
-    EXPECT_GE(Number(line, "busbw_GBps"), 0) << text;
+    EXPECT_EQ(Number(line, "clients"), ranks) << text;
+    EXPECT_EQ(Number(line, "nodes"), expected.nodes) << text;
+    EXPECT_EQ(Number(line, "clients_per_node"), expected.clients_per_node) << text;
+    // Each rank (MPI's as well) checked its results of the point.
+    EXPECT_EQ(Number(line, "verified_ranks"), ranks) << text;
+    const double algbw = Number(line, "algbw_GBps");
+    EXPECT_GT(algbw, 0) << text;
+    EXPECT_NEAR(Number(line, "busbw_GBps"), algbw * 2 * (ranks - 1) / ranks, 1e-4 * algbw) << text;
     EXPECT_GT(Number(line, "bytes"), 0) << text;
     if (mode == "resnet") {
-      EXPECT_EQ(Text(line, "workload"), "resnet50") << text;
-      EXPECT_EQ(Number(line, "tensors"), 161) << text;
+      EXPECT_EQ(Text(line, "workload"), expected.workload) << text;
+      EXPECT_EQ(Number(line, "tensors"), expected.tensors) << text;
       EXPECT_GT(Number(line, "step_ms"), 0) << text;
     } else {
       ASSERT_TRUE(mode == "sweep" || mode == "latency") << text;
@@ -119,20 +142,62 @@ TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
       EXPECT_GT(Number(line, "speedup_vs_mpi"), 0) << text;
     }
     if (mode == "resnet" && Text(line, "placement") == "zerocopy") {
-      EXPECT_GT(Number(line, "floor_ms"), 0) << text;
-      EXPECT_GT(Number(line, "vs_floor"), 0) << text;
-      EXPECT_GT(Number(line, "memcpy_GBps"), 0) << text;
+      // The memory-traffic floor bounds one node only.
+      EXPECT_EQ(Has(line, "floor_ms"), expected.nodes == 1) << text;
+      if (expected.nodes == 1) {
+        EXPECT_GT(Number(line, "floor_ms"), 0) << text;
+        EXPECT_GT(Number(line, "vs_floor"), 0) << text;
+        EXPECT_GT(Number(line, "memcpy_GBps"), 0) << text;
+      }
     }
     ++lines_per_mode[mode];
     points.insert(
         absl::StrCat(system, "/", Text(line, "placement"), "/", mode, "/", Number(line, "bytes")));
   }
-  // 8 to 65536 bytes is 14 sizes; every point on mpi, copy and zerocopy.
-  EXPECT_EQ(lines_per_mode["sweep"], 3 * 14);
+  EXPECT_EQ(lines_per_mode["sweep"], 3 * expected.sweep_sizes);
   EXPECT_EQ(lines_per_mode["resnet"], 3);
   EXPECT_EQ(lines_per_mode["latency"], 3);
-  EXPECT_EQ(points.size(), 3u * (14 + 2));
+  EXPECT_EQ(points.size(), 3u * (static_cast<size_t>(expected.sweep_sizes) + 2));
   ExpectNoWorkersOf(run.pid);
+}
+
+TEST(CollectiveBenchTest, ShortRunPrintsJsonLinesWithTheRequiredFields) {
+  const BenchRun run =
+      RunBench({"--clients", "2", "--mode", "all", "--sizes", "8:65536", "--iterations", "5",
+                "--latency-iterations", "50", "--steps", "3", "--compare", "mpi", "--json"},
+               absl::Seconds(100));
+  // 8 to 65536 bytes is 14 sizes.
+  ExpectEveryModeAgainstMpi(run, {.nodes = 1,
+                                  .clients_per_node = 2,
+                                  .sweep_sizes = 14,
+                                  .workload = "resnet50",
+                                  .tensors = 161});
+}
+
+// A workload of three gradients, so that two stand-in nodes on two cores
+// finish a step in milliseconds rather than the ResNet's hundreds.
+constexpr char kSmallWorkload[] =
+    "fc.weight 262144 512x512\n"
+    "fc.bias 512 512\n"
+    "conv.weight 1728 64x3x3x3\n";
+
+// Two daemons under mpirun over TCP, each with two clients: one job of four
+// ranks, global rank = node offset + local rank (a worker that gets another
+// rank or size fails the run).
+TEST(CollectiveBenchTest, TwoNodesOverTcpReportEveryRanksCheckedResults) {
+  TemporaryDirectory directory("bench");
+  ASSERT_FALSE(directory.path().empty());
+  const std::string workload = directory.path() + "/small_gradients.txt";
+  std::ofstream(workload) << kSmallWorkload;
+  const BenchRun run =
+      RunBench({"--nodes", "2", "--clients-per-node", "2", "--mode", "all", "--sizes",
+                "1024:262144", "--iterations", "5", "--latency-iterations", "20", "--steps", "3",
+                "--workload", workload, "--compare", "mpi", "--json"},
+               absl::Seconds(100));
+  // 1024 to 262144 bytes is 9 sizes.
+  ExpectEveryModeAgainstMpi(
+      run,
+      {.nodes = 2, .clients_per_node = 2, .sweep_sizes = 9, .workload = "small", .tensors = 3});
 }
 
 struct CollectiveCase {
@@ -225,6 +290,7 @@ TEST(CollectiveBenchTest, ContradictoryOptionsAreRefused) {
       {{"--op", "alltoall", "--mode", "resnet"}, "measures allreduce only"},
       {{"--op", "sum", "--reduce-op", "average"}, "contradicts --reduce-op"},
       {{"--op", "broadcast", "--reduce-op", "sum"}, "reduces nothing"},
+      {{"--nodes", "2", "--socket", "/tmp/x.sock"}, "--nodes starts daemons of its own"},
   };
   for (const auto& [args, message] : cases) {
     const BenchRun run = RunBench(args, absl::Seconds(30));
@@ -257,16 +323,40 @@ TEST(CollectiveBenchTest, FailedWorkerFailsTheRun) {
   ExpectNoWorkersOf(run.pid);
 }
 
-// The header names the private daemon's socket: the daemon and its directory
-// must be gone with the run, and so must the workers.
-void ExpectNothingLeftBehind(const BenchRun& run) {
+constexpr char kDaemonDirectory[] = "/tmp/collective-bench-";
+
+// The header names the daemons' directory (mkdtemp's six characters follow
+// the prefix); empty until it is printed.
+std::string DaemonDirectory(const std::string& out) {
+  const size_t at = out.find(kDaemonDirectory);
+  if (at == std::string::npos || out.size() < at + sizeof(kDaemonDirectory) - 1 + 6) return "";
+  return out.substr(at, sizeof(kDaemonDirectory) - 1 + 6);
+}
+
+// Shared-memory objects of the daemon on `socket`.
+std::vector<std::string> Segments(const std::string& socket) {
+  const std::string prefix = shm::SegmentNames(::geteuid(), socket, 0).prefix();
+  std::vector<std::string> found;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) found.push_back(name);
+  }
+  return found;
+}
+
+// The daemons (any process naming their directory: mpirun too), their
+// directory with the sockets, their segments and the workers must be gone
+// with the run.
+void ExpectNothingLeftBehind(const BenchRun& run, const std::vector<std::string>& sockets) {
   ExpectNoWorkersOf(run.pid);
-  const size_t at = run.out.find("/tmp/collective-bench-");
-  ASSERT_NE(at, std::string::npos) << run.out;
-  const std::string socket = run.out.substr(at, run.out.find('\n', at) - at);
-  EXPECT_TRUE(ProcessesMentioning(socket).empty())
-      << "collectived on " << socket << " outlived the run";
-  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(socket).parent_path()));
+  const std::string directory = DaemonDirectory(run.out);
+  ASSERT_FALSE(directory.empty()) << run.out;
+  EXPECT_TRUE(ProcessesMentioning(directory).empty())
+      << "a daemon in " << directory << " outlived the run";
+  EXPECT_FALSE(std::filesystem::exists(directory));
+  for (const std::string& socket : sockets) {
+    EXPECT_TRUE(Segments(directory + "/" + socket).empty()) << socket;
+  }
 }
 
 TEST(CollectiveBenchTest, PhasePastItsDeadlineStopsEveryProcess) {
@@ -276,7 +366,7 @@ TEST(CollectiveBenchTest, PhasePastItsDeadlineStopsEveryProcess) {
   ASSERT_TRUE(run.status.has_value());
   EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
   EXPECT_TRUE(absl::StrContains(run.err, "still running at the deadline")) << run.err;
-  ExpectNothingLeftBehind(run);
+  ExpectNothingLeftBehind(run, {"collectived.sock"});
 }
 
 TEST(CollectiveBenchTest, InterruptedRunStopsEveryProcess) {
@@ -286,15 +376,47 @@ TEST(CollectiveBenchTest, InterruptedRunStopsEveryProcess) {
   // The whole sweep takes far longer than this.
   ASSERT_FALSE(process->Wait(absl::Seconds(3)).has_value()) << process->Stderr();
   process->Signal(SIGTERM);
-  BenchRun run;
-  run.pid = process->pid();
-  run.status = process->Wait(absl::Seconds(30));
-  run.out = process->Stdout();
-  run.err = process->Stderr();
+  const BenchRun run = AwaitBench(*process, absl::Seconds(30));
   ASSERT_TRUE(run.status.has_value());
   EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
   EXPECT_TRUE(absl::StrContains(run.err, "interrupted by SIGTERM")) << run.err;
-  ExpectNothingLeftBehind(run);
+  ExpectNothingLeftBehind(run, {"collectived.sock"});
+}
+
+// SIGTERM while the clients of two stand-in nodes hold segments: every
+// daemon stops (by its own pid; mpirun then exits), and nothing stays.
+TEST(CollectiveBenchTest, InterruptedTwoNodeRunStopsEveryDaemon) {
+  auto process = Subprocess::Start({COLLECTIVE_BENCH_BINARY, "--nodes", "2", "--clients-per-node",
+                                    "2", "--mode", "sweep", "--placement", "copy"});
+  ASSERT_TRUE(process.ok()) << process.status();
+  // Polled against a deadline: the header, then a client's segment.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  std::string directory;
+  while (directory.empty() || Segments(directory + "/node1.sock").empty()) {
+    ASSERT_LT(absl::Now(), deadline) << process->Stdout() << process->Stderr();
+    ASSERT_FALSE(process->Wait(absl::Milliseconds(20)).has_value()) << process->Stderr();
+    directory = DaemonDirectory(process->Stdout());
+  }
+  process->Signal(SIGTERM);
+  const BenchRun run = AwaitBench(*process, absl::Seconds(60));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "interrupted by SIGTERM")) << run.err;
+  ExpectNothingLeftBehind(run, {"node0.sock", "node1.sock"});
+}
+
+TEST(CollectiveBenchTest, FailedWorkerOnTwoNodesFailsTheRunAndStopsEveryDaemon) {
+  // The daemons refuse the arena the sweep's largest size needs.
+  const BenchRun run =
+      RunBench({"--nodes", "2", "--clients-per-node", "2", "--mode", "sweep", "--placement", "copy",
+                "--sizes", "8:4194304", "--daemon-arg=--max-arena-bytes=2MiB",
+                "--daemon-arg=--default-arena-bytes=1MiB"},
+               absl::Seconds(60));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "client worker")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "arena")) << run.err;
+  ExpectNothingLeftBehind(run, {"node0.sock", "node1.sock"});
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "tests/bench/daemon_launcher.h"
 #include "tests/bench/interrupts.h"
 #include "tests/bench/memcpy_bandwidth.h"
+#include "tests/bench/mpirun_command.h"
 #include "tests/bench/report.h"
 #include "tests/bench/samples.h"
 #include "tests/common/subprocess.h"
@@ -50,7 +51,8 @@ class Launcher {
       : options_(options), self_(std::filesystem::read_symlink("/proc/self/exe").string()) {}
 
   absl::Status Run() {
-    RunInfo info{.clients = options_.clients,
+    RunInfo info{.nodes = options_.nodes,
+                 .clients_per_node = options_.clients,
                  .collective = options_.collective,
                  .reduce_op = options_.reduce_op,
                  .compare_mpi = options_.compare_mpi};
@@ -68,11 +70,18 @@ class Launcher {
         MeasureMemcpy(kMemcpyBytes, static_cast<int>(std::thread::hardware_concurrency()));
     report_ = std::make_unique<Report>(info, options_.json, stdout);
 
-    if (options_.socket.empty()) {
-      const std::string binary = testing::ExecutableDirectory() + "/collectived";
+    const std::string binary = testing::ExecutableDirectory() + "/collectived";
+    if (options_.nodes > 1) {
+      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartWorld(MpirunCommand(options_, options_.nodes),
+                                                           options_.nodes, binary, DaemonFlags(),
+                                                           kDaemonStartTimeout, interrupts_));
+      report_->PrintHeader(absl::StrCat("a collectived per node, started by mpirun (btl ",
+                                        options_.btl, "), on ", daemon_->socket(0), " to ",
+                                        daemon_->socket(options_.nodes - 1)));
+    } else if (options_.socket.empty()) {
       ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartPrivate(binary, DaemonFlags(),
                                                              kDaemonStartTimeout, interrupts_));
-      report_->PrintHeader(absl::StrCat("private collectived on ", daemon_->socket()));
+      report_->PrintHeader(absl::StrCat("private collectived on ", daemon_->socket(0)));
     } else {
       ASSIGN_OR_RETURN(daemon_, DaemonLauncher::UseRunning(options_.socket, kRunningDaemonTimeout));
       report_->PrintHeader(absl::StrCat("collectived on ", options_.socket));
@@ -93,7 +102,7 @@ class Launcher {
     return absl::OkStatus();
   }
 
-  // Stops a private daemon: SIGTERM, and it must exit 0.
+  // Stops the daemons it started: SIGTERM, and they must exit 0.
   absl::Status StopDaemon() { return daemon_ ? daemon_->Stop() : absl::OkStatus(); }
 
  private:
@@ -108,7 +117,7 @@ class Launcher {
     // Room for two of the largest results (allgather's holds every rank's
     // input).
     const uint64_t result_bytes =
-        2 * AlgorithmBytes(options_.collective, SweepSizes(options_).back(), options_.clients);
+        2 * AlgorithmBytes(options_.collective, SweepSizes(options_).back(), options_.ranks());
     if (sweeping && !result_arena_set && result_bytes > kDefaultResultArena) {
       flags.push_back(absl::StrCat("--result-arena-bytes=", RoundUp(result_bytes, kMiB)));
     }
@@ -142,16 +151,17 @@ class Launcher {
     const std::string job = absl::StrCat("collective-bench-", ::getpid(), "-", ++phase_);
     std::vector<testing::Subprocess> workers;
     std::vector<WatchedChild> watched;
-    workers.reserve(static_cast<size_t>(options_.clients));
-    for (int rank = 0; rank < options_.clients; ++rank) {
+    workers.reserve(static_cast<size_t>(options_.ranks()));
+    // Global ranks follow node order: node offset + local rank.
+    for (int rank = 0; rank < options_.ranks(); ++rank) {
       std::vector<std::string> argv = {self_};
       const auto args = WorkerArguments(options_, Role::kClient, mode, placement);
       argv.insert(argv.end(), args.begin(), args.end());
       argv.insert(argv.end(), {"--rank", std::to_string(rank)});
-      const std::string local_rank = std::to_string(rank);
+      const std::string local_rank = std::to_string(rank % options_.clients);
       const std::string local_size = std::to_string(options_.clients);
       auto worker =
-          interrupts_.Start(argv, {{"COLLECTIVE_SOCKET", daemon_->socket()},
+          interrupts_.Start(argv, {{"COLLECTIVE_SOCKET", daemon_->socket(rank / options_.clients)},
                                    {"COLLECTIVE_JOB_ID", job},
                                    {"COLLECTIVE_ARENA_BYTES", std::to_string(ArenaBytes(mode))},
                                    {"LOCAL_RANK", local_rank},
@@ -163,13 +173,15 @@ class Launcher {
       if (!worker.ok()) return Annotate(worker.status(), "cannot start a client worker");
       workers.push_back(std::move(*worker));
     }
-    for (int rank = 0; rank < options_.clients; ++rank) {
+    for (int rank = 0; rank < options_.ranks(); ++rank) {
+      const std::string node =
+          options_.nodes > 1 ? absl::StrCat(" (node ", rank / options_.clients, ")") : "";
       watched.push_back(
-          {absl::StrCat("client worker ", rank), &workers[static_cast<size_t>(rank)]});
+          {absl::StrCat("client worker ", rank, node), &workers[static_cast<size_t>(rank)]});
     }
     const std::string phase =
         absl::StrCat(ModeName(mode), " on collectived (", PlacementName(placement), ")");
-    if (absl::Status done = AwaitChildren(watched, daemon_->pid(), Deadline(), interrupts_);
+    if (absl::Status done = AwaitChildren(watched, daemon_->pids(), Deadline(), interrupts_);
         !done.ok()) {
       StopChildren(watched, kStopGrace);
       // A daemon that died explains the failure; one that an interrupt
@@ -187,15 +199,7 @@ class Launcher {
   }
 
   absl::StatusOr<SeriesMap> RunMpi(BenchMode mode) {
-    // ob1 over shared memory (vader): UCX would busy-poll, and only ob1
-    // yields the core when oversubscribed, as 4 ranks on 2 cores are.
-    std::vector<std::string> argv = {
-        options_.mpirun,   "-np",       std::to_string(options_.clients),
-        "--oversubscribe", "--bind-to", "none",
-        "--mca",           "pml",       "ob1",
-        "--mca",           "btl",       "self,vader"};
-    if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-    argv.insert(argv.end(), options_.mpirun_args.begin(), options_.mpirun_args.end());
+    std::vector<std::string> argv = MpirunCommand(options_, options_.ranks());
     argv.push_back(self_);
     const auto args = WorkerArguments(options_, Role::kMpi, mode, Placement::kCopy);
     argv.insert(argv.end(), args.begin(), args.end());
@@ -203,7 +207,7 @@ class Launcher {
     ASSIGN_OR_RETURN_WITH(testing::Subprocess mpirun, interrupts_.Start(argv),
                           absl::StrCat(phase, ": cannot start ", options_.mpirun));
     const std::vector<WatchedChild> watched = {{"mpirun", &mpirun}};
-    if (absl::Status done = AwaitChildren(watched, -1, Deadline(), interrupts_); !done.ok()) {
+    if (absl::Status done = AwaitChildren(watched, {}, Deadline(), interrupts_); !done.ok()) {
       StopChildren(watched, kStopGrace);
       return Annotate(done, phase);
     }
@@ -214,15 +218,22 @@ class Launcher {
                       const SeriesMap& series) {
     auto add = [&](const std::string& key, uint64_t bytes) -> absl::Status {
       auto found = series.find(key);
-      if (found == series.end() || found->second.empty()) {
+      if (found == series.end() || found->second.nanos.empty()) {
         return absl::DataLossError(absl::StrCat(ModeName(mode), " on ", system,
                                                 ": no measurements of '", key, "' came back"));
+      }
+      // Times no check stands behind are not reported.
+      if (found->second.verified_ranks != options_.ranks()) {
+        return absl::DataLossError(
+            absl::StrCat(ModeName(mode), " on ", system, ": ", found->second.verified_ranks, " of ",
+                         options_.ranks(), " ranks checked their results of '", key, "'"));
       }
       report_->Add({.system = system,
                     .mode = mode,
                     .placement = placement,
                     .bytes = bytes,
-                    .time = Summarize(found->second)});
+                    .verified_ranks = found->second.verified_ranks,
+                    .time = Summarize(found->second.nanos)});
       return absl::OkStatus();
     };
     switch (mode) {

@@ -90,7 +90,7 @@ class MpiBench {
     return std::vector<float>(elements, static_cast<float>(rank_ + 1));
   }
 
-  absl::Status CheckAndClear(std::vector<float>& tensor, const std::string& name) const {
+  absl::Status CheckAndClear(std::vector<float>& tensor, const std::string& name) {
     const float sum = static_cast<float>(size_) * static_cast<float>(size_ + 1) / 2;
     const float expected =
         options_.reduce_op == ReduceOp::kAverage ? sum / static_cast<float>(size_) : sum;
@@ -101,16 +101,23 @@ class MpiBench {
       }
     }
     std::fill(tensor.begin(), tensor.end(), 0.0f);
+    ++checked_;
     return absl::OkStatus();
   }
 
-  // The slowest rank's time of every iteration, written by rank 0.
-  void Emit(const std::string& key, const std::vector<int64_t>& nanos) const {
+  // The slowest rank's time of every iteration, written by rank 0, with the
+  // number of ranks that checked a result of the series (a rank whose check
+  // failed has aborted the job instead).
+  void Emit(const std::string& key, const std::vector<int64_t>& nanos) {
     std::vector<int64_t> slowest(nanos.size());
     MPI_Reduce(nanos.data(), slowest.data(), static_cast<int>(nanos.size()), MPI_INT64_T, MPI_MAX,
                0, MPI_COMM_WORLD);
+    const int verified = checked_ > 0 ? 1 : 0;
+    checked_ = 0;
+    int verified_ranks = 0;
+    MPI_Reduce(&verified, &verified_ranks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
     if (rank_ != 0) return;
-    const std::string line = FormatSeries(key, slowest);
+    const std::string line = FormatSeries(key, verified_ranks, slowest);
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
   }
@@ -164,6 +171,7 @@ class MpiBench {
             !checked.ok()) {
           return absl::DataLossError(absl::StrCat("MPI gave a ", checked.message()));
         }
+        ++checked_;
         if (i >= warmup) nanos.push_back(elapsed);
       }
       Emit(name, nanos);
@@ -218,6 +226,7 @@ class MpiBench {
   const BenchOptions& options_;
   int rank_ = 0;
   int size_ = 1;
+  int64_t checked_ = 0;  // results of the current series
 };
 
 }  // namespace

@@ -58,16 +58,22 @@ Collective Report::CollectiveOf(BenchMode mode) const {
 }
 
 double Report::AlgBw(const Measurement& m) const {
-  return GBps(AlgorithmBytes(CollectiveOf(m.mode), m.bytes, info_.clients), m.time.median_ns);
+  return GBps(AlgorithmBytes(CollectiveOf(m.mode), m.bytes, info_.ranks()), m.time.median_ns);
 }
 
 double Report::BusBw(const Measurement& m) const {
-  return AlgBw(m) * BusFactor(CollectiveOf(m.mode), info_.clients);
+  return AlgBw(m) * BusFactor(CollectiveOf(m.mode), info_.ranks());
 }
 
 double Report::FloorSeconds() const {
-  return static_cast<double>(info_.clients + 1) * static_cast<double>(info_.workload_bytes) /
-         info_.memcpy.traffic_bytes_per_second();
+  return static_cast<double>(info_.clients_per_node + 1) *
+         static_cast<double>(info_.workload_bytes) / info_.memcpy.traffic_bytes_per_second();
+}
+
+std::string Report::Clients() const {
+  if (info_.nodes == 1) return absl::StrCat(info_.clients_per_node, " clients on 1 node");
+  return absl::StrCat(info_.nodes, "x", info_.clients_per_node, " clients (", info_.nodes,
+                      " nodes x ", info_.clients_per_node, " clients per node)");
 }
 
 const Measurement* Report::Find(const char* system, BenchMode mode,
@@ -100,14 +106,15 @@ void Report::PrintHeader(const std::string& daemon) const {
                           " reducescatter, even split (sweep only)");
       break;
   }
-  std::fprintf(out_, "collective-bench: %d clients on 1 node, %s, %s\n", info_.clients,
-               what.c_str(), daemon.c_str());
+  std::fprintf(out_, "collective-bench: %s, %s, %s\n", Clients().c_str(), what.c_str(),
+               daemon.c_str());
   std::fprintf(out_,
                "memcpy: %.2f GB/s copied (%.2f GB/s of memory traffic, read + write), %d threads, "
                "%llu MiB\n",
                info_.memcpy.copy_bytes_per_second / 1e9,
                info_.memcpy.traffic_bytes_per_second() / 1e9, info_.memcpy.threads,
                static_cast<unsigned long long>(info_.memcpy.bytes >> 20));
+  std::fprintf(out_, "results: every rank checks each of its results before its time counts\n");
   std::fprintf(out_, "times: per iteration, of the slowest rank%s\n",
                info_.compare_mpi
                    ? "; ratio = collectived time / MPI time, speedup = MPI time / collectived time"
@@ -132,8 +139,9 @@ std::string Report::JsonLine(const Measurement& m) const {
   json.Str("op", CollectiveName(collective));
   if (Reduces(collective)) json.Str("reduce_op", ReduceOpName(info_.reduce_op));
   if (collective == Collective::kBroadcast) json.Int("root", kBroadcastRoot);
-  json.Str("dtype", "float32").Int("clients", info_.clients);
-  json.Int("nodes", 1);
+  json.Str("dtype", "float32").Int("clients", info_.ranks());
+  json.Int("nodes", info_.nodes).Int("clients_per_node", info_.clients_per_node);
+  json.Int("verified_ranks", m.verified_ranks);
   const Measurement* mpi = m.system == kMpi ? nullptr : Find(kMpi, m.mode, std::nullopt, m.bytes);
   if (m.mode == BenchMode::kResnet) {
     json.Str("workload", info_.workload_name)
@@ -160,7 +168,7 @@ std::string Report::JsonLine(const Measurement& m) const {
     json.Num("ratio_vs_mpi", m.time.median_ns / mpi->time.median_ns)
         .Num("speedup_vs_mpi", mpi->time.median_ns / m.time.median_ns);
   }
-  if (m.mode == BenchMode::kResnet && m.placement == Placement::kZeroCopy) {
+  if (m.mode == BenchMode::kResnet && m.placement == Placement::kZeroCopy && HasFloor()) {
     json.Num("memcpy_GBps", info_.memcpy.copy_bytes_per_second / 1e9)
         .Num("memory_traffic_GBps", info_.memcpy.traffic_bytes_per_second() / 1e9)
         .Num("floor_ms", FloorSeconds() * 1e3)
@@ -200,7 +208,9 @@ void Report::PrintSweep() const {
                    [](const auto& a, const auto& b) { return a.has_value() && !b.has_value(); });
   const bool have_mpi = std::find(columns.begin(), columns.end(), std::nullopt) != columns.end();
   const Collective collective = info_.collective;
-  const int k = info_.clients;
+  const std::string ranks = info_.nodes == 1 ? absl::StrCat(info_.ranks())
+                                             : absl::StrCat(info_.ranks(), " (", info_.nodes, "x",
+                                                            info_.clients_per_node, ")");
   std::string bandwidth;
   switch (collective) {
     case Collective::kAllreduce:
@@ -218,9 +228,9 @@ void Report::PrintSweep() const {
       break;
   }
   std::fprintf(out_,
-               "\nsize sweep, %s: bytes = each rank's input, K = %d; median time in us, bus "
+               "\nsize sweep, %s: bytes = each rank's input, K = %s ranks; median time in us, bus "
                "bandwidth in GB/s (%s)%s\n%12s %6s",
-               CollectiveName(collective), k, bandwidth.c_str(),
+               CollectiveName(collective), ranks.c_str(), bandwidth.c_str(),
                have_mpi ? ", time ratio to MPI and speedup" : "", "bytes", "iters");
   for (const auto& column : columns) {
     const std::string name = column ? PlacementName(*column) : "mpi";
@@ -281,12 +291,13 @@ void Report::PrintResnet() const {
   }
   const Measurement* zerocopy =
       Find(kCollectived, BenchMode::kResnet, Placement::kZeroCopy, info_.workload_bytes);
-  if (zerocopy != nullptr) {
+  if (zerocopy != nullptr && HasFloor()) {
     std::fprintf(
         out_,
         "  memory-traffic floor: (K+1)*n = %.1f MB at %.2f GB/s (memcpy, read + write) = %.2f "
         "ms; the zero-copy step takes %.2fx the floor\n",
-        static_cast<double>(info_.clients + 1) * static_cast<double>(info_.workload_bytes) / 1e6,
+        static_cast<double>(info_.clients_per_node + 1) *
+            static_cast<double>(info_.workload_bytes) / 1e6,
         info_.memcpy.traffic_bytes_per_second() / 1e9, FloorSeconds() * 1e3,
         zerocopy->time.median_ns / 1e9 / FloorSeconds());
   }

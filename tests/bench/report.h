@@ -1,6 +1,6 @@
 // What collective-bench prints: one JSON object per measurement (--json), or
 // a table per mode for people, with the ratios to MPI and, for the zero-copy
-// ResNet step, the distance from the memory-traffic floor.
+// ResNet step on one node, the distance from the memory-traffic floor.
 #pragma once
 
 #include <cstdint>
@@ -26,11 +26,13 @@ struct Measurement {
   // Per rank: one tensor's input (a sweep point: what each rank puts in), or
   // the whole workload.
   uint64_t bytes = 0;
-  Summary time;  // per iteration, of the slowest rank
+  int verified_ranks = 0;  // that checked their results
+  Summary time;            // per iteration, of the slowest rank
 };
 
 struct RunInfo {
-  int clients = 0;
+  int nodes = 1;
+  int clients_per_node = 0;
   Collective collective = Collective::kAllreduce;  // of the sweep
   ReduceOp reduce_op = ReduceOp::kSum;
   bool compare_mpi = false;
@@ -38,6 +40,8 @@ struct RunInfo {
   size_t workload_tensors = 0;
   uint64_t workload_bytes = 0;
   MemcpyBandwidth memcpy;
+
+  int ranks() const { return nodes * clients_per_node; }
 };
 
 class Report {
@@ -65,7 +69,11 @@ class Report {
   double AlgBw(const Measurement& m) const;
   double BusBw(const Measurement& m) const;
   // Time of the zero-copy ResNet step at memory bandwidth: (K+1)·n bytes.
+  // One node only: across nodes the network transfer bounds it instead.
   double FloorSeconds() const;
+  bool HasFloor() const { return info_.nodes == 1; }
+  // "4 clients", or "2x2 clients (2 nodes x 2 clients per node)".
+  std::string Clients() const;
 
   RunInfo info_;
   bool json_;

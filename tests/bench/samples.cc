@@ -9,25 +9,30 @@
 
 namespace collective::bench {
 
-std::string FormatSeries(absl::string_view key, const std::vector<int64_t>& nanos) {
-  return absl::StrCat("sample ", key, " ", nanos.size(), " ", absl::StrJoin(nanos, " "), "\n");
+std::string FormatSeries(absl::string_view key, int verified_ranks,
+                         const std::vector<int64_t>& nanos) {
+  return absl::StrCat("sample ", key, " ", verified_ranks, " ", nanos.size(), " ",
+                      absl::StrJoin(nanos, " "), "\n");
 }
 
 absl::StatusOr<SeriesMap> ParseSeries(absl::string_view text) {
+  // sample, key, verified ranks, count, then the times.
+  constexpr size_t kTimes = 4;
   SeriesMap series;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (fields.size() < 3 || fields[0] != "sample") continue;
+    if (fields.size() < kTimes || fields[0] != "sample") continue;
+    Series& parsed = series[std::string(fields[1])];
     size_t count = 0;
-    if (!absl::SimpleAtoi(fields[2], &count) || fields.size() != count + 3) {
+    if (!absl::SimpleAtoi(fields[2], &parsed.verified_ranks) ||
+        !absl::SimpleAtoi(fields[3], &count) || fields.size() != count + kTimes) {
       return absl::DataLossError(absl::StrCat("malformed sample line for '", fields[1], "'"));
     }
-    std::vector<int64_t>& nanos = series[std::string(fields[1])];
-    nanos.resize(count);
+    parsed.nanos.resize(count);
     for (size_t i = 0; i < count; ++i) {
-      if (!absl::SimpleAtoi(fields[i + 3], &nanos[i])) {
+      if (!absl::SimpleAtoi(fields[i + kTimes], &parsed.nanos[i])) {
         return absl::DataLossError(
-            absl::StrCat("bad time '", fields[i + 3], "' for '", fields[1], "'"));
+            absl::StrCat("bad time '", fields[i + kTimes], "' for '", fields[1], "'"));
       }
     }
   }
@@ -42,13 +47,16 @@ absl::StatusOr<SeriesMap> SlowestRank(const std::vector<SeriesMap>& ranks) {
       return absl::DataLossError(absl::StrCat("rank ", rank, " reported ", ranks[rank].size(),
                                               " series, rank 0 ", slowest.size()));
     }
-    for (auto& [key, nanos] : slowest) {
+    for (auto& [key, series] : slowest) {
       auto other = ranks[rank].find(key);
-      if (other == ranks[rank].end() || other->second.size() != nanos.size()) {
+      if (other == ranks[rank].end() || other->second.nanos.size() != series.nanos.size()) {
         return absl::DataLossError(
             absl::StrCat("rank ", rank, " did not report the same iterations of '", key, "'"));
       }
-      for (size_t i = 0; i < nanos.size(); ++i) nanos[i] = std::max(nanos[i], other->second[i]);
+      series.verified_ranks += other->second.verified_ranks;
+      for (size_t i = 0; i < series.nanos.size(); ++i) {
+        series.nanos[i] = std::max(series.nanos[i], other->second.nanos[i]);
+      }
     }
   }
   return slowest;
