@@ -340,15 +340,22 @@ std::vector<Knob> BuildTable() {
                                     "Threads that share a large reduction; 0: one per online "
                                     "core."),
              });
-  AddSection(table, "Multi-node",
+  AddSection(
+      table, "Multi-node",
+      {
+          Enum(COLLECTIVE_KNOB(multi_node), {{"auto", MultiNode::kAuto}, {"off", MultiNode::kOff}},
+               "auto: when an MPI launcher (mpirun, srun) started the daemon, the daemons "
+               "of the job form an MPI world, one per node; off: a world of one node."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(cycle_time_ms), 1, 1000,
+                             "How often, in milliseconds, the engine looks for the other "
+                             "daemons' messages while it waits for them."),
+      });
+  AddSection(table, "GPU",
              {
-                 Enum(COLLECTIVE_KNOB(multi_node),
-                      {{"auto", MultiNode::kAuto}, {"off", MultiNode::kOff}},
-                      "auto: when an MPI launcher (mpirun, srun) started the daemon, the daemons "
-                      "of the job form an MPI world, one per node; off: a world of one node."),
-                 Unsigned<uint32_t>(COLLECTIVE_KNOB(cycle_time_ms), 1, 1000,
-                                    "How often, in milliseconds, the engine looks for the other "
-                                    "daemons' messages while it waits for them."),
+                 Seconds(COLLECTIVE_KNOB(gpu_timeout_seconds), 86400.0,
+                         "A batch of CUDA tensors that the GPU has not finished after this long "
+                         "fails the job on every rank, and the job's NCCL communicators are "
+                         "aborted rather than left hanging."),
              });
   return table;
 }
