@@ -361,6 +361,7 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
   client->gone = true;
   client->segment->Unlink();
   ReleaseAllResults(*client);
+  ForgetDevices(*client);
   if (!client->left) {
     log::Coord().warn("job '{}': {} disconnected without leaving", job_->id(),
                       DescribeMember(*client));
@@ -393,6 +394,9 @@ void Engine::FailJob(const absl::Status& why) {
   const bool first = job_->state() != JobState::kFailed;
   job_->Fail(why);
   FailAllPending(job_->failure());
+  // NCCL kernels of work on the GPU may wait for a rank that will never
+  // come: abort them rather than hang.
+  if (gpu_.in_flight() > 0) gpu_.EndJob();
   if (!first) return;
   v1::DaemonMessage message;
   message.mutable_job_failed()->set_code(static_cast<int>(job_->failure().code()));
@@ -413,6 +417,10 @@ void Engine::MaybeTearDownJob() {
   coordinator_.reset();
   deferred_.clear();
   registrations_.clear();
+  for (const auto& member : job_->members()) {
+    if (member) ForgetDevices(*member);
+  }
+  gpu_.EndJob();
   job_.reset();  // unlinks every segment of the job
 }
 
