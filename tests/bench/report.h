@@ -1,6 +1,7 @@
 // What collective-bench prints: one JSON object per measurement (--json), or
 // a table per mode for people, with the ratios to MPI and, for the zero-copy
-// ResNet step, the distance from the memory-traffic floor.
+// ResNet step, the distance from the memory-traffic floor; CUDA tensors'
+// bandwidth as a fraction of the device-to-device copy bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,8 @@ struct RunInfo {
   size_t workload_tensors = 0;
   uint64_t workload_bytes = 0;
   MemcpyBandwidth memcpy;
+  // --device cuda: bytes per second of a device-to-device copy on GPU 0.
+  double device_copy_bytes_per_second = 0;
 };
 
 class Report {
@@ -66,6 +69,8 @@ class Report {
   double BusBw(const Measurement& m) const;
   // Time of the zero-copy ResNet step at memory bandwidth: (K+1)·n bytes.
   double FloorSeconds() const;
+  // algbw / the device-to-device copy bandwidth (CUDA tensors).
+  double VsDeviceCopy(const Measurement& m) const;
 
   RunInfo info_;
   bool json_;
