@@ -48,6 +48,20 @@ collective::TensorView View(const collective_tensor_t* tensor) {
   return View(tensor->data, tensor->dtype, tensor->shape, tensor->ndims);
 }
 
+collective::TensorView View(const collective_tensor_t* tensor, collective_device_t device,
+                            void* stream) {
+  collective::TensorView view = View(tensor);
+  view.device = static_cast<collective::Device>(device);
+  view.cuda_stream = stream;
+  return view;
+}
+
+absl::Status CheckArguments(const char* name, const collective_tensor_t* input) {
+  if (name == nullptr) return absl::InvalidArgumentError("the tensor name is NULL");
+  if (input == nullptr) return absl::InvalidArgumentError("the input tensor is NULL");
+  return absl::OkStatus();
+}
+
 // Records the handles of a successful start; those without an output are
 // views that collective_wait keeps.
 int Started(collective_client_t* client,
@@ -300,6 +314,81 @@ int collective_grouped_reducescatter_async(collective_client_t* client, int coun
       client->client->GroupedReducescatterAsync(group.names, group.inputs, group.outputs,
                                                 Options(op, prescale, postscale, process_set)),
       group.is_view, handles);
+}
+
+int collective_register_device_memory(collective_client_t* client, const void* device_pointer) {
+  const absl::Status status = client->client->RegisterDeviceMemory(device_pointer);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_unregister_device_memory(collective_client_t* client, const void* device_pointer) {
+  const absl::Status status = client->client->UnregisterDeviceMemory(device_pointer);
+  return status.ok() ? 0 : Fail(status);
+}
+
+int collective_allreduce_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      collective_op_t op, double prescale, double postscale,
+                                      int32_t process_set, collective_device_t device, void* stream,
+                                      collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  const bool view = device == COLLECTIVE_DEVICE_CPU && output == nullptr;
+  return Started(client,
+                 client->client->AllreduceAsync(name, View(input, device, stream), output,
+                                                Options(op, prescale, postscale, process_set)),
+                 view, handle);
+}
+
+int collective_broadcast_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output, int root_rank,
+                                      int32_t process_set, collective_device_t device, void* stream,
+                                      collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  const bool view = device == COLLECTIVE_DEVICE_CPU && output == nullptr;
+  return Started(client,
+                 client->client->BroadcastAsync(name, View(input, device, stream), output,
+                                                root_rank, process_set),
+                 view, handle);
+}
+
+int collective_allgather_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      size_t output_bytes, int32_t process_set,
+                                      collective_device_t device, void* stream,
+                                      collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  return Started(client,
+                 client->client->AllgatherAsync(name, View(input, device, stream), output,
+                                                output_bytes, process_set),
+                 false, handle);
+}
+
+int collective_alltoall_device_async(collective_client_t* client, const char* name,
+                                     const collective_tensor_t* input, const int64_t* splits,
+                                     int nsplits, void* output, size_t output_bytes,
+                                     int32_t process_set, collective_device_t device, void* stream,
+                                     collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  std::vector<int64_t> split_list;
+  if (splits != nullptr && nsplits > 0) split_list.assign(splits, splits + nsplits);
+  // Kept, so that collective_received_splits can read the splits.
+  return Started(client,
+                 client->client->AlltoallAsync(name, View(input, device, stream), split_list,
+                                               output, output_bytes, process_set),
+                 true, handle);
+}
+
+int collective_reducescatter_device_async(collective_client_t* client, const char* name,
+                                          const collective_tensor_t* input, void* output,
+                                          collective_op_t op, double prescale, double postscale,
+                                          int32_t process_set, collective_device_t device,
+                                          void* stream, collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  const bool view = device == COLLECTIVE_DEVICE_CPU && output == nullptr;
+  return Started(client,
+                 client->client->ReducescatterAsync(name, View(input, device, stream), output,
+                                                    Options(op, prescale, postscale, process_set)),
+                 view, handle);
 }
 
 int collective_barrier(collective_client_t* client, int32_t process_set) {

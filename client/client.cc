@@ -8,6 +8,7 @@
 #include "client/client_core.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "shm/segment_layout.h"
 
 namespace collective {
 size_t DataTypeSize(DataType dtype) {
@@ -115,7 +116,9 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   ASSIGN_OR_RETURN(internal::FinishedRequest finished, core_->Wait(handle, timeout));
   const shm::CompletionRecord& record = finished.record;
   const uint64_t limit = core_->results_bytes();
-  if (record.result_offset > limit || record.result_bytes > limit - record.result_offset ||
+  const bool on_device = (record.flags & shm::kRecordDeviceResult) != 0;
+  if ((!on_device &&
+       (record.result_offset > limit || record.result_bytes > limit - record.result_offset)) ||
       (record.aux_count > 0 &&
        (record.aux_offset > limit || record.aux_count > (limit - record.aux_offset) / 8))) {
     return absl::InternalError(absl::StrCat("collectived placed the result of request ", handle,
@@ -130,6 +133,13 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   if (record.aux_count > 0) {
     const auto* splits = reinterpret_cast<const int64_t*>(core_->results() + record.aux_offset);
     result.received_splits_.assign(splits, splits + record.aux_count);
+  }
+  if (on_device) {
+    // In the CUDA output; the core made its stream wait for it. Only the
+    // received splits (alltoall) were in the result segment.
+    if (record.aux_count > 0) core_->Release(handle, sizeof(int64_t) * record.aux_count);
+    result.data_ = finished.output;
+    return result;
   }
   const std::byte* view = core_->results() + record.result_offset;
   if (finished.output == nullptr) {
@@ -183,6 +193,14 @@ absl::StatusOr<int> Client::ProcessSetSize(int32_t id) const {
 absl::StatusOr<bool> Client::ProcessSetIncluded(int32_t id) const {
   ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(id));
   return set.included(rank());
+}
+
+absl::Status Client::RegisterDeviceMemory(const void* device_pointer) {
+  return core_->RegisterDeviceMemory(device_pointer);
+}
+
+absl::Status Client::UnregisterDeviceMemory(const void* device_pointer) {
+  return core_->UnregisterDeviceMemory(device_pointer);
 }
 
 absl::Status Client::StartTimeline(const std::string& path, bool mark_cycles) {

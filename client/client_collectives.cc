@@ -30,6 +30,27 @@ absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
       collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
 }
 
+// Submits one prepared request whose result goes to `output`.
+absl::StatusOr<Client::Handle> SubmitOne(internal::ClientCore& core,
+                                         absl::StatusOr<PreparedRequest> prepared, void* output,
+                                         uint64_t capacity) {
+  if (!prepared.ok()) return prepared.status();
+  internal::SetOutput(*prepared, output, capacity);
+  std::vector<PreparedRequest> requests;
+  requests.push_back(std::move(*prepared));
+  ASSIGN_OR_RETURN(std::vector<Client::Handle> handles, core.Submit(std::move(requests), false));
+  return handles.front();
+}
+
+// A CUDA tensor's result lands in device memory the caller names.
+absl::Status NeedsOutput(absl::string_view collective, absl::string_view name,
+                         const TensorView& input, const void* output) {
+  if (input.device != Device::kCuda || output != nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      collective, " of CUDA tensor '", name,
+      "' needs an output in CUDA memory (the form of the call that takes output and its size)"));
+}
+
 }  // namespace
 
 absl::StatusOr<Client::Handle> Client::AllreduceAsync(absl::string_view name,
@@ -63,8 +84,7 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllreduceAsync(
     }
     requests.push_back(std::move(*prepared));
     PreparedRequest& request = requests.back();
-    request.output = outputs[i];
-    request.output_capacity = request.request.length();
+    internal::SetOutput(request, outputs[i], request.request.length());
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }
@@ -86,9 +106,11 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
   }
   std::vector<PreparedRequest> requests;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (absl::Status rows = NeedsRows("allgather", names[i], inputs[i]); !rows.ok()) {
+    absl::Status checked = NeedsRows("allgather", names[i], inputs[i]);
+    if (checked.ok()) checked = NeedsOutput("allgather", names[i], inputs[i], nullptr);
+    if (!checked.ok()) {
       internal::Discard(*core_, requests);
-      return rows;
+      return checked;
     }
     auto prepared =
         internal::PrepareData(*core_, v1::COLLECTIVE_ALLGATHER, names[i], inputs[i], process_set);
@@ -99,6 +121,18 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
     requests.push_back(std::move(*prepared));
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
+}
+
+absl::StatusOr<Client::Handle> Client::AllgatherAsync(absl::string_view name,
+                                                      const TensorView& input, void* output,
+                                                      size_t output_bytes, int32_t process_set) {
+  RETURN_IF_ERROR(NeedsRows("allgather", name, input));
+  if (output == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("allgather of '", name, "': output is null"));
+  }
+  return SubmitOne(
+      *core_, internal::PrepareData(*core_, v1::COLLECTIVE_ALLGATHER, name, input, process_set),
+      output, output_bytes);
 }
 
 absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
@@ -116,19 +150,24 @@ absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
                                                    process_set, " (size ", set.size(), ")"));
   }
   prepared.request.set_root_rank(root_rank);
-  prepared.output = output;
-  prepared.output_capacity = prepared.request.length();
-  std::vector<PreparedRequest> requests;
-  requests.push_back(std::move(prepared));
-  ASSIGN_OR_RETURN(std::vector<Handle> handles, core_->Submit(std::move(requests), false));
-  return handles.front();
+  const uint64_t length = prepared.request.length();
+  return SubmitOne(*core_, std::move(prepared), output, length);
 }
 
 absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
                                                      const TensorView& input,
                                                      const std::vector<int64_t>& splits,
                                                      int32_t process_set) {
+  return AlltoallAsync(name, input, splits, nullptr, 0, process_set);
+}
+
+absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
+                                                     const TensorView& input,
+                                                     const std::vector<int64_t>& splits,
+                                                     void* output, size_t output_bytes,
+                                                     int32_t process_set) {
   RETURN_IF_ERROR(NeedsRows("alltoall", name, input));
+  RETURN_IF_ERROR(NeedsOutput("alltoall", name, input, output));
   ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(process_set));
   const int64_t rows = Rows(input);
   if (splits.empty()) {
@@ -159,10 +198,7 @@ absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
   ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_ALLTOALL,
                                                                    name, input, process_set));
   for (int64_t split : splits) prepared.request.add_splits(split);
-  std::vector<PreparedRequest> requests;
-  requests.push_back(std::move(prepared));
-  ASSIGN_OR_RETURN(std::vector<Handle> handles, core_->Submit(std::move(requests), false));
-  return handles.front();
+  return SubmitOne(*core_, std::move(prepared), output, output_bytes);
 }
 
 absl::StatusOr<Client::Handle> Client::ReducescatterAsync(absl::string_view name,
@@ -185,9 +221,11 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedReducescatterAsync(
   }
   std::vector<PreparedRequest> requests;
   for (size_t i = 0; i < names.size(); ++i) {
-    if (absl::Status rows = NeedsRows("reducescatter", names[i], inputs[i]); !rows.ok()) {
+    absl::Status checked = NeedsRows("reducescatter", names[i], inputs[i]);
+    if (checked.ok()) checked = NeedsOutput("reducescatter", names[i], inputs[i], outputs[i]);
+    if (!checked.ok()) {
       internal::Discard(*core_, requests);
-      return rows;
+      return checked;
     }
     ProcessSet set;
     auto prepared = internal::PrepareReduction(*core_, v1::COLLECTIVE_REDUCESCATTER, names[i],
@@ -202,8 +240,7 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedReducescatterAsync(
     const int64_t rows = Rows(inputs[i]);
     const int64_t set_rank = set.rank_of(rank());
     const int64_t mine = rows / set.size() + (set_rank < rows % set.size() ? 1 : 0);
-    request.output = outputs[i];
-    request.output_capacity = static_cast<uint64_t>(mine) * RowBytes(inputs[i]);
+    internal::SetOutput(request, outputs[i], static_cast<uint64_t>(mine) * RowBytes(inputs[i]));
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }

@@ -199,6 +199,31 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     DrainLocked();
   }
   v1::ClientMessage message;
+  // CUDA tensors: their allocations (new ones are registered in this same
+  // message, ahead of its requests), event slots, ready events.
+  v1::RegisterCuda registration;
+  std::vector<std::optional<uint32_t>> slots(count);
+  absl::Status cuda_status;
+  for (size_t i = 0; i < count && cuda_status.ok(); ++i) {
+    if (!requests[i].cuda.has_value()) continue;
+    cuda_status = PrepareCudaLocked(requests[i], registration);
+    if (cuda_status.ok()) slots[i] = requests[i].request.event_slot();
+  }
+  const auto release_slots = [&] {
+    for (const std::optional<uint32_t>& slot : slots) {
+      if (slot.has_value()) cuda_->ReleaseSlot(*slot);
+    }
+  };
+  if (!cuda_status.ok()) {
+    release_slots();
+    // What the registry counts as registered must reach the daemon.
+    (void)PushRegistrationLocked(std::move(registration), lock);
+    return refuse(cuda_status);
+  }
+  if (registration.allocations_size() > 0 || registration.ready_events_size() > 0 ||
+      registration.unregister_size() > 0) {
+    *message.mutable_cuda() = std::move(registration);
+  }
   std::vector<uint64_t> ids;
   const uint64_t group_id = grouped || count > 1 ? next_group_id_++ : 0;
   for (PreparedRequest& prepared : requests) {
@@ -214,7 +239,12 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
   }
   for (uint64_t released : pending_releases_) message.add_released(released);
   for (const v1::CopyOutSpan& span : pending_copy_outs_) *message.add_copy_outs() = span;
-  if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) return refuse(pushed);
+  if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) {
+    release_slots();
+    // The registry counts what the message registered as known.
+    if (message.has_cuda()) (void)PushRegistrationLocked(message.cuda(), lock);
+    return refuse(pushed);
+  }
   next_request_id_ += count;
   pending_releases_.clear();
   pending_copy_outs_.clear();
@@ -231,7 +261,9 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
                                       .dtype = prepared.dtype,
                                       .shape = std::move(prepared.shape),
                                       .record = std::nullopt,
-                                      .failed_at = absl::InfinitePast()});
+                                      .failed_at = absl::InfinitePast(),
+                                      .cuda_slot = slots[i],
+                                      .stream = prepared.cuda ? prepared.cuda->stream : nullptr});
   }
   return ids;
 }
@@ -321,19 +353,23 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
       if (pending.record.has_value()) {
         const shm::CompletionRecord record = *pending.record;
         if (record.status_code == 0) {
+          const absl::Status waited = FinishCudaLocked(pending, /*succeeded=*/true);
           FinishedRequest finished{record, pending.output, pending.output_capacity, pending.dtype,
                                    std::move(pending.shape)};
           requests_.erase(it);
+          if (!waited.ok()) return waited;
           return finished;
         }
         auto failure = failures_.find(request_id);
         if (failure != failures_.end()) {
           absl::Status status = std::move(failure->second);
           failures_.erase(failure);
+          (void)FinishCudaLocked(pending, /*succeeded=*/false);
           requests_.erase(it);
           return status;
         }
         if (!broken.ok() || absl::Now() - pending.failed_at > kFailureTextGrace) {
+          (void)FinishCudaLocked(pending, /*succeeded=*/false);
           requests_.erase(it);
           return absl::Status(StatusCodeFromInt(record.status_code),
                               "collectived failed the request; its message did not arrive");
@@ -341,6 +377,7 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
       } else if (!broken.ok()) {
         // Nobody will read the input any more: its staging can go.
         if (pending.staging != kNoStaging) allocator_.Free(pending.staging);
+        (void)FinishCudaLocked(pending, /*succeeded=*/false);
         outstanding_names_.erase(pending.name);
         --in_flight_;
         requests_.erase(it);
@@ -393,6 +430,110 @@ void ClientCore::Release(uint64_t request_id, uint64_t bytes, Span copy_out) {
     pending_copy_outs_.clear();
     pending_release_bytes_ = 0;
   }
+}
+
+absl::StatusOr<CudaRegistry*> ClientCore::CudaLocked() {
+  if (cuda_ != nullptr) return cuda_.get();
+  ASSIGN_OR_RETURN(const cuda::Driver* driver, cuda::LoadDriver());
+  ASSIGN_OR_RETURN(cuda_, CudaRegistry::Create(*driver, limits_.max_outstanding_requests()));
+  return cuda_.get();
+}
+
+absl::Status ClientCore::PrepareCudaLocked(PreparedRequest& prepared,
+                                           v1::RegisterCuda& registration) {
+  ASSIGN_OR_RETURN(CudaRegistry * cuda, CudaLocked());
+  if (registration.device_uuid().empty()) registration = cuda->NewMessage();
+  const CudaTensor& tensor = *prepared.cuda;
+  v1::TensorRequest& request = prepared.request;
+  const std::string what = absl::StrCat("tensor '", request.name(), "'");
+  ASSIGN_OR_RETURN_WITH(*request.mutable_device_input(),
+                        cuda->Locate(tensor.input, request.length(), registration),
+                        absl::StrCat(what, "'s input"));
+  ASSIGN_OR_RETURN_WITH(*request.mutable_device_output(),
+                        cuda->Locate(tensor.output, tensor.output_bytes, registration),
+                        absl::StrCat(what, "'s output"));
+  ASSIGN_OR_RETURN(const auto slot, cuda->AcquireSlot(registration));
+  request.set_event_slot(slot.first);
+  request.set_event_sequence(slot.second);
+  if (absl::Status recorded = cuda->RecordReady(slot.first, tensor.stream); !recorded.ok()) {
+    cuda->ReleaseSlot(slot.first);
+    return Annotate(recorded, what);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ClientCore::PushRegistrationLocked(v1::RegisterCuda registration,
+                                                std::unique_lock<std::mutex>& lock) {
+  if (registration.allocations_size() == 0 && registration.ready_events_size() == 0 &&
+      registration.unregister_size() == 0 && registration.registration_id() == 0) {
+    return absl::OkStatus();
+  }
+  v1::ClientMessage message;
+  *message.mutable_cuda() = std::move(registration);
+  return PushLocked(message, lock);
+}
+
+absl::Status ClientCore::FinishCudaLocked(Pending& pending, bool succeeded) {
+  if (!pending.cuda_slot.has_value() || cuda_ == nullptr) return absl::OkStatus();
+  absl::Status waited;
+  if (succeeded) waited = cuda_->WaitDone(*pending.cuda_slot, pending.stream);
+  cuda_->ReleaseSlot(*pending.cuda_slot);
+  pending.cuda_slot.reset();
+  return waited;
+}
+
+absl::Status ClientCore::RegisterDeviceMemory(const void* pointer) {
+  uint64_t id = 0;
+  {
+    std::unique_lock lock(mutex_);
+    RETURN_IF_ERROR(BrokenLocked());
+    ASSIGN_OR_RETURN(CudaRegistry * cuda, CudaLocked());
+    v1::RegisterCuda registration = cuda->NewMessage();
+    RETURN_IF_ERROR(cuda->Locate(pointer, 0, registration).status());
+    id = next_registration_++;
+    registration.set_registration_id(id);
+    RETURN_IF_ERROR(PushRegistrationLocked(std::move(registration), lock));
+  }
+  // The daemon answers on the session stream.
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    const uint32_t snapshot = ring_->WakeWord();
+    {
+      std::lock_guard lock(mutex_);
+      auto answer = cuda_answers_.find(id);
+      if (answer != cuda_answers_.end()) {
+        absl::Status status = std::move(answer->second);
+        cuda_answers_.erase(answer);
+        return Annotate(status, "collectived cannot use the CUDA allocation");
+      }
+      RETURN_IF_ERROR(BrokenLocked());
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("collectived did not answer a CUDA registration");
+    }
+    WaitForActivity(snapshot, deadline);
+  }
+}
+
+absl::Status ClientCore::UnregisterDeviceMemory(const void* pointer) {
+  std::unique_lock lock(mutex_);
+  if (cuda_ == nullptr) return absl::NotFoundError("no CUDA allocation is registered");
+  v1::RegisterCuda registration = cuda_->NewMessage();
+  RETURN_IF_ERROR(cuda_->Unregister(pointer, registration));
+  return PushRegistrationLocked(std::move(registration), lock);
+}
+
+void ClientCore::OnCudaRegistered(uint64_t registration_id, absl::Status status) {
+  if (registration_id == 0) {
+    // Registered along with requests, which fail with the reason if any.
+    if (!status.ok()) log::Client().debug("CUDA registration refused: {}", status.message());
+    return;
+  }
+  {
+    std::lock_guard lock(mutex_);
+    cuda_answers_[registration_id] = std::move(status);
+  }
+  if (ring_ != nullptr) ring_->WakeLocal();
 }
 
 bool ClientCore::timeline_active() const {

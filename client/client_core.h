@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/cuda_registry.h"
 #include "client/session.h"
 #include "collective/client.h"
 #include "shm/arena_allocator.h"
@@ -29,9 +30,19 @@
 
 namespace collective::internal {
 
+// A CUDA tensor's memory and stream, resolved into registered allocations
+// and an event slot when it is submitted (under the core's lock).
+struct CudaTensor {
+  const void* input = nullptr;
+  void* output = nullptr;
+  uint64_t output_bytes = 0;
+  void* stream = nullptr;
+};
+
 // A request ready to go: everything but its id (and group).
 struct PreparedRequest {
   v1::TensorRequest request;
+  std::optional<CudaTensor> cuda;
   // Arena block holding a copy of the input, freed when the request
   // completes; kNoStaging when the input lies in the arena already.
   uint64_t staging = ~uint64_t{0};
@@ -82,7 +93,14 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::StatusOr<std::vector<uint64_t>> Submit(std::vector<PreparedRequest> requests, bool grouped);
 
   bool Poll(uint64_t request_id);
+  // A CUDA request's wait also makes its stream wait for the daemon's done
+  // event: what the stream does next sees the result.
   absl::StatusOr<FinishedRequest> Wait(uint64_t request_id, absl::Duration timeout);
+
+  // CUDA allocations, registered with the daemon (and answered) now rather
+  // than with the first request that uses them.
+  absl::Status RegisterDeviceMemory(const void* pointer);
+  absl::Status UnregisterDeviceMemory(const void* pointer);
 
   // Results.
   const std::byte* results() const { return results_->data(); }
@@ -108,6 +126,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   // SessionListener
   void OnRequestFailed(uint64_t request_id, absl::Status status) override;
   void OnJobFailed(absl::Status status) override;
+  void OnCudaRegistered(uint64_t registration_id, absl::Status status) override;
   void OnSessionEnded(absl::Status status) override;
 
  private:
@@ -120,6 +139,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
     std::vector<int64_t> shape;
     std::optional<shm::CompletionRecord> record;
     absl::Time failed_at;  // when a failed record arrived without its text
+    // CUDA requests: the event slot and the stream that waits on it.
+    std::optional<uint32_t> cuda_slot;
+    void* stream = nullptr;
   };
 
   ClientCore(std::unique_ptr<Session> session, const ClientOptions& options);
@@ -131,6 +153,17 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::Status PushLocked(const v1::ClientMessage& message, std::unique_lock<std::mutex>& lock);
   // OK, or why the session can no longer complete anything. Caller holds mutex_.
   absl::Status BrokenLocked();
+  // The CUDA registry, created at the first CUDA tensor. Caller holds mutex_.
+  absl::StatusOr<CudaRegistry*> CudaLocked();
+  // Resolves a CUDA request's memory (new allocations go into
+  // `registration`), takes an event slot and records the ready event.
+  absl::Status PrepareCudaLocked(PreparedRequest& prepared, v1::RegisterCuda& registration);
+  // Sends `registration` if it registers anything. Caller holds mutex_.
+  absl::Status PushRegistrationLocked(v1::RegisterCuda registration,
+                                      std::unique_lock<std::mutex>& lock);
+  // A CUDA request is over for the client: its slot is free (after its
+  // stream waited on the done event, if it succeeded).
+  absl::Status FinishCudaLocked(Pending& pending, bool succeeded);
   // Spins briefly, then sleeps on the futex until the wake word moves past
   // `snapshot` or the deadline (at most a bounded slice, to recheck the
   // daemon's heartbeat).
@@ -163,6 +196,10 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   uint64_t next_group_id_ = 1;
   int rank_ = 0;
   std::map<int32_t, ProcessSet> process_sets_;  // guarded by mutex_
+  std::unique_ptr<CudaRegistry> cuda_;          // guarded by mutex_
+  // Answers to explicit CUDA registrations, by registration id.
+  uint64_t next_registration_ = 1;
+  absl::flat_hash_map<uint64_t, absl::Status> cuda_answers_;  // guarded by mutex_
 };
 
 }  // namespace collective::internal

@@ -51,7 +51,13 @@ absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective col
   for (int64_t dim : input.shape) request.add_shape(dim);
   request.set_length(bytes);
   request.set_process_set_id(process_set);
-  if (auto in_arena = core.ArenaOffset(input.data, bytes)) {
+  if (input.device == Device::kCuda) {
+    request.set_memory(v1::MEMORY_KIND_CUDA);
+    prepared.cuda = CudaTensor{.input = input.data, .stream = input.cuda_stream};
+  } else if (input.device != Device::kCpu) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': unknown device ", static_cast<int32_t>(input.device)));
+  } else if (auto in_arena = core.ArenaOffset(input.data, bytes)) {
     request.set_offset(*in_arena);  // zero-copy: the daemon reads the tensor where it is
   } else if (bytes > 0) {
     ASSIGN_OR_RETURN(prepared.staging, core.Allocate(bytes));
@@ -79,6 +85,18 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
   if (options.prescale != 1.0) request.set_prescale(options.prescale);
   if (options.postscale != 1.0) request.set_postscale(options.postscale);
   return prepared;
+}
+
+void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity) {
+  prepared.output = output;
+  prepared.output_capacity = capacity;
+  if (prepared.cuda.has_value()) {
+    if (output == nullptr) {
+      prepared.output = const_cast<void*>(prepared.cuda->input);  // in place
+    }
+    prepared.cuda->output = prepared.output;
+    prepared.cuda->output_bytes = capacity;
+  }
 }
 
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set) {

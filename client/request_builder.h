@@ -21,8 +21,10 @@ inline constexpr char kRemoveProcessSetName[] = "__collective__.remove_process_s
 
 // A data collective's request: name, dtype, shape and process set checked
 // (this rank must be a member; the set is stored in `set` if not null),
-// input in the arena (copied there unless it already is). The caller sets
-// the collective's own fields, and Discards the request if it gives up.
+// input in the arena (copied there unless it already is), or, for a CUDA
+// tensor, left where it is (ClientCore::Submit resolves it). The caller sets
+// the collective's own fields and its output (SetOutput), and Discards the
+// request if it gives up.
 absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
                                             absl::string_view name, const TensorView& input,
                                             int32_t process_set, ProcessSet* set = nullptr);
@@ -33,6 +35,10 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
                                                  absl::string_view name, const TensorView& input,
                                                  const AllreduceOptions& options,
                                                  ProcessSet* set = nullptr);
+
+// Where the result goes: `output` (null: a view, or, for a CUDA tensor, the
+// input itself) holding `capacity` bytes.
+void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity);
 
 // A request without data (barrier, join, process-set changes).
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set);

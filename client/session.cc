@@ -115,6 +115,13 @@ class Session::Stream final : public grpc::ClientBidiReactor<v1::ClientMessage, 
         listener_->OnJobFailed(absl::Status(StatusCodeFromInt(failed.code()), failed.message()));
         break;
       }
+      case v1::DaemonMessage::kCudaRegistered: {
+        const v1::CudaRegistered& registered = incoming_.cuda_registered();
+        listener_->OnCudaRegistered(
+            registered.registration_id(),
+            absl::Status(StatusCodeFromInt(registered.code()), registered.message()));
+        break;
+      }
       default:
         log::Client().warn("ignoring an unknown message from collectived");
     }

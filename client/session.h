@@ -26,6 +26,8 @@ class SessionListener {
   virtual ~SessionListener() = default;
   virtual void OnRequestFailed(uint64_t request_id, absl::Status status) = 0;
   virtual void OnJobFailed(absl::Status status) = 0;
+  // The daemon's answer to a RegisterCuda message.
+  virtual void OnCudaRegistered(uint64_t registration_id, absl::Status status) = 0;
   // The stream is gone; no more messages or completions will come.
   virtual void OnSessionEnded(absl::Status status) = 0;
 };

@@ -80,6 +80,7 @@ inline spdlog::logger& Shm() { return Get(Subsystem::kShm); }
 inline spdlog::logger& Coord() { return Get(Subsystem::kCoord); }
 inline spdlog::logger& Exec() { return Get(Subsystem::kExec); }
 inline spdlog::logger& Mpi() { return Get(Subsystem::kMpi); }
+inline spdlog::logger& Nccl() { return Get(Subsystem::kNccl); }
 inline spdlog::logger& Cfg() { return Get(Subsystem::kCfg); }
 inline spdlog::logger& Client() { return Get(Subsystem::kClient); }
 inline spdlog::logger& Bench() { return Get(Subsystem::kBench); }

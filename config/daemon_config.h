@@ -82,6 +82,10 @@ struct DaemonConfig {
   // Fail such tensors on every rank after this long; 0: never.
   double stall_shutdown_seconds = 0.0;
 
+  // GPU path: a batch of CUDA tensors still not done on the GPU after this
+  // long fails the job (and aborts its NCCL communicators).
+  double gpu_timeout_seconds = 300.0;
+
   friend bool operator==(const DaemonConfig&, const DaemonConfig&) = default;
 };
 

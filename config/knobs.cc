@@ -377,6 +377,13 @@ std::vector<Knob> BuildTable() {
                 "reduction of one overlapping the transfer of the one before. Every node "
                 "must use the same value."),
       });
+  AddSection(table, "GPU",
+             {
+                 Seconds(COLLECTIVE_KNOB(gpu_timeout_seconds), 86400.0,
+                         "A batch of CUDA tensors that the GPU has not finished after this long "
+                         "fails the job on every rank, and the job's NCCL communicators are "
+                         "aborted rather than left hanging."),
+             });
   return table;
 }
 

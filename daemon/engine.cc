@@ -43,7 +43,7 @@ v1::JobState ToProto(JobState state) {
 }  // namespace
 
 Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
-               StopRequest stop)
+               StopRequest stop, std::unique_ptr<gpu::DeviceBackend> devices)
     : config_(config),
       epoch_(epoch),
       daemon_uid_(::geteuid()),
@@ -55,7 +55,11 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string m
       stop_(std::move(stop)),
       stalls_(config.stall_check_seconds, config.stall_shutdown_seconds),
       metrics_(std::move(metrics_url)),
-      systemd_status_(config.socket) {}
+      systemd_status_(config.socket),
+      gpu_(std::move(devices),
+           {.max_event_slots = config.max_outstanding_requests,
+            .timeout_seconds = config.gpu_timeout_seconds},
+           [this](uint64_t batch) { Post(GpuDoneEvent{batch}); }) {}
 
 Engine::~Engine() {
   if (thread_.joinable()) Shutdown("the daemon object was destroyed");
@@ -184,6 +188,7 @@ void Engine::Dispatch(EngineEvent& event) {
                  [this](TimelineEvent& e) { OnTimeline(e); },
                  [this](ShutdownEvent& e) { OnShutdown(e); },
                  [this](MetricsEvent& e) { OnMetrics(e); },
+                 [this](GpuDoneEvent& e) { OnGpuDone(e); },
              },
              event);
 }
@@ -207,6 +212,7 @@ Clock::time_point Engine::NextTimer() const {
 void Engine::RunTimers(Clock::time_point now) {
   if (now >= next_heartbeat_) {
     WriteHeartbeats();
+    CheckGpu(now);
     next_heartbeat_ = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   }
   if (job_ == nullptr) return;
@@ -403,7 +409,9 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
       FailJob(status);
       for (const auto& member : job_->members()) {
         if (member && member->link) member->link->Close(status);
+        if (member) ForgetDevices(*member);
       }
+      gpu_.EndJob();
       ReportJobEnded(*job_, metrics_);
       EndWorldJob();
       job_.reset();
@@ -422,6 +430,10 @@ void Engine::OnStatus(const StatusEvent& event) const {
   response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
   *response.mutable_totals() = totals_;
   if (negotiator_ != nullptr) negotiator_->AddTo(*response.mutable_totals());
+  v1::GpuStatus* gpu = response.mutable_gpu();
+  gpu->set_built(gpu_.built());
+  gpu->set_open_ipc_mappings(gpu_.open_mappings());
+  gpu->set_batches_in_flight(static_cast<uint32_t>(gpu_.in_flight()));
   v1::TimelineStatus* timeline = response.mutable_timeline();
   timeline->set_active(timeline_.active());
   timeline->set_path(timeline_.path());

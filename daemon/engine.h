@@ -11,9 +11,10 @@
 // The implementation is split by concern: engine.cc (loop, timers, status,
 // timeline), engine_jobs.cc (registration, formation, leaving, failure,
 // teardown), engine_requests.cc (submission, completion, release),
-// engine_collectives.cc (agreement, control collectives, fusion, execution)
-// and engine_world.cc (the MPI world of daemons: formation, negotiation and
-// execution across nodes, failures of other nodes).
+// engine_collectives.cc (agreement, control collectives, fusion, execution),
+// engine_world.cc (the MPI world of daemons: formation, negotiation and
+// execution across nodes, failures of other nodes) and engine_gpu.cc (CUDA
+// registrations, batches of CUDA tensors, the GPU's completions and health).
 #pragma once
 
 #include <chrono>
@@ -38,6 +39,8 @@
 #include "daemon/engine_events.h"
 #include "daemon/executor.h"
 #include "daemon/fusion.h"
+#include "daemon/gpu/device_backend_factory.h"
+#include "daemon/gpu/gpu_executor.h"
 #include "daemon/job.h"
 #include "daemon/metrics.h"
 #include "daemon/negotiator.h"
@@ -65,8 +68,11 @@ class Engine {
   using StopRequest = std::function<void(std::string reason, int exit_code)>;
 
   // `metrics_url`: where the metrics are served over HTTP, if they are.
+  // `devices` is the GPU path's backend (null: no CUDA tensors); tests pass
+  // a fake.
   Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url = {},
-         StopRequest stop = nullptr);
+         StopRequest stop = nullptr,
+         std::unique_ptr<gpu::DeviceBackend> devices = gpu::CreateDeviceBackend());
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -148,9 +154,12 @@ class Engine {
   bool DrainSubmissionRing(ClientRecord& client);
   void OnSubmit(ClientRecord& client, v1::TensorRequest& request);
   void OnCopyOuts(ClientRecord& client, const v1::ClientMessage& message);
-  // A finished request: its record, and the result it holds until released.
+  // A finished request: its record, and the result it holds until released
+  // (none when `block` is kNoBlock: a CUDA tensor's result is in its output).
+  static constexpr uint64_t kNoBlock = ~uint64_t{0};
   void Complete(ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
-                uint64_t slot, const ops::RankResult& result, const std::string& tensor);
+                uint64_t slot, const ops::RankResult& result, const std::string& tensor,
+                uint32_t flags = 0);
   void CompleteWithError(ClientRecord& client, uint64_t request_id, const absl::Status& status);
   void FailSubmissions(std::vector<PendingTensor> tensors, const absl::Status& why);
   void FailReady(std::vector<ReadyTensor> tensors, const absl::Status& why);
@@ -222,6 +231,21 @@ class Engine {
   void RecordTimeline(const FusedBatch& batch, const Executor::Outcome& outcome);
   void ReleaseResult(ClientRecord& client, uint64_t request_id);
   void ReleaseAllResults(ClientRecord& client);
+  // CLOCK_MONOTONIC nanoseconds of a steady_clock time (the same clock).
+  static uint64_t Nanos(Clock::time_point time);
+  // The row a tensor gets in the timeline: names are per process set.
+  static std::string TimelineName(const ReadyTensor& tensor);
+
+  // engine_gpu.cc
+  void OnRegisterCuda(ClientRecord& client, const v1::RegisterCuda& message);
+  // Runs the batch of CUDA tensors at the front of deferred_; false when it
+  // waits for result space (alltoall's received splits).
+  bool RunDeviceBatch();
+  void OnGpuDone(const GpuDoneEvent& event);
+  // Fails the job when its GPU work cannot go on (an NCCL error, a timeout).
+  void CheckGpu(Clock::time_point now);
+  // The client is gone: its CUDA registrations go with it.
+  void ForgetDevices(const ClientRecord& client);
 
   const config::DaemonConfig config_;
   const uint64_t epoch_;
@@ -260,7 +284,10 @@ class Engine {
   // Job state: engine thread only.
   std::unique_ptr<Job> job_;
   std::unique_ptr<Coordinator> coordinator_;
-  std::deque<FusedBatch> deferred_;                        // ready, waiting for result space
+  std::deque<FusedBatch> deferred_;  // ready, waiting for result space
+  // While a timeline records: batches of CUDA tensors on the GPU, by batch
+  // id, with their rows and bytes.
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<std::string, uint64_t>>> gpu_rows_;
   absl::flat_hash_map<uint64_t, uint64_t> registrations_;  // call id -> client id
   uint64_t next_client_id_ = 1;
   uint64_t next_job_sequence_ = 1;
@@ -281,6 +308,10 @@ class Engine {
   std::vector<EngineEvent> queue_;
   bool stopped_ = false;
   std::thread thread_;
+
+  // The GPU path. Last, so that it goes first: its completion callbacks
+  // post to the queue above until it is gone.
+  gpu::GpuExecutor gpu_;
 };
 
 }  // namespace collective::daemon

@@ -9,13 +9,12 @@
 
 namespace collective::daemon {
 
-uint64_t Nanos(Clock::time_point time) {
+uint64_t Engine::Nanos(Clock::time_point time) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count());
 }
 
-// The row a tensor gets in the timeline: names are per process set.
-std::string TimelineName(const ReadyTensor& tensor) {
+std::string Engine::TimelineName(const ReadyTensor& tensor) {
   return tensor.process_set_id == 0
              ? tensor.name
              : absl::StrCat(tensor.name, " (process set ", tensor.process_set_id, ")");
@@ -39,6 +38,9 @@ bool Engine::RunReady() {
     const ops::CollectiveOp* op = ops::OpFor(tensor.request().collective());
     absl::Status status = CheckAgreement(tensor);
     if (status.ok() && op != nullptr) status = op->Check(tensor);
+    if (status.ok() && op != nullptr && tensor.request().memory() == v1::MEMORY_KIND_CUDA) {
+      status = gpu::GpuExecutor::Check(tensor);
+    }
     if (!status.ok()) {
       const log::ScopedContext about({.tensor = tensor.name});
       log::Coord().warn("{}", status.message());
@@ -58,6 +60,11 @@ bool Engine::RunReady() {
 bool Engine::RunDeferred() {
   bool ran = false;
   while (!deferred_.empty() && job_ != nullptr && job_->state() == JobState::kRunning) {
+    if (deferred_.front().tensors.front().request().memory() == v1::MEMORY_KIND_CUDA) {
+      if (!RunDeviceBatch()) return ran;  // a release will make room
+      ran = true;
+      continue;
+    }
     Executor::Outcome outcome = executor_.Run(deferred_.front(), *job_->results());
     if (outcome.deferred) {
       log::Exec().debug("'{}' waits for result space ({} of {} bytes in use)",

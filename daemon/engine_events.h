@@ -1,5 +1,6 @@
-// What the gRPC side hands to the engine thread. Handlers only parse, check
-// the peer, and post one of these; all job state changes on the engine thread.
+// What the gRPC side (and the GPU's completion callbacks) hand to the engine
+// thread. Handlers only parse, check the peer, and post one of these; all job
+// state changes on the engine thread.
 #pragma once
 
 #include <functional>
@@ -57,8 +58,15 @@ struct ShutdownEvent {
   std::string reason;
 };
 
+// A batch of CUDA tensors is done on one device (posted from CUDA's
+// callback thread).
+struct GpuDoneEvent {
+  uint64_t batch = 0;
+};
+
 using EngineEvent =
     std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent, SessionClosedEvent,
-                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent, MetricsEvent>;
+                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent, MetricsEvent,
+                 GpuDoneEvent>;
 
 }  // namespace collective::daemon

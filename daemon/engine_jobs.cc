@@ -347,6 +347,7 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
   client->gone = true;
   client->segment->Unlink();
   ReleaseAllResults(*client);
+  ForgetDevices(*client);
   if (!client->left) {
     const log::ScopedContext about({.rank = client->topology.rank()});
     log::Coord().warn("job '{}': {} disconnected without leaving", job_->id(),
@@ -406,6 +407,9 @@ void Engine::FailJob(const absl::Status& why, Origin origin) {
   // nothing decided can finish either.
   FailUndecided(job_->failure());
   if (world_->abandoned()) AbandonDecided(job_->failure());
+  // NCCL kernels of work on the GPU may wait for a rank that will never
+  // come: abort them rather than hang.
+  if (gpu_.in_flight() > 0) gpu_.EndJob();
   if (!first) return;
   log::Coord().warn("job '{}' failed: {}", job_->id(), job_->failure().message());
   if (origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_FAILED, why);
@@ -426,6 +430,10 @@ void Engine::MaybeTearDownJob() {
   coordinator_.reset();
   deferred_.clear();
   registrations_.clear();
+  for (const auto& member : job_->members()) {
+    if (member) ForgetDevices(*member);
+  }
+  gpu_.EndJob();
   job_.reset();  // unlinks every segment of the job
 }
 

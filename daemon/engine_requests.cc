@@ -2,6 +2,7 @@
 // completion through the clients' rings, and the release of results.
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/engine.h"
 #include "daemon/request_validator.h"
 
@@ -32,6 +33,7 @@ void Engine::OnSubmissions(ClientRecord& client, v1::ClientMessage& message) {
   // Copy-out spans name requests whose results the same message releases.
   OnCopyOuts(client, message);
   for (uint64_t request_id : message.released()) ReleaseResult(client, request_id);
+  if (message.has_cuda()) OnRegisterCuda(client, message.cuda());
   if (message.has_submit()) {
     for (v1::TensorRequest& request : *message.mutable_submit()->mutable_requests()) {
       OnSubmit(client, request);
@@ -70,6 +72,7 @@ bool Engine::DrainSubmissionRing(ClientRecord& client) {
       client.gone = true;
       client.segment->Unlink();
       ReleaseAllResults(client);
+      ForgetDevices(client);
       const absl::Status why =
           broken.code() == absl::StatusCode::kDataLoss && client.guard.faulted()
               ? broken
@@ -115,8 +118,15 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
   }
   const RequestLimits limits{.max_name_bytes = config_.max_name_bytes,
                              .max_dims = kMaxDims,
-                             .arena_bytes = client.segment->arena_bytes()};
+                             .arena_bytes = client.segment->arena_bytes(),
+                             .cuda = gpu_.built()};
   absl::Status status = ValidateRequest(request, limits);
+  if (status.ok() && request.memory() == v1::MEMORY_KIND_CUDA) {
+    // Its allocations and event slot; the slot is the request's from here
+    // until it completes.
+    status = Annotate(gpu_.Admit(client.id, request),
+                      absl::StrCat("request ", request_id, " ('", request.name(), "')"));
+  }
   const ProcessSet* set = nullptr;
   if (status.ok()) {
     auto found =
@@ -158,18 +168,26 @@ void Engine::OnSubmit(ClientRecord& client, v1::TensorRequest& request) {
 }
 
 void Engine::Complete(ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
-                      uint64_t slot, const ops::RankResult& result, const std::string& tensor) {
+                      uint64_t slot, const ops::RankResult& result, const std::string& tensor,
+                      uint32_t flags) {
   client.outstanding.erase(request.request_id());
+  if (gpu_.has_admitted()) gpu_.Finish(client.id, request.request_id());
   totals_.set_requests(totals_.requests() + 1);
   if (client.gone) {
-    job_->results()->Release(block);
+    if (block != kNoBlock) job_->results()->Release(block);
     return;
   }
-  client.held_results[request.request_id()] = {block, result.bytes,
-                                               timeline_.active() ? tensor : std::string()};
-  client.result_bytes_held += result.bytes;
+  if (block != kNoBlock) {
+    // A CUDA tensor's result is in device memory; only its splits are here.
+    const uint64_t held =
+        (flags & shm::kRecordDeviceResult) != 0 ? sizeof(int64_t) * result.aux_count : result.bytes;
+    client.held_results[request.request_id()] = {block, held,
+                                                 timeline_.active() ? tensor : std::string()};
+    client.result_bytes_held += held;
+  }
   shm::CompletionRecord record{};
   record.request_id = request.request_id();
+  record.flags = flags;
   record.result_offset = slot + result.offset;
   record.result_bytes = result.bytes;
   record.result_dim0 = result.dim0;
@@ -206,6 +224,7 @@ void Engine::OnCopyOuts(ClientRecord& client, const v1::ClientMessage& message) 
 void Engine::CompleteWithError(ClientRecord& client, uint64_t request_id,
                                const absl::Status& status) {
   client.outstanding.erase(request_id);
+  if (gpu_.has_admitted()) gpu_.Finish(client.id, request_id);
   totals_.set_errors(totals_.errors() + 1);
   metrics_.RequestFailed(status);
   if (client.gone) return;

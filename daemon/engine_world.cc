@@ -8,12 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "daemon/engine.h"
 #include "daemon/mismatch.h"
 #include "daemon/ops/ops.h"
 
 namespace collective::daemon {
 namespace {
+
+absl::Status CheckCudaAcrossNodes(const ReadyTensor& everyone);
 
 // Node 0's checks, with every rank's request: the agreement of all ranks,
 // then what the collective itself needs (splits, the root, no joined ranks
@@ -31,7 +34,34 @@ absl::Status CheckAcrossNodes(const ReadyTensor& everyone) {
     }
     return absl::OkStatus();
   }
-  return op->Check(everyone);
+  RETURN_IF_ERROR(op->Check(everyone));
+  if (everyone.request().memory() == v1::MEMORY_KIND_CUDA) return CheckCudaAcrossNodes(everyone);
+  return absl::OkStatus();
+}
+
+// Across nodes, CUDA tensors run on the job's NCCL communicator of every
+// GPU of every node: allreduce of the global process set, every rank taking
+// part. The rest would need NCCL communicators per process set and device
+// zeros for joined ranks: refused, clearly, on every rank.
+absl::Status CheckCudaAcrossNodes(const ReadyTensor& everyone) {
+  const v1::Collective collective = everyone.request().collective();
+  if (collective != v1::COLLECTIVE_ALLREDUCE) {
+    return absl::UnimplementedError(absl::StrCat(
+        CollectiveName(collective), " of CUDA tensor '", everyone.name,
+        "' spans nodes; across nodes the GPU path runs allreduce only (single-node jobs run "
+        "every collective on the GPU; CPU tensors run every collective across nodes)"));
+  }
+  if (everyone.process_set_id != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "allreduce of CUDA tensor '", everyone.name, "' on process set ", everyone.process_set_id,
+        " spans nodes; across nodes the GPU path runs on the global process set only"));
+  }
+  if (everyone.has_joined_ranks()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "allreduce of CUDA tensor '", everyone.name,
+        "' spans nodes while ranks have joined; across nodes the GPU path needs every rank"));
+  }
+  return gpu::GpuExecutor::Check(everyone);
 }
 
 // Whether a job in `state` carries out node 0's decisions: once formed,
@@ -291,7 +321,8 @@ std::optional<ReadyTensor> Engine::DecidedTensor(const v1::Decision& decision, b
 
 void Engine::Decide(v1::Decisions decisions) {
   std::vector<ReadyTensor> data;
-  std::vector<ReadyTensor> alone;  // alltoall: one transfer each, never fused
+  std::vector<ReadyTensor> alone;   // alltoall: one transfer each, never fused
+  std::vector<ReadyTensor> device;  // CUDA tensors
   for (v1::Decision& decision : *decisions.mutable_decisions()) {
     bool from_cache = false;
     const ResponseCache::Entry* cached = nullptr;
@@ -337,9 +368,19 @@ void Engine::Decide(v1::Decisions decisions) {
       FailJob(why);
       return;
     }
+    if (tensor.request().memory() == v1::MEMORY_KIND_CUDA) {
+      device.push_back(std::move(tensor));  // NCCL, not MPI: see RunDeviceBatch
+      continue;
+    }
     (tensor.request().collective() == v1::COLLECTIVE_ALLTOALL ? alone : data)
         .push_back(std::move(tensor));
   }
+  // CUDA tensors go to the GPU queue in decision order on every node, so
+  // that the NCCL calls of every node pair up.
+  for (FusedBatch& batch : PlanFusion(std::move(device), config_.fusion_threshold_bytes)) {
+    deferred_.push_back(std::move(batch));
+  }
+  RunDeferred();
   // Every node plans the same batches from the same decisions, so that the
   // MPI transfers pair up. Fusion sizes are the same everywhere (they count
   // every rank's data), but for alltoall, whose slot holds only this node's

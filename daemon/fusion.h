@@ -20,9 +20,9 @@ struct FusedBatch {
 // Bytes a tensor's result takes in a fused buffer.
 uint64_t SlotBytes(const ReadyTensor& tensor);
 
-// Batches data collectives of the same kind (collective, dtype, reduce op,
-// scale factors, process set, root), up to `threshold` bytes per batch (0: no
-// fusion). Like Horovod, a
+// Batches data collectives of the same kind (collective, memory, dtype,
+// reduce op, scale factors, process set, root), up to `threshold` bytes per
+// batch (0: no fusion). Like Horovod, a
 // batch looks ahead past tensors that do not fit or do not match, so the
 // order is: batches in order of their first tensor, tensors in input order
 // within a batch. A tensor larger than the threshold runs alone.

@@ -34,6 +34,11 @@ bool SameShape(const v1::TensorRequest& a, const v1::TensorRequest& b) {
   return std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end());
 }
 
+// Horovod's device names: a tensor is on the CPU (the arena) or a GPU.
+std::string DeviceOf(const v1::TensorRequest& request) {
+  return request.memory() == v1::MEMORY_KIND_CUDA ? "a GPU tensor" : "a CPU tensor";
+}
+
 std::vector<int32_t> SortedRanks(const v1::TensorRequest& request) {
   std::vector<int32_t> ranks(request.process_set_ranks().begin(),
                              request.process_set_ranks().end());
@@ -49,6 +54,9 @@ absl::Status CheckCommon(const ReadyTensor& tensor, const Submission& first,
   if (b.collective() != a.collective()) {
     return Mismatch(tensor, "collective operations", first, CollectiveName(a.collective()), other,
                     CollectiveName(b.collective()));
+  }
+  if (b.memory() != a.memory()) {
+    return Mismatch(tensor, "CPU and GPU tensors", first, DeviceOf(a), other, DeviceOf(b));
   }
   if (b.dtype() != a.dtype()) {
     return Mismatch(tensor, "data types", first, DataTypeName(a.dtype()), other,

@@ -1,8 +1,8 @@
 // Agreement across ranks: every rank must describe the same collective for a
-// tensor name — collective, dtype, group, and what that collective needs to
-// agree on (reductions: op, shape and scale factors; allgather and alltoall:
-// every dimension but the first; broadcast: root and shape; process-set
-// changes: the set). A disagreement becomes one error that every rank
+// tensor name — collective, device (CPU or GPU), dtype, group, and what that
+// collective needs to agree on (reductions: op, shape and scale factors;
+// allgather and alltoall: every dimension but the first; broadcast: root and
+// shape; process-set changes: the set). A disagreement becomes one error that every rank
 // receives, naming the tensor, the two values and the two ranks, as Horovod
 // does.
 #pragma once

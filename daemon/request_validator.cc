@@ -66,7 +66,9 @@ absl::Status CheckName(const std::string& name, const RequestLimits& limits) {
 // Barrier, join and process-set changes carry no data.
 absl::Status CheckControl(const v1::TensorRequest& request) {
   const std::string what = CollectiveName(request.collective());
-  if (request.length() != 0 || request.shape_size() != 0) {
+  if (request.length() != 0 || request.shape_size() != 0 ||
+      request.memory() != v1::MEMORY_KIND_HOST || request.has_device_input() ||
+      request.has_device_output()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " carries no tensor data"));
   }
   if (request.group_id() != 0) {
@@ -125,6 +127,55 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
   return CheckScale("postscale", request.has_postscale(), request.postscale(), dtype);
 }
 
+bool IsNcclReducible(v1::DataType dtype) {
+  return dtype != v1::DATA_TYPE_UINT16 && dtype != v1::DATA_TYPE_INT16;
+}
+
+// Where the tensor lives: the client's arena, or registered CUDA memory.
+absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& limits) {
+  if (!v1::MemoryKind_IsValid(request.memory())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown memory kind ", static_cast<int>(request.memory())));
+  }
+  if (request.memory() == v1::MEMORY_KIND_HOST) {
+    if (request.has_device_input() || request.has_device_output()) {
+      return absl::InvalidArgumentError("device_input and device_output apply to CUDA tensors");
+    }
+    return absl::OkStatus();
+  }
+  const v1::Collective collective = request.collective();
+  if (!limits.cuda) {
+    return absl::UnimplementedError(
+        "CUDA tensors need a collectived built with CUDA and NCCL; this one was built without "
+        "them");
+  }
+  if (request.offset() != 0) {
+    return absl::InvalidArgumentError(
+        "offset applies to host tensors; a CUDA tensor's input is device_input");
+  }
+  if (request.device_input().allocation_id() == 0) {
+    return absl::InvalidArgumentError(
+        "a CUDA tensor needs device_input in a registered CUDA allocation");
+  }
+  if (request.device_output().allocation_id() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CUDA tensor needs device_output (", CollectiveName(collective),
+                     " writes each rank's result into it; it may be the input)"));
+  }
+  const bool whole_result =
+      collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_BROADCAST;
+  if (whole_result && request.device_output().bytes() < request.length()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_output holds ", request.device_output().bytes(), " bytes; the ",
+                     CollectiveName(collective), " result needs ", request.length()));
+  }
+  if (IsReduction(collective) && !IsNcclReducible(request.dtype())) {
+    return absl::UnimplementedError(absl::StrCat(
+        "NCCL cannot reduce ", DataTypeName(request.dtype()), " tensors; reduce them on the host"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& limits) {
   const v1::Collective collective = request.collective();
   const v1::DataType dtype = request.dtype();
@@ -132,6 +183,7 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", DataTypeName(dtype)));
   }
   if (absl::Status status = CheckOpAndScales(request); !status.ok()) return status;
+  if (absl::Status status = CheckMemory(request, limits); !status.ok()) return status;
 
   if (request.shape_size() > static_cast<int>(limits.max_dims)) {
     return absl::InvalidArgumentError(absl::StrCat("the shape has ", request.shape_size(),
@@ -154,8 +206,9 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
                      *elements, " elements of ", ElementSize(dtype), " bytes)"));
   }
   uint64_t end = 0;
-  if (__builtin_add_overflow(request.offset(), request.length(), &end) ||
-      end > limits.arena_bytes) {
+  const bool in_arena = request.memory() == v1::MEMORY_KIND_HOST;
+  if (in_arena && (__builtin_add_overflow(request.offset(), request.length(), &end) ||
+                   end > limits.arena_bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("offset ", request.offset(), " + length ", request.length(),
                      " lies outside the client's arena of ", limits.arena_bytes, " bytes"));

@@ -21,10 +21,14 @@ struct RequestLimits {
   uint32_t max_dims = kMaxDims;
   // Size of the submitting client's own arena: every input must lie in it.
   uint64_t arena_bytes = 0;
+  // Whether this daemon was built with CUDA and NCCL (CUDA tensors).
+  bool cuda = false;
 };
 
 // OK, or INVALID_ARGUMENT / UNIMPLEMENTED with a message that names the
-// request, the field and the reason.
+// request, the field and the reason. For CUDA tensors, what can be judged
+// without the client's registrations (the allocations and the event slot
+// are the GPU executor's to check).
 absl::Status ValidateRequest(const v1::TensorRequest& request, const RequestLimits& limits);
 
 }  // namespace collective::daemon

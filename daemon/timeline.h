@@ -37,7 +37,8 @@ inline constexpr absl::string_view kPhaseFusionCopy =
     "FUSION_COPY";                                                  // inputs copied into the result
 inline constexpr absl::string_view kPhaseReduce = "REDUCE";         // local reduction
 inline constexpr absl::string_view kPhaseCrossNode = "CROSS_NODE";  // transfer among daemons
-inline constexpr absl::string_view kPhaseCopyOut = "COPY_OUT";      // a rank reads its result
+inline constexpr absl::string_view kPhaseGpu = "GPU";  // CUDA tensors: device kernels and NCCL
+inline constexpr absl::string_view kPhaseCopyOut = "COPY_OUT";  // a rank reads its result
 
 struct RankArrival {
   int32_t rank = 0;    // within the tensor's process set

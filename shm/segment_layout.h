@@ -47,6 +47,11 @@ inline constexpr uint32_t kMaxSubmitRecordBytes = 64 << 10;
 // The smallest submission ring: a record of the largest size always fits.
 inline constexpr uint64_t kMinSubmitRingBytes = 4 * uint64_t{kMaxSubmitRecordBytes};
 
+// CompletionRecord.flags: the request's tensor lives in CUDA memory; its
+// result is in the output it named (result_offset means nothing), and the
+// slot's done event orders the client's reads after the daemon's writes.
+inline constexpr uint32_t kRecordDeviceResult = 1;
+
 // One finished request. Written by the daemon into the slot
 // `ring_head % ring_capacity` before it advances ring_head; read by the client.
 struct CompletionRecord {
@@ -54,7 +59,7 @@ struct CompletionRecord {
   // absl::StatusCode. Non-zero: the request failed, and the daemon sent the
   // full message on the session stream before writing this record.
   int32_t status_code;
-  uint32_t flags;
+  uint32_t flags;  // kRecordDeviceResult
   // Where the result lies in the result segment's data area.
   uint64_t result_offset;
   uint64_t result_bytes;

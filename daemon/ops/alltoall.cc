@@ -196,6 +196,8 @@ class Alltoall final : public CollectiveOp {
 
 }  // namespace
 
+Splits AlltoallSplits(const ReadyTensor& tensor) { return EffectiveSplits(tensor); }
+
 const CollectiveOp& AlltoallOp() {
   static const Alltoall op;
   return op;

@@ -1,6 +1,9 @@
 // The data collectives, one per file.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "daemon/ops/collective_op.h"
 
 namespace collective::daemon::ops {
@@ -17,6 +20,11 @@ exec::ReduceSpec ReductionSpec(const ReadyTensor& tensor);
 // Across nodes: what turns the combined sum (or min, max, product) into the
 // result — postscale and the average's division — applied in place.
 exec::ReduceSpec FinalScaleSpec(const ReadyTensor& tensor);
+
+// Alltoall: the rows each rank of the set sends to each rank
+// ([sender][receiver], set ranks), from the splits (or an even split) every
+// rank sent; the op's Check has vouched for them.
+std::vector<std::vector<int64_t>> AlltoallSplits(const ReadyTensor& tensor);
 
 // Adds the reduction of `tensor` (one input per rank of its set, zeros for
 // joined ranks, in rank order) into `out`. Across nodes: of this node's

@@ -70,7 +70,15 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
                  "where client tensors live: copy (private memory, copied in and out), zerocopy "
                  "(in the shared-memory arena, result viewed in place), or both")
       ->type_name("PLACEMENT")
-      ->check(CLI::IsMember({"copy", "zerocopy", "both"}))
+      ->check(CLI::IsMember({"copy", "zerocopy", "both", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--device", device_,
+                 "where client tensors live: cpu (see --placement), or cuda (CUDA device memory "
+                 "of the ranks' devices, local rank modulo the GPUs; results written into device "
+                 "outputs, a step timed until its stream has them; bandwidth reported against "
+                 "the device-to-device copy bandwidth measured in the same run)")
+      ->type_name("DEVICE")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--clients,--clients-per-node", options_.clients,
                  "client processes (ranks) on each node; a job has N*K ranks")
@@ -219,8 +227,17 @@ absl::Status OptionParser::FinishOptions() {
   if (allreduce && (mode_ == "all" || mode_ == "latency")) {
     options_.modes.push_back(BenchMode::kLatency);
   }
-  if (placement_ != "zerocopy") options_.placements.push_back(Placement::kCopy);
-  if (placement_ != "copy") options_.placements.push_back(Placement::kZeroCopy);
+  if (device_ == "cuda" || placement_ == "cuda") {
+    if (options_.compare_mpi) {
+      return absl::InvalidArgumentError(
+          "--device cuda measures against the device-to-device copy bandwidth, not MPI; drop "
+          "--compare mpi");
+    }
+    options_.placements.push_back(Placement::kCuda);
+  } else {
+    if (placement_ != "zerocopy") options_.placements.push_back(Placement::kCopy);
+    if (placement_ != "copy") options_.placements.push_back(Placement::kZeroCopy);
+  }
   RETURN_IF_ERROR(ParseSizes(sizes_, &options_.min_bytes, &options_.max_bytes));
   const bool needs_workload = std::find(options_.modes.begin(), options_.modes.end(),
                                         BenchMode::kResnet) != options_.modes.end();
@@ -292,7 +309,15 @@ const char* ModeName(BenchMode mode) {
 }
 
 const char* PlacementName(Placement placement) {
-  return placement == Placement::kCopy ? "copy" : "zerocopy";
+  switch (placement) {
+    case Placement::kCopy:
+      return "copy";
+    case Placement::kZeroCopy:
+      return "zerocopy";
+    case Placement::kCuda:
+      return "cuda";
+  }
+  return "?";
 }
 
 const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kAverage ? "average" : "sum"; }

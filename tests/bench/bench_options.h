@@ -20,9 +20,10 @@ namespace collective::bench {
 
 enum class BenchMode { kSweep, kResnet, kLatency };
 // Where a client's tensors live: private memory, copied into the arena and
-// the result copied out (kCopy), or the arena itself, the result read as a
-// view of the daemon's result segment (kZeroCopy).
-enum class Placement { kCopy, kZeroCopy };
+// the result copied out (kCopy), the arena itself, the result read as a
+// view of the daemon's result segment (kZeroCopy), or CUDA device memory,
+// the result written into a device output (kCuda, --device cuda).
+enum class Placement { kCopy, kZeroCopy, kCuda };
 // The launcher starts the daemon and the workers; a client worker is one rank
 // of a collectived job; an MPI worker is one rank under mpirun.
 enum class Role { kLauncher, kClient, kMpi };
@@ -78,6 +79,7 @@ class OptionParser {
   std::string role_ = "launcher";
   std::string mode_ = "all";
   std::string placement_ = "both";
+  std::string device_ = "cpu";
   std::string sizes_ = "8:268435456";
   std::string op_ = "allreduce";
   std::string reduce_op_ = "sum";

@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "examples/workload.h"
 #include "tests/bench/collectives.h"
+#include "tests/bench/device_memory.h"
 #include "tests/bench/samples.h"
 
 namespace collective::bench {
@@ -31,14 +32,24 @@ int64_t NanosSince(Clock::time_point start) {
 // output (the library copies in, and copies out where the collective takes an
 // output; where it only returns a view, allgather and alltoall, the worker
 // copies the view out itself, so that both placements end with the result in
-// private memory), or a block of the arena whose result is read in place.
+// private memory), a block of the arena whose result is read in place, or
+// CUDA memory: an input and an output on the device, with a host copy of
+// each that the untimed parts of a step fill and check.
 class PlacedTensor {
  public:
   static absl::StatusOr<PlacedTensor> Create(Client& client, Placement placement,
-                                             const Pattern& pattern) {
+                                             const Pattern& pattern, DeviceMemory* device) {
     PlacedTensor tensor;
     const size_t elements = pattern.input_elements();
-    if (placement == Placement::kCopy) {
+    if (placement == Placement::kCuda) {
+      tensor.device_ = device;
+      tensor.input_.assign(elements, 0.0f);
+      tensor.device_output_elements_ = pattern.output_elements();
+      ASSIGN_OR_RETURN(tensor.device_input_, device->Allocate(elements * sizeof(float)));
+      ASSIGN_OR_RETURN(tensor.device_output_,
+                       device->Allocate(tensor.device_output_elements_ * sizeof(float)));
+      tensor.data_ = tensor.input_.data();
+    } else if (placement == Placement::kCopy) {
       tensor.input_.assign(elements, 0.0f);
       tensor.output_.assign(pattern.output_elements(), 0.0f);
       tensor.data_ = tensor.input_.data();
@@ -47,21 +58,53 @@ class PlacedTensor {
       tensor.data_ = static_cast<float*>(tensor.arena_.data());
     }
     pattern.Fill(tensor.data_, 0);
+    RETURN_IF_ERROR(tensor.Publish());
     return tensor;
   }
 
-  const float* data() const { return data_; }
+  // What a collective reads: the host data, or the device input.
+  TensorView Input(const std::vector<int64_t>& shape) const {
+    if (device_ == nullptr) return {data_, DataType::kFloat32, shape};
+    return {.data = device_input_,
+            .dtype = DataType::kFloat32,
+            .shape = shape,
+            .device = Device::kCuda,
+            .cuda_stream = device_->stream()};
+  }
   float* mutable_data() { return data_; }
-  // The private output (copy placement); null for the zero-copy placement,
-  // whose results are views.
-  float* output() { return output_.empty() ? nullptr : output_.data(); }
-  size_t output_elements() const { return output_.size(); }
+  // After the host data changed: the device input gets it (untimed).
+  absl::Status Publish() {
+    if (device_ == nullptr) return absl::OkStatus();
+    return device_->Upload(device_input_, input_.data(), input_.size() * sizeof(float));
+  }
+  // The private output (copy placement) or the device output; null for the
+  // zero-copy placement, whose results are views.
+  void* output() {
+    if (device_ != nullptr) return device_output_;
+    return output_.empty() ? nullptr : output_.data();
+  }
+  size_t output_elements() const {
+    return device_ != nullptr ? device_output_elements_ : output_.size();
+  }
+  DeviceMemory* device() const { return device_; }
+  // The device output's first `elements`, on the host (untimed).
+  absl::StatusOr<const float*> Fetch(size_t elements) {
+    host_output_.resize(elements);
+    RETURN_IF_ERROR(
+        device_->Download(host_output_.data(), device_output_, elements * sizeof(float)));
+    return host_output_.data();
+  }
 
  private:
   std::vector<float> input_;
   std::vector<float> output_;
   Buffer arena_;
   float* data_ = nullptr;
+  DeviceMemory* device_ = nullptr;
+  void* device_input_ = nullptr;
+  void* device_output_ = nullptr;
+  size_t device_output_elements_ = 0;
+  std::vector<float> host_output_;
 };
 
 // A result as the timed part ends: the Result (a view, or the output the
@@ -74,8 +117,11 @@ struct Received {
 
 class ClientBench {
  public:
-  ClientBench(Client& client, const BenchOptions& options)
-      : client_(client), options_(options), placement_(options.placements.front()) {}
+  ClientBench(Client& client, const BenchOptions& options, DeviceMemory* device)
+      : client_(client),
+        options_(options),
+        placement_(options.placements.front()),
+        device_(device) {}
 
   absl::Status Run(BenchMode mode) {
     switch (mode) {
@@ -95,21 +141,28 @@ class ClientBench {
   }
 
   absl::StatusOr<PlacedTensor> Place(const Pattern& pattern) {
-    return PlacedTensor::Create(client_, placement_, pattern);
+    return PlacedTensor::Create(client_, placement_, pattern, device_);
   }
 
   absl::StatusOr<Client::Handle> Submit(Collective collective, const std::string& name,
                                         PlacedTensor& tensor, const std::vector<int64_t>& shape) {
-    const TensorView input{tensor.data(), DataType::kFloat32, shape};
+    const TensorView input = tensor.Input(shape);
     const AllreduceOptions reduction{.op = options_.reduce_op};
+    const size_t output_bytes = tensor.output_elements() * sizeof(float);
     switch (collective) {
       case Collective::kAllreduce:
         return client_.AllreduceAsync(name, input, tensor.output(), reduction);
       case Collective::kAllgather:
+        if (tensor.device() != nullptr) {
+          return client_.AllgatherAsync(name, input, tensor.output(), output_bytes);
+        }
         return client_.AllgatherAsync(name, input);
       case Collective::kBroadcast:
         return client_.BroadcastAsync(name, input, tensor.output(), kBroadcastRoot);
       case Collective::kAlltoall:
+        if (tensor.device() != nullptr) {
+          return client_.AlltoallAsync(name, input, {}, tensor.output(), output_bytes);
+        }
         return client_.AlltoallAsync(name, input);
       case Collective::kReducescatter:
         return client_.ReducescatterAsync(name, input, tensor.output(), reduction);
@@ -124,9 +177,10 @@ class ClientBench {
                                    const std::string& name) {
     Received received;
     ASSIGN_OR_RETURN(received.result, client_.Wait(handle));
-    const auto* data = static_cast<const float*>(received.result.data());
     received.elements = received.result.bytes() / sizeof(float);
-    float* output = tensor.output();
+    if (tensor.device() != nullptr) return received;  // on the device; see Fetch
+    const auto* data = static_cast<const float*>(received.result.data());
+    auto* output = static_cast<float*>(tensor.output());
     if (output == nullptr || data == output) {
       received.data = data;
       return received;
@@ -140,6 +194,19 @@ class ClientBench {
     received.result.Release();
     received.data = output;
     return received;
+  }
+
+  // CUDA tensors: the end of the timed part, once the stream has every
+  // result.
+  absl::Status Synchronize() {
+    return device_ != nullptr ? device_->Synchronize() : absl::OkStatus();
+  }
+
+  // CUDA tensors, after the timed part: the result on the host, to check.
+  absl::Status Fetch(Received& received, PlacedTensor& tensor) {
+    if (tensor.device() == nullptr) return absl::OkStatus();
+    ASSIGN_OR_RETURN(received.data, tensor.Fetch(received.elements));
+    return absl::OkStatus();
   }
 
   // Every rank leaves this together (give or take a wake-up), so that a timed
@@ -180,11 +247,15 @@ class ClientBench {
       std::vector<int64_t> nanos;
       for (int i = 0; i < warmup + timed; ++i) {
         pattern.Prepare(tensor.mutable_data(), i);
+        RETURN_IF_ERROR(tensor.Publish());
+        RETURN_IF_ERROR(Synchronize());
         RETURN_IF_ERROR(Barrier());
         const auto start = Clock::now();
         ASSIGN_OR_RETURN(const Client::Handle handle, Submit(collective, name, tensor, shape));
-        ASSIGN_OR_RETURN(const Received received, Receive(handle, tensor, name));
+        ASSIGN_OR_RETURN(Received received, Receive(handle, tensor, name));
+        RETURN_IF_ERROR(Synchronize());
         const int64_t elapsed = NanosSince(start);
+        RETURN_IF_ERROR(Fetch(received, tensor));
         RETURN_IF_ERROR(Verify(pattern, received, i, name));
         if (i >= warmup) nanos.push_back(elapsed);
       }
@@ -213,7 +284,9 @@ class ClientBench {
     for (int step = 0; step < warmup + options_.steps; ++step) {
       for (size_t t = 0; t < tensors.size(); ++t) {
         patterns[t].Prepare(tensors[t].mutable_data(), step);
+        RETURN_IF_ERROR(tensors[t].Publish());
       }
+      RETURN_IF_ERROR(Synchronize());
       RETURN_IF_ERROR(Barrier());
       const auto start = Clock::now();
       for (size_t t = 0; t < workload.size(); ++t) {
@@ -223,8 +296,10 @@ class ClientBench {
       for (size_t t = 0; t < workload.size(); ++t) {
         ASSIGN_OR_RETURN(results[t], Receive(handles[t], tensors[t], workload[t].name));
       }
+      RETURN_IF_ERROR(Synchronize());
       const int64_t elapsed = NanosSince(start);
       for (size_t t = 0; t < workload.size(); ++t) {
+        RETURN_IF_ERROR(Fetch(results[t], tensors[t]));
         RETURN_IF_ERROR(Verify(patterns[t], results[t], step, workload[t].name));
       }
       for (Received& received : results) received.result.Release();
@@ -244,11 +319,14 @@ class ClientBench {
     nanos.reserve(static_cast<size_t>(options_.latency_iterations));
     for (int i = 0; i < warmup + options_.latency_iterations; ++i) {
       pattern.Prepare(tensor.mutable_data(), i);
+      RETURN_IF_ERROR(tensor.Publish());
       const auto start = Clock::now();
       ASSIGN_OR_RETURN(const Client::Handle handle,
                        Submit(Collective::kAllreduce, kLatencyKey, tensor, shape));
-      ASSIGN_OR_RETURN(const Received received, Receive(handle, tensor, kLatencyKey));
+      ASSIGN_OR_RETURN(Received received, Receive(handle, tensor, kLatencyKey));
+      RETURN_IF_ERROR(Synchronize());
       const int64_t elapsed = NanosSince(start);
+      RETURN_IF_ERROR(Fetch(received, tensor));
       RETURN_IF_ERROR(Verify(pattern, received, i, kLatencyKey));
       if (i >= warmup) nanos.push_back(elapsed);
     }
@@ -259,6 +337,7 @@ class ClientBench {
   Client& client_;
   const BenchOptions& options_;
   const Placement placement_;
+  DeviceMemory* device_;  // CUDA placement only
   float barrier_ = 0;
   int64_t checked_ = 0;  // results of the current series
 };
@@ -275,6 +354,16 @@ int RunClientWorker(const BenchOptions& options) {
                  client.status().ToString().c_str());
     return 1;
   }
+  std::unique_ptr<DeviceMemory> device;
+  if (options.placements.front() == Placement::kCuda) {
+    auto opened = DeviceMemory::Open((*client)->local_rank());
+    if (!opened.ok()) {
+      std::fprintf(stderr, "collective-bench: client worker %d: %s\n", options.rank,
+                   opened.status().ToString().c_str());
+      return 1;
+    }
+    device = std::move(*opened);
+  }
   // Daemons that did not form one job across the nodes would each run a
   // smaller one, whose results would pass the checks made for its size.
   absl::Status status = absl::OkStatus();
@@ -284,7 +373,7 @@ int RunClientWorker(const BenchOptions& options) {
                      (*client)->size(), "; expected rank ", options.rank, " of ", options.ranks(),
                      " (", options.nodes, " nodes x ", options.clients, " clients)"));
   }
-  ClientBench bench(**client, options);
+  ClientBench bench(**client, options, device.get());
   if (status.ok()) status = bench.Run(options.modes.front());
   if (status.ok()) status = (*client)->Close();
   if (!status.ok()) {

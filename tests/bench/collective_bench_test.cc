@@ -301,6 +301,40 @@ TEST(CollectiveBenchTest, ContradictoryOptionsAreRefused) {
   }
 }
 
+TEST(CollectiveBenchTest, DeviceCudaIsNotComparedWithMpi) {
+  const BenchRun run = RunBench({"--device", "cuda", "--compare", "mpi"}, absl::Seconds(30));
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 2) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "device-to-device copy bandwidth")) << run.err;
+}
+
+// With a GPU: JSON lines of CUDA tensors, measured against the device copy.
+// Without one (or in a build without CUDA): a clear failure, exit 1, and
+// nothing left behind.
+TEST(CollectiveBenchTest, DeviceCudaRunsOrSaysWhyNot) {
+  const BenchRun run = RunBench({"--device", "cuda", "--clients", "2", "--mode", "sweep", "--sizes",
+                                 "8:4096", "--iterations", "5", "--json"},
+                                absl::Seconds(100));
+  ASSERT_TRUE(run.status.has_value());
+  if (!ExitedCleanly(run.status)) {
+    EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, "CUDA") || absl::StrContains(run.err, "cuda"))
+        << run.err;
+    ExpectNoWorkersOf(run.pid);
+    return;
+  }
+  int lines = 0;
+  for (absl::string_view text : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+    Struct line;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(std::string(text), &line).ok());
+    EXPECT_EQ(Text(line, "placement"), "cuda") << text;
+    EXPECT_GT(Number(line, "algbw_vs_d2d"), 0) << text;
+    EXPECT_GT(Number(line, "d2d_copy_GBps"), 0) << text;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 10);  // 8 to 4096 bytes
+}
+
 TEST(CollectiveBenchTest, DaemonThatDoesNotComeUpFailsTheRun) {
   const BenchRun run = RunBench(
       {"--clients", "2", "--mode", "latency", "--daemon-arg=--no-such-flag"}, absl::Seconds(60));

@@ -17,6 +17,7 @@
 #include "shm/segment_layout.h"
 #include "tests/bench/child_watch.h"
 #include "tests/bench/daemon_launcher.h"
+#include "tests/bench/device_memory.h"
 #include "tests/bench/interrupts.h"
 #include "tests/bench/memcpy_bandwidth.h"
 #include "tests/bench/mpirun_command.h"
@@ -68,6 +69,9 @@ class Launcher {
     // Before anything else runs, on a quiet machine.
     info.memcpy =
         MeasureMemcpy(kMemcpyBytes, static_cast<int>(std::thread::hardware_concurrency()));
+    if (OnGpu()) {
+      ASSIGN_OR_RETURN(info.device_copy_bytes_per_second, MeasureDeviceCopy(kMemcpyBytes));
+    }
     report_ = std::make_unique<Report>(info, options_.json, stdout);
 
     const std::string binary = testing::ExecutableDirectory() + "/collectived";
@@ -125,10 +129,16 @@ class Launcher {
     return flags;
   }
 
+  bool OnGpu() const {
+    return std::find(options_.placements.begin(), options_.placements.end(), Placement::kCuda) !=
+           options_.placements.end();
+  }
+
   // Each client's arena holds what one phase places or stages at once, plus
-  // the barrier's slack.
+  // the barrier's slack (only that with CUDA tensors).
   uint64_t ArenaBytes(BenchMode mode) const {
     uint64_t bytes = kMiB;
+    if (OnGpu()) return bytes;
     if (mode == BenchMode::kSweep) bytes += SweepSizes(options_).back();
     if (mode == BenchMode::kResnet) {
       for (const auto& tensor : workload_) {

@@ -115,6 +115,12 @@ void Report::PrintHeader(const std::string& daemon) const {
                info_.memcpy.traffic_bytes_per_second() / 1e9, info_.memcpy.threads,
                static_cast<unsigned long long>(info_.memcpy.bytes >> 20));
   std::fprintf(out_, "results: every rank checks each of its results before its time counts\n");
+  if (info_.device_copy_bytes_per_second > 0) {
+    std::fprintf(out_,
+                 "device-to-device copy on GPU 0: %.1f GB/s; a CUDA step is timed until the "
+                 "rank's stream has its results\n",
+                 info_.device_copy_bytes_per_second / 1e9);
+  }
   std::fprintf(out_, "times: per iteration, of the slowest rank%s\n",
                info_.compare_mpi
                    ? "; ratio = collectived time / MPI time, speedup = MPI time / collectived time"
@@ -167,6 +173,10 @@ std::string Report::JsonLine(const Measurement& m) const {
   if (mpi != nullptr) {
     json.Num("ratio_vs_mpi", m.time.median_ns / mpi->time.median_ns)
         .Num("speedup_vs_mpi", mpi->time.median_ns / m.time.median_ns);
+  }
+  if (m.placement == Placement::kCuda && info_.device_copy_bytes_per_second > 0) {
+    json.Num("d2d_copy_GBps", info_.device_copy_bytes_per_second / 1e9)
+        .Num("algbw_vs_d2d", AlgBw(m) * 1e9 / info_.device_copy_bytes_per_second);
   }
   if (m.mode == BenchMode::kResnet && m.placement == Placement::kZeroCopy && HasFloor()) {
     json.Num("memcpy_GBps", info_.memcpy.copy_bytes_per_second / 1e9)
@@ -241,6 +251,8 @@ void Report::PrintSweep() const {
       std::fprintf(out_, " | %13s", (std::string(PlacementName(*column)) + "/mpi").c_str());
     }
   }
+  const bool on_gpu = std::find(columns.begin(), columns.end(), Placement::kCuda) != columns.end();
+  if (on_gpu) std::fprintf(out_, " | %11s", "algbw/d2d");
   std::fprintf(out_, "\n");
   for (const uint64_t bytes : sizes) {
     const Measurement* any = nullptr;
@@ -270,8 +282,18 @@ void Report::PrintSweep() const {
         std::fprintf(out_, " | %13s", "-");
       }
     }
+    if (on_gpu) {
+      const Measurement* m = Find(kCollectived, BenchMode::kSweep, Placement::kCuda, bytes);
+      std::fprintf(out_, " | %11s", m ? absl::StrFormat("%.2f", VsDeviceCopy(*m)).c_str() : "-");
+    }
     std::fprintf(out_, "\n");
   }
+}
+
+double Report::VsDeviceCopy(const Measurement& m) const {
+  return info_.device_copy_bytes_per_second > 0
+             ? AlgBw(m) * 1e9 / info_.device_copy_bytes_per_second
+             : 0;
 }
 
 void Report::PrintResnet() const {
@@ -288,6 +310,17 @@ void Report::PrintResnet() const {
     std::fprintf(out_, "  %-22s %6zu %9.2f %9.2f %10.2f %10.2f   %s\n", Label(m).c_str(),
                  m.time.count, m.time.median_ns / 1e6, m.time.p99_ns / 1e6, AlgBw(m), BusBw(m),
                  mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
+  }
+  const Measurement* cuda =
+      Find(kCollectived, BenchMode::kResnet, Placement::kCuda, info_.workload_bytes);
+  if (cuda != nullptr && info_.device_copy_bytes_per_second > 0) {
+    std::fprintf(
+        out_,
+        "  algbw is %.2fx the device-to-device copy bandwidth (%.1f GB/s); copying the "
+        "step's %.1f MB once within a GPU takes %.2f ms\n",
+        VsDeviceCopy(*cuda), info_.device_copy_bytes_per_second / 1e9,
+        static_cast<double>(info_.workload_bytes) / 1e6,
+        static_cast<double>(info_.workload_bytes) / info_.device_copy_bytes_per_second * 1e3);
   }
   const Measurement* zerocopy =
       Find(kCollectived, BenchMode::kResnet, Placement::kZeroCopy, info_.workload_bytes);

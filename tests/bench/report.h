@@ -1,6 +1,7 @@
 // What collective-bench prints: one JSON object per measurement (--json), or
 // a table per mode for people, with the ratios to MPI and, for the zero-copy
-// ResNet step on one node, the distance from the memory-traffic floor.
+// ResNet step on one node, the distance from the memory-traffic floor; CUDA
+// tensors' bandwidth as a fraction of the device-to-device copy bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,8 @@ struct RunInfo {
   size_t workload_tensors = 0;
   uint64_t workload_bytes = 0;
   MemcpyBandwidth memcpy;
+  // --device cuda: bytes per second of a device-to-device copy on GPU 0.
+  double device_copy_bytes_per_second = 0;
 
   int ranks() const { return nodes * clients_per_node; }
 };
@@ -74,6 +77,8 @@ class Report {
   bool HasFloor() const { return info_.nodes == 1; }
   // "4 clients", or "2x2 clients (2 nodes x 2 clients per node)".
   std::string Clients() const;
+  // algbw / the device-to-device copy bandwidth (CUDA tensors).
+  double VsDeviceCopy(const Measurement& m) const;
 
   RunInfo info_;
   bool json_;

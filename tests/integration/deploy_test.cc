@@ -299,6 +299,16 @@ std::set<std::string> Closure(std::set<std::string> roots,
   return roots;
 }
 
+// Whether `path` is the NCCL library this tree was built against.
+bool IsNccl(absl::string_view path) {
+  const std::string nccl = COLLECTIVE_NCCL_LIBRARY;
+  if (nccl.empty()) return false;
+  std::error_code error;
+  const std::filesystem::path loaded = std::filesystem::canonical(std::string(path), error);
+  if (error) return false;
+  return loaded == std::filesystem::canonical(nccl, error) && !error;
+}
+
 TEST(ContainerTest, RuntimeStageInstallsExactlyWhatTheBinariesLoad) {
   const std::string dockerfile = ReadFile(kSource + "/deploy/container/Dockerfile");
   const std::vector<std::string> build = Stage(dockerfile, "build");
@@ -309,6 +319,8 @@ TEST(ContainerTest, RuntimeStageInstallsExactlyWhatTheBinariesLoad) {
   EXPECT_EQ(runtime.front(), "FROM debian:12-slim AS runtime");
   EXPECT_THAT(absl::StrJoin(build, "\n"),
               HasSubstr("cmake --install build --prefix /opt/collectived --component daemon"));
+  // A CPU image: its build stage has no CUDA, and says so.
+  EXPECT_THAT(absl::StrJoin(build, "\n"), HasSubstr("-DCOLLECTIVE_GPU=OFF"));
   EXPECT_THAT(runtime, Contains("COPY --from=build /opt/collectived /opt/collectived"));
   EXPECT_THAT(runtime, Contains("USER collectived:collectived"));
   const std::set<std::string> listed = AptInstalled(runtime);
@@ -329,8 +341,10 @@ TEST(ContainerTest, RuntimeStageInstallsExactlyWhatTheBinariesLoad) {
       const size_t arrow = line.find("=> /");
       if (arrow == absl::string_view::npos) continue;
       const absl::string_view path = line.substr(arrow + 3, line.find(" (") - arrow - 3);
-      // The project's own libraries come with the tree.
-      if (!absl::StartsWith(path, prefix)) libraries.emplace(path);
+      // The project's own libraries come with the tree; NCCL is what a GPU
+      // build here adds, which the CPU image's build leaves out.
+      if (absl::StartsWith(path, prefix) || IsNccl(path)) continue;
+      libraries.emplace(path);
     }
   }
   std::set<std::string> unowned;

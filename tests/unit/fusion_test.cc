@@ -112,6 +112,13 @@ TEST(FusionTest, BroadcastsFuseOnlyWithTheSameRoot) {
               ElementsAre(Names{"r0a", "r0b"}, Names{"r1a", "r1b"}));
 }
 
+TEST(FusionTest, CpuAndGpuTensorsNeverShareABatch) {
+  const auto cuda = [](v1::TensorRequest& r) { r.set_memory(v1::MEMORY_KIND_CUDA); };
+  EXPECT_THAT(
+      Plan({Tensor("a", 64), Tensor("b", 64, cuda), Tensor("c", 64), Tensor("d", 64, cuda)}, 1024),
+      ElementsAre(Names{"a", "c"}, Names{"b", "d"}));
+}
+
 TEST(FusionTest, NothingToPlan) { EXPECT_TRUE(PlanFusion({}, 1024).empty()); }
 
 TEST(FusionTest, CompatibleTensorsFuseUpToTheThreshold) {

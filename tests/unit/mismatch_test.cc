@@ -158,6 +158,34 @@ TEST_F(MismatchTest, FieldsAreCheckedInAFixedOrder) {
             "11 sent [1, 3]");
 }
 
+// Horovod refuses a tensor that is on the CPU on some ranks and on a GPU on
+// others; so does the daemon, before comparing anything else but the
+// collective.
+TEST_F(MismatchTest, CpuAndGpuTensorsMessage) {
+  const auto on_gpu = [](v1::TensorRequest& r) { r.set_memory(v1::MEMORY_KIND_CUDA); };
+  EXPECT_EQ(MessageAfter(2, on_gpu),
+            "Mismatched CPU and GPU tensors for 'layer1.weight': rank 10 sent a CPU tensor, rank "
+            "12 sent a GPU tensor");
+  EXPECT_EQ(MessageAfter(
+                0, [](v1::TensorRequest& r) { r.set_memory(v1::MEMORY_KIND_HOST); }, on_gpu),
+            "Mismatched CPU and GPU tensors for 'layer1.weight': rank 10 sent a CPU tensor, rank "
+            "11 sent a GPU tensor");
+  EXPECT_EQ(MessageAfter(
+                1,
+                [](v1::TensorRequest& r) {
+                  r.set_memory(v1::MEMORY_KIND_HOST);
+                  r.set_dtype(v1::DATA_TYPE_INT8);
+                },
+                on_gpu),
+            "Mismatched CPU and GPU tensors for 'layer1.weight': rank 10 sent a GPU tensor, rank "
+            "11 sent a CPU tensor")
+      << "the device is compared before the dtype";
+  EXPECT_EQ(MessageAfter(
+                1, [](v1::TensorRequest&) {}, on_gpu),
+            "OK")
+      << "all on GPUs";
+}
+
 // --- Other collectives -------------------------------------------------------------
 
 using ::testing::HasSubstr;

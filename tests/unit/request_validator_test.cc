@@ -729,5 +729,102 @@ TEST(RequestValidatorTest, EmptyArenaAdmitsOnlyEmptyTensors) {
   EXPECT_TRUE(Validate(empty, none).ok());
 }
 
+// --- CUDA tensors ------------------------------------------------------------------
+
+// Valid() as a CUDA tensor: input and output in registered allocations.
+v1::TensorRequest ValidCuda() {
+  v1::TensorRequest request = Valid();
+  request.set_offset(0);
+  request.set_memory(v1::MEMORY_KIND_CUDA);
+  request.mutable_device_input()->set_allocation_id(1);
+  request.mutable_device_output()->set_allocation_id(2);
+  request.mutable_device_output()->set_bytes(16);
+  return request;
+}
+
+RequestLimits CudaLimits() {
+  RequestLimits limits = Limits();
+  limits.cuda = true;
+  return limits;
+}
+
+TEST(RequestValidatorTest, AcceptsCudaTensorsOfEveryDataCollective) {
+  EXPECT_TRUE(Validate(ValidCuda(), CudaLimits()).ok());
+  for (v1::Collective collective : {v1::COLLECTIVE_ALLGATHER, v1::COLLECTIVE_BROADCAST,
+                                    v1::COLLECTIVE_ALLTOALL, v1::COLLECTIVE_REDUCESCATTER}) {
+    v1::TensorRequest request = ValidCuda();
+    request.set_collective(collective);
+    if (collective != v1::COLLECTIVE_REDUCESCATTER) request.clear_op();
+    EXPECT_TRUE(Validate(request, CudaLimits()).ok()) << v1::Collective_Name(collective);
+  }
+  v1::TensorRequest big = ValidCuda();
+  big.set_shape(0, 1 << 20);
+  big.set_length(uint64_t{1} << 23);
+  big.mutable_device_output()->set_bytes(uint64_t{1} << 23);
+  EXPECT_TRUE(Validate(big, CudaLimits()).ok()) << "device memory is not bounded by the arena";
+}
+
+TEST(RequestValidatorTest, ADaemonWithoutCudaSaysSo) {
+  const absl::Status status = Validate(ValidCuda(), Limits());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Reason(status),
+            "CUDA tensors need a collectived built with CUDA and NCCL; this one was built "
+            "without them");
+}
+
+TEST(RequestValidatorTest, CudaTensorsNameTheirInputAndOutput) {
+  v1::TensorRequest no_input = ValidCuda();
+  no_input.clear_device_input();
+  EXPECT_EQ(Reason(Validate(no_input, CudaLimits())),
+            "a CUDA tensor needs device_input in a registered CUDA allocation");
+  v1::TensorRequest no_output = ValidCuda();
+  no_output.clear_device_output();
+  EXPECT_EQ(Reason(Validate(no_output, CudaLimits())),
+            "a CUDA tensor needs device_output (allreduce writes each rank's result into it; it "
+            "may be the input)");
+  v1::TensorRequest small = ValidCuda();
+  small.mutable_device_output()->set_bytes(15);
+  EXPECT_EQ(Reason(Validate(small, CudaLimits())),
+            "device_output holds 15 bytes; the allreduce result needs 16");
+  v1::TensorRequest offset = ValidCuda();
+  offset.set_offset(64);
+  EXPECT_EQ(Reason(Validate(offset, CudaLimits())),
+            "offset applies to host tensors; a CUDA tensor's input is device_input");
+  v1::TensorRequest host = Valid();
+  *host.mutable_device_output() = ValidCuda().device_output();
+  EXPECT_EQ(Reason(Validate(host, CudaLimits())),
+            "device_input and device_output apply to CUDA tensors");
+  v1::TensorRequest unknown = ValidCuda();
+  unknown.set_memory(static_cast<v1::MemoryKind>(7));
+  EXPECT_EQ(Reason(Validate(unknown, CudaLimits())), "unknown memory kind 7");
+}
+
+TEST(RequestValidatorTest, NcclReducesWhatItHasTypesFor) {
+  for (v1::DataType dtype : {v1::DATA_TYPE_UINT16, v1::DATA_TYPE_INT16}) {
+    v1::TensorRequest request = ValidCuda();
+    request.set_dtype(dtype);
+    request.set_length(8);
+    request.mutable_device_output()->set_bytes(8);
+    const absl::Status status = Validate(request, CudaLimits());
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(Reason(status), HasSubstr("NCCL cannot reduce"));
+    request.set_collective(v1::COLLECTIVE_ALLGATHER);
+    request.clear_op();
+    EXPECT_TRUE(Validate(request, CudaLimits()).ok()) << "moving them is fine";
+  }
+  v1::TensorRequest flags = ValidCuda();
+  flags.set_dtype(v1::DATA_TYPE_BOOL);
+  flags.set_op(v1::REDUCE_OP_MAX);
+  flags.set_length(4);
+  EXPECT_TRUE(Validate(flags, CudaLimits()).ok()) << "bool min and max run as uint8";
+}
+
+TEST(RequestValidatorTest, ControlCollectivesCarryNoCudaTensor) {
+  v1::TensorRequest barrier = Control(v1::COLLECTIVE_BARRIER);
+  barrier.set_offset(0);
+  barrier.set_memory(v1::MEMORY_KIND_CUDA);
+  EXPECT_EQ(Reason(Validate(barrier, CudaLimits())), "barrier carries no tensor data");
+}
+
 }  // namespace
 }  // namespace collective::daemon

@@ -65,6 +65,15 @@ struct TensorView {
   const void* data = nullptr;
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;
+  // Device::kCuda: `data` is CUDA device memory of this client's device (the
+  // one current when it first passed a CUDA tensor). The daemon reads and
+  // writes it in place through CUDA IPC, registering its allocation at first
+  // use, and orders its work after what `cuda_stream` has queued so far; Wait
+  // makes `cuda_stream` wait for the result, without blocking the host on
+  // the GPU. Outputs of CUDA tensors are CUDA memory too.
+  Device device = Device::kCpu;
+  // A CUstream / cudaStream_t; null: the default stream.
+  void* cuda_stream = nullptr;
 
   // Bytes the shape describes; fails on a negative dimension or overflow.
   absl::StatusOr<size_t> bytes() const;
@@ -123,7 +132,9 @@ class Buffer {
 
 // The outcome of one request. When the request named an output buffer, data()
 // is that buffer; otherwise it is a read-only view of the result in shared
-// memory, valid until the Result is destroyed or released.
+// memory, valid until the Result is destroyed or released. For CUDA tensors
+// data() is the CUDA output, which the input's stream may read once Wait
+// returned.
 class Result {
  public:
   Result() = default;
@@ -207,6 +218,11 @@ class Client {
   // shape has the total first dimension.
   absl::StatusOr<Handle> AllgatherAsync(absl::string_view name, const TensorView& input,
                                         int32_t process_set = kGlobalProcessSet);
+  // The same into `output`, which holds `output_bytes` (every rank's rows);
+  // the form CUDA tensors need (their output is device memory).
+  absl::StatusOr<Handle> AllgatherAsync(absl::string_view name, const TensorView& input,
+                                        void* output, size_t output_bytes,
+                                        int32_t process_set = kGlobalProcessSet);
   absl::StatusOr<std::vector<Handle>> GroupedAllgatherAsync(
       const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
       int32_t process_set = kGlobalProcessSet);
@@ -223,6 +239,12 @@ class Client {
   // of the rows received, with Result::received_splits().
   absl::StatusOr<Handle> AlltoallAsync(absl::string_view name, const TensorView& input,
                                        const std::vector<int64_t>& splits = {},
+                                       int32_t process_set = kGlobalProcessSet);
+  // The same into `output`, which holds `output_bytes` (the rows this rank
+  // receives); the form CUDA tensors need.
+  absl::StatusOr<Handle> AlltoallAsync(absl::string_view name, const TensorView& input,
+                                       const std::vector<int64_t>& splits, void* output,
+                                       size_t output_bytes,
                                        int32_t process_set = kGlobalProcessSet);
 
   // Reducescatter: the sum (or average) over ranks, of which rank r receives
@@ -253,6 +275,13 @@ class Client {
   absl::StatusOr<int> ProcessSetRank(int32_t id) const;
   absl::StatusOr<int> ProcessSetSize(int32_t id) const;
   absl::StatusOr<bool> ProcessSetIncluded(int32_t id) const;
+
+  // CUDA memory. A CUDA tensor's allocation (its cudaMalloc'd block, found
+  // through the driver) is registered with the daemon at its first use; this
+  // registers it ahead of time and reports at once whether the daemon can
+  // map it. Unregister an allocation before freeing it back to the device.
+  absl::Status RegisterDeviceMemory(const void* device_pointer);
+  absl::Status UnregisterDeviceMemory(const void* device_pointer);
 
   // The daemon's timeline (Chrome trace JSON), written to `path` with this
   // process's own file permissions.

@@ -130,6 +130,47 @@ int collective_grouped_reducescatter_async(collective_client_t* client, int coun
                                            const collective_tensor_t* inputs, void* const* outputs,
                                            collective_op_t op, double prescale, double postscale,
                                            int32_t process_set, collective_handle_t* handles);
+/* CUDA tensors. With COLLECTIVE_DEVICE_CUDA, `input->data` and `output` are
+ * CUDA device memory of the client's device (the one current when it first
+ * passed a CUDA tensor) and `stream` the cudaStream_t that produces the input
+ * and reads the result (NULL: the default stream); collective_wait returns
+ * once `stream` waits for the result, without blocking the host on the GPU.
+ * Allocations are registered with the daemon at first use, or ahead of time
+ * with collective_register_device_memory (unregister before freeing them).
+ * An output of NULL means in place for allreduce and broadcast; the others
+ * need one, `output_bytes` large enough for this rank's rows. With
+ * COLLECTIVE_DEVICE_CPU these are the host collectives with an output. An
+ * alltoall's handle is kept by collective_wait, for
+ * collective_received_splits, until collective_release. */
+typedef enum { COLLECTIVE_DEVICE_CPU = 0, COLLECTIVE_DEVICE_CUDA = 1 } collective_device_t;
+
+int collective_register_device_memory(collective_client_t* client, const void* device_pointer);
+int collective_unregister_device_memory(collective_client_t* client, const void* device_pointer);
+int collective_allreduce_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      collective_op_t op, double prescale, double postscale,
+                                      int32_t process_set, collective_device_t device, void* stream,
+                                      collective_handle_t* handle);
+int collective_broadcast_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output, int root_rank,
+                                      int32_t process_set, collective_device_t device, void* stream,
+                                      collective_handle_t* handle);
+int collective_allgather_device_async(collective_client_t* client, const char* name,
+                                      const collective_tensor_t* input, void* output,
+                                      size_t output_bytes, int32_t process_set,
+                                      collective_device_t device, void* stream,
+                                      collective_handle_t* handle);
+int collective_alltoall_device_async(collective_client_t* client, const char* name,
+                                     const collective_tensor_t* input, const int64_t* splits,
+                                     int nsplits, void* output, size_t output_bytes,
+                                     int32_t process_set, collective_device_t device, void* stream,
+                                     collective_handle_t* handle);
+int collective_reducescatter_device_async(collective_client_t* client, const char* name,
+                                          const collective_tensor_t* input, void* output,
+                                          collective_op_t op, double prescale, double postscale,
+                                          int32_t process_set, collective_device_t device,
+                                          void* stream, collective_handle_t* handle);
+
 int collective_barrier(collective_client_t* client, int32_t process_set);
 /* *last_rank: the last rank to join, counted within the set. */
 int collective_join(collective_client_t* client, int32_t process_set, int* last_rank);

@@ -30,6 +30,12 @@ enum class ReduceOp : int32_t {
   kAdasum = 6,  // not implemented; refused with a clear error
 };
 
+// Where a tensor's data lies. Values are those of the wire's MemoryKind.
+enum class Device : int32_t {
+  kCpu = 0,   // host memory (the client's arena, or copied into it)
+  kCuda = 1,  // CUDA device memory, handed to the daemon through CUDA IPC
+};
+
 // Bytes per element; 0 for a value outside the enum.
 size_t DataTypeSize(DataType dtype);
 

@@ -1,0 +1,32 @@
+#include <algorithm>
+
+#include "daemon/gpu/device_ops.h"
+
+namespace collective::daemon::gpu {
+
+int Communicator::IndexOf(int ordinal) const {
+  const auto it = std::find(devices.begin(), devices.end(), ordinal);
+  return it == devices.end() ? -1 : static_cast<int>(it - devices.begin());
+}
+
+absl::StatusOr<std::byte*> DeviceIssue::Scratch(int index, uint64_t bytes) {
+  absl::StatusOr<std::byte*> buffer = backend_.AllocateScratch(ordinal(index), bytes);
+  if (buffer.ok()) scratch_.emplace_back(ordinal(index), *buffer);
+  return buffer;
+}
+
+absl::Status DeviceIssue::Copy(int index, const std::vector<DeviceCopy>& copies) const {
+  if (copies.empty()) return absl::OkStatus();
+  return backend_.Copy(ordinal(index), copies);
+}
+
+absl::Status DeviceIssue::FreeScratch() {
+  absl::Status status;
+  for (const auto& [device, buffer] : scratch_) {
+    if (absl::Status freed = backend_.FreeScratch(device, buffer); status.ok()) status = freed;
+  }
+  scratch_.clear();
+  return status;
+}
+
+}  // namespace collective::daemon::gpu

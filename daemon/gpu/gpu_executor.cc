@@ -1,0 +1,338 @@
+#include "daemon/gpu/gpu_executor.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "daemon/ops/collective_op.h"
+
+namespace collective::daemon::gpu {
+namespace {
+
+constexpr char kNotBuilt[] =
+    "CUDA tensors need a collectived built with CUDA and NCCL; this one was built without them";
+
+// "'a'" or "'a' and 3 more fused tensors", for errors about a batch.
+std::string DescribeBatch(const FusedBatch& batch) {
+  std::string text = absl::StrCat("'", batch.tensors.front().name, "'");
+  if (batch.tensors.size() > 1) {
+    absl::StrAppend(&text, " and ", batch.tensors.size() - 1, " more fused tensor",
+                    batch.tensors.size() > 2 ? "s" : "");
+  }
+  return text;
+}
+
+}  // namespace
+
+GpuExecutor::GpuExecutor(std::unique_ptr<DeviceBackend> backend, Options options, Notify notify)
+    : backend_(std::move(backend)), options_(options), gate_(std::make_shared<Gate>()) {
+  gate_->notify = std::move(notify);
+  if (backend_ != nullptr) {
+    cache_ = std::make_unique<IpcHandleCache>(*backend_);
+    devices_ = std::make_unique<ClientDevices>(
+        *backend_, *cache_, ClientDevices::Limits{.max_event_slots = options.max_event_slots});
+  }
+}
+
+GpuExecutor::~GpuExecutor() {
+  {
+    std::lock_guard lock(gate_->mutex);
+    gate_->notify = nullptr;
+  }
+  EndJob();
+  devices_.reset();
+  cache_.reset();
+}
+
+absl::Status GpuExecutor::Register(uint64_t client, const v1::RegisterCuda& message) {
+  if (!built()) return absl::UnimplementedError(kNotBuilt);
+  return devices_->Register(client, message);
+}
+
+absl::Status GpuExecutor::Admit(uint64_t client, const v1::TensorRequest& request) {
+  if (!built()) return absl::UnimplementedError(kNotBuilt);
+  RETURN_IF_ERROR(
+      devices_->Resolve(client, request.device_input(), request.length(), "input").status());
+  RETURN_IF_ERROR(
+      devices_->Resolve(client, request.device_output(), request.device_output().bytes(), "output")
+          .status());
+  EventPool* events = devices_->Events(client);
+  if (absl::Status acquired = events->Acquire(request.event_slot(), request.event_sequence());
+      !acquired.ok()) {
+    const absl::Status why = devices_->EventsFailure(client);
+    if (why.ok() || request.event_slot() < events->size()) return acquired;
+    return absl::Status(
+        acquired.code(),
+        absl::StrCat(acquired.message(), "; registering more slots failed: ", why.message()));
+  }
+  admitted_[{client, request.request_id()}] = request.event_slot();
+  return absl::OkStatus();
+}
+
+void GpuExecutor::Finish(uint64_t client, uint64_t request_id) {
+  auto it = admitted_.find({client, request_id});
+  if (it == admitted_.end()) return;
+  if (EventPool* events = devices_->Events(client)) events->Release(it->second);
+  admitted_.erase(it);
+}
+
+void GpuExecutor::Forget(uint64_t client) {
+  if (!built()) return;
+  absl::erase_if(admitted_, [client](const auto& entry) { return entry.first.first == client; });
+  devices_->Forget(client);
+}
+
+absl::Status GpuExecutor::Check(const ReadyTensor& tensor) {
+  const ops::CollectiveOp& op = *ops::OpFor(tensor.request().collective());
+  for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+    const v1::TensorRequest& request = tensor.submissions[i].request;
+    const uint64_t needed = op.ResultOf(tensor, i).bytes;
+    if (request.device_output().bytes() < needed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(CollectiveName(request.collective()), " of '", tensor.name, "': rank ",
+                       tensor.submissions[i].rank, "'s output holds ",
+                       request.device_output().bytes(), " bytes; its result needs ", needed));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const Communicator*> GpuExecutor::LocalCommunicator() {
+  if (local_.has_value()) return &*local_;
+  Communicator comm;
+  comm.devices = devices_->Devices();
+  comm.ranks = static_cast<int>(comm.devices.size());
+  ASSIGN_OR_RETURN(
+      comm.id,
+      backend_->CreateCommunicator(
+          {.devices = comm.devices, .ranks = comm.ranks, .first_rank = 0, .unique_id = ""}));
+  log::Nccl().info("NCCL communicator over this node's CUDA devices [{}]",
+                   absl::StrJoin(comm.devices, ", "));
+  local_ = std::move(comm);
+  return &*local_;
+}
+
+absl::StatusOr<const Communicator*> GpuExecutor::GlobalCommunicator(const ShareLayout& share) {
+  if (global_.has_value()) return &*global_;
+  Communicator comm;
+  comm.devices = devices_->Devices();
+  comm.node_local = false;
+  ASSIGN_OR_RETURN(const std::string proposed, backend_->NewUniqueId());
+  ASSIGN_OR_RETURN(const GlobalLayout layout,
+                   share(static_cast<int>(comm.devices.size()), proposed));
+  comm.ranks = layout.ranks;
+  comm.first_rank = layout.first_rank;
+  ASSIGN_OR_RETURN(comm.id, backend_->CreateCommunicator({.devices = comm.devices,
+                                                          .ranks = comm.ranks,
+                                                          .first_rank = comm.first_rank,
+                                                          .unique_id = layout.unique_id}));
+  log::Nccl().info(
+      "NCCL communicator of {} ranks across the nodes; this node's devices [{}] are "
+      "ranks {}..{}",
+      comm.ranks, absl::StrJoin(comm.devices, ", "), comm.first_rank,
+      comm.first_rank + static_cast<int>(comm.devices.size()) - 1);
+  global_ = std::move(comm);
+  return &*global_;
+}
+
+absl::StatusOr<std::vector<DeviceTensor>> GpuExecutor::Resolve(const FusedBatch& batch,
+                                                               const Communicator& comm,
+                                                               Flight& flight) {
+  std::vector<DeviceTensor> tensors;
+  for (const ReadyTensor& tensor : batch.tensors) {
+    DeviceTensor& resolved = tensors.emplace_back();
+    resolved.tensor = &tensor;
+    flight.tensors.push_back(tensor.name);
+    for (const Submission& submission : tensor.submissions) {
+      const uint64_t client = submission.client->id;
+      const v1::TensorRequest& request = submission.request;
+      const int index = comm.IndexOf(devices_->DeviceOf(client).value_or(-1));
+      if (index < 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "rank ", submission.rank, "'s CUDA device ", devices_->DeviceOf(client).value_or(-1),
+            " is not one of the devices [", absl::StrJoin(comm.devices, ", "),
+            "] of the job's NCCL communicator, which formed when the first CUDA collective ran; "
+            "every rank must register its CUDA memory (Client::RegisterDeviceMemory) before"));
+      }
+      DeviceMember member{.device = index};
+      ASSIGN_OR_RETURN(member.input, devices_->Resolve(client, request.device_input(),
+                                                       request.length(), "input"));
+      ASSIGN_OR_RETURN(member.output, devices_->Resolve(client, request.device_output(),
+                                                        request.device_output().bytes(), "output"));
+      resolved.members.push_back(member);
+      for (uint64_t id :
+           {request.device_input().allocation_id(), request.device_output().allocation_id()}) {
+        flight.handles.push_back(*devices_->HandleOf(client, id));
+      }
+    }
+  }
+  return tensors;
+}
+
+absl::Status GpuExecutor::Issue(const FusedBatch& batch, const Communicator& comm,
+                                std::span<const DeviceTensor> tensors) {
+  const auto events = [&](const DeviceTensor& tensor, size_t i) {
+    const Submission& submission = tensor.tensor->submissions[i];
+    return devices_->Events(submission.client->id)->slot(submission.request.event_slot());
+  };
+  for (const DeviceTensor& tensor : tensors) {
+    for (size_t i = 0; i < tensor.members.size(); ++i) {
+      RETURN_IF_ERROR(
+          backend_->WaitEvent(comm.devices[tensor.members[i].device], events(tensor, i).ready));
+    }
+  }
+  DeviceIssue issue(*backend_, comm);
+  absl::Status status;
+  switch (batch.tensors.front().request().collective()) {
+    case v1::COLLECTIVE_ALLREDUCE:
+      status = IssueAllreduce(issue, tensors);
+      break;
+    case v1::COLLECTIVE_REDUCESCATTER:
+      status = IssueReducescatter(issue, tensors);
+      break;
+    case v1::COLLECTIVE_BROADCAST:
+      status = IssueBroadcast(issue, tensors);
+      break;
+    case v1::COLLECTIVE_ALLGATHER:
+      status = IssueAllgather(issue, tensors);
+      break;
+    case v1::COLLECTIVE_ALLTOALL:
+      status = IssueAlltoall(issue, tensors);
+      break;
+    default:
+      status = absl::InternalError("not a data collective");
+  }
+  if (absl::Status freed = issue.FreeScratch(); status.ok()) status = freed;
+  RETURN_IF_ERROR(status);
+  for (const DeviceTensor& tensor : tensors) {
+    for (size_t i = 0; i < tensor.members.size(); ++i) {
+      RETURN_IF_ERROR(
+          backend_->RecordEvent(comm.devices[tensor.members[i].device], events(tensor, i).done));
+    }
+  }
+  return absl::OkStatus();
+}
+
+GpuExecutor::Outcome GpuExecutor::Run(const FusedBatch& batch, const ShareLayout& share) {
+  Outcome outcome;
+  outcome.started = Clock::now();
+  const std::string what = absl::StrCat(
+      CollectiveName(batch.tensors.front().request().collective()), " of ", DescribeBatch(batch));
+  if (!built()) {
+    outcome.status = absl::UnimplementedError(kNotBuilt);
+    return outcome;
+  }
+  absl::StatusOr<const Communicator*> comm =
+      batch.tensors.front().across_nodes ? GlobalCommunicator(share) : LocalCommunicator();
+  if (!comm.ok()) {
+    outcome.status = Annotate(comm.status(), absl::StrCat(what,
+                                                          ": cannot form the job's NCCL "
+                                                          "communicator"));
+    outcome.broken = true;
+    return outcome;
+  }
+  Flight flight;
+  absl::StatusOr<std::vector<DeviceTensor>> tensors = Resolve(batch, **comm, flight);
+  if (!tensors.ok()) {
+    outcome.status = Annotate(tensors.status(), what);
+    return outcome;
+  }
+  if (absl::Status issued = Issue(batch, **comm, *tensors); !issued.ok()) {
+    outcome.status = Annotate(issued, absl::StrCat(what, " failed on the GPU"));
+    outcome.broken = true;
+    return outcome;
+  }
+  const uint64_t id = next_batch_++;
+  flight.devices_left = static_cast<int>((*comm)->devices.size());
+  flight.started = outcome.started;
+  for (const std::string& handle : flight.handles) cache_->Retain(handle);
+  in_flight_.emplace(id, std::move(flight));
+  outcome.batch = id;
+  for (int device : (*comm)->devices) {
+    absl::Status notified = backend_->NotifyWhenDone(device, [gate = gate_, id] {
+      std::lock_guard lock(gate->mutex);
+      if (gate->notify) gate->notify(id);
+    });
+    if (!notified.ok()) {
+      // The work is queued; only its end cannot be seen. Health's timeout
+      // reports it if it never ends.
+      log::Nccl().error("{}: cannot watch for its end on CUDA device {}: {}", what, device,
+                        notified.message());
+    }
+  }
+  return outcome;
+}
+
+std::optional<GpuExecutor::Done> GpuExecutor::OnDeviceDone(uint64_t id) {
+  for (auto* flights : {&in_flight_, &abandoned_}) {
+    auto it = flights->find(id);
+    if (it == flights->end()) continue;
+    if (--it->second.devices_left > 0) return std::nullopt;
+    Flight flight = std::move(it->second);
+    flights->erase(it);
+    for (const std::string& handle : flight.handles) cache_->Release(handle);
+    if (flights == &abandoned_) return std::nullopt;
+    return Done{id, flight.started};
+  }
+  return std::nullopt;
+}
+
+absl::Status GpuExecutor::Health(Clock::time_point now) {
+  for (const std::optional<Communicator>* comm : {&local_, &global_}) {
+    if (!comm->has_value()) continue;
+    if (absl::Status error = backend_->CommunicatorError((*comm)->id); !error.ok()) {
+      std::vector<std::string> tensors;
+      for (const auto& [id, flight] : in_flight_) {
+        tensors.insert(tensors.end(), flight.tensors.begin(), flight.tensors.end());
+      }
+      return absl::UnavailableError(absl::StrCat(
+          "NCCL failed on CUDA devices [", absl::StrJoin((*comm)->devices, ", "),
+          "]: ", error.message(),
+          tensors.empty()
+              ? ""
+              : absl::StrCat(" (tensors on the GPU: '", absl::StrJoin(tensors, "', '"), "')")));
+    }
+  }
+  const auto oldest = std::min_element(
+      in_flight_.begin(), in_flight_.end(),
+      [](const auto& a, const auto& b) { return a.second.started < b.second.started; });
+  if (oldest != in_flight_.end() &&
+      now - oldest->second.started > std::chrono::duration<double>(options_.timeout_seconds)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the GPU work of '", absl::StrJoin(oldest->second.tensors, "', '"),
+        "' did not finish within ", options_.timeout_seconds,
+        " s (gpu_timeout_seconds): a rank's CUDA stream may never have produced its input, or "
+        "NCCL hangs"));
+  }
+  return absl::OkStatus();
+}
+
+void GpuExecutor::DropCommunicators(bool abort) {
+  if (!built()) return;
+  for (std::optional<Communicator>* comm : {&local_, &global_}) {
+    if (!comm->has_value()) continue;
+    if (abort) {
+      backend_->AbortCommunicator((*comm)->id);
+    } else {
+      backend_->DestroyCommunicator((*comm)->id);
+    }
+    comm->reset();
+  }
+  if (abort) backend_->AbandonStreams();
+}
+
+void GpuExecutor::EndJob() {
+  const bool abort = !in_flight_.empty();
+  if (abort) {
+    log::Nccl().warn("aborting the job's NCCL communicators with {} batch(es) still on the GPU",
+                     in_flight_.size());
+  }
+  DropCommunicators(abort);
+  abandoned_.merge(in_flight_);
+  in_flight_.clear();
+}
+
+}  // namespace collective::daemon::gpu

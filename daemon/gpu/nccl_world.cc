@@ -1,0 +1,50 @@
+#include "daemon/gpu/nccl_world.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "daemon/world.h"
+
+namespace collective::daemon::gpu {
+namespace {
+
+// ncclUniqueId's size; the id travels as plain bytes.
+constexpr int kUniqueIdBytes = 128;
+
+}  // namespace
+
+absl::StatusOr<GlobalLayout> ShareLayoutOverMpi(MPI_Comm comm, int local_devices,
+                                                const std::string& unique_id) {
+  int nodes = 0;
+  int node = 0;
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_size(comm, &nodes), "MPI_Comm_size"));
+  RETURN_IF_ERROR(MpiStatus(MPI_Comm_rank(comm, &node), "MPI_Comm_rank"));
+  std::vector<int> devices(static_cast<size_t>(nodes), 0);
+  RETURN_IF_ERROR(
+      MpiStatus(MPI_Allgather(&local_devices, 1, MPI_INT, devices.data(), 1, MPI_INT, comm),
+                "MPI_Allgather of the nodes' CUDA device counts"));
+  GlobalLayout layout;
+  std::vector<int> without;
+  for (int n = 0; n < nodes; ++n) {
+    if (n < node) layout.first_rank += devices[n];
+    layout.ranks += devices[n];
+    if (devices[n] == 0) without.push_back(n);
+  }
+  // Every node sees the same counts, so every node gives up alike.
+  if (!without.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node", without.size() > 1 ? "s " : " ", absl::StrJoin(without, ", "),
+                     " of the job registered no CUDA device, so no NCCL communicator can span "
+                     "the nodes"));
+  }
+  std::string id = unique_id;
+  id.resize(kUniqueIdBytes);
+  RETURN_IF_ERROR(MpiStatus(MPI_Bcast(id.data(), kUniqueIdBytes, MPI_BYTE, 0, comm),
+                            "MPI_Bcast of the NCCL unique id"));
+  layout.unique_id = std::move(id);
+  return layout;
+}
+
+}  // namespace collective::daemon::gpu

@@ -1,0 +1,20 @@
+// How the daemons of a job agree on an NCCL communicator spanning their
+// nodes: each says how many of its devices take part, ranks are numbered
+// node by node, and node 0's unique id goes to all. MPI, so engine thread
+// only; every node calls it at the same point (the first CUDA batch across
+// nodes, which node 0's decisions order alike everywhere).
+#pragma once
+
+#include <string>
+
+#include <mpi.h>
+
+#include "absl/status/statusor.h"
+#include "daemon/gpu/gpu_executor.h"
+
+namespace collective::daemon::gpu {
+
+absl::StatusOr<GlobalLayout> ShareLayoutOverMpi(MPI_Comm comm, int local_devices,
+                                                const std::string& unique_id);
+
+}  // namespace collective::daemon::gpu

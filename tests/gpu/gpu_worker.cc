@@ -1,0 +1,385 @@
+// One rank of a GPU test job (collective-gpu-worker SCENARIO): picks a CUDA
+// device (local rank modulo the devices, so that several ranks share one),
+// connects to the daemon, and runs the scenario with tensors in device
+// memory, checking every result against a host reference computed from the
+// data every rank can regenerate. Exit 0 on success; otherwise the reason on
+// stderr.
+//
+//   matrix  every collective; allreduce on every dtype and op, in and out of
+//           place, with and without scale factors
+//   fusion  many small allreduces submitted before any is waited for
+//   kill    one successful allreduce; then the last rank dies (SIGKILL)
+//           mid-operation and the others must see the job fail
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "collective/client.h"
+#include "common/dtype.h"
+#include "common/status_macros.h"
+#include "daemon/reduce_kernels.h"
+#include "tests/common/reference_reduce.h"
+
+namespace collective::gpu_test {
+namespace {
+
+using testing::CompareBitwise;
+using testing::CompareClose;
+using testing::FillTestData;
+using testing::ReferenceReduce;
+
+absl::Status Cuda(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
+}
+
+// Device memory freed when it goes.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&data_, bytes == 0 ? 1 : bytes) != cudaSuccess) data_ = nullptr;
+  }
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+class Worker {
+ public:
+  Worker(Client& client, cudaStream_t stream) : client_(client), stream_(stream) {}
+
+  absl::Status Matrix() {
+    RETURN_IF_ERROR(Allreduces());
+    RETURN_IF_ERROR(Broadcasts());
+    RETURN_IF_ERROR(Allgather());
+    RETURN_IF_ERROR(Alltoall());
+    return Reducescatter();
+  }
+
+  absl::Status Fusion() {
+    // 64 tensors of 1..64 Ki floats; every one submitted, then every one
+    // waited for.
+    constexpr int kTensors = 64;
+    std::vector<std::unique_ptr<DeviceBuffer>> buffers;
+    std::vector<Client::Handle> handles;
+    std::vector<size_t> counts;
+    for (int t = 0; t < kTensors; ++t) {
+      counts.push_back(static_cast<size_t>(1 + (t * 997) % 65536));
+      buffers.push_back(std::make_unique<DeviceBuffer>(counts.back() * sizeof(float)));
+      std::vector<float> host(counts.back(), static_cast<float>(rank() + t));
+      RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(buffers.back()->data(), host.data(), buffers.back()->bytes(),
+                               cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync"));
+      auto handle = client_.AllreduceAsync(
+          absl::StrCat("fused.", t),
+          OnDevice(*buffers.back(), DataType::kFloat32, {static_cast<int64_t>(counts.back())}),
+          nullptr, {.op = ReduceOp::kSum});
+      if (!handle.ok()) return handle.status();
+      handles.push_back(*handle);
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      RETURN_IF_ERROR(client_.Wait(handles[t]).status());
+      std::vector<float> host(counts[t]);
+      RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(host.data(), buffers[t]->data(), buffers[t]->bytes(),
+                                           cudaMemcpyDeviceToHost, stream_),
+                           "cudaMemcpyAsync"));
+      RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+      const float expected = static_cast<float>(size() * (size() - 1) / 2 + size() * t);
+      for (size_t i = 0; i < counts[t]; ++i) {
+        if (host[i] != expected) {
+          return absl::DataLossError(absl::StrCat("fused tensor ", t, " element ", i, " is ",
+                                                  host[i], ", not ", expected));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Kill() {
+    DeviceBuffer buffer(1024 * sizeof(float));
+    RETURN_IF_ERROR(
+        Cuda(cudaMemsetAsync(buffer.data(), 0, buffer.bytes(), stream_), "cudaMemsetAsync"));
+    const TensorView tensor = OnDevice(buffer, DataType::kFloat32, {1024});
+    RETURN_IF_ERROR(client_.Allreduce("before", tensor, nullptr));
+    auto handle = client_.AllreduceAsync("during", tensor, nullptr);
+    if (!handle.ok()) return handle.status();
+    if (rank() == size() - 1) {
+      std::raise(SIGKILL);  // mid-operation, mappings and events open
+    }
+    const auto result = client_.Wait(*handle, absl::Seconds(120));
+    if (result.ok()) {
+      return absl::InternalError("the allreduce completed although a rank died");
+    }
+    std::fprintf(stderr, "rank %d saw: %s\n", rank(), result.status().ToString().c_str());
+    if (absl::IsDeadlineExceeded(result.status())) return result.status();
+    return absl::OkStatus();
+  }
+
+ private:
+  int rank() const { return client_.rank(); }
+  int size() const { return client_.size(); }
+
+  TensorView OnDevice(const DeviceBuffer& buffer, DataType dtype,
+                      std::vector<int64_t> shape) const {
+    return TensorView{.data = buffer.data(),
+                      .dtype = dtype,
+                      .shape = std::move(shape),
+                      .device = collective::Device::kCuda,
+                      .cuda_stream = stream_};
+  }
+
+  absl::Status Upload(const DeviceBuffer& buffer, const void* host, size_t bytes) {
+    return Cuda(cudaMemcpyAsync(buffer.data(), host, bytes, cudaMemcpyHostToDevice, stream_),
+                "cudaMemcpyAsync to the device");
+  }
+
+  // The result, once the stream (which waits for the daemon) got there.
+  absl::StatusOr<std::vector<std::byte>> Download(const DeviceBuffer& buffer, size_t bytes) {
+    std::vector<std::byte> host(bytes);
+    RETURN_IF_ERROR(
+        Cuda(cudaMemcpyAsync(host.data(), buffer.data(), bytes, cudaMemcpyDeviceToHost, stream_),
+             "cudaMemcpyAsync to the host"));
+    RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"));
+    return host;
+  }
+
+  absl::Status Allreduces() {
+    constexpr size_t kCount = 1031;
+    const v1::DataType types[] = {
+        v1::DATA_TYPE_UINT8,   v1::DATA_TYPE_INT8,    v1::DATA_TYPE_INT32,
+        v1::DATA_TYPE_INT64,   v1::DATA_TYPE_FLOAT16, v1::DATA_TYPE_BFLOAT16,
+        v1::DATA_TYPE_FLOAT32, v1::DATA_TYPE_FLOAT64, v1::DATA_TYPE_BOOL};
+    const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kProduct};
+    int index = 0;
+    for (v1::DataType dtype : types) {
+      for (ReduceOp op : ops) {
+        const v1::ReduceOp wire = static_cast<v1::ReduceOp>(op);
+        const v1::ReduceOp kernel_op = op == ReduceOp::kAverage ? v1::REDUCE_OP_SUM : wire;
+        if (!exec::IsReducible(dtype, kernel_op)) continue;
+        for (const bool in_place : {false, true}) {
+          const double postscale = in_place && dtype != v1::DATA_TYPE_BOOL ? 2.0 : 1.0;
+          const size_t bytes = kCount * ElementSize(dtype);
+          std::vector<std::vector<std::byte>> inputs(static_cast<size_t>(size()),
+                                                     std::vector<std::byte>(bytes));
+          for (int r = 0; r < size(); ++r) {
+            FillTestData(dtype, kernel_op, static_cast<uint64_t>(r + 1), inputs[r].data(), kCount);
+          }
+          DeviceBuffer input(bytes);
+          DeviceBuffer output(bytes);
+          RETURN_IF_ERROR(Upload(input, inputs[rank()].data(), bytes));
+          const std::string name = absl::StrCat("allreduce.", index++);
+          RETURN_IF_ERROR(client_.Allreduce(
+              name, OnDevice(input, static_cast<DataType>(dtype), {static_cast<int64_t>(kCount)}),
+              in_place ? nullptr : output.data(), {.op = op, .postscale = postscale}));
+          auto result = Download(in_place ? input : output, bytes);
+          if (!result.ok()) return result.status();
+          std::vector<const void*> sources;
+          for (const auto& data : inputs) sources.push_back(data.data());
+          std::vector<std::byte> expected(bytes);
+          ReferenceReduce({.dtype = dtype,
+                           .op = kernel_op,
+                           .postscale = postscale,
+                           .divisor = op == ReduceOp::kAverage ? size() : 1},
+                          sources, expected.data(), kCount);
+          if (std::string diff = CompareClose(dtype, expected.data(), result->data(), kCount);
+              !diff.empty()) {
+            return absl::DataLossError(absl::StrCat(name, " (", DataTypeName(dtype), " ",
+                                                    ReduceOpName(wire), "): ", diff));
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcasts() {
+    for (int root = 0; root < size(); ++root) {
+      std::vector<double> host(333);
+      for (size_t i = 0; i < host.size(); ++i) host[i] = 1000.0 * rank() + static_cast<double>(i);
+      DeviceBuffer buffer(host.size() * sizeof(double));
+      RETURN_IF_ERROR(Upload(buffer, host.data(), buffer.bytes()));
+      auto handle =
+          client_.BroadcastAsync(absl::StrCat("broadcast.", root),
+                                 OnDevice(buffer, DataType::kFloat64, {333}), nullptr, root);
+      if (!handle.ok()) return handle.status();
+      RETURN_IF_ERROR(client_.Wait(*handle).status());
+      auto result = Download(buffer, buffer.bytes());
+      if (!result.ok()) return result.status();
+      const auto* values = reinterpret_cast<const double*>(result->data());
+      for (size_t i = 0; i < host.size(); ++i) {
+        if (values[i] != 1000.0 * root + static_cast<double>(i)) {
+          return absl::DataLossError(absl::StrCat("broadcast from ", root, " element ", i));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Allgather() {
+    // Rank r: r + 1 rows of 5 int32.
+    std::vector<int32_t> mine(static_cast<size_t>(5 * (rank() + 1)));
+    std::iota(mine.begin(), mine.end(), 100 * rank());
+    std::vector<int32_t> expected;
+    for (int r = 0; r < size(); ++r) {
+      for (int i = 0; i < 5 * (r + 1); ++i) expected.push_back(100 * r + i);
+    }
+    DeviceBuffer input(mine.size() * sizeof(int32_t));
+    DeviceBuffer output(expected.size() * sizeof(int32_t));
+    RETURN_IF_ERROR(Upload(input, mine.data(), input.bytes()));
+    auto handle =
+        client_.AllgatherAsync("allgather", OnDevice(input, DataType::kInt32, {rank() + 1, 5}),
+                               output.data(), output.bytes());
+    if (!handle.ok()) return handle.status();
+    auto waited = client_.Wait(*handle);
+    if (!waited.ok()) return waited.status();
+    if (waited->shape().front() != size() * (size() + 1) / 2) {
+      return absl::DataLossError("allgather's first dimension");
+    }
+    auto result = Download(output, output.bytes());
+    if (!result.ok()) return result.status();
+    if (std::string diff =
+            CompareBitwise(v1::DATA_TYPE_INT32, expected.data(), result->data(), expected.size());
+        !diff.empty()) {
+      return absl::DataLossError(absl::StrCat("allgather: ", diff));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Alltoall() {
+    // Rank r sends (r + j) % 3 rows of 2 floats to rank j.
+    const auto split = [](int r, int j) { return static_cast<int64_t>((r + j) % 3); };
+    std::vector<int64_t> splits;
+    std::vector<float> mine;
+    for (int j = 0; j < size(); ++j) {
+      splits.push_back(split(rank(), j));
+      for (int64_t row = 0; row < split(rank(), j); ++row) {
+        mine.push_back(static_cast<float>(100 * rank() + 10 * j + row));
+        mine.push_back(-static_cast<float>(100 * rank() + 10 * j + row));
+      }
+    }
+    std::vector<float> expected;
+    for (int s = 0; s < size(); ++s) {
+      for (int64_t row = 0; row < split(s, rank()); ++row) {
+        expected.push_back(static_cast<float>(100 * s + 10 * rank() + row));
+        expected.push_back(-static_cast<float>(100 * s + 10 * rank() + row));
+      }
+    }
+    DeviceBuffer input(mine.size() * sizeof(float));
+    DeviceBuffer output(expected.size() * sizeof(float));
+    RETURN_IF_ERROR(Upload(input, mine.data(), input.bytes()));
+    auto handle = client_.AlltoallAsync(
+        "alltoall", OnDevice(input, DataType::kFloat32, {static_cast<int64_t>(mine.size() / 2), 2}),
+        splits, output.data(), output.bytes());
+    if (!handle.ok()) return handle.status();
+    auto waited = client_.Wait(*handle);
+    if (!waited.ok()) return waited.status();
+    for (int s = 0; s < size(); ++s) {
+      if (waited->received_splits()[static_cast<size_t>(s)] != split(s, rank())) {
+        return absl::DataLossError("alltoall's received splits");
+      }
+    }
+    auto result = Download(output, output.bytes());
+    if (!result.ok()) return result.status();
+    if (std::string diff =
+            CompareBitwise(v1::DATA_TYPE_FLOAT32, expected.data(), result->data(), expected.size());
+        !diff.empty()) {
+      return absl::DataLossError(absl::StrCat("alltoall: ", diff));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Reducescatter() {
+    // 2K + 1 rows of 3 floats; rank r's element i is (r + 1) * i.
+    const int64_t rows = 2 * size() + 1;
+    std::vector<float> mine(static_cast<size_t>(rows * 3));
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>((rank() + 1) * i);
+    const int64_t base = rows / size();
+    const int64_t extra = rows % size();
+    const int64_t my_rows = base + (rank() < extra ? 1 : 0);
+    const int64_t first = rank() * base + std::min<int64_t>(rank(), extra);
+    DeviceBuffer input(mine.size() * sizeof(float));
+    DeviceBuffer output(static_cast<size_t>(my_rows * 3) * sizeof(float));
+    RETURN_IF_ERROR(Upload(input, mine.data(), input.bytes()));
+    auto handle =
+        client_.ReducescatterAsync("reducescatter", OnDevice(input, DataType::kFloat32, {rows, 3}),
+                                   output.data(), {.op = ReduceOp::kAverage});
+    if (!handle.ok()) return handle.status();
+    RETURN_IF_ERROR(client_.Wait(*handle).status());
+    auto result = Download(output, output.bytes());
+    if (!result.ok()) return result.status();
+    const auto* values = reinterpret_cast<const float*>(result->data());
+    const float ranks = static_cast<float>(size() * (size() + 1) / 2);
+    for (int64_t i = 0; i < my_rows * 3; ++i) {
+      const float expected = ranks * static_cast<float>(first * 3 + i) * (1.0f / size());
+      if (values[i] != expected) {
+        return absl::DataLossError(
+            absl::StrCat("reducescatter element ", i, " is ", values[i], ", not ", expected));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  Client& client_;
+  cudaStream_t stream_;
+};
+
+int Run(const std::string& scenario) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "collective-gpu-worker: no CUDA device\n");
+    return 2;
+  }
+  auto client = Client::Connect();
+  if (!client.ok()) {
+    std::fprintf(stderr, "collective-gpu-worker: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  const int device = (*client)->local_rank() % devices;
+  cudaStream_t stream = nullptr;
+  if (cudaSetDevice(device) != cudaSuccess || cudaFree(nullptr) != cudaSuccess ||
+      cudaStreamCreate(&stream) != cudaSuccess) {
+    std::fprintf(stderr, "collective-gpu-worker: cannot use CUDA device %d\n", device);
+    return 2;
+  }
+  Worker worker(**client, stream);
+  absl::Status status = absl::InvalidArgumentError("unknown scenario " + scenario);
+  if (scenario == "matrix") status = worker.Matrix();
+  if (scenario == "fusion") status = worker.Fusion();
+  if (scenario == "kill") status = worker.Kill();
+  if (status.ok() && scenario != "kill") status = (*client)->Close();
+  if (!status.ok()) {
+    std::fprintf(stderr, "collective-gpu-worker %s, rank %d: %s\n", scenario.c_str(),
+                 (*client)->rank(), status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace collective::gpu_test
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: collective-gpu-worker matrix|fusion|kill\n");
+    return 2;
+  }
+  return collective::gpu_test::Run(argv[1]);
+}
