@@ -220,9 +220,8 @@ std::vector<PendingTensor> Coordinator::TakeTensor(int32_t process_set_id,
 }
 
 void SortOldestFirst(std::vector<WaitingTensor>& waiting) {
-  std::sort(waiting.begin(), waiting.end(), [](const WaitingTensor& a, const WaitingTensor& b) {
-    return a.first_at < b.first_at;
-  });
+  std::sort(waiting.begin(), waiting.end(),
+            [](const WaitingTensor& a, const WaitingTensor& b) { return a.first_at < b.first_at; });
 }
 
 std::vector<WaitingTensor> Coordinator::Waiting(const ProcessSetTable& sets,

@@ -64,9 +64,8 @@ struct GpuDoneEvent {
   uint64_t batch = 0;
 };
 
-using EngineEvent =
-    std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent, SessionClosedEvent,
-                 StatusEvent, HealthEvent, TimelineEvent, ShutdownEvent, MetricsEvent,
-                 GpuDoneEvent>;
+using EngineEvent = std::variant<RegisterEvent, RegisterCancelledEvent, ClientMessageEvent,
+                                 SessionClosedEvent, StatusEvent, HealthEvent, TimelineEvent,
+                                 ShutdownEvent, MetricsEvent, GpuDoneEvent>;
 
 }  // namespace collective::daemon
