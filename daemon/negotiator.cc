@@ -56,14 +56,7 @@ absl::Status Negotiator::Tell(const v1::JobEvent& event) {
 }
 
 void Negotiator::Apply(const v1::Decisions& batch) {
-  for (const v1::Decision& decision : batch.decisions()) {
-    for (uint32_t bit : decision.retire_bits()) cache_.Retire(bit);
-    if (!decision.cache_put()) continue;
-    std::vector<v1::RankRequest> ranks(decision.ranks().begin(), decision.ranks().end());
-    for (v1::RankRequest& rank : ranks) *rank.mutable_request() = CacheForm(rank.request());
-    cache_.Put(decision.cache_bit(), {decision.process_set_id(), decision.name()},
-               std::move(ranks));
-  }
+  cache_.Apply(batch);
   ++batches_applied_;
 }
 

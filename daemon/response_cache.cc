@@ -30,6 +30,16 @@ void ResponseCache::Put(uint32_t bit, Key key, std::vector<v1::RankRequest> rank
   by_bit_[bit] = Entry{.key = std::move(key), .ranks = std::move(ranks), .retired = false};
 }
 
+void ResponseCache::Apply(const v1::Decisions& batch) {
+  for (const v1::Decision& decision : batch.decisions()) {
+    for (uint32_t bit : decision.retire_bits()) Retire(bit);
+    if (!decision.cache_put()) continue;
+    std::vector<v1::RankRequest> ranks(decision.ranks().begin(), decision.ranks().end());
+    for (v1::RankRequest& rank : ranks) *rank.mutable_request() = CacheForm(rank.request());
+    Put(decision.cache_bit(), {decision.process_set_id(), decision.name()}, std::move(ranks));
+  }
+}
+
 std::optional<uint32_t> ResponseCache::BitOf(const Key& key) const {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;

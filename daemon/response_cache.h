@@ -52,6 +52,8 @@ class ResponseCache {
   // Applies node 0's changes, in batch order.
   void Retire(uint32_t bit);
   void Put(uint32_t bit, Key key, std::vector<v1::RankRequest> ranks);
+  // Both, for every decision of a batch.
+  void Apply(const v1::Decisions& batch);
 
   // The live entry of a key, and its bit.
   std::optional<uint32_t> BitOf(const Key& key) const;

@@ -434,6 +434,27 @@ void ExpectHealthProbes(const YAML::Node& daemon, const std::string& socket) {
   }
 }
 
+// The daemon and the trainer of `pod` share /dev/shm (one memory-backed
+// emptyDir with a size limit) and the socket's directory: a directory of a
+// shared emptyDir, below its (world-writable) mount point, where the trainer
+// looks.
+void ExpectSharedSocketAndShm(const YAML::Node& pod, const YAML::Node& daemon,
+                              const YAML::Node& trainer, const std::string& socket) {
+  const std::string shm = MountedAt(daemon, "/dev/shm");
+  EXPECT_EQ(MountedAt(trainer, "/dev/shm"), shm);
+  const YAML::Node shm_volume = VolumeNamed(pod, shm);
+  ASSERT_TRUE(shm_volume.IsMap()) << shm;
+  EXPECT_EQ(shm_volume["emptyDir"]["medium"].as<std::string>(), "Memory");
+  EXPECT_TRUE(shm_volume["emptyDir"]["sizeLimit"].IsDefined());
+
+  const std::string mount = fs::path(socket).parent_path().parent_path().string();
+  const std::string socket_volume = MountedAt(daemon, mount);
+  ASSERT_FALSE(socket_volume.empty()) << "no volume holds " << socket;
+  EXPECT_TRUE(VolumeNamed(pod, socket_volume)["emptyDir"].IsDefined());
+  EXPECT_EQ(MountedAt(trainer, mount), socket_volume);
+  EXPECT_EQ(EnvValue(trainer, "COLLECTIVE_SOCKET"), socket);
+}
+
 void ExpectLimits(const YAML::Node& container) {
   EXPECT_TRUE(container["resources"]["limits"]["cpu"].IsDefined());
   EXPECT_TRUE(container["resources"]["limits"]["memory"].IsDefined());
@@ -452,25 +473,9 @@ TEST(KubernetesTest, SidecarSharesSocketAndShmAndIsProbedWithCollectivectl) {
   // A native sidecar: an init container that keeps running.
   EXPECT_EQ(daemon["restartPolicy"].as<std::string>(), "Always");
 
-  // /dev/shm: one memory-backed emptyDir with a size limit, in both.
-  const std::string shm = MountedAt(daemon, "/dev/shm");
-  EXPECT_EQ(MountedAt(trainer, "/dev/shm"), shm);
-  const YAML::Node shm_volume = VolumeNamed(pod, shm);
-  ASSERT_TRUE(shm_volume.IsMap()) << shm;
-  EXPECT_EQ(shm_volume["emptyDir"]["medium"].as<std::string>(), "Memory");
-  EXPECT_TRUE(shm_volume["emptyDir"]["sizeLimit"].IsDefined());
-
-  // The socket: in a directory of a shared emptyDir, below its (world-
-  // writable) mount point, and where the trainer looks.
   const std::string socket = SocketArgument(daemon);
   ASSERT_FALSE(socket.empty());
-  const fs::path directory = fs::path(socket).parent_path();
-  const std::string mount = directory.parent_path().string();
-  const std::string socket_volume = MountedAt(daemon, mount);
-  ASSERT_FALSE(socket_volume.empty()) << "no volume holds " << socket;
-  EXPECT_TRUE(VolumeNamed(pod, socket_volume)["emptyDir"].IsDefined());
-  EXPECT_EQ(MountedAt(trainer, mount), socket_volume);
-  EXPECT_EQ(EnvValue(trainer, "COLLECTIVE_SOCKET"), socket);
+  ExpectSharedSocketAndShm(pod, daemon, trainer, socket);
 
   ExpectHealthProbes(daemon, socket);
   ExpectLimits(daemon);
@@ -510,6 +515,45 @@ TEST(KubernetesTest, DaemonSetServesTheNodeThroughHostPaths) {
   EXPECT_EQ(VolumeNamed(trainer_pod, MountedAt(trainer, "/dev/shm"))["hostPath"]["path"]
                 .as<std::string>(),
             "/dev/shm");
+}
+
+TEST(KubernetesTest, MpiJobStartsOneDaemonPerWorkerBesideItsTrainer) {
+  const std::vector<YAML::Node> documents = Documents("multinode/mpijob-sidecar.yaml");
+  ASSERT_EQ(documents.size(), 1u);
+  ASSERT_EQ(documents[0]["kind"].as<std::string>(), "MPIJob");
+  const YAML::Node spec = documents[0]["spec"];
+  const YAML::Node launcher_pod = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"];
+  const YAML::Node worker_pod = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"];
+  const int workers = spec["mpiReplicaSpecs"]["Worker"]["replicas"].as<int>();
+
+  // mpirun: one daemon per worker, survivors left to report a death.
+  const std::vector<std::string> mpirun =
+      ContainerNamed(launcher_pod, "launcher")["command"].as<std::vector<std::string>>();
+  ASSERT_FALSE(mpirun.empty());
+  EXPECT_EQ(mpirun.front(), "mpirun");
+  const auto np = std::find(mpirun.begin(), mpirun.end(), "-np");
+  ASSERT_NE(np, mpirun.end());
+  ASSERT_NE(np + 1, mpirun.end());
+  EXPECT_EQ(*(np + 1), std::to_string(workers));
+  EXPECT_THAT(mpirun, Contains("ppr:1:node"));
+  EXPECT_THAT(mpirun, Contains("--enable-recovery"));
+  const auto socket_flag = std::find(mpirun.begin(), mpirun.end(), "--socket");
+  ASSERT_NE(socket_flag, mpirun.end());
+  ASSERT_NE(socket_flag + 1, mpirun.end());
+  const std::string socket = *(socket_flag + 1);
+  // ssh sessions have sshd's PATH: the daemon is named by its path.
+  EXPECT_THAT(mpirun, Contains("/opt/collectived/bin/collectived"));
+  EXPECT_EQ(spec["sshAuthMountPath"].as<std::string>(), "/home/collectived/.ssh");
+
+  // The worker pod: daemon and trainer share the socket's directory and
+  // /dev/shm, as in the sidecar example.
+  EXPECT_TRUE(worker_pod["securityContext"]["runAsNonRoot"].as<bool>());
+  EXPECT_EQ(worker_pod["securityContext"]["runAsUser"].as<int>(), 999);  // the image's user
+  const YAML::Node daemon = ContainerNamed(worker_pod, "collectived");
+  const YAML::Node trainer = ContainerNamed(worker_pod, "trainer");
+  ASSERT_TRUE(daemon.IsMap());
+  ASSERT_TRUE(trainer.IsMap());
+  ExpectSharedSocketAndShm(worker_pod, daemon, trainer, socket);
 }
 
 TEST(KubernetesTest, EveryManifestParses) {
