@@ -16,8 +16,6 @@
 namespace collective::daemon {
 namespace {
 
-absl::Status CheckCudaAcrossNodes(const ReadyTensor& everyone);
-
 // Node 0's checks, with every rank's request: the agreement of all ranks,
 // then what the collective itself needs (splits, the root, no joined ranks
 // but for allreduce).
@@ -35,33 +33,10 @@ absl::Status CheckAcrossNodes(const ReadyTensor& everyone) {
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(op->Check(everyone));
-  if (everyone.request().memory() == v1::MEMORY_KIND_CUDA) return CheckCudaAcrossNodes(everyone);
+  if (everyone.request().memory() == v1::MEMORY_KIND_CUDA) {
+    return gpu::GpuExecutor::CheckAcrossNodes(everyone);
+  }
   return absl::OkStatus();
-}
-
-// Across nodes, CUDA tensors run on the job's NCCL communicator of every
-// GPU of every node: allreduce of the global process set, every rank taking
-// part. The rest would need NCCL communicators per process set and device
-// zeros for joined ranks: refused, clearly, on every rank.
-absl::Status CheckCudaAcrossNodes(const ReadyTensor& everyone) {
-  const v1::Collective collective = everyone.request().collective();
-  if (collective != v1::COLLECTIVE_ALLREDUCE) {
-    return absl::UnimplementedError(absl::StrCat(
-        CollectiveName(collective), " of CUDA tensor '", everyone.name,
-        "' spans nodes; across nodes the GPU path runs allreduce only (single-node jobs run "
-        "every collective on the GPU; CPU tensors run every collective across nodes)"));
-  }
-  if (everyone.process_set_id != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "allreduce of CUDA tensor '", everyone.name, "' on process set ", everyone.process_set_id,
-        " spans nodes; across nodes the GPU path runs on the global process set only"));
-  }
-  if (everyone.has_joined_ranks()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "allreduce of CUDA tensor '", everyone.name,
-        "' spans nodes while ranks have joined; across nodes the GPU path needs every rank"));
-  }
-  return gpu::GpuExecutor::Check(everyone);
 }
 
 // Whether a job in `state` carries out node 0's decisions: once formed,

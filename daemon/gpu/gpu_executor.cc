@@ -100,6 +100,27 @@ absl::Status GpuExecutor::Check(const ReadyTensor& tensor) {
   return absl::OkStatus();
 }
 
+absl::Status GpuExecutor::CheckAcrossNodes(const ReadyTensor& everyone) {
+  const v1::Collective collective = everyone.request().collective();
+  if (collective != v1::COLLECTIVE_ALLREDUCE) {
+    return absl::UnimplementedError(absl::StrCat(
+        CollectiveName(collective), " of CUDA tensor '", everyone.name,
+        "' spans nodes; across nodes the GPU path runs allreduce only (single-node jobs run "
+        "every collective on the GPU; CPU tensors run every collective across nodes)"));
+  }
+  if (everyone.process_set_id != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "allreduce of CUDA tensor '", everyone.name, "' on process set ", everyone.process_set_id,
+        " spans nodes; across nodes the GPU path runs on the global process set only"));
+  }
+  if (static_cast<int32_t>(everyone.submissions.size()) < everyone.set_size) {
+    return absl::UnimplementedError(absl::StrCat(
+        "allreduce of CUDA tensor '", everyone.name,
+        "' spans nodes while ranks have joined; across nodes the GPU path needs every rank"));
+  }
+  return Check(everyone);
+}
+
 absl::StatusOr<const Communicator*> GpuExecutor::LocalCommunicator() {
   if (local_.has_value()) return &*local_;
   Communicator comm;

@@ -75,6 +75,11 @@ class GpuExecutor {
 
   // What needs every rank's request: each output holds its rank's result.
   static absl::Status Check(const ReadyTensor& tensor);
+  // Node 0's check of a CUDA tensor that spans nodes, given every rank's
+  // request (joined ranks absent). Across nodes the GPU path runs on the
+  // job's NCCL communicator of every GPU of every node: allreduce of the
+  // global process set, every rank taking part; anything else is refused.
+  static absl::Status CheckAcrossNodes(const ReadyTensor& everyone);
 
   struct Outcome {
     absl::Status status;

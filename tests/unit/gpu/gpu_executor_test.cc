@@ -414,5 +414,57 @@ TEST(GpuJoinTest, JoinedRanksContributeZeros) {
   }
 }
 
+// Node 0's check of CUDA tensors that span nodes: every rank's request.
+ReadyTensor AcrossNodes(v1::Collective collective, int32_t set_id, int32_t set_size,
+                        int32_t submitted) {
+  ReadyTensor everyone;
+  everyone.name = "w";
+  everyone.process_set_id = set_id;
+  everyone.set_size = set_size;
+  for (int32_t rank = 0; rank < submitted; ++rank) {
+    v1::TensorRequest request;
+    request.set_name("w");
+    request.set_collective(collective);
+    request.set_memory(v1::MEMORY_KIND_CUDA);
+    request.set_dtype(v1::DATA_TYPE_FLOAT32);
+    request.add_shape(4);
+    request.set_length(16);
+    request.mutable_device_output()->set_bytes(16);
+    everyone.submissions.push_back(Submission{.set_rank = rank, .rank = rank, .request = request});
+  }
+  return everyone;
+}
+
+TEST(GpuAcrossNodesTest, AllreduceOfTheGlobalSetWithEveryRankRuns) {
+  const ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 4, 4);
+  EXPECT_TRUE(GpuExecutor::CheckAcrossNodes(everyone).ok());
+}
+
+TEST(GpuAcrossNodesTest, AnOutputTooSmallIsRefusedAsOnOneNode) {
+  ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 2, 2);
+  everyone.submissions[1].request.mutable_device_output()->set_bytes(8);
+  const absl::Status status = GpuExecutor::CheckAcrossNodes(everyone);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("rank 1's output holds 8 bytes; its result needs 16"));
+}
+
+TEST(GpuAcrossNodesTest, WhatNeedsMoreThanTheJobsCommunicatorIsRefusedSayingWhy) {
+  for (v1::Collective collective : {v1::COLLECTIVE_ALLGATHER, v1::COLLECTIVE_BROADCAST,
+                                    v1::COLLECTIVE_ALLTOALL, v1::COLLECTIVE_REDUCESCATTER}) {
+    const absl::Status status = GpuExecutor::CheckAcrossNodes(AcrossNodes(collective, 0, 2, 2));
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+    EXPECT_THAT(status.message(), HasSubstr("of CUDA tensor 'w' spans nodes"));
+    EXPECT_THAT(status.message(), HasSubstr("runs allreduce only"));
+  }
+  const absl::Status subset =
+      GpuExecutor::CheckAcrossNodes(AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 3, 2, 2));
+  EXPECT_EQ(subset.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(subset.message(), HasSubstr("on process set 3 spans nodes"));
+  const absl::Status joined =
+      GpuExecutor::CheckAcrossNodes(AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 4, 3));
+  EXPECT_EQ(joined.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(joined.message(), HasSubstr("while ranks have joined"));
+}
+
 }  // namespace
 }  // namespace collective::daemon::gpu
