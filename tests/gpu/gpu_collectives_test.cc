@@ -32,7 +32,7 @@ class GpuCollectivesTest : public ::testing::TestWithParam<int> {
 
   // Runs `scenario` on GetParam() ranks; "" when every rank exited 0.
   std::string Run(const std::string& scenario, absl::Duration timeout = absl::Minutes(5)) {
-    auto workers = daemon_->StartWorkers(GPU_WORKER_BINARY, GetParam(), {scenario});
+    auto workers = daemon_->StartWorkers(BuiltBinary(GPU_WORKER_BINARY), GetParam(), {scenario});
     if (!workers.ok()) return std::string(workers.status().message());
     return WaitForWorkers(*workers, timeout);
   }
@@ -59,7 +59,7 @@ TEST_P(GpuCollectivesTest, SmallTensorsAreFused) {
 }
 
 TEST_P(GpuCollectivesTest, AClientKilledMidOperationFailsTheJobAndLeavesNoMapping) {
-  auto workers = daemon_->StartWorkers(GPU_WORKER_BINARY, GetParam(), {"kill"});
+  auto workers = daemon_->StartWorkers(BuiltBinary(GPU_WORKER_BINARY), GetParam(), {"kill"});
   ASSERT_TRUE(workers.ok()) << workers.status();
   // The last rank kills itself; the others must see the job fail.
   for (size_t r = 0; r + 1 < workers->size(); ++r) {

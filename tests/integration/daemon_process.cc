@@ -34,9 +34,15 @@ std::unique_ptr<v1::CollectiveService::Stub> Stub(const std::string& socket) {
 
 }  // namespace
 
-std::string CollectivedBinary() { return COLLECTIVED_BINARY; }
-std::string CollectivectlBinary() { return COLLECTIVECTL_BINARY; }
-std::string TestWorkerBinary() { return TEST_WORKER_BINARY; }
+std::string BuiltBinary(const std::string& built) {
+  const char* bundle = std::getenv("COLLECTIVE_BUNDLE_DIR");
+  if (bundle == nullptr || *bundle == '\0') return built;
+  return (std::filesystem::path(bundle) / "bin" / std::filesystem::path(built).filename()).string();
+}
+
+std::string CollectivedBinary() { return BuiltBinary(COLLECTIVED_BINARY); }
+std::string CollectivectlBinary() { return BuiltBinary(COLLECTIVECTL_BINARY); }
+std::string TestWorkerBinary() { return BuiltBinary(TEST_WORKER_BINARY); }
 
 absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options options) {
   auto daemon = std::unique_ptr<DaemonProcess>(new DaemonProcess());

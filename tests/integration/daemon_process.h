@@ -137,7 +137,11 @@ CommandResult RunCommand(const std::vector<std::string>& argv,
 // collectivectl --socket SOCKET ARGS...
 CommandResult RunCollectivectl(const std::string& socket, const std::vector<std::string>& args);
 
-// Paths of the binaries the tests start (set by CMake).
+// Where a binary of the build is: its path in the build tree, or, when
+// COLLECTIVE_BUNDLE_DIR is set (a relocated bundle, scripts/gpu-bundle.sh),
+// the file of the same name in its bin/.
+std::string BuiltBinary(const std::string& built);
+// The binaries the tests start (their build-tree paths set by CMake).
 std::string CollectivedBinary();
 std::string CollectivectlBinary();
 std::string TestWorkerBinary();
