@@ -18,8 +18,9 @@ import collective.torch as hvd
 
 
 def _static_process_sets():
-    # The job's size is known only after init(); single-node launchers say it.
-    size = int(os.environ.get('COLLECTIVE_LOCAL_SIZE', '1'))
+    # The job's size is known only after init(); launchers say it (WORLD_SIZE:
+    # collectiverun, torchrun, the multi-node test; else one node's size).
+    size = int(os.environ.get('WORLD_SIZE', os.environ.get('COLLECTIVE_LOCAL_SIZE', '1')))
     if size < 2:
         return []
     return [hvd.ProcessSet(range(0, size, 2)), hvd.ProcessSet(range(1, size, 2))]

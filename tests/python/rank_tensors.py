@@ -40,12 +40,18 @@ def expected_reduction(ranks, shape, dtype, op, prescale=1.0, postscale=1.0):
         result = inputs.max(0).values
     else:
         result = inputs.prod(0)
-    if op == hvd.Average:
-        result = result / len(ranks)
-    result = result * postscale
-    if dtype.is_floating_point or dtype is torch.bool:
+    # The final factor, postscale / ranks for Average, is computed in double
+    # and applied as one multiplication in the accumulation type (float32
+    # for every float narrower than float64), as the daemon's kernels do.
+    factor = postscale / (len(ranks) if op == hvd.Average else 1)
+    if dtype is torch.bool:
         return result.to(dtype)
-    return torch.trunc(result).to(dtype)  # integers: truncated toward zero
+    if dtype.is_floating_point:
+        accumulate = torch.float64 if dtype is torch.float64 else torch.float32
+        if factor != 1.0:
+            result = result.to(accumulate) * torch.tensor(factor, dtype=accumulate)
+        return result.to(accumulate).to(dtype)
+    return torch.trunc(result * factor).to(dtype)  # integers: truncated toward zero
 
 
 def expected_rows(rows, size, rank):

@@ -144,7 +144,8 @@ def test_grouped_allreduce_async_and_in_place_forms():
 
     in_place = [t.clone() for t in tensors]
     assert isinstance(hvd.grouped_allreduce_(in_place, op=hvd.Average), tuple)
-    assert all(torch.equal(a, b / hvd.size()) for a, b in zip(in_place, expected))
+    # Average multiplies the sum by 1/size (in float64 here), as Horovod does.
+    assert all(torch.equal(a, b * (1.0 / hvd.size())) for a, b in zip(in_place, expected))
 
 
 def test_allreduce_with_fp16_compression():
@@ -188,9 +189,10 @@ def test_sparse_allreduce_async(op):
         return torch.sparse_coo_tensor(indices, torch.tensor([1.0 + rank, 2.0, 0.5]), (3, 4))
 
     result = hvd.sparse_allreduce_async(sparse_input(hvd.rank()), name='sparse', op=op)()
-    expected = sum(sparse_input(r).to_dense() for r in _ranks())
-    if op == hvd.Average:
-        expected = expected / hvd.size()
+    # Average divides every rank's values by the size, then sums them (as
+    # Horovod's sparse allreduce does).
+    divisor = hvd.size() if op == hvd.Average else 1
+    expected = sum(sparse_input(r).coalesce().to_dense() / divisor for r in _ranks())
     assert result.is_sparse and result.is_coalesced()
     assert torch.equal(result.to_dense(), expected)
     with pytest.raises(NotImplementedError, match='Average or op=Sum'):

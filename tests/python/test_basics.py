@@ -42,13 +42,19 @@ def test_exports_horovods_names():
 
 
 def test_topology_matches_the_launcher():
-    size = int(os.environ.get('COLLECTIVE_LOCAL_SIZE', '1'))
-    rank = int(os.environ.get('COLLECTIVE_LOCAL_RANK', '0'))
-    assert (hvd.size(), hvd.rank()) == (size, rank)
-    assert (hvd.local_size(), hvd.local_rank()) == (size, rank)  # one node
-    assert (hvd.cross_size(), hvd.cross_rank()) == (1, 0)
-    assert hvd.is_homogeneous()
-    assert hvd.allgather(torch.tensor([hvd.rank()])).tolist() == list(range(size))
+    local_size = int(os.environ.get('COLLECTIVE_LOCAL_SIZE', '1'))
+    local_rank = int(os.environ.get('COLLECTIVE_LOCAL_RANK', '0'))
+    # Across stand-in nodes (tests/integration/multinode), the harness says
+    # where this rank is; otherwise the job is one node.
+    local_sizes = [int(n) for n in
+                   os.environ.get('COLLECTIVE_TEST_LOCAL_SIZES', str(local_size)).split(',')]
+    node = int(os.environ.get('COLLECTIVE_TEST_NODE', '0'))
+    offset = sum(local_sizes[:node])
+    assert (hvd.size(), hvd.rank()) == (sum(local_sizes), offset + local_rank)
+    assert (hvd.local_size(), hvd.local_rank()) == (local_size, local_rank)
+    assert (hvd.cross_size(), hvd.cross_rank()) == (len(local_sizes), node)
+    assert hvd.is_homogeneous() == (len(set(local_sizes)) == 1)
+    assert hvd.allgather(torch.tensor([hvd.rank()])).tolist() == list(range(hvd.size()))
 
 
 def test_init_again_changes_nothing():

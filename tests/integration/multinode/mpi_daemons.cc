@@ -2,6 +2,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <numeric>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -79,6 +80,7 @@ absl::StatusOr<std::vector<Subprocess>> MpiDaemons::StartWorkers(
     const std::string& worker, const std::vector<int>& local_sizes,
     const std::vector<std::string>& args) const {
   std::vector<Subprocess> workers;
+  const int world_size = std::accumulate(local_sizes.begin(), local_sizes.end(), 0);
   for (int node = 0; node < nodes(); ++node) {
     for (int local = 0; local < local_sizes[node]; ++local) {
       std::vector<std::string> argv = {worker};
@@ -86,8 +88,11 @@ absl::StatusOr<std::vector<Subprocess>> MpiDaemons::StartWorkers(
       auto started =
           Subprocess::Start(argv, {{"COLLECTIVE_SOCKET", sockets_[node]},
                                    {"COLLECTIVE_TEST_SOCKETS", absl::StrJoin(sockets_, ",")},
+                                   {"COLLECTIVE_TEST_NODE", std::to_string(node)},
+                                   {"COLLECTIVE_TEST_LOCAL_SIZES", absl::StrJoin(local_sizes, ",")},
                                    {"COLLECTIVE_LOCAL_RANK", std::to_string(local)},
-                                   {"COLLECTIVE_LOCAL_SIZE", std::to_string(local_sizes[node])}});
+                                   {"COLLECTIVE_LOCAL_SIZE", std::to_string(local_sizes[node])},
+                                   {"WORLD_SIZE", std::to_string(world_size)}});
       if (!started.ok()) return started.status();
       workers.push_back(std::move(*started));
     }

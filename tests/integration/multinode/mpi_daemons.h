@@ -40,7 +40,9 @@ class MpiDaemons {
   // Starts one worker per local rank on every node: `local_sizes[n]` ranks of
   // `worker` with `args` against node n's daemon, in node order. Workers get
   // every node's socket in COLLECTIVE_TEST_SOCKETS (to follow the whole job's
-  // state, which no one daemon holds).
+  // state, which no one daemon holds), their node in COLLECTIVE_TEST_NODE,
+  // the local sizes in COLLECTIVE_TEST_LOCAL_SIZES, and the job's size in
+  // WORLD_SIZE, as launchers set it.
   absl::StatusOr<std::vector<Subprocess>> StartWorkers(const std::string& worker,
                                                        const std::vector<int>& local_sizes,
                                                        const std::vector<std::string>& args) const;

@@ -1,0 +1,58 @@
+// collective.torch across nodes: the whole pytest suite of tests/python, run
+// by real Python trainers against daemons under a real `mpirun`, one per
+// stand-in node, with unequal local sizes, over TCP and over shared memory.
+// Every rank runs the same session, as under collectiverun on one node; the
+// collectives, autograd, DistributedOptimizer (its training parity
+// included), process sets, join and the errors must hold as they do there.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/multinode/mpi_daemons.h"
+
+namespace collective::testing {
+namespace {
+
+struct PythonCase {
+  std::vector<int> local_sizes;
+  std::string btl;
+};
+
+void PrintTo(const PythonCase& c, std::ostream* os) {
+  *os << "local sizes [" << absl::StrJoin(c.local_sizes, ", ") << "] over " << c.btl;
+}
+
+class MultiNodePythonTest : public ::testing::TestWithParam<PythonCase> {};
+
+TEST_P(MultiNodePythonTest, ThePytestSuitePassesOnEveryRankOfEveryNode) {
+  const PythonCase& c = GetParam();
+  // The trainers inherit these: the package from the build tree, and no
+  // bytecode written into the source tree.
+  ASSERT_EQ(setenv("PYTHONPATH", PYTHON_PACKAGE_DIR, 1), 0);
+  ASSERT_EQ(setenv("PYTHONDONTWRITEBYTECODE", "1", 1), 0);
+  auto daemons = MpiDaemons::Start(
+      {.nodes = static_cast<int>(c.local_sizes.size()), .btl = c.btl, .daemon_flags = {}});
+  ASSERT_TRUE(daemons.ok()) << daemons.status();
+  auto workers =
+      (*daemons)->StartWorkers(PYTHON_EXECUTABLE, c.local_sizes,
+                               {"-m", "pytest", "-q", "-p", "no:cacheprovider", PYTHON_TESTS_DIR});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(WaitForWorkers(*workers, absl::Minutes(4)), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, MultiNodePythonTest,
+                         ::testing::Values(PythonCase{{1, 2}, "tcp,self"},
+                                           PythonCase{{2, 1, 1}, "vader,self"}),
+                         [](const ::testing::TestParamInfo<PythonCase>& param) {
+                           return absl::StrCat(
+                               absl::StrJoin(param.param.local_sizes, "_"), "_",
+                               param.param.btl == "tcp,self" ? "Tcp" : "SharedMemory");
+                         });
+
+}  // namespace
+}  // namespace collective::testing
