@@ -96,7 +96,7 @@ absl::StatusOr<v1::DeviceRange> CudaRegistry::Locate(const void* pointer, uint64
       // mapping is stale.
       pending.add_unregister(known->second.allocation_id);
     }
-    const Known added{buffer_id, next_allocation_++, size};
+    const Known added{buffer_id, next_allocation_++};
     v1::CudaAllocation* allocation = pending.add_allocations();
     allocation->set_allocation_id(added.allocation_id);
     allocation->set_ipc_handle(handle.reserved, sizeof(handle.reserved));

@@ -51,7 +51,6 @@ class CudaRegistry {
   // The request that held `slot` is over, and the client no longer waits on
   // its done event.
   void ReleaseSlot(uint32_t slot);
-  size_t slots() const { return events_.size(); }
   size_t held_slots() const;
 
   // On `stream` (a CUstream / cudaStream_t; null: the default stream):
@@ -64,7 +63,6 @@ class CudaRegistry {
   struct Known {
     uint64_t buffer_id = 0;
     uint64_t allocation_id = 0;
-    uint64_t bytes = 0;
   };
   struct Slot {
     cuda::Event ready = nullptr;

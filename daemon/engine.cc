@@ -412,6 +412,7 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
         if (member) ForgetDevices(*member);
       }
       gpu_.EndJob();
+      gpu_rows_.clear();
       ReportJobEnded(*job_, metrics_);
       EndWorldJob();
       job_.reset();

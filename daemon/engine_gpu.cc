@@ -52,8 +52,8 @@ bool Engine::RunDeviceBatch() {
     block = *allocated;
   }
   const gpu::GpuExecutor::Outcome outcome =
-      gpu_.Run(deferred_.front(), [this](int devices, const std::string& unique_id) {
-        return gpu::ShareLayoutOverMpi(world_->data(), devices, unique_id);
+      gpu_.Run(deferred_.front(), [this](int devices, const gpu::NewUniqueId& new_id) {
+        return gpu::ShareLayoutOverMpi(world_->data(), devices, new_id);
       });
   const FusedBatch batch = std::move(deferred_.front());
   deferred_.pop_front();

@@ -434,7 +434,8 @@ void Engine::MaybeTearDownJob() {
     if (member) ForgetDevices(*member);
   }
   gpu_.EndJob();
-  job_.reset();  // unlinks every segment of the job
+  gpu_rows_.clear();  // timeline rows of batches abandoned on the GPU
+  job_.reset();       // unlinks every segment of the job
 }
 
 }  // namespace collective::daemon

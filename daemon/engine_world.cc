@@ -351,7 +351,12 @@ void Engine::Decide(v1::Decisions decisions) {
         .push_back(std::move(tensor));
   }
   // CUDA tensors go to the GPU queue in decision order on every node, so
-  // that the NCCL calls of every node pair up.
+  // that the NCCL calls of every node pair up. A job that failed or ends
+  // runs no more GPU work (FailJob aborts its NCCL calls): they fail here.
+  if (job_->state() != JobState::kRunning) {
+    for (const ReadyTensor& tensor : device) FailTensor(tensor, job_->failure());
+    device.clear();
+  }
   for (FusedBatch& batch : PlanFusion(std::move(device), config_.fusion_threshold_bytes)) {
     deferred_.push_back(std::move(batch));
   }

@@ -28,6 +28,16 @@ binaries="$build/bin/collectived $build/bin/collectivectl $build/bin/collective-
 $build/tests/gpu_collectives_test $build/tests/device_reduce_gpu_test
 $build/tests/collective-gpu-worker"
 
+# Left out: the C library's own, the CUDA driver and NCCL (the machine's).
+excluded="libc.so. libm.so. libpthread.so. libdl.so. librt.so. libresolv.so. ld-linux libcuda.so.
+libnccl.so."
+is_excluded() {
+  for prefix in $excluded; do
+    case $1 in "$prefix"*) return 0 ;; esac
+  done
+  return 1
+}
+
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 for binary in $binaries; do
@@ -38,12 +48,7 @@ done
 for binary in $binaries; do
   ldd "$binary"
 done | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r library; do
-  case $(basename "$library") in
-    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
-      ld-linux*.so.* | libcuda.so.* | libnccl.so.*)
-      continue ;;
-  esac
-  cp -L "$library" "$out/lib/"
+  is_excluded "$(basename "$library")" || cp -L "$library" "$out/lib/"
 done
 strip --strip-debug "$out"/bin/* "$out"/lib/*
 
@@ -51,8 +56,7 @@ strip --strip-debug "$out"/bin/* "$out"/lib/*
 # libraries resolves outside it.
 outside=$(for binary in "$out"/bin/*; do LD_LIBRARY_PATH="$out/lib" ldd "$binary"; done |
   awk -v lib="$(cd "$out/lib" && pwd)" '$2 == "=>" && $3 ~ /^\// && index($3, lib) != 1 { print $1 }' |
-  grep -Ev '^(libc\.so|libm\.so|libpthread\.so|libdl\.so|librt\.so|libresolv\.so|ld-linux|libcuda\.so|libnccl\.so)' |
-  sort -u || true)
+  sort -u | while read -r name; do is_excluded "$name" || echo "$name"; done)
 if [ -n "$outside" ]; then
   echo "gpu-bundle: these still load from outside $out/lib: $outside" >&2
   exit 1

@@ -47,9 +47,14 @@ absl::Status ClientDevices::Register(uint64_t client_id, const v1::RegisterCuda&
       return absl::InvalidArgumentError(
           "the first CUDA registration of a client must name its device (device_uuid)");
     }
-    ASSIGN_OR_RETURN(const int device, DeviceOfUuid(message.device_uuid()));
+    absl::StatusOr<int> device = DeviceOfUuid(message.device_uuid());
+    if (!device.ok()) {
+      device_failures_[client_id] = device.status();  // for the requests that follow
+      return device.status();
+    }
+    device_failures_.erase(client_id);
     Client client;
-    client.device = device;
+    client.device = *device;
     client.uuid = message.device_uuid();
     existing = clients_.emplace(client_id, std::move(client)).first;
   } else if (!message.device_uuid().empty() && message.device_uuid() != existing->second.uuid) {
@@ -151,6 +156,7 @@ void ClientDevices::CloseEvents(std::vector<EventId> events) {
 }
 
 void ClientDevices::Forget(uint64_t client_id) {
+  device_failures_.erase(client_id);
   auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
   CloseEvents(it->second.events.TruncateTo(0));
@@ -174,6 +180,11 @@ absl::StatusOr<std::byte*> ClientDevices::Resolve(uint64_t client_id, const v1::
                                                   uint64_t bytes, absl::string_view what) const {
   auto client = clients_.find(client_id);
   if (client == clients_.end()) {
+    if (auto failed = device_failures_.find(client_id); failed != device_failures_.end()) {
+      return Annotate(failed->second, absl::StrCat("the ", what,
+                                                   " is a CUDA tensor but the client's CUDA "
+                                                   "device could not be registered"));
+    }
     return absl::FailedPreconditionError(
         absl::StrCat("the ", what, " is a CUDA tensor but the client registered no CUDA device"));
   }

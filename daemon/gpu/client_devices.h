@@ -40,7 +40,6 @@ class ClientDevices {
   // when no batch on the GPU refers to them any more.
   void Forget(uint64_t client);
 
-  bool Known(uint64_t client) const { return clients_.contains(client); }
   // The client's device (ordinal); nullopt before it registered one.
   std::optional<int> DeviceOf(uint64_t client) const;
   // The distinct devices of every registered client, ascending.
@@ -83,6 +82,8 @@ class ClientDevices {
   IpcHandleCache& cache_;
   const Limits limits_;
   absl::flat_hash_map<uint64_t, Client> clients_;
+  // Clients whose device could not be registered, and why.
+  absl::flat_hash_map<uint64_t, absl::Status> device_failures_;
 };
 
 }  // namespace collective::daemon::gpu

@@ -29,7 +29,7 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 }
 
 CudaBackend::~CudaBackend() {
-  for (auto& [id, event] : events_) cudaEventDestroy(event.second);
+  for (auto& [id, event] : events_) cudaEventDestroy(event);
   for (auto& [device, stream] : streams_) cudaStreamDestroy(stream);
 }
 
@@ -119,14 +119,14 @@ absl::StatusOr<EventId> CudaBackend::OpenEvent(int device, absl::string_view ipc
   cudaEvent_t event = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaIpcOpenEventHandle(&event, handle), "cudaIpcOpenEventHandle"));
   const EventId id = next_event_++;
-  events_.emplace(id, std::pair(device, event));
+  events_.emplace(id, event);
   return id;
 }
 
 void CudaBackend::CloseEvent(EventId event) {
   auto it = events_.find(event);
   if (it == events_.end()) return;
-  cudaEventDestroy(it->second.second);
+  cudaEventDestroy(it->second);
   events_.erase(it);
 }
 
@@ -168,14 +168,14 @@ absl::Status CudaBackend::WaitEvent(int device, EventId event) {
   ASSIGN_OR_RETURN(cudaStream_t stream, Stream(device));
   auto it = events_.find(event);
   if (it == events_.end()) return absl::InternalError("waiting on an unknown CUDA event");
-  return CudaStatus(cudaStreamWaitEvent(stream, it->second.second, 0), "cudaStreamWaitEvent");
+  return CudaStatus(cudaStreamWaitEvent(stream, it->second, 0), "cudaStreamWaitEvent");
 }
 
 absl::Status CudaBackend::RecordEvent(int device, EventId event) {
   ASSIGN_OR_RETURN(cudaStream_t stream, Stream(device));
   auto it = events_.find(event);
   if (it == events_.end()) return absl::InternalError("recording an unknown CUDA event");
-  return CudaStatus(cudaEventRecord(it->second.second, stream), "cudaEventRecord");
+  return CudaStatus(cudaEventRecord(it->second, stream), "cudaEventRecord");
 }
 
 absl::Status CudaBackend::Copy(int device, std::span<const DeviceCopy> copies) {

@@ -78,7 +78,7 @@ class CudaBackend final : public DeviceBackend {
   std::vector<DeviceInfo> devices_;
   AddressRange address_range_ = nullptr;
   std::map<int, cudaStream_t> streams_;
-  absl::flat_hash_map<EventId, std::pair<int, cudaEvent_t>> events_;
+  absl::flat_hash_map<EventId, cudaEvent_t> events_;
   EventId next_event_ = 1;
   NcclBackend nccl_;
 };

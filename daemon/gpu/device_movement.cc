@@ -75,8 +75,6 @@ absl::Status Gathered(DeviceIssue& issue, std::span<const DeviceTensor> tensors,
   return absl::OkStatus();
 }
 
-uint64_t Length(const DeviceTensor& tensor) { return tensor.tensor->request().length(); }
-
 uint64_t GatheredBytes(const DeviceTensor& tensor) {
   uint64_t bytes = 0;
   for (const Submission& submission : tensor.tensor->submissions) {

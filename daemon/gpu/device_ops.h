@@ -60,6 +60,9 @@ struct DeviceTensor {
   std::vector<DeviceMember> members;  // as tensor->submissions
 };
 
+// Bytes of each rank's input.
+inline uint64_t Length(const DeviceTensor& tensor) { return tensor.tensor->request().length(); }
+
 // The work of one batch: the scratch buffers it allocated (freed, stream
 // ordered, once everything is queued) and the communicator it runs on.
 class DeviceIssue {

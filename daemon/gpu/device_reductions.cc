@@ -6,6 +6,7 @@
 #include "daemon/gpu/device_ops.h"
 #include "daemon/ops/collective_op.h"
 #include "daemon/ops/ops.h"
+#include "shm/segment_layout.h"
 
 namespace collective::daemon::gpu {
 namespace {
@@ -13,15 +14,6 @@ namespace {
 // Slots of the fusion buffer start on this boundary: NCCL reduces the
 // whole buffer as one array, and every element size divides it.
 constexpr uint64_t kSlotAlignment = 256;
-
-uint64_t RoundUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-bool IsFloating(v1::DataType dtype) {
-  return dtype == v1::DATA_TYPE_FLOAT16 || dtype == v1::DATA_TYPE_BFLOAT16 ||
-         dtype == v1::DATA_TYPE_FLOAT32 || dtype == v1::DATA_TYPE_FLOAT64;
-}
 
 // How a reduction runs: the local step (op and prescale), NCCL's op, and
 // the final scale (postscale, and the average's division) if NCCL does not
@@ -72,10 +64,7 @@ Reduction ReductionOf(const DeviceIssue& issue, const DeviceTensor& head,
   reduction.element = ElementSize(dtype);
   reduction.nccl_op = op;
   reduction.before = {.dtype = dtype, .op = op, .prescale = prescale};
-  reduction.after = {.dtype = dtype,
-                     .op = v1::REDUCE_OP_SUM,
-                     .postscale = postscale,
-                     .divisor = average ? int64_t{tensor.set_size} : 1};
+  reduction.after = ops::FinalScaleSpec(tensor);
   reduction.scale_after = dtype != v1::DATA_TYPE_BOOL && (postscale != 1.0 || average);
   reduction.plain_input = dtype != v1::DATA_TYPE_BOOL && prescale == 1.0;
   // One client per device of a node-local communicator: NCCL's own average
@@ -84,7 +73,8 @@ Reduction ReductionOf(const DeviceIssue& issue, const DeviceTensor& head,
                                     [](const auto& members) { return members.size() == 1; }) &&
                         std::all_of(placement.zeros.begin(), placement.zeros.end(),
                                     [](int zeros) { return zeros == 0; });
-  if (average && postscale == 1.0 && IsFloating(dtype) && issue.comm().node_local && one_each) {
+  if (average && postscale == 1.0 && IsFloatingPoint(dtype) && issue.comm().node_local &&
+      one_each) {
     reduction.nccl_op = v1::REDUCE_OP_AVERAGE;
     reduction.scale_after = false;
   }
@@ -108,8 +98,6 @@ bool Direct(const Reduction& reduction, const Placement& placement, int device) 
   return reduction.plain_input && placement.members[static_cast<size_t>(device)].size() == 1 &&
          placement.zeros[static_cast<size_t>(device)] == 0;
 }
-
-uint64_t Length(const DeviceTensor& tensor) { return tensor.tensor->request().length(); }
 
 // NCCL's allreduce of `count` elements on every device (device d sends
 // send[d] and receives into result[d]), the final scale where NCCL did not
@@ -146,7 +134,7 @@ absl::Status AllreduceFused(DeviceIssue& issue, std::span<const DeviceTensor> te
   for (const DeviceTensor& tensor : tensors) {
     placements.push_back(Place(issue, tensor));
     slots.push_back(total);
-    total += RoundUp(Length(tensor), kSlotAlignment);
+    total += shm::RoundUp(Length(tensor), kSlotAlignment);
   }
   const Reduction reduction = ReductionOf(issue, tensors.front(), placements.front());
   DeviceBackend& backend = issue.backend();

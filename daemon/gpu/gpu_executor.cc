@@ -141,9 +141,8 @@ absl::StatusOr<const Communicator*> GpuExecutor::GlobalCommunicator(const ShareL
   Communicator comm;
   comm.devices = devices_->Devices();
   comm.node_local = false;
-  ASSIGN_OR_RETURN(const std::string proposed, backend_->NewUniqueId());
-  ASSIGN_OR_RETURN(const GlobalLayout layout,
-                   share(static_cast<int>(comm.devices.size()), proposed));
+  ASSIGN_OR_RETURN(const GlobalLayout layout, share(static_cast<int>(comm.devices.size()),
+                                                    [this] { return backend_->NewUniqueId(); }));
   comm.ranks = layout.ranks;
   comm.first_rank = layout.first_rank;
   ASSIGN_OR_RETURN(comm.id, backend_->CreateCommunicator({.devices = comm.devices,
@@ -259,11 +258,17 @@ GpuExecutor::Outcome GpuExecutor::Run(const FusedBatch& batch, const ShareLayout
   absl::StatusOr<std::vector<DeviceTensor>> tensors = Resolve(batch, **comm, flight);
   if (!tensors.ok()) {
     outcome.status = Annotate(tensors.status(), what);
+    // Across nodes the other nodes' NCCL calls wait for this node's part:
+    // the job cannot go on (and FailJob tells them why).
+    outcome.broken = batch.tensors.front().across_nodes;
     return outcome;
   }
   if (absl::Status issued = Issue(batch, **comm, *tensors); !issued.ok()) {
     outcome.status = Annotate(issued, absl::StrCat(what, " failed on the GPU"));
     outcome.broken = true;
+    // Part of the batch may be queued: destroying the communicators would
+    // wait for it, aborting does not.
+    DropCommunicators(/*abort=*/true);
     return outcome;
   }
   const uint64_t id = next_batch_++;

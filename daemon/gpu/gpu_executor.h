@@ -37,11 +37,13 @@ struct GlobalLayout {
   int first_rank = 0;
   std::string unique_id;
 };
+// Makes an NCCL unique id (node 0 only).
+using NewUniqueId = std::function<absl::StatusOr<std::string>()>;
 // Agrees with the other nodes (over MPI, on the engine thread) on a
-// communicator spanning them, given this node's device count and a unique id
-// (the one node 0 proposes wins).
+// communicator spanning them, given this node's device count; node 0 makes
+// the unique id with `new_id`, and every node fails alike if it cannot.
 using ShareLayout =
-    std::function<absl::StatusOr<GlobalLayout>(int local_devices, const std::string& unique_id)>;
+    std::function<absl::StatusOr<GlobalLayout>(int local_devices, const NewUniqueId& new_id)>;
 
 class GpuExecutor {
  public:
@@ -84,7 +86,8 @@ class GpuExecutor {
   struct Outcome {
     absl::Status status;
     // The failure left the devices in an unknown state (work half queued, a
-    // communicator that could not form): the job cannot go on.
+    // communicator that could not form), or other nodes wait for this one's
+    // part of the batch: the job cannot go on.
     bool broken = false;
     Clock::time_point started;
     // The batch's id in OnDeviceDone (when it ran).

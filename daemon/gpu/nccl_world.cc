@@ -1,5 +1,6 @@
 #include "daemon/gpu/nccl_world.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,7 @@ constexpr int kUniqueIdBytes = 128;
 }  // namespace
 
 absl::StatusOr<GlobalLayout> ShareLayoutOverMpi(MPI_Comm comm, int local_devices,
-                                                const std::string& unique_id) {
+                                                const NewUniqueId& new_id) {
   int nodes = 0;
   int node = 0;
   RETURN_IF_ERROR(MpiStatus(MPI_Comm_size(comm, &nodes), "MPI_Comm_size"));
@@ -39,11 +40,23 @@ absl::StatusOr<GlobalLayout> ShareLayoutOverMpi(MPI_Comm comm, int local_devices
                      " of the job registered no CUDA device, so no NCCL communicator can span "
                      "the nodes"));
   }
-  std::string id = unique_id;
-  id.resize(kUniqueIdBytes);
-  RETURN_IF_ERROR(MpiStatus(MPI_Bcast(id.data(), kUniqueIdBytes, MPI_BYTE, 0, comm),
+  // Node 0's id, after a byte that says whether it has one.
+  absl::StatusOr<std::string> made = std::string();
+  if (node == 0) made = new_id();
+  std::string message(1 + kUniqueIdBytes, '\0');
+  if (node == 0 && made.ok()) {
+    message[0] = 1;
+    made->copy(message.data() + 1, std::min<size_t>(made->size(), kUniqueIdBytes));
+  }
+  RETURN_IF_ERROR(MpiStatus(MPI_Bcast(message.data(), 1 + kUniqueIdBytes, MPI_BYTE, 0, comm),
                             "MPI_Bcast of the NCCL unique id"));
-  layout.unique_id = std::move(id);
+  if (node == 0 && !made.ok()) return made.status();
+  if (message[0] != 1) {
+    return absl::UnavailableError(
+        "node 0 could not make the NCCL unique id of the communicator across the nodes (its log "
+        "says why)");
+  }
+  layout.unique_id = message.substr(1);
   return layout;
 }
 

@@ -1,6 +1,7 @@
 // How the daemons of a job agree on an NCCL communicator spanning their
 // nodes: each says how many of its devices take part, ranks are numbered
-// node by node, and node 0's unique id goes to all. MPI, so engine thread
+// node by node, and node 0 makes the unique id and sends it to all (or says
+// that it could not, so that every node fails alike). MPI, so engine thread
 // only; every node calls it at the same point (the first CUDA batch across
 // nodes, which node 0's decisions order alike everywhere).
 #pragma once
@@ -15,6 +16,6 @@
 namespace collective::daemon::gpu {
 
 absl::StatusOr<GlobalLayout> ShareLayoutOverMpi(MPI_Comm comm, int local_devices,
-                                                const std::string& unique_id);
+                                                const NewUniqueId& new_id);
 
 }  // namespace collective::daemon::gpu

@@ -15,6 +15,25 @@
 
 namespace collective::daemon::gpu {
 
+// device_math.h spells the wire's values out for the kernel; they must stay
+// the wire's.
+constexpr bool SameValue(int kernel, int wire) { return kernel == wire; }
+static_assert(SameValue(math::kUInt8, v1::DATA_TYPE_UINT8) &&
+              SameValue(math::kInt8, v1::DATA_TYPE_INT8) &&
+              SameValue(math::kUInt16, v1::DATA_TYPE_UINT16) &&
+              SameValue(math::kInt16, v1::DATA_TYPE_INT16) &&
+              SameValue(math::kInt32, v1::DATA_TYPE_INT32) &&
+              SameValue(math::kInt64, v1::DATA_TYPE_INT64) &&
+              SameValue(math::kFloat16, v1::DATA_TYPE_FLOAT16) &&
+              SameValue(math::kBFloat16, v1::DATA_TYPE_BFLOAT16) &&
+              SameValue(math::kFloat32, v1::DATA_TYPE_FLOAT32) &&
+              SameValue(math::kFloat64, v1::DATA_TYPE_FLOAT64) &&
+              SameValue(math::kBool, v1::DATA_TYPE_BOOL));
+static_assert(SameValue(math::kSum, v1::REDUCE_OP_SUM) &&
+              SameValue(math::kMin, v1::REDUCE_OP_MIN) &&
+              SameValue(math::kMax, v1::REDUCE_OP_MAX) &&
+              SameValue(math::kProduct, v1::REDUCE_OP_PRODUCT));
+
 // out = reduce(inputs) as DeviceBackend::Reduce defines it; at most
 // math::kMaxReduceInputs inputs (clients sharing one device).
 inline absl::StatusOr<math::ReduceParams> ReduceParamsOf(const exec::ReduceSpec& spec,

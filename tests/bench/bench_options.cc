@@ -70,7 +70,7 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
                  "where client tensors live: copy (private memory, copied in and out), zerocopy "
                  "(in the shared-memory arena, result viewed in place), or both")
       ->type_name("PLACEMENT")
-      ->check(CLI::IsMember({"copy", "zerocopy", "both", "cuda"}))
+      ->check(CLI::IsMember({"copy", "zerocopy", "both"}))
       ->capture_default_str();
   app.add_option("--device", device_,
                  "where client tensors live: cpu (see --placement), or cuda (CUDA device memory "
@@ -227,7 +227,12 @@ absl::Status OptionParser::FinishOptions() {
   if (allreduce && (mode_ == "all" || mode_ == "latency")) {
     options_.modes.push_back(BenchMode::kLatency);
   }
-  if (device_ == "cuda" || placement_ == "cuda") {
+  if (device_ == "cuda") {
+    if (placement_ != "both") {
+      return absl::InvalidArgumentError(
+          "--placement is where host tensors live; with --device cuda every tensor is in device "
+          "memory: drop --placement");
+    }
     if (options_.compare_mpi) {
       return absl::InvalidArgumentError(
           "--device cuda measures against the device-to-device copy bandwidth, not MPI; drop "

@@ -218,7 +218,7 @@ class ClientBench {
     return client_.Wait(handle).status();
   }
 
-  // Checks one result of the series being measured; Emit says whether any was.
+  // Checks one result of the series being measured; Emit says whether all were.
   absl::Status Verify(const Pattern& pattern, const Received& received, int iteration,
                       const std::string& name) {
     RETURN_IF_ERROR(pattern.Check(received.data, received.elements, iteration, name));
@@ -226,10 +226,10 @@ class ClientBench {
     return absl::OkStatus();
   }
 
-  // A series every result of which this rank checked: a failed check ends the
-  // worker before it gets here.
-  void Emit(const std::string& key, const std::vector<int64_t>& nanos) {
-    const std::string line = FormatSeries(key, checked_ > 0 ? 1 : 0, nanos);
+  // A series and whether this rank checked all its `results` (warmup
+  // included); a failed check ends the worker before it gets here.
+  void Emit(const std::string& key, const std::vector<int64_t>& nanos, int64_t results) {
+    const std::string line = FormatSeries(key, checked_ == results ? 1 : 0, nanos);
     checked_ = 0;
     std::fwrite(line.data(), 1, line.size(), stdout);
     std::fflush(stdout);
@@ -259,7 +259,7 @@ class ClientBench {
         RETURN_IF_ERROR(Verify(pattern, received, i, name));
         if (i >= warmup) nanos.push_back(elapsed);
       }
-      Emit(name, nanos);
+      Emit(name, nanos, warmup + timed);
     }
     return absl::OkStatus();
   }
@@ -305,7 +305,8 @@ class ClientBench {
       for (Received& received : results) received.result.Release();
       if (step >= warmup) nanos.push_back(elapsed);
     }
-    Emit(kResnetKey, nanos);
+    Emit(kResnetKey, nanos,
+         static_cast<int64_t>(warmup + options_.steps) * static_cast<int64_t>(workload.size()));
     return absl::OkStatus();
   }
 
@@ -320,6 +321,7 @@ class ClientBench {
     for (int i = 0; i < warmup + options_.latency_iterations; ++i) {
       pattern.Prepare(tensor.mutable_data(), i);
       RETURN_IF_ERROR(tensor.Publish());
+      RETURN_IF_ERROR(Synchronize());  // the upload of a CUDA input is not the allreduce's
       const auto start = Clock::now();
       ASSIGN_OR_RETURN(const Client::Handle handle,
                        Submit(Collective::kAllreduce, kLatencyKey, tensor, shape));
@@ -330,7 +332,7 @@ class ClientBench {
       RETURN_IF_ERROR(Verify(pattern, received, i, kLatencyKey));
       if (i >= warmup) nanos.push_back(elapsed);
     }
-    Emit(kLatencyKey, nanos);
+    Emit(kLatencyKey, nanos, warmup + options_.latency_iterations);
     return absl::OkStatus();
   }
 

@@ -1,5 +1,6 @@
 #include "tests/bench/daemon_launcher.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include <signal.h>
@@ -188,9 +189,10 @@ absl::StatusOr<std::unique_ptr<DaemonLauncher>> DaemonLauncher::StartWorld(
     absl::StatusOr<pid_t> pid = DaemonPid(socket);
     if (!pid.ok()) return pid.status();
     daemons->world_.emplace_back(*pid);
-    if (daemons->world_.back().fd() < 0) {
-      return absl::UnavailableError(
-          absl::StrCat("collectived on ", socket, " (pid ", *pid, ") is gone"));
+    if (const PidFd& daemon = daemons->world_.back(); daemon.fd() < 0) {
+      return absl::UnavailableError(absl::StrCat("cannot watch collectived on ", socket, " (pid ",
+                                                 *pid,
+                                                 "): pidfd_open: ", std::strerror(daemon.error())));
     }
   }
   return daemons;

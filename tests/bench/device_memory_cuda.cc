@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "tests/bench/device_memory.h"
@@ -69,6 +70,10 @@ absl::StatusOr<double> MeasureDeviceCopy(uint64_t bytes) {
   const auto stream = static_cast<cudaStream_t>(memory->stream());
   cudaEvent_t start = nullptr;
   cudaEvent_t end = nullptr;
+  const absl::Cleanup destroy = [&] {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (end != nullptr) cudaEventDestroy(end);
+  };
   RETURN_IF_ERROR(Cuda(cudaEventCreate(&start), "cudaEventCreate"));
   RETURN_IF_ERROR(Cuda(cudaEventCreate(&end), "cudaEventCreate"));
   float fastest_ms = 0;
@@ -83,8 +88,6 @@ absl::StatusOr<double> MeasureDeviceCopy(uint64_t bytes) {
     // The first copy warms up.
     if (attempt > 0 && (fastest_ms == 0 || ms < fastest_ms)) fastest_ms = ms;
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
   return static_cast<double>(bytes) / (static_cast<double>(fastest_ms) / 1e3);
 }
 

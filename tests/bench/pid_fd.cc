@@ -9,7 +9,9 @@
 namespace collective::bench {
 
 PidFd::PidFd(pid_t pid)
-    : pid_(pid), fd_(pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1) {}
+    : pid_(pid), fd_(pid > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)) : -1) {
+  if (fd_ < 0) error_ = pid > 0 ? errno : ESRCH;
+}
 
 PidFd::~PidFd() {
   if (fd_ >= 0) ::close(fd_);

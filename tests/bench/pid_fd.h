@@ -14,16 +14,20 @@ namespace collective::bench {
 
 class PidFd {
  public:
-  // fd() is negative when `pid` is not a running process (or not > 0).
+  // fd() is negative when `pid` could not be opened: error() says why
+  // (ESRCH: no such process).
   explicit PidFd(pid_t pid);
   ~PidFd();
   PidFd(PidFd&& other) noexcept
-      : pid_(std::exchange(other.pid_, -1)), fd_(std::exchange(other.fd_, -1)) {}
+      : pid_(std::exchange(other.pid_, -1)),
+        fd_(std::exchange(other.fd_, -1)),
+        error_(std::exchange(other.error_, 0)) {}
   PidFd(const PidFd&) = delete;
   PidFd& operator=(const PidFd&) = delete;
   PidFd& operator=(PidFd&&) = delete;
 
   int fd() const { return fd_; }
+  int error() const { return error_; }
   pid_t pid() const { return pid_; }
 
   // Waits up to `timeout` for the process to exit; true once it has.
@@ -34,6 +38,7 @@ class PidFd {
  private:
   pid_t pid_;
   int fd_;
+  int error_ = 0;
 };
 
 }  // namespace collective::bench

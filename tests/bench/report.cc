@@ -114,7 +114,10 @@ void Report::PrintHeader(const std::string& daemon) const {
                info_.memcpy.copy_bytes_per_second / 1e9,
                info_.memcpy.traffic_bytes_per_second() / 1e9, info_.memcpy.threads,
                static_cast<unsigned long long>(info_.memcpy.bytes >> 20));
-  std::fprintf(out_, "results: every rank checks each of its results before its time counts\n");
+  std::fprintf(out_,
+               "results: every collectived rank checks each of its results after its time is "
+               "taken; MPI ranks check every result of the collectives other than allreduce, and "
+               "the first of each allreduce series (in place, its data grows)\n");
   if (info_.device_copy_bytes_per_second > 0) {
     std::fprintf(out_,
                  "device-to-device copy on GPU 0: %.1f GB/s; a CUDA step is timed until the "
@@ -176,7 +179,7 @@ std::string Report::JsonLine(const Measurement& m) const {
   }
   if (m.placement == Placement::kCuda && info_.device_copy_bytes_per_second > 0) {
     json.Num("d2d_copy_GBps", info_.device_copy_bytes_per_second / 1e9)
-        .Num("algbw_vs_d2d", AlgBw(m) * 1e9 / info_.device_copy_bytes_per_second);
+        .Num("algbw_vs_d2d", VsDeviceCopy(m));
   }
   if (m.mode == BenchMode::kResnet && m.placement == Placement::kZeroCopy && HasFloor()) {
     json.Num("memcpy_GBps", info_.memcpy.copy_bytes_per_second / 1e9)

@@ -268,8 +268,10 @@ TEST_F(GpuEngineTest, ARegistrationThatFailsIsAnsweredWithWhy) {
   Send(clients[0], DeviceAllreduce(1, "x", 4));
   const auto record = clients[0].NextRecord();
   ASSERT_TRUE(record.has_value());
+  // The request's error carries why the device was not registered.
   EXPECT_THAT(FailureText(clients[0], 1),
-              AllOf(HasSubstr("request 1 ('x')"), HasSubstr("registered no CUDA device")));
+              AllOf(HasSubstr("request 1 ('x')"), HasSubstr("CUDA device could not be registered"),
+                    HasSubstr("16 bytes, not 10")));
 }
 
 TEST_F(GpuEngineTest, ADaemonWithoutCudaRefusesCudaTensorsAndServesTheRest) {

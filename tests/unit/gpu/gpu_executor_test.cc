@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 #include "daemon/ops/ops.h"
 #include "tests/common/reference_reduce.h"
 #include "tests/unit/gpu/gpu_test_job.h"
@@ -464,6 +465,57 @@ TEST(GpuAcrossNodesTest, WhatNeedsMoreThanTheJobsCommunicatorIsRefusedSayingWhy)
       GpuExecutor::CheckAcrossNodes(AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 4, 3));
   EXPECT_EQ(joined.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(joined.message(), HasSubstr("while ranks have joined"));
+}
+
+// A batch whose memory went away between admission and its turn: on one
+// node only its tensors fail; across nodes the other nodes' NCCL calls wait
+// for this node's part, so the job cannot go on.
+TEST(GpuAcrossNodesTest, AResolveFailureBreaksOnlyABatchThatSpansNodes) {
+  for (const bool across_nodes : {false, true}) {
+    SCOPED_TRACE(across_nodes ? "across nodes" : "one node");
+    GpuTestJob job({0}, 1);
+    const uint64_t memory = job.Memory(0, 16);
+    ReadyTensor tensor =
+        job.Ready("w", {0},
+                  {job.Request(0, v1::COLLECTIVE_ALLREDUCE, "w", v1::DATA_TYPE_FLOAT32, {4}, 16,
+                               memory, memory, 16)});
+    tensor.across_nodes = across_nodes;
+    v1::RegisterCuda unregister;
+    unregister.add_unregister(memory);
+    ASSERT_TRUE(job.executor().Register(job.client(0).record.id, unregister).ok());
+    FusedBatch batch;
+    batch.tensors.push_back(std::move(tensor));
+    int shared = 0;
+    const GpuExecutor::Outcome outcome = job.executor().Run(
+        batch, [&](int devices, const NewUniqueId& new_id) -> absl::StatusOr<GlobalLayout> {
+          ++shared;
+          ASSIGN_OR_RETURN(std::string id, new_id());
+          return GlobalLayout{.ranks = devices, .first_rank = 0, .unique_id = std::move(id)};
+        });
+    EXPECT_THAT(outcome.status.message(), HasSubstr("not registered"));
+    EXPECT_EQ(outcome.broken, across_nodes);
+    EXPECT_EQ(shared, across_nodes ? 1 : 0) << "the communicator across nodes forms first";
+  }
+}
+
+// Node 0 could not make the unique id: the share says so, and forming the
+// communicator fails (every node alike) instead of proceeding without one.
+TEST(GpuAcrossNodesTest, ACommunicatorThatCannotFormBreaksTheJob) {
+  GpuTestJob job({0}, 1);
+  const uint64_t memory = job.Memory(0, 16);
+  ReadyTensor tensor = job.Ready("w", {0},
+                                 {job.Request(0, v1::COLLECTIVE_ALLREDUCE, "w",
+                                              v1::DATA_TYPE_FLOAT32, {4}, 16, memory, memory, 16)});
+  tensor.across_nodes = true;
+  FusedBatch batch;
+  batch.tensors.push_back(std::move(tensor));
+  const GpuExecutor::Outcome outcome =
+      job.executor().Run(batch, [](int, const NewUniqueId&) -> absl::StatusOr<GlobalLayout> {
+        return absl::UnavailableError("node 0 could not make the NCCL unique id");
+      });
+  EXPECT_TRUE(outcome.broken);
+  EXPECT_THAT(outcome.status.message(), HasSubstr("cannot form the job's NCCL communicator"));
+  EXPECT_THAT(outcome.status.message(), HasSubstr("node 0 could not make the NCCL unique id"));
 }
 
 }  // namespace
