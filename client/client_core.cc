@@ -163,6 +163,7 @@ void ClientCore::Free(uint64_t offset) {
 
 absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedRequest> requests,
                                                          bool grouped) {
+  const std::lock_guard submitting(submit_mutex_);
   std::unique_lock lock(mutex_);
   auto refuse = [&](absl::Status status) {
     for (const PreparedRequest& prepared : requests) {
@@ -485,6 +486,7 @@ absl::Status ClientCore::FinishCudaLocked(Pending& pending, bool succeeded) {
 absl::Status ClientCore::RegisterDeviceMemory(const void* pointer) {
   uint64_t id = 0;
   {
+    const std::lock_guard submitting(submit_mutex_);
     std::unique_lock lock(mutex_);
     RETURN_IF_ERROR(BrokenLocked());
     ASSIGN_OR_RETURN(CudaRegistry * cuda, CudaLocked());
@@ -516,6 +518,7 @@ absl::Status ClientCore::RegisterDeviceMemory(const void* pointer) {
 }
 
 absl::Status ClientCore::UnregisterDeviceMemory(const void* pointer) {
+  const std::lock_guard submitting(submit_mutex_);
   std::unique_lock lock(mutex_);
   if (cuda_ == nullptr) return absl::NotFoundError("no CUDA allocation is registered");
   v1::RegisterCuda registration = cuda_->NewMessage();

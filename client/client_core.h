@@ -178,6 +178,12 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   v1::Limits limits_;
   absl::Duration spin_;  // how long a waiter spins before it sleeps
 
+  // One submission (or CUDA registration) at a time, from building its
+  // message to pushing it: PushLocked lets go of mutex_ while the ring is
+  // full, and another thread must not take the next request ids or push a
+  // request naming CUDA memory whose registration still waits. Taken before
+  // mutex_.
+  std::mutex submit_mutex_;
   mutable std::mutex mutex_;
   shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
   uint64_t next_request_id_ = 1;
