@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import collective.torch as hvd
-from collective.common import basics
+from collective.common import connection
 from collective.common.exceptions import HorovodInternalError
 from rank_tensors import DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, expected_reduction, rank_input
 
@@ -164,7 +164,7 @@ def test_adasum_is_refused_not_summed():
 
 
 def test_arena_buffer_is_a_tensor_the_daemon_reads_in_place():
-    client = basics.connection().client
+    client = connection.current().client
     buffer = client.allocate(16 * 4)
     view = memoryview(buffer)
     assert (view.nbytes, view.readonly, buffer.nbytes) == (64, False, 64)
@@ -177,7 +177,7 @@ def test_arena_buffer_is_a_tensor_the_daemon_reads_in_place():
 
 
 def test_arena_refuses_what_cannot_fit():
-    client = basics.connection().client
+    client = connection.current().client
     with pytest.raises(HorovodInternalError, match='do not fit'):
         client.allocate(client.arena_bytes + 1)
 

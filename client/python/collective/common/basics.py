@@ -1,6 +1,7 @@
-"""The connection of this process to collectived: ``init``, ``shutdown``, and what the job looks like.
+"""Horovod's basics: ``init``, ``shutdown``, what the job looks like and what this build offers.
 
-One connection per process, as in Horovod: ``init()`` registers with the
+One connection per process (``collective.common.connection``), as in
+Horovod: ``init()`` registers with the
 node's daemon (where, and as which local rank, comes from the launcher's
 environment: ``COLLECTIVE_SOCKET``, ``COLLECTIVE_LOCAL_RANK``/``_SIZE``,
 ``COLLECTIVE_JOB_ID``, ...) and waits until every rank of the job has done
@@ -8,34 +9,11 @@ the same.
 """
 
 import atexit
-import collections
-import itertools
 import os
-import threading
 
-from collective import _core
+from collective.common import connection
+from collective.common import process_sets as sets
 
-_NOT_INITIALIZED = 'collective has not been initialized; use hvd.init().'
-
-
-class _Connection:
-    """What ``init()`` set up: the client, and the requests started but not yet synchronized."""
-
-    def __init__(self, client):
-        self.client = client
-        # handle -> pending request (see collective.torch.handles). Dropped
-        # with the connection, so that handles never outlive their client.
-        self.pending = {}
-        self.handle_ids = itertools.count()
-        # process set id -> numbers for the names of unnamed calls
-        # ('allreduce.noname.<n>'). The members of a set make the same
-        # unnamed calls on it, so they count the same; a count per set keeps
-        # calls on other sets, made by other ranks, from shifting it.
-        self.unnamed_calls = collections.defaultdict(itertools.count)
-
-
-_lock = threading.Lock()
-_connection = None  # the one connection of this process, while initialized
 _atexit_registered = False
 
 
@@ -56,25 +34,19 @@ def init(comm=None, process_sets=None):
     Calling ``init()`` again while initialized changes nothing; process sets
     it names must then exist already.
     """
-    global _connection, _atexit_registered
+    global _atexit_registered
     if comm is not None:
         if isinstance(comm, (str, bytes)) or not hasattr(comm, '__iter__'):
             raise NotImplementedError(
                 'init(comm=...) takes no MPI communicator: collectived forms the job from the '
                 'launcher (collectiverun, mpirun, torchrun, ...)')
         comm = list(comm)
-    # Imported here: process sets ask this module for the connection.
-    from collective.common import process_sets as sets
     requested = sets.requested_process_sets(process_sets)
-    with _lock:
-        connected = _connection is None
-        if connected:
-            client = _core.Client.connect(static_process_sets=[list(s.ranks) for s in requested])
-            _connection = _Connection(client)
-            if not _atexit_registered:
-                atexit.register(shutdown)
-                _atexit_registered = True
-        job_size = _connection.client.size
+    connected = connection.open_connection([list(s.ranks) for s in requested])
+    if connected and not _atexit_registered:
+        atexit.register(shutdown)
+        _atexit_registered = True
+    job_size = connection.current().client.size
     if comm and sorted(comm) != list(range(job_size)):
         if connected:
             shutdown()
@@ -86,63 +58,48 @@ def init(comm=None, process_sets=None):
 
 def shutdown():
     """Leaves the job; requests not yet synchronized are abandoned. ``init()`` may connect again."""
-    global _connection
-    with _lock:
-        connection, _connection = _connection, None
-    if connection is None:
-        return
-    from collective.common import process_sets as sets
-    sets.invalidate_process_sets()
-    connection.pending.clear()
-    connection.client.close()
+    if connection.close_connection():
+        sets.invalidate_process_sets()
 
 
 def is_initialized():
     """Returns True once ``init()`` has connected this process and until ``shutdown()``."""
-    return _connection is not None
-
-
-def connection():
-    """The connection made by ``init()``; ValueError before it."""
-    current = _connection
-    if current is None:
-        raise ValueError(_NOT_INITIALIZED)
-    return current
+    return connection.is_open()
 
 
 def size():
     """The number of processes in the job."""
-    return connection().client.size
+    return connection.current().client.size
 
 
 def local_size():
     """The number of processes of the job on this node."""
-    return connection().client.local_size
+    return connection.current().client.local_size
 
 
 def cross_size():
     """The number of nodes of the job (processes with this local rank)."""
-    return connection().client.cross_size
+    return connection.current().client.cross_size
 
 
 def rank():
     """This process's rank in the job, from 0 to ``size() - 1``."""
-    return connection().client.rank
+    return connection.current().client.rank
 
 
 def local_rank():
     """This process's rank on its node."""
-    return connection().client.local_rank
+    return connection.current().client.local_rank
 
 
 def cross_rank():
     """The index of this process's node in the job."""
-    return connection().client.cross_rank
+    return connection.current().client.cross_rank
 
 
 def is_homogeneous():
     """True when every node runs the same number of processes."""
-    return connection().client.is_homogeneous
+    return connection.current().client.is_homogeneous
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -153,12 +110,12 @@ def start_timeline(file_path, mark_cycles=False):
                    process's working directory.
         mark_cycles: Also mark the coordinator's cycles.
     """
-    connection().client.start_timeline(os.path.abspath(file_path), bool(mark_cycles))
+    connection.current().client.start_timeline(os.path.abspath(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
     """Stops the timeline started by ``start_timeline`` and closes its file."""
-    connection().client.stop_timeline()
+    connection.current().client.stop_timeline()
 
 
 # What this build offers. Trainers never run MPI, Gloo, NCCL, DDL or oneCCL

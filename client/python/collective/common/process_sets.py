@@ -8,7 +8,7 @@ the same order.
 """
 
 from collective import _core
-from collective.common import basics
+from collective.common import connection
 
 
 class ProcessSet:
@@ -36,7 +36,7 @@ class ProcessSet:
         """The number of ranks in the set, or None while it is not registered."""
         if self.process_set_id is None:
             return None
-        return basics.connection().client.process_set_size(self.process_set_id)
+        return connection.current().client.process_set_size(self.process_set_id)
 
     def rank(self):
         """This process's rank within the set, or None while it is not registered.
@@ -47,13 +47,13 @@ class ProcessSet:
         """
         if self.process_set_id is None:
             return None
-        return basics.connection().client.process_set_rank(self.process_set_id)
+        return connection.current().client.process_set_rank(self.process_set_id)
 
     def included(self):
         """Whether this process is one of the set's ranks, or None when the set has no ranks."""
         if self.ranks is None:
             return None
-        return basics.rank() in self.ranks
+        return connection.current().client.rank in self.ranks
 
     def _invalidate(self):
         """Forgets the registration (after ``remove_process_set`` or ``shutdown``); the ranks
@@ -89,7 +89,7 @@ def add_process_set(process_set):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError(f'{process_set} is registered already')
-    process_set_id, ranks = basics.connection().client.add_process_set(process_set.ranks)
+    process_set_id, ranks = connection.current().client.add_process_set(process_set.ranks)
     process_set.process_set_id = process_set_id
     process_set.ranks = list(ranks)
     _registered.setdefault(process_set_id, []).append(process_set)
@@ -107,7 +107,7 @@ def remove_process_set(process_set):
     process_set_id = process_set.process_set_id
     if process_set_id is None or process_set_id == 0:
         return False
-    basics.connection().client.remove_process_set(process_set_id)
+    connection.current().client.remove_process_set(process_set_id)
     for registered in _registered.pop(process_set_id, [process_set]):
         registered._invalidate()
     return True
@@ -126,7 +126,7 @@ def process_set_id(process_set):
 def set_rank_of(process_set, global_rank):
     """The rank within ``process_set`` of ``global_rank``; ValueError if it is not a member."""
     if process_set.process_set_id == 0:
-        size = basics.size()
+        size = connection.current().client.size
         if not 0 <= global_rank < size:
             raise ValueError(f'rank {global_rank} is not a rank of the job (0 to {size - 1})')
         return global_rank
@@ -151,7 +151,7 @@ def requested_process_sets(process_sets):
 
 def bind_process_sets(requested):
     """After ``init()``: gives the requested sets the ids the job assigned them."""
-    client = basics.connection().client
+    client = connection.current().client
     known = {tuple(ranks): set_id for set_id, ranks in client.process_sets()}
     global_process_set.ranks = list(range(client.size))
     for s in requested:

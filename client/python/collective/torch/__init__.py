@@ -7,10 +7,10 @@ the rest as with ``horovod.torch``. CPU tensors only, for now.
 """
 
 from collective.torch.compression import Compression
-from collective.torch.functions import (allgather_object, broadcast_object,
-                                        broadcast_optimizer_state, broadcast_parameters)
+from collective.torch.functions import broadcast_optimizer_state, broadcast_parameters
 from collective.torch.mpi_ops import *  # noqa: F401,F403  (the collectives: see mpi_ops.__all__)
 from collective.torch.mpi_ops import __all__ as _mpi_ops_all
+from collective.torch.object_collectives import allgather_object, broadcast_object
 from collective.torch.optimizer import DistributedOptimizer
 from collective.torch.sync_batch_norm import SyncBatchNorm
 

@@ -13,7 +13,7 @@ joined) do not count.
 
 import torch
 
-from collective.common import basics
+from collective.common import connection
 from collective.common.process_sets import global_process_set, process_set_id, set_rank_of
 from collective.torch import handles, reduce_ops, tensor_args
 from collective.torch.reduce_ops import Average
@@ -23,7 +23,7 @@ def _base_name(kind, name, set_id):
     """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'."""
     if name:
         return f'{kind}.{name}'
-    return f'{kind}.noname.{next(basics.connection().unnamed_calls[set_id])}'
+    return f'{kind}.noname.{next(connection.current().unnamed_calls[set_id])}'
 
 
 def _names(base, count=None):
@@ -34,7 +34,7 @@ def _names(base, count=None):
 
 
 def _client():
-    return basics.connection().client
+    return connection.current().client
 
 
 def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,

@@ -39,7 +39,7 @@ allocation the arena refuses all take the copy path, silently.
 
 import torch
 
-from collective.common import basics
+from collective.common import connection as connections
 from collective.common.exceptions import HorovodInternalError
 from collective.torch import tensor_args
 
@@ -75,7 +75,7 @@ class GradientBuckets:
     def __init__(self, params):
         self._views = {}  # parameter -> its gradient's view in a bucket
         self.buffers = []  # the collective._core.Buffer of each bucket
-        connection = basics.connection()
+        connection = connections.current()
         budget = arena_budget(connection.client)
         for bucket in _pack([p for p in params if _viewable(p)], budget):
             nbytes = sum(_aligned(p.numel() * p.element_size()) for p in bucket)

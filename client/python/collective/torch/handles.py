@@ -5,7 +5,7 @@ requests). Until it is synchronized the table keeps the call's tensors alive:
 the daemon reads inputs and the binding writes outputs by address.
 """
 
-from collective.common import basics
+from collective.common import connection as connections
 
 
 class _Pending:
@@ -19,7 +19,7 @@ class _Pending:
 
 def register(requests, finish, keepalive):
     """A new handle for the binding's ``requests``; ``finish`` makes synchronize's result."""
-    connection = basics.connection()
+    connection = connections.current()
     handle = next(connection.handle_ids)
     connection.pending[handle] = _Pending(list(requests), finish, keepalive)
     return handle
@@ -37,7 +37,7 @@ def poll(handle):
     Returns:
         A flag indicating whether the operation has completed.
     """
-    connection = basics.connection()
+    connection = connections.current()
     pending = connection.pending.get(handle)
     if pending is None:
         raise ValueError(f'Handle {handle} was not created or has been cleared.')
@@ -62,7 +62,7 @@ def synchronize(handle):
             (mismatched tensors, a rank left the job, the daemon failed); the
             message is the daemon's.
     """
-    connection = basics.connection()
+    connection = connections.current()
     pending = connection.pending.pop(handle, None)
     if pending is None:
         return None

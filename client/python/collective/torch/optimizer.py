@@ -20,13 +20,13 @@ from contextlib import contextmanager
 import torch
 
 from collective.torch.compression import Compression
-from collective.torch.functions import broadcast_object
 from collective.torch.grad_buckets import GradientBuckets
 from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_,
                                       sparse_allreduce_async)
 from collective.torch.mpi_ops import synchronize, size
 from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
+from collective.torch.object_collectives import broadcast_object
 
 _TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times '
                     'before call to step(). Increase backward_passes_per_step to '

@@ -1,0 +1,73 @@
+"""The one connection of this process to collectived, and the bookkeeping that lives with it.
+
+``collective.common.basics`` opens and closes it (``init``/``shutdown``);
+everything else asks for the ``current()`` one. What hangs off it (requests
+not yet synchronized, counters for unnamed calls) is dropped with it, so that
+nothing outlives its client.
+"""
+
+import collections
+import itertools
+import threading
+
+from collective import _core
+
+_NOT_INITIALIZED = 'collective has not been initialized; use hvd.init().'
+
+
+class Connection:
+    """The client ``init()`` made, and the calls started on it but not yet synchronized."""
+
+    def __init__(self, client):
+        self.client = client
+        # handle -> pending call (see collective.torch.handles).
+        self.pending = {}
+        self.handle_ids = itertools.count()
+        # process set id -> numbers for the names of unnamed calls
+        # ('allreduce.noname.<n>'). The members of a set make the same
+        # unnamed calls on it, so they count the same; a count per set keeps
+        # calls on other sets, made by other ranks, from shifting it.
+        self.unnamed_calls = collections.defaultdict(itertools.count)
+
+
+_lock = threading.Lock()
+_current = None  # the connection of this process, while initialized
+
+
+def open_connection(static_process_sets):
+    """Connects to the node's daemon unless connected already; True if this call connected.
+
+    ``static_process_sets``: lists of ranks to create when the job forms
+    (ignored when connected already).
+    """
+    global _current
+    with _lock:
+        if _current is not None:
+            return False
+        _current = Connection(_core.Client.connect(static_process_sets=static_process_sets))
+        return True
+
+
+def close_connection():
+    """Leaves the job; requests not yet synchronized are abandoned. False if not connected."""
+    global _current
+    with _lock:
+        connection, _current = _current, None
+    if connection is None:
+        return False
+    connection.pending.clear()
+    connection.client.close()
+    return True
+
+
+def is_open():
+    """True between a connecting ``open_connection()`` and ``close_connection()``."""
+    return _current is not None
+
+
+def current():
+    """The connection made by ``init()``; ValueError before it."""
+    connection = _current
+    if connection is None:
+        raise ValueError(_NOT_INITIALIZED)
+    return connection

@@ -1,0 +1,83 @@
+"""Arbitrary picklable Python objects between ranks: ``broadcast_object`` and ``allgather_object``.
+
+Each object is pickled into a uint8 tensor; its length goes first so that
+the receivers can allocate the payload.
+"""
+
+import pickle
+
+import torch
+
+from collective.torch.mpi_ops import allgather, broadcast_, global_process_set, rank
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """
+    Serializes and broadcasts an object from root rank to all other processes.
+    Typical usage is to broadcast the ``optimizer.state_dict()``, for example:
+
+    .. code-block:: python
+
+        state_dict = broadcast_object(optimizer.state_dict(), 0)
+        if collective.torch.rank() > 0:
+            optimizer.load_state_dict(state_dict)
+
+    Arguments:
+        obj: An object that ``pickle`` can serialize. Only the root's matters;
+             the other ranks may pass anything (e.g. ``None``).
+        root_rank: The (global) rank of the process from which
+                   the object will be broadcasted to all other processes.
+        name: Optional name of the broadcasts; every rank must use the same.
+              Defaults to ``broadcast_object``.
+        process_set: Process set object to limit this operation to a subset of
+                     processes. Default is the global process set.
+
+    Returns:
+        The object that was broadcast from the ``root_rank``.
+    """
+    # Unlike Horovod, the default name does not depend on type(obj): the other
+    # ranks often pass None, and differing names would never match.
+    name = name or 'broadcast_object'
+    is_root = rank() == root_rank
+
+    payload = _serialize(obj) if is_root else None
+    length = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
+    broadcast_(length, root_rank, name=name + '.sz', process_set=process_set)
+    if not is_root:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name=name + '.t', process_set=process_set)
+    return obj if is_root else _deserialize(payload)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """
+    Serializes and allgathers an object from all other processes.
+
+    Arguments:
+        obj: An object that ``pickle`` can serialize.
+        name: Optional name of the allgathers; every rank must use the same.
+              Defaults to ``allgather_object``.
+        process_set: Process set object to limit this operation to a subset of
+                     processes. Default is the global process set.
+
+    Returns:
+        The list of objects that were allgathered across all ranks of the
+        process set, in rank order.
+    """
+    name = name or 'allgather_object'
+    payload = _serialize(obj)
+    lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64),
+                        name=name + '.sz', process_set=process_set)
+    gathered = allgather(payload, name=name + '.t', process_set=process_set)
+    return [_deserialize(chunk) for chunk in torch.split(gathered, lengths.tolist())]
+
+
+def _serialize(obj):
+    """Pickles obj into a uint8 tensor."""
+    return torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
+                            dtype=torch.uint8)
+
+
+def _deserialize(tensor):
+    """Unpickles an object from a uint8 tensor made by _serialize."""
+    return pickle.loads(tensor.numpy().tobytes())
