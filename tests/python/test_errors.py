@@ -57,22 +57,6 @@ def test_failed_group_leaves_no_name_outstanding(two_ranks):
     assert [r.tolist() for r in result] == [[hvd.size()] * 2, [hvd.size()] * 3]
 
 
-def test_duplicate_outstanding_name_is_refused(two_ranks):
-    # Rank 0's first 'dup' stays outstanding until the others submit theirs,
-    # which they do only after the barrier that rank 0 reaches after its check.
-    if hvd.rank() == 0:
-        handle = hvd.allreduce_async(torch.ones(2), name='dup', op=hvd.Sum)
-        with pytest.raises(ValueError, match="'allreduce.dup' is already outstanding"):
-            hvd.allreduce_async(torch.ones(2), name='dup', op=hvd.Sum)
-        hvd.barrier()
-    else:
-        hvd.barrier()
-        handle = hvd.allreduce_async(torch.ones(2), name='dup', op=hvd.Sum)
-    assert hvd.synchronize(handle).tolist() == [hvd.size()] * 2
-    # Completed: the name may be used again.
-    assert hvd.allreduce(torch.ones(2), name='dup', op=hvd.Sum).tolist() == [hvd.size()] * 2
-
-
 def test_bad_alltoall_splits_are_refused():
     size = hvd.size()
     with pytest.raises(ValueError, match='add up to'):

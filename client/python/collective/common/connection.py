@@ -2,8 +2,8 @@
 
 ``collective.common.basics`` opens and closes it (``init``/``shutdown``);
 everything else asks for the ``current()`` one. What hangs off it (requests
-not yet synchronized, counters for unnamed calls) is dropped with it, so that
-nothing outlives its client.
+not yet synchronized, the names they hold, counters for unnamed calls) is
+dropped with it, so that nothing outlives its client.
 """
 
 import collections
@@ -23,6 +23,11 @@ class Connection:
         # handle -> pending call (see collective.torch.handles).
         self.pending = {}
         self.handle_ids = itertools.count()
+        # name -> handle of the call that holds it, from its submission until
+        # it is synchronized (see collective.torch.handles). Guarded by
+        # names_lock: hooks of a backward pass may submit from other threads.
+        self.names_in_use = {}
+        self.names_lock = threading.Lock()
         # process set id -> numbers for the names of unnamed calls
         # ('allreduce.noname.<n>'). The members of a set make the same
         # unnamed calls on it, so they count the same; a count per set keeps
@@ -56,6 +61,7 @@ def close_connection():
     if connection is None:
         return False
     connection.pending.clear()
+    connection.names_in_use.clear()
     connection.client.close()
     return True
 

@@ -8,7 +8,9 @@ no name is given one is generated from a counter per process set that every
 unnamed call on the set advances, first thing, whether it then succeeds or
 not: the members of a set must make the same unnamed calls on it, in the
 same order. Named calls (such as those some ranks make while others have
-joined) do not count.
+joined) do not count. A name is in use from the call until its handle is
+synchronized; a call under a name in use raises Horovod's ValueError
+(``handles.start``).
 """
 
 import torch
@@ -20,10 +22,18 @@ from collective.torch.reduce_ops import Average
 
 
 def _base_name(kind, name, set_id):
-    """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'."""
+    """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'.
+
+    Unnamed calls on a process set other than the global one carry its id
+    ('<kind>.noname.<set id>.<n>'): a name is in use on this rank whatever
+    the set, and the sets count their unnamed calls separately.
+    """
     if name:
         return f'{kind}.{name}'
-    return f'{kind}.noname.{next(connection.current().unnamed_calls[set_id])}'
+    number = next(connection.current().unnamed_calls[set_id])
+    if set_id == global_process_set.process_set_id:
+        return f'{kind}.noname.{number}'
+    return f'{kind}.noname.{set_id}.{number}'
 
 
 def _names(base, count=None):
@@ -43,7 +53,9 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
     code = reduce_ops.wire_code(op)
     inputs = [tensor_args.dense(t) for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
-    requests = submit(names, [tensor_args.arg(t) for t in inputs],
+
+    def start():
+        return submit(names, [tensor_args.arg(t) for t in inputs],
                       [d.address for d in destinations], code, float(prescale_factor),
                       float(postscale_factor), set_id)
 
@@ -51,7 +63,7 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
         outputs = [d.finish() for d in destinations]
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.register(requests, finish, (inputs, destinations))
+    return handles.start(names, start, finish, (inputs, destinations))
 
 
 def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, postscale_factor,
@@ -152,14 +164,16 @@ def _allgather_async(tensors, name, process_set, grouped):
     tensors = list(tensors)
     inputs = [tensor_args.dense(t) for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
-    requests = _client().allgather_async(names, [tensor_args.arg(t) for t in inputs], set_id)
     dtypes = [t.dtype for t in inputs]
+
+    def start():
+        return _client().allgather_async(names, [tensor_args.arg(t) for t in inputs], set_id)
 
     def finish(results):
         outputs = [tensor_args.tensor_from_result(r, dtype) for r, dtype in zip(results, dtypes)]
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.register(requests, finish, inputs)
+    return handles.start(names, start, finish, inputs)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -202,24 +216,42 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     Returns:
         As in Horovod, a function (not a handle for `synchronize()`): calling
         it once waits for the allgathers and returns the reduced sparse tensor,
-        coalesced.
+        coalesced. Its ``handles`` are those of the two allgathers.
     """
     if op not in (reduce_ops.Average, reduce_ops.Sum):
         raise NotImplementedError('Sparse tensors support only op=Average or op=Sum.')
     grad = tensor.coalesce()
     indices_handle = allgather_async(grad.indices().t().contiguous(), name=f'{name}.indices',
                                      process_set=process_set)
-    values_handle = allgather_async(grad.values(), name=f'{name}.values',
-                                    process_set=process_set)
+    try:
+        values_handle = allgather_async(grad.values(), name=f'{name}.values',
+                                        process_set=process_set)
+    except Exception:
+        # Refused (every rank refuses the same arguments): the indices'
+        # allgather must not keep its name in use.
+        handles.discard(indices_handle)
+        raise
+    return _SparseAllreduce(indices_handle, values_handle, grad.size(), op, process_set)
 
-    def result():
-        indices = handles.synchronize(indices_handle).t()
-        values = handles.synchronize(values_handle)
-        if op == reduce_ops.Average:
-            values = values / process_set.size()
-        return torch.sparse_coo_tensor(indices, values, grad.size()).coalesce()
 
-    return result
+class _SparseAllreduce:
+    """The function ``sparse_allreduce_async`` returns: waits for its allgathers and adds up."""
+
+    def __init__(self, indices_handle, values_handle, size, op, process_set):
+        self.handles = (indices_handle, values_handle)
+        self._size = size
+        self._op = op
+        self._process_set = process_set
+
+    def __call__(self):
+        indices_handle, values_handle = self.handles
+        try:
+            indices = handles.synchronize(indices_handle).t()
+        finally:
+            values = handles.synchronize(values_handle)  # waited for also when indices failed
+        if self._op == reduce_ops.Average:
+            values = values / self._process_set.size()
+        return torch.sparse_coo_tensor(indices, values, self._size).coalesce()
 
 
 def _broadcast_async(tensor, output, root_rank, name, process_set):
@@ -231,10 +263,13 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     if output is None:
         output = torch.empty_like(source)
     destination = tensor_args.Destination(output)
-    request = _client().broadcast_async(base, tensor_args.arg(source), destination.address,
-                                        set_root, set_id)
-    return handles.register([request], lambda _results: destination.finish(),
-                            (source, destination))
+
+    def start():
+        return [_client().broadcast_async(base, tensor_args.arg(source), destination.address,
+                                          set_root, set_id)]
+
+    return handles.start([base], start, lambda _results: destination.finish(),
+                         (source, destination))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -285,14 +320,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     else:
         split_list, splits_dtype = [int(s) for s in splits], torch.int32
     source = tensor_args.dense(tensor)
-    request = _client().alltoall_async(base, tensor_args.arg(source), split_list, set_id)
+
+    def start():
+        return [_client().alltoall_async(base, tensor_args.arg(source), split_list, set_id)]
 
     def finish(results):
         result = results[0]
         received = torch.tensor(result.received_splits, dtype=splits_dtype)
         return tensor_args.tensor_from_result(result, source.dtype), received
 
-    return handles.register([request], finish, source)
+    return handles.start([base], start, finish, source)
 
 
 def _reducescatter_destinations(tensors, set_id):

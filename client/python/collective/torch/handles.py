@@ -1,28 +1,75 @@
-"""Handles of asynchronous operations: ``poll`` and ``synchronize``.
+"""Handles of asynchronous operations: starting them under their names, ``poll`` and ``synchronize``.
 
 A handle stands for one call (a grouped call is one handle for several
 requests). Until it is synchronized the table keeps the call's tensors alive:
 the daemon reads inputs and the binding writes outputs by address.
+
+A call's names are in use from the call until its handle is synchronized:
+as in Horovod, a second call under a name in use raises ValueError at the
+call. Tying the release to ``synchronize`` rather than to the moment the
+daemon completes the first request makes the refusal the same on every
+rank, whatever the timing, so that ranks that catch it stay in step.
 """
 
 from collective.common import connection as connections
 
+# Horovod's text for the same refusal (horovod/common/common.h), raised as
+# ValueError there too.
+DUPLICATE_NAME_ERROR = (
+    'Requested to allreduce, allgather, or broadcast a tensor with the same name as another '
+    'tensor that is currently being processed.  If you want to request another tensor, use a '
+    'different tensor name.')
+
 
 class _Pending:
-    __slots__ = ('requests', 'finish', 'keepalive')
+    __slots__ = ('requests', 'names', 'finish', 'keepalive')
 
-    def __init__(self, requests, finish, keepalive):
+    def __init__(self, requests, names, finish, keepalive):
         self.requests = requests  # the binding's handles
+        self.names = names
         self.finish = finish  # list of Results -> what synchronize returns
         self.keepalive = keepalive
 
 
-def register(requests, finish, keepalive):
-    """A new handle for the binding's ``requests``; ``finish`` makes synchronize's result."""
+def start(names, submit, finish, keepalive):
+    """Starts one call under ``names`` and returns its handle.
+
+    ``submit()`` hands the requests to the binding and returns its request
+    handles; it runs only when no name is in use (else ValueError, before
+    anything is sent), and the names stay in use until the handle is
+    synchronized. ``finish`` makes synchronize's result from the requests'
+    Results; ``keepalive`` is held until then.
+    """
     connection = connections.current()
-    handle = next(connection.handle_ids)
-    connection.pending[handle] = _Pending(list(requests), finish, keepalive)
+    names = list(names)
+    with connection.names_lock:
+        if any(name in connection.names_in_use for name in names):
+            raise ValueError(DUPLICATE_NAME_ERROR)
+        handle = next(connection.handle_ids)
+        for name in names:
+            connection.names_in_use[name] = handle
+    try:
+        requests = list(submit())
+    except BaseException:
+        _free_names(connection, handle, names)
+        raise
+    connection.pending[handle] = _Pending(requests, names, finish, keepalive)
     return handle
+
+
+def discard(handle):
+    """Waits for a call whose result nobody wants; its error, if any, is dropped too."""
+    try:
+        synchronize(handle)
+    except Exception:  # noqa: BLE001 (the caller gave the call up)
+        pass
+
+
+def _free_names(connection, handle, names):
+    with connection.names_lock:
+        for name in names:
+            if connection.names_in_use.get(name) == handle:
+                del connection.names_in_use[name]
 
 
 def poll(handle):
@@ -47,7 +94,7 @@ def poll(handle):
 def synchronize(handle):
     """
     Synchronizes an asynchronous operation until it has completed and
-    returns its result.
+    returns its result. The operation's names may then be used again.
 
     Arguments:
         handle: A handle returned by an asynchronous operation.
@@ -68,13 +115,16 @@ def synchronize(handle):
         return None
     results = []
     error = None
-    # Every request of a group is waited for, also after one failed, so that
-    # none stays outstanding (its name could not be used again).
-    for request in pending.requests:
-        try:
-            results.append(connection.client.wait(request))
-        except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
-            error = error or e
+    try:
+        # Every request of a group is waited for, also after one failed, so
+        # that none stays outstanding (its name could not be used again).
+        for request in pending.requests:
+            try:
+                results.append(connection.client.wait(request))
+            except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
+                error = error or e
+    finally:
+        _free_names(connection, handle, pending.names)
     if error is not None:
         for result in results:
             result.release()

@@ -21,6 +21,7 @@ import torch
 
 from collective.torch.compression import Compression
 from collective.torch.grad_buckets import GradientBuckets
+from collective.torch.handles import discard
 from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_,
                                       sparse_allreduce_async)
 from collective.torch.mpi_ops import synchronize, size
@@ -53,7 +54,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = {}
         self._ready_counts = {}  # group -> members whose last pass is done
         self._allreduce_delay = {}  # parameter -> backward passes still to come
-        self._handles = {}       # group -> function finishing its submitted allreduce
+        self._handles = {}       # group -> its submitted allreduce (_InFlight)
         self._grad_accs = []     # keeps the hooked accumulators alive
         self._synchronized = False
         self._should_synchronize = True
@@ -142,7 +143,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return 1.0, 1.0
 
     def _allreduce_group_async(self, group):
-        """Submits the allreduce of a group's gradients; returns a function that finishes it."""
+        """Submits the allreduce of a group's gradients; returns its _InFlight."""
         buckets = self._buckets
         for p in group:
             if p.grad is None:
@@ -178,7 +179,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         def finish():
             for p, output, ctx in zip(group, outputs(), ctxs):
                 _store_grad(p, self._compression.decompress(output, ctx))
-        return finish
+        return _InFlight([handle], finish)
 
     def _dense_grad(self, p):
         if not p.grad.is_sparse:
@@ -196,7 +197,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
         def finish():
             p.grad = result()
-        return finish
+        return _InFlight(result.handles, finish)
 
     def set_backward_passes_per_step(self, passes):
         """Changes how many backward passes are accumulated before the allreduce."""
@@ -205,7 +206,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = passes
 
     def load_state_dict(self, *args, **kwargs):
-        """Loads the wrapped optimizer's state and forgets any gradient in flight."""
+        """Loads the wrapped optimizer's state and forgets any gradient in flight.
+
+        Allreduces in flight are waited for and their results dropped, so
+        that their names are free for the next backward pass and no late
+        result lands in a gradient it computes.
+        """
+        for in_flight in self._handles.values():
+            in_flight.discard()
         self._handles.clear()
         self._reset_counts()
         self._synchronized = False
@@ -233,12 +241,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for group in self._groups:
             if group not in self._handles:
                 self._handles[group] = self._allreduce_group_async(group)
+        error = None
         try:
-            for finish in self._handles.values():
-                finish()
+            # Every group is waited for, also after one failed, so that no
+            # name stays in use; the first error is raised.
+            while self._handles:
+                group = next(iter(self._handles))
+                try:
+                    self._handles.pop(group).finish()
+                except Exception as e:  # noqa: BLE001 (re-raised below)
+                    error = error or e
         finally:
-            self._handles.clear()
             self._reset_counts()
+        if error is not None:
+            raise error
         self._synchronized = True
 
     @contextmanager
@@ -282,6 +298,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  'before optimizer.step() or optimizer.synchronize(). This is '
                                  'prohibited as it can cause a race condition.')
         return super().zero_grad(*args, **kwargs)
+
+
+class _InFlight:
+    """A group's submitted allreduce: its handles, and ``finish()``, which waits for them and
+    writes the results into ``p.grad``."""
+
+    __slots__ = ('handles', 'finish')
+
+    def __init__(self, handles, finish):
+        self.handles = handles
+        self.finish = finish
+
+    def discard(self):
+        """Waits for it and drops the results (and any error)."""
+        for handle in self.handles:
+            discard(handle)
 
 
 def _check_groups(groups):
