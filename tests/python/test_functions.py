@@ -79,8 +79,9 @@ def test_broadcast_optimizer_state_creates_missing_state():
     assert isinstance(group['betas'], tuple)
     for p in model.parameters():
         assert set(optimizer.state[p]) >= {'step', 'exp_avg', 'exp_avg_sq'}
-        # The state-creating step must leave weights (weight_decay!) and gradients alone.
-        assert p.grad is None
+        # As in Horovod, the state-creating step leaves its zero gradients.
+        assert torch.equal(p.grad, torch.zeros_like(p))
+    # It must leave the weights alone (weight_decay would move them).
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
 
@@ -131,7 +132,46 @@ def test_broadcast_optimizer_state_plain_sgd():
     optimizer = torch.optim.SGD([p], lr=0.5)
     ct.broadcast_optimizer_state(optimizer, root_rank=0)
     assert torch.equal(p, before)
-    assert torch.equal(p.grad, rank_batch(ct.rank(), (3, 2), seed=1))
+    # Horovod's state-creating step replaces every gradient with zeros.
+    assert torch.equal(p.grad, torch.zeros(3, 2, dtype=torch.float64))
+
+
+class _Lookup(torch.nn.Module):
+    """Rows of a trained table picked by a frozen integer index (no gradient)."""
+
+    def __init__(self):
+        super().__init__()
+        self.index = torch.nn.Parameter(torch.tensor([2, 0]), requires_grad=False)
+        self.table = torch.nn.Parameter(rank_batch(ct.rank(), (5,), seed=3))
+
+    def forward(self, x):
+        return self.table[self.index] * x
+
+
+def test_broadcast_optimizer_state_leaves_zero_gradients_where_grad_is_required():
+    model = _Lookup()
+    optimizer = ct.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True,
+                        weight_decay=1e-3),
+        named_parameters=model.named_parameters())
+    ct.broadcast_parameters(model.state_dict(), root_rank=0)
+    table = model.table.detach().clone()
+
+    ct.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    index, trained = optimizer.param_groups[0]['params']
+    assert index.grad is None
+    assert trained.grad is not None
+    assert torch.equal(trained.grad, torch.zeros(5, dtype=torch.float64))
+    # The same zeros everywhere: what the root broadcasts is what every rank holds.
+    assert torch.equal(ct.broadcast(trained.grad, root_rank=0, name='test.zero_grads'),
+                       trained.grad)
+    assert torch.equal(model.table, table)  # the step on zeros did not move the weights
+    # Training goes on from there.
+    optimizer.zero_grad()
+    model(torch.ones(2, dtype=torch.float64)).sum().backward()
+    optimizer.step()
+    assert_same_on_all_ranks([model.table], 'test.lookup_after_step')
 
 
 def test_broadcast_optimizer_state_refuses_lbfgs():

@@ -56,9 +56,10 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
     are broadcast in place; everything else (learning rate, betas, step
     counters kept as Python numbers, ...) is pickled and broadcast as one
     object. An optimizer that has not taken a step yet has no state: it is
-    created first by one step on zero gradients (on the wrapped optimizer
-    when ``optimizer`` is a DistributedOptimizer, so no allreduce happens),
-    after which the parameters and gradients are put back as they were.
+    created first, as in Horovod, by one step on zero gradients (on the
+    wrapped optimizer when ``optimizer`` is a DistributedOptimizer, so no
+    allreduce happens). The parameters are then put back as they were; the
+    zero gradients stay, as Horovod leaves them.
 
     Arguments:
         optimizer: An optimizer (a ``torch.optim.Optimizer`` or a
@@ -109,9 +110,14 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
 
 
 def _initialize_optimizer_state(optimizer):
-    """Creates the state of a fresh optimizer without changing its parameters or gradients."""
+    """Creates the state of a fresh optimizer by a step on zero gradients, which stay in p.grad.
+
+    Parameters that do not require grad keep the gradient they had (None,
+    usually). The step must not move the parameters (weight decay would):
+    they are put back.
+    """
     params = [p for group in optimizer.param_groups for p in group['params'] if p.requires_grad]
-    saved = [(p, p.detach().clone(), p.grad) for p in params]
+    saved = [(p, p.detach().clone()) for p in params]
     for p in params:
         grad = torch.zeros_like(p, memory_format=torch.preserve_format)
         p.grad = grad.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else grad
@@ -124,6 +130,5 @@ def _initialize_optimizer_state(optimizer):
         optimizer.step()
 
     with torch.no_grad():
-        for p, value, grad in saved:
+        for p, value in saved:
             p.copy_(value)
-            p.grad = grad
