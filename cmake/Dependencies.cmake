@@ -10,8 +10,6 @@ find_package(fmt CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(SYSTEMD REQUIRED IMPORTED_TARGET libsystemd)
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 

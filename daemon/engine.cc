@@ -201,6 +201,9 @@ Clock::time_point Engine::NextTimer() const {
     next = std::min(next, next_stall_check_);
   }
   if (job_->state() == JobState::kForming) return std::min(next, job_->formation_deadline());
+  for (const Job::WaitingRegistration& waiting : job_->waiting()) {
+    next = std::min(next, waiting.deadline);
+  }
   for (const auto& member : job_->members()) {
     if (member && !member->attached() && member->live()) {
       next = std::min(next, member->attach_deadline);
@@ -221,6 +224,7 @@ void Engine::RunTimers(Clock::time_point now) {
     // Fine enough for limits given in seconds.
     next_stall_check_ = now + std::chrono::seconds(1);
   }
+  ExpireWaitingRegistrations(now);
   if (job_->state() == JobState::kForming) {
     if (now < job_->formation_deadline()) return;
     const std::vector<int32_t> missing = job_->MissingLocalRanks();
@@ -399,6 +403,10 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
   const absl::Status status =
       absl::UnavailableError(absl::StrCat("collectived is shutting down (", event.reason, ")"));
   if (job_ != nullptr) {
+    for (const Job::WaitingRegistration& waiting : job_->waiting()) {
+      waiting.call->Finish(status, {});
+    }
+    job_->waiting().clear();
     if (job_->state() == JobState::kForming) {
       AbortFormation(status);
     } else {

@@ -4,9 +4,9 @@
 // (engine_events.h), and clients publish submissions in their segments'
 // submission rings; either wakes it through its doorbell. It handles them in
 // arrival order, runs whatever became ready, completes requests through the
-// clients' completion rings, and keeps its timers (job formation and attach
-// deadlines, heartbeats). No lock guards job state, because no other thread
-// touches it.
+// clients' completion rings, and keeps its timers (job formation, attach
+// and waiting-registration deadlines, heartbeats). No lock guards job state,
+// because no other thread touches it.
 //
 // The implementation is split by concern: engine.cc (loop, timers, status,
 // timeline), engine_jobs.cc (registration, formation, leaving, failure,
@@ -116,8 +116,17 @@ class Engine {
 
   // engine_jobs.cc
   void OnRegister(const RegisterEvent& event);
-  absl::Status CheckRegistration(const v1::RegisterRequest& request, const std::string& job_id,
-                                 const std::vector<std::vector<int32_t>>& static_sets) const;
+  // A registration, new or one that waited for an ended job to go; the job
+  // it forms must have formed by `deadline`.
+  void Register(std::shared_ptr<RegisterCall> call, Clock::time_point deadline);
+  // What any registration must satisfy, whatever the daemon's job.
+  absl::Status CheckRequest(const v1::RegisterRequest& request, const std::string& job_id) const;
+  // Whether it fits the job that is forming or running, if any.
+  absl::Status CheckAgainstJob(const v1::RegisterRequest& request, const std::string& job_id,
+                               const std::vector<std::vector<int32_t>>& static_sets) const;
+  // Registrations that waited for an ended job until their deadline fail,
+  // naming who has not left it.
+  void ExpireWaitingRegistrations(Clock::time_point now);
   absl::StatusOr<std::unique_ptr<ClientRecord>> NewClient(const RegisterCall& call);
   // Every local rank registered: form the job here (one node) or start the
   // exchange with the other nodes.

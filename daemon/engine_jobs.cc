@@ -27,11 +27,19 @@ std::string DescribeSets(const std::vector<std::vector<int32_t>>& sets) {
 constexpr int32_t kMaxLocalSize = 4096;
 constexpr size_t kMaxJobIdBytes = 128;
 
+Clock::duration RegisterTimeout(const config::DaemonConfig& config) {
+  return std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config.register_timeout_seconds));
+}
+
+std::string JobIdOf(const v1::RegisterRequest& request) {
+  return request.job_id().empty() ? "default" : request.job_id();
+}
+
 }  // namespace
 
-absl::Status Engine::CheckRegistration(const v1::RegisterRequest& request,
-                                       const std::string& job_id,
-                                       const std::vector<std::vector<int32_t>>& static_sets) const {
+absl::Status Engine::CheckRequest(const v1::RegisterRequest& request,
+                                  const std::string& job_id) const {
   if (shutting_down_) {
     return absl::UnavailableError(
         absl::StrCat("collectived is shutting down (", shutdown_reason_, ")"));
@@ -62,24 +70,20 @@ absl::Status Engine::CheckRegistration(const v1::RegisterRequest& request,
                                                    " bytes exceeds max_arena_bytes (",
                                                    config_.max_arena_bytes, ")"));
   }
-  if (job_ == nullptr) return absl::OkStatus();
+  return absl::OkStatus();
+}
 
+absl::Status Engine::CheckAgainstJob(const v1::RegisterRequest& request, const std::string& job_id,
+                                     const std::vector<std::vector<int32_t>>& static_sets) const {
+  if (job_ == nullptr) return absl::OkStatus();
   if (job_->id() != job_id) {
     return absl::UnavailableError(absl::StrCat("collectived is serving job '", job_->id(),
                                                "'; job '", job_id,
                                                "' can register when it has ended"));
   }
-  switch (job_->state()) {
-    case JobState::kForming:
-      break;
-    case JobState::kRunning:
-      return absl::AlreadyExistsError(absl::StrCat(
-          "job '", job_id, "' is already running with all ", job_->local_size(), " local ranks"));
-    case JobState::kEnding:
-    case JobState::kFailed:
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", job_id,
-          "' has ended and waits for its remaining clients to leave: ", job_->failure().message()));
+  if (job_->state() != JobState::kForming) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", job_id, "' is already running with all ",
+                                                 job_->local_size(), " local ranks"));
   }
   if (request.local_size() != job_->local_size()) {
     const ClientRecord* first = nullptr;
@@ -151,8 +155,12 @@ absl::StatusOr<std::unique_ptr<ClientRecord>> Engine::NewClient(const RegisterCa
 }
 
 void Engine::OnRegister(const RegisterEvent& event) {
-  const v1::RegisterRequest& request = event.call->request();
-  const std::string job_id = request.job_id().empty() ? "default" : request.job_id();
+  Register(event.call, Clock::now() + RegisterTimeout(config_));
+}
+
+void Engine::Register(std::shared_ptr<RegisterCall> call, Clock::time_point deadline) {
+  const v1::RegisterRequest& request = call->request();
+  const std::string job_id = JobIdOf(request);
   // Static sets compare as sets of ranks, in the order the clients list them.
   std::vector<std::vector<int32_t>> static_sets;
   for (const v1::ProcessSet& set : request.static_process_sets()) {
@@ -160,34 +168,64 @@ void Engine::OnRegister(const RegisterEvent& event) {
     std::sort(ranks.begin(), ranks.end());
     static_sets.push_back(std::move(ranks));
   }
-  if (absl::Status status = CheckRegistration(request, job_id, static_sets); !status.ok()) {
-    log::Rpc().warn("registration from {} refused: {}", event.call->peer().ToString(),
-                    status.message());
-    event.call->Finish(status, {});
+  absl::Status status = CheckRequest(request, job_id);
+  if (status.ok() && job_ != nullptr && job_->ended()) {
+    // The ended job goes as soon as its last member leaves, which may be
+    // moments away: refusing would fail a rank that initialises again
+    // sooner than the others shut down.
+    log::Coord().info("job '{}': local rank {} ({}) waits for job '{}' to end", job_id,
+                      request.local_rank(), call->peer().ToString(), job_->id());
+    job_->waiting().push_back({std::move(call), deadline});
     return;
   }
-  auto client = NewClient(*event.call);
+  if (status.ok()) status = CheckAgainstJob(request, job_id, static_sets);
+  if (!status.ok()) {
+    log::Rpc().warn("registration from {} refused: {}", call->peer().ToString(), status.message());
+    call->Finish(status, {});
+    return;
+  }
+  auto client = NewClient(*call);
   if (!client.ok()) {
-    log::Shm().error("registration from {}: {}", event.call->peer().ToString(),
+    log::Shm().error("registration from {}: {}", call->peer().ToString(),
                      client.status().message());
-    event.call->Finish(client.status(), {});
+    call->Finish(client.status(), {});
     return;
   }
   if (job_ == nullptr) {
-    const auto timeout = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(config_.register_timeout_seconds));
-    job_ = std::make_unique<Job>(job_id, request.local_size(), next_job_sequence_++,
-                                 Clock::now() + timeout);
+    job_ = std::make_unique<Job>(job_id, request.local_size(), next_job_sequence_++, deadline);
     log::Coord().info("job '{}' forming: {} local ranks expected", job_id, request.local_size());
   }
-  (*client)->registration = event.call;
-  (*client)->static_process_sets = std::move(static_sets);
-  registrations_[event.call->id()] = (*client)->id;
+  registrations_[call->id()] = (*client)->id;
   log::Coord().info("job '{}': local rank {} registered ({}, client {})", job_id,
-                    request.local_rank(), event.call->peer().ToString(), (*client)->id);
+                    request.local_rank(), call->peer().ToString(), (*client)->id);
+  (*client)->registration = std::move(call);
+  (*client)->static_process_sets = std::move(static_sets);
   job_->AddMember(std::move(*client));
   WriteHeartbeats();
   if (job_->complete()) FormJob();
+}
+
+void Engine::ExpireWaitingRegistrations(Clock::time_point now) {
+  std::vector<Job::WaitingRegistration>& waiting = job_->waiting();
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    const std::string job_id = JobIdOf(it->call->request());
+    const std::string ended = job_id == job_->id()
+                                  ? std::string("its previous run has ended")
+                                  : absl::StrCat("collectived's job '", job_->id(), "' has ended");
+    const std::string still_in = DescribeStillIn(*job_);
+    const absl::Status late = absl::DeadlineExceededError(absl::StrCat(
+        "job '", job_id, "' did not form within ", config_.register_timeout_seconds, " s: ", ended,
+        still_in.empty() ? ", but its transfers with the other nodes have not finished"
+                         : absl::StrCat(", but ", still_in, " not left it"),
+        job_id == job_->id() ? " (each rank must shut down first)" : ""));
+    log::Coord().warn("{}", late.message());
+    it->call->Finish(late, {});
+    it = waiting.erase(it);
+  }
 }
 
 void Engine::FormJob() {
@@ -228,8 +266,7 @@ void Engine::FinishFormation(const NodeLayout& layout) {
   coordinator_ = std::make_unique<Coordinator>();
   totals_.set_jobs(totals_.jobs() + 1);
 
-  const auto timeout = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(config_.register_timeout_seconds));
+  const Clock::duration timeout = RegisterTimeout(config_);
   const shm::ResultSegment& segment = job_->results()->segment();
   for (const auto& member : job_->members()) {
     v1::RegisterResponse response;
@@ -270,6 +307,17 @@ void Engine::AbortFormation(const absl::Status& status) {
 }
 
 void Engine::OnRegisterCancelled(const RegisterCancelledEvent& event) {
+  if (job_ != nullptr) {
+    std::vector<Job::WaitingRegistration>& waiting = job_->waiting();
+    auto gave_up = std::find_if(waiting.begin(), waiting.end(), [&](const auto& registration) {
+      return registration.call->id() == event.call_id;
+    });
+    if (gave_up != waiting.end()) {
+      gave_up->call->Finish(absl::CancelledError("registration cancelled by the client"), {});
+      waiting.erase(gave_up);
+      return;
+    }
+  }
   auto it = registrations_.find(event.call_id);
   if (it == registrations_.end() || job_ == nullptr) return;
   ClientRecord* client = job_->FindClient(it->second);
@@ -435,7 +483,11 @@ void Engine::MaybeTearDownJob() {
   }
   gpu_.EndJob();
   gpu_rows_.clear();  // timeline rows of batches abandoned on the GPU
-  job_.reset();       // unlinks every segment of the job
+  std::vector<Job::WaitingRegistration> waiting = std::move(job_->waiting());
+  job_.reset();  // unlinks every segment of the job
+  for (Job::WaitingRegistration& registration : waiting) {
+    Register(std::move(registration.call), registration.deadline);
+  }
 }
 
 }  // namespace collective::daemon

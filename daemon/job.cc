@@ -1,6 +1,7 @@
 #include "daemon/job.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -121,6 +122,16 @@ std::string DescribeLocalRanks(const std::vector<int32_t>& ranks) {
 std::string DescribeMember(const ClientRecord& client) {
   const int32_t rank = client.topology.size() > 0 ? client.topology.rank() : client.local_rank;
   return absl::StrCat("rank ", rank, " (pid ", client.peer.pid, ")");
+}
+
+std::string DescribeStillIn(const Job& job) {
+  std::vector<std::string> members;
+  for (const auto& member : job.members()) {
+    if (member && member->live()) members.push_back(DescribeMember(*member));
+  }
+  if (members.empty()) return "";
+  return absl::StrCat(absl::StrJoin(members, members.size() == 2 ? " and " : ", "),
+                      members.size() == 1 ? " has" : " have");
 }
 
 absl::Status SegmentTruncated(const ClientRecord& client) {

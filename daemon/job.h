@@ -1,5 +1,6 @@
 // The one job a daemon serves at a time: its members by local rank, how it
-// forms, and how it ends. Touched only by the engine thread.
+// forms, how it ends, and the registrations that wait for it to go. Touched
+// only by the engine thread.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,8 @@ class Job {
   int32_t local_size() const { return local_size_; }
   uint64_t sequence() const { return sequence_; }
   JobState state() const { return state_; }
+  // Ending or failed: it waits only for its members to go.
+  bool ended() const { return state_ == JobState::kEnding || state_ == JobState::kFailed; }
   // Why the job is ending or failed; OK while forming or running.
   const absl::Status& failure() const { return failure_; }
   std::chrono::steady_clock::time_point formation_deadline() const { return formation_deadline_; }
@@ -74,6 +77,17 @@ class Job {
   void End(absl::Status why);
   void Fail(absl::Status why);
 
+  // Registrations that came after the job ended: a rank that shut down and
+  // initialised again before the others had left (Horovod's tests and
+  // elastic training do), or the next job. Each waits, until its deadline,
+  // for this job to be torn down, and then registers afresh.
+  struct WaitingRegistration {
+    std::shared_ptr<RegisterCall> call;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<WaitingRegistration>& waiting() { return waiting_; }
+  const std::vector<WaitingRegistration>& waiting() const { return waiting_; }
+
  private:
   std::string id_;
   int32_t local_size_;
@@ -86,6 +100,7 @@ class Job {
   std::unique_ptr<ResultArena> results_;
   std::unique_ptr<ProcessSetTable> process_sets_;
   NodeLayout layout_;
+  std::vector<WaitingRegistration> waiting_;
 };
 
 // "local ranks 2, 3" / "local rank 1".
@@ -93,6 +108,10 @@ std::string DescribeLocalRanks(const std::vector<int32_t>& ranks);
 
 // "rank 2 (pid 1234)": how error messages name a member.
 std::string DescribeMember(const ClientRecord& client);
+
+// "rank 1 (pid 12) has" / "rank 1 (pid 12) and rank 3 (pid 14) have": the
+// members that have not left, as the subject of a sentence; empty if none.
+std::string DescribeStillIn(const Job& job);
 
 // The error every rank gets when `client` truncated its own segment under the
 // daemon (DATA_LOSS).

@@ -1,10 +1,17 @@
 #include "daemon/systemd_notify.h"
 
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
-#include <systemd/sd-daemon.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 
 namespace collective::daemon {
 namespace {
@@ -22,9 +29,33 @@ std::string OneLine(absl::string_view text) {
   return line;
 }
 
+// sd_notify(3)'s protocol, without waiting: libsystemd's sd_notify blocks
+// while the receiver's queue is full, so a supervisor that stopped reading
+// (collectiverun did, once its daemon was ready) held the engine thread, and
+// with it every registration and SIGTERM's shutdown, for ever. A
+// notification the receiver has no room for is dropped; the next one
+// describes the state anyway. NOTIFY_SOCKET is systemd's variable, not a
+// knob of ours: a path, or '@' for the abstract namespace.
 void Notify(absl::string_view assignments, absl::string_view status) {
+  const char* path = std::getenv("NOTIFY_SOCKET");
+  if (path == nullptr) return;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const size_t length = std::strlen(path);
+  if ((path[0] != '/' && path[0] != '@') || length < 2 || length >= sizeof(address.sun_path)) {
+    return;
+  }
+  std::memcpy(address.sun_path, path, length);
+  if (path[0] == '@') address.sun_path[0] = '\0';
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
   const std::string message = absl::StrCat(assignments, "STATUS=", OneLine(status));
-  ::sd_notify(0, message.c_str());
+  if (::sendto(fd, message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+               reinterpret_cast<const sockaddr*>(&address),
+               static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length)) < 0) {
+    log::Daemon().debug("a notification to {} was not sent: {}", path, std::strerror(errno));
+  }
+  ::close(fd);
 }
 
 // Counted by hand rather than through Job::MissingLocalRanks, which

@@ -1,7 +1,8 @@
 // Tells systemd (Type=notify) what the daemon is doing: READY=1 once the
 // socket accepts requests, STATUS= (what `systemctl status` shows) whenever
 // the job's state changes, STOPPING=1 on shutdown. A no-op when the daemon
-// does not run under systemd (no NOTIFY_SOCKET).
+// does not run under systemd (no NOTIFY_SOCKET). Never waits for the
+// receiver: a notification it has no room for is dropped.
 #pragma once
 
 #include <cstdint>

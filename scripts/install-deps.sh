@@ -16,8 +16,8 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
   # multi-node
   libopenmpi-dev openmpi-bin
-  # shared memory, logging, config, CLI, systemd
-  libboost-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev libsystemd-dev
+  # shared memory, logging, config, CLI
+  libboost-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
 )
 case "$profile" in
   build) ;;

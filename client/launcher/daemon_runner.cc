@@ -132,6 +132,11 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   daemon->process_ = std::move(*process);
   daemon->output_.emplace(daemon->process_->TakeStdout(), "[collectived] ", STDERR_FILENO);
   if (absl::Status ready = daemon->AwaitReady(signals); !ready.ok()) return ready;
+  // Nothing reads the daemon's later notifications (its job's state): with
+  // the socket gone they fail at once instead of filling a queue no one
+  // empties.
+  daemon->notify_.Reset();
+  ::unlink(notify_path.c_str());
   return daemon;
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
@@ -33,6 +34,7 @@ namespace collective::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Generous: every job here finishes in a few seconds, and each test bounds
 // the part that matters (how fast ranks are stopped) more tightly.
@@ -388,6 +390,45 @@ TEST(LauncherTest, UsesAConfiguredDaemonAndLeavesItRunning) {
   EXPECT_EQ(status->totals().jobs(), 2u);
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
+
+// Horovod's suite shuts down and initialises again after every test, and
+// elastic training does the same: ten runs of init, allreduce, barrier and
+// shutdown on 2 ranks all succeed, under the private daemon (true) and under
+// one started on its own (false), and the private daemon then stops at
+// SIGTERM.
+class LauncherReinitTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LauncherReinitTest, EveryRankInitialisesAgainTenTimes) {
+  const bool private_daemon = GetParam();
+  std::unique_ptr<DaemonProcess> configured;
+  std::vector<std::string> args = {"--verbose", "-np", "2"};
+  if (!private_daemon) {
+    auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    configured = std::move(*daemon);
+    args.insert(args.end(), {"--socket", configured->socket()});
+  }
+  const LaunchResult run =
+      RunLauncher(Concat(args, {TestWorkerBinary(), "reinit", "--times", "10"}));
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] ok 10 inits", "[1] ok 10 inits"}))
+      << run.out;
+  EXPECT_THAT(run.err, Not(HasSubstr("did not stop")));
+  if (private_daemon) {
+    ExpectNothingLeft(FindPrivateDaemon(run.err));
+    return;
+  }
+  auto status = configured->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->totals().jobs(), 10u);
+  EXPECT_EQ(status->job().state(), v1::JOB_STATE_IDLE);
+  EXPECT_TRUE(ExitedCleanly(configured->Stop())) << configured->process().Stderr();
+}
+
+INSTANTIATE_TEST_SUITE_P(Daemons, LauncherReinitTest, ::testing::Bool(), [](const auto& test_info) {
+  return test_info.param ? "PrivateDaemon" : "ConfiguredDaemon";
+});
 
 TEST(LauncherTest, AConfiguredDaemonThatIsNotThereFailsClearly) {
   const LaunchResult run = RunLauncher(

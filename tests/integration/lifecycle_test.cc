@@ -1,16 +1,22 @@
 // The life of jobs and of the daemon: a client killed mid-allreduce, a job
 // that never forms, a rank killed while forming, inconsistent registrations,
 // a rank that leaves while another waits on it, SIGTERM with requests
-// pending, a daemon killed under its clients and its successor on the same
+// pending, SIGTERM in any state with a notification socket nobody reads, a
+// daemon killed under its clients and its successor on the same
 // socket, a hung daemon, a second daemon on a socket already served, and
 // jobs back to back. Every test ends with no process, socket or
 // shared-memory segment left behind.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -352,6 +358,136 @@ TEST(ShutdownTest, SigtermFailsRegistrationsOfAFormingJob) {
   EXPECT_FALSE(std::filesystem::exists((*daemon)->socket()));
   EXPECT_TRUE((*daemon)->Segments().empty());
 }
+
+// A datagram socket for the daemon's sd_notify messages (NOTIFY_SOCKET)
+// that nobody reads, filled until the kernel takes no more: what a
+// supervisor that stopped reading leaves the daemon with (collectiverun did,
+// once its private daemon was ready). Notifications must never make the
+// daemon wait.
+class UnreadNotifySocket {
+ public:
+  static absl::StatusOr<std::unique_ptr<UnreadNotifySocket>> Create() {
+    auto socket = std::unique_ptr<UnreadNotifySocket>(new UnreadNotifySocket());
+    char pattern[] = "/tmp/cld-notify-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
+    socket->directory_ = pattern;
+    socket->path_ = socket->directory_ + "/notify";
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::memcpy(address.sun_path, socket->path_.c_str(), socket->path_.size() + 1);
+    const auto* named = reinterpret_cast<const sockaddr*>(&address);
+    socket->fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (socket->fd_ < 0 || ::bind(socket->fd_, named, sizeof(address)) != 0) {
+      return absl::InternalError(absl::StrCat("cannot bind ", socket->path_));
+    }
+    const int sender = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    constexpr char kFiller[] = "STATUS=filler";
+    int sent = 0;
+    while (sent < 100000 && ::sendto(sender, kFiller, sizeof(kFiller) - 1, MSG_DONTWAIT, named,
+                                     sizeof(address)) >= 0) {
+      ++sent;
+    }
+    const int error = errno;
+    ::close(sender);
+    if (error != EAGAIN && error != EWOULDBLOCK) {
+      return absl::InternalError(
+          absl::StrCat("filling ", socket->path_, ": ", std::strerror(error)));
+    }
+    return socket;
+  }
+  ~UnreadNotifySocket() {
+    if (fd_ >= 0) ::close(fd_);
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  UnreadNotifySocket() = default;
+  std::string directory_;
+  std::string path_;
+  int fd_ = -1;
+};
+
+enum class DaemonState { kIdle, kForming, kRunning, kEndedWithARankAttached };
+
+std::string StateName(DaemonState state) {
+  switch (state) {
+    case DaemonState::kIdle:
+      return "Idle";
+    case DaemonState::kForming:
+      return "Forming";
+    case DaemonState::kRunning:
+      return "Running";
+    case DaemonState::kEndedWithARankAttached:
+      return "EndedWithARankAttached";
+  }
+  return "Unknown";
+}
+
+bool RunningWithTwoAttached(const v1::StatusResponse& status) {
+  return status.job().state() == v1::JOB_STATE_RUNNING && status.clients_size() == 2 &&
+         status.clients(0).attached() && status.clients(1).attached();
+}
+
+class SigtermInAnyStateTest : public ::testing::TestWithParam<DaemonState> {};
+
+// SIGTERM ends the daemon within the 10 s collectiverun gives it, whatever
+// it is doing, and the daemon removes its socket and segments; here with a
+// notification socket that nobody reads, which used to block it for ever.
+TEST_P(SigtermInAnyStateTest, EndsTheDaemonPromptlyAndLeavesNothing) {
+  auto notify = UnreadNotifySocket::Create();
+  ASSERT_TRUE(notify.ok()) << notify.status();
+  auto daemon = DaemonProcess::Start(
+      {.flags = SmallMemoryFlags(), .environment = {{"NOTIFY_SOCKET", (*notify)->path()}}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  std::vector<Subprocess> workers;
+  const DaemonState state = GetParam();
+  if (state == DaemonState::kForming) {
+    auto early = (*daemon)->StartWorker(TestWorkerBinary(), 0, 2,
+                                        {"connect-error", "--expect", "shutting down"});
+    ASSERT_TRUE(early.ok()) << early.status();
+    workers.push_back(std::move(*early));
+    auto forming = (*daemon)->AwaitStatus(
+        [](const v1::StatusResponse& s) { return s.job().registered() == 1; }, kStateTimeout);
+    ASSERT_TRUE(forming.ok()) << forming.status();
+  }
+  if (state == DaemonState::kRunning || state == DaemonState::kEndedWithARankAttached) {
+    auto started = (*daemon)->StartWorkers(TestWorkerBinary(), 2, {"leave-on-signal"});
+    ASSERT_TRUE(started.ok()) << started.status();
+    workers = std::move(*started);
+    auto running = (*daemon)->AwaitStatus(RunningWithTwoAttached, kStateTimeout);
+    ASSERT_TRUE(running.ok()) << running.status();
+  }
+  if (state == DaemonState::kEndedWithARankAttached) {
+    workers[0].Signal(SIGUSR1);
+    EXPECT_TRUE(ExitedCleanly(workers[0].Wait(kFailureBound))) << workers[0].Stderr();
+    auto ending = (*daemon)->AwaitStatus(
+        [](const v1::StatusResponse& s) { return s.job().state() == v1::JOB_STATE_ENDING; },
+        kStateTimeout);
+    ASSERT_TRUE(ending.ok()) << ending.status();
+  }
+  if (state != DaemonState::kIdle) {
+    ASSERT_FALSE((*daemon)->Segments().empty());
+  }
+
+  (*daemon)->process().Signal(SIGTERM);
+  const auto exited = (*daemon)->process().Wait(absl::Seconds(10));
+  ASSERT_TRUE(exited.has_value()) << "collectived did not stop within 10 s of SIGTERM";
+  EXPECT_TRUE(ExitedCleanly(exited)) << (*daemon)->process().Describe(*exited);
+  EXPECT_FALSE(std::filesystem::exists((*daemon)->socket()));
+  EXPECT_TRUE((*daemon)->Segments().empty());
+  if (state == DaemonState::kForming) {
+    const auto refused = workers[0].Wait(kFailureBound);
+    EXPECT_TRUE(ExitedCleanly(refused)) << (refused ? workers[0].Describe(*refused) : "runs");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(States, SigtermInAnyStateTest,
+                         ::testing::Values(DaemonState::kIdle, DaemonState::kForming,
+                                           DaemonState::kRunning,
+                                           DaemonState::kEndedWithARankAttached),
+                         [](const auto& test_info) { return StateName(test_info.param); });
 
 TEST(DeadDaemonTest, ClientsFailQuicklyAndASuccessorCleansUp) {
   auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});

@@ -17,6 +17,7 @@
 //                                      (on each rank in turn, as 'dup.RANK')
 //   bad-args                           arguments the client library refuses itself
 //   leave-on-signal                    connect, then Close on SIGUSR1
+//   reinit [--times N]                 connect, allreduce, barrier, Close; N times
 //
 // wait-stuck and victim take --daemon-timeout-ms N (ClientOptions::
 // daemon_timeout). Scenarios that fail a collective print the error and the CLOCK_MONOTONIC
@@ -414,11 +415,39 @@ int LeaveOnSignal(const Args&) {
   return 0;
 }
 
+// Initialises, allreduces, passes a barrier and leaves, --times N times
+// over, as Horovod's suite (shutdown and init after every test) and elastic
+// training do: a rank that left connects again at once, whether or not the
+// other ranks have left the previous run yet.
+int Reinit(const Args& args) {
+  const int times = std::stoi(Flag(args, "--times", "10"));
+  for (int run = 0; run < times; ++run) {
+    auto client = Client::Connect();
+    if (!client.ok()) Die(absl::StrCat("init ", run, ": ", client.status().ToString()));
+    const int size = (*client)->size();
+    std::vector<float> data(4, static_cast<float>((*client)->rank() + 1));
+    const absl::Status reduced = (*client)->Allreduce(
+        absl::StrCat("reinit.", run), {data.data(), DataType::kFloat32, {4}}, data.data());
+    if (!reduced.ok()) Die(absl::StrCat("allreduce ", run, ": ", reduced.ToString()));
+    const float expected = static_cast<float>(size * (size + 1) / 2);
+    if (data[0] != expected) {
+      Die(absl::StrCat("allreduce ", run, " gave ", data[0], ", expected ", expected));
+    }
+    const absl::Status barrier = (*client)->Barrier();
+    if (!barrier.ok()) Die(absl::StrCat("barrier ", run, ": ", barrier.ToString()));
+    const absl::Status closed = (*client)->Close();
+    if (!closed.ok()) Die(absl::StrCat("shutdown ", run, ": ", closed.ToString()));
+  }
+  std::printf("ok %d inits\n", times);
+  return 0;
+}
+
 int RunScenario(const std::string& name, const Args& args) {
   const std::map<std::string, std::function<int(const Args&)>> scenarios = {
       {"matrix", Matrix},       {"mismatch", Mismatch},          {"wait-stuck", WaitStuck},
       {"victim", Victim},       {"connect-error", ConnectError}, {"as-uid", AsUid},
       {"duplicate", Duplicate}, {"bad-args", BadArgs},           {"leave-on-signal", LeaveOnSignal},
+      {"reinit", Reinit},
   };
   const auto it = scenarios.find(name);
   if (it == scenarios.end()) Die("unknown scenario " + name);

@@ -59,8 +59,12 @@ def _deadline(request):
     def expire():
         if capture is not None:
             capture.suspend_global_capture(in_=False)
+        try:
+            rank = hvd.rank()
+        except ValueError:  # stuck in init(): not connected
+            rank = '(not initialized)'
         sys.stderr.write(f'\n{request.node.nodeid} still runs after {_TEST_DEADLINE_S} s on '
-                         f'rank {hvd.rank()}; its threads:\n')
+                         f'rank {rank}; its threads:\n')
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         sys.stderr.flush()
         os._exit(3)
