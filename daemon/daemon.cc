@@ -12,9 +12,9 @@
 #include "collective/build_config.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "daemon/secrets.h"
-#include "daemon/sigbus_guard.h"
-#include "daemon/systemd_notify.h"
+#include "daemon/job/secrets.h"
+#include "daemon/job/sigbus_guard.h"
+#include "daemon/observe/systemd_notify.h"
 #include "shm/segment_names.h"
 
 namespace collective::daemon {
@@ -29,7 +29,7 @@ constexpr auto kMetricsTimeout = std::chrono::seconds(4);
 }  // namespace
 
 Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
-               Engine::StopRequest stop)
+               engine::Engine::StopRequest stop)
     : config_(config),
       epoch_(epoch),
       policy_(::geteuid(), config.allowed_uids, config.allowed_gids),
@@ -37,22 +37,23 @@ Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string m
       service_(engine_, policy_) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig& config,
-                                                      Engine::StopRequest stop) {
+                                                      engine::Engine::StopRequest stop) {
   // The socket first: a second daemon on the same socket (and, likely, the
   // same metrics address) is refused for the socket, which says more.
-  auto listener = UnixListener::Bind({config.socket, config.socket_group});
+  auto listener = service::UnixListener::Bind({config.socket, config.socket_group});
   if (!listener.ok()) return listener.status();
-  std::unique_ptr<MetricsHttpServer> metrics_http;
+  std::unique_ptr<observe::MetricsHttpServer> metrics_http;
   if (!config.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(metrics_http, MetricsHttpServer::Bind(config.metrics_listen));
+    ASSIGN_OR_RETURN(metrics_http, observe::MetricsHttpServer::Bind(config.metrics_listen));
   }
-  auto daemon = std::unique_ptr<Daemon>(new Daemon(
-      config, NewEpoch(), metrics_http ? metrics_http->url() : std::string(), std::move(stop)));
+  auto daemon = std::unique_ptr<Daemon>(
+      new Daemon(config, job::NewEpoch(), metrics_http ? metrics_http->url() : std::string(),
+                 std::move(stop)));
   daemon->listener_ = std::move(*listener);
   daemon->metrics_http_ = std::move(metrics_http);
 
   shm::SegmentNames(::geteuid(), config.socket, daemon->epoch_).RemoveStale();
-  SigbusGuard::Install();
+  job::SigbusGuard::Install();
   if (absl::Status started = daemon->engine_.Start(); !started.ok()) return started;
 
   grpc::ServerBuilder builder;
@@ -69,14 +70,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
   }
   log::Daemon().info("collectived {} serving {} (pid {})", COLLECTIVE_VERSION, config.socket,
                      ::getpid());
-  NotifyReady(DescribeForSystemd(nullptr, config.socket));
+  observe::NotifyReady(observe::DescribeForSystemd(nullptr, config.socket));
   return daemon;
 }
 
 void Daemon::Shutdown(const std::string& reason) {
   if (shut_down_) return;
   shut_down_ = true;
-  NotifyStopping(absl::StrCat("stopping: ", reason));
+  observe::NotifyStopping(absl::StrCat("stopping: ", reason));
   // Before the engine stops: a scrape in progress still gets its answer.
   if (metrics_http_) metrics_http_->Stop();
   listener_->Stop();
@@ -92,7 +93,7 @@ absl::StatusOr<std::string> Daemon::FetchMetrics() {
   // Shared with the reply, which may come after this call gave up waiting.
   auto answer = std::make_shared<std::promise<std::string>>();
   std::future<std::string> text = answer->get_future();
-  const bool posted = engine_.Post(MetricsEvent{
+  const bool posted = engine_.Post(engine::MetricsEvent{
       [answer](const v1::MetricsResponse& response) { answer->set_value(response.text()); }});
   if (!posted) return absl::UnavailableError("collectived is shutting down");
   if (text.wait_for(kMetricsTimeout) != std::future_status::ready) {

@@ -9,11 +9,11 @@
 
 #include "absl/status/statusor.h"
 #include "config/daemon_config.h"
-#include "daemon/engine.h"
-#include "daemon/metrics_http.h"
-#include "daemon/peer_credentials.h"
-#include "daemon/service.h"
-#include "daemon/unix_listener.h"
+#include "daemon/engine/engine.h"
+#include "daemon/job/peer_credentials.h"
+#include "daemon/observe/metrics_http.h"
+#include "daemon/service/service.h"
+#include "daemon/service/unix_listener.h"
 
 namespace collective::daemon {
 
@@ -23,7 +23,7 @@ class Daemon {
   // a crashed predecessor left behind, and starts serving. `stop` is how the
   // daemon asks its owner to shut it down (see Engine::StopRequest).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const config::DaemonConfig& config,
-                                                       Engine::StopRequest stop = nullptr);
+                                                       engine::Engine::StopRequest stop = nullptr);
 
   // Stops accepting work, fails pending requests with an error that names
   // `reason`, ends every session, removes the socket and every segment.
@@ -33,19 +33,19 @@ class Daemon {
 
  private:
   Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
-         Engine::StopRequest stop);
+         engine::Engine::StopRequest stop);
 
   // The metrics text, from the engine thread, for the HTTP listener's thread.
   absl::StatusOr<std::string> FetchMetrics();
 
   const config::DaemonConfig config_;
   const uint64_t epoch_;
-  PeerPolicy policy_;
-  Engine engine_;
-  CollectiveServiceImpl service_;
-  std::unique_ptr<UnixListener> listener_;
+  job::PeerPolicy policy_;
+  engine::Engine engine_;
+  service::CollectiveServiceImpl service_;
+  std::unique_ptr<service::UnixListener> listener_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_http_;  // with metrics_listen
+  std::unique_ptr<observe::MetricsHttpServer> metrics_http_;  // with metrics_listen
   bool shut_down_ = false;
 };
 

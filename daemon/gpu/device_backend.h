@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "collective/v1/types.pb.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 
 namespace collective::daemon::gpu {
 

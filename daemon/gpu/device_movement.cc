@@ -3,9 +3,9 @@
 #include <numeric>
 
 #include "common/status_macros.h"
+#include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/ops/ops.h"
 #include "daemon/gpu/device_ops.h"
-#include "daemon/ops/collective_op.h"
-#include "daemon/ops/ops.h"
 
 namespace collective::daemon::gpu {
 namespace {
@@ -77,7 +77,7 @@ absl::Status Gathered(DeviceIssue& issue, std::span<const DeviceTensor> tensors,
 
 uint64_t GatheredBytes(const DeviceTensor& tensor) {
   uint64_t bytes = 0;
-  for (const Submission& submission : tensor.tensor->submissions) {
+  for (const negotiation::Submission& submission : tensor.tensor->submissions) {
     bytes += submission.request.length();
   }
   return bytes;
@@ -125,8 +125,8 @@ absl::Status IssueAlltoall(DeviceIssue& issue, std::span<const DeviceTensor> ten
   std::vector<Transfer> transfers;
   std::vector<std::vector<DeviceCopy>> copies(static_cast<size_t>(issue.devices()));
   for (const DeviceTensor& tensor : tensors) {
-    const auto splits = ops::AlltoallSplits(*tensor.tensor);
-    const uint64_t row_bytes = ops::RowBytes(tensor.tensor->request());
+    const auto splits = exec::ops::AlltoallSplits(*tensor.tensor);
+    const uint64_t row_bytes = exec::ops::RowBytes(tensor.tensor->request());
     // Without joined ranks, members are indexed by set rank.
     for (size_t j = 0; j < tensor.members.size(); ++j) {
       uint64_t received = 0;

@@ -29,8 +29,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/coordinator.h"
 #include "daemon/gpu/device_backend.h"
+#include "daemon/negotiation/coordinator.h"
 
 namespace collective::daemon::gpu {
 
@@ -56,7 +56,7 @@ struct DeviceMember {
 };
 
 struct DeviceTensor {
-  const ReadyTensor* tensor = nullptr;
+  const negotiation::ReadyTensor* tensor = nullptr;
   std::vector<DeviceMember> members;  // as tensor->submissions
 };
 

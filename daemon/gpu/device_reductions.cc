@@ -3,9 +3,9 @@
 
 #include "common/dtype.h"
 #include "common/status_macros.h"
+#include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/ops/ops.h"
 #include "daemon/gpu/device_ops.h"
-#include "daemon/ops/collective_op.h"
-#include "daemon/ops/ops.h"
 #include "shm/segment_layout.h"
 
 namespace collective::daemon::gpu {
@@ -44,7 +44,7 @@ Placement Place(const DeviceIssue& issue, const DeviceTensor& tensor) {
   for (const DeviceMember& member : tensor.members) {
     placement.members[static_cast<size_t>(member.device)].push_back(&member);
   }
-  const ReadyTensor& ready = *tensor.tensor;
+  const negotiation::ReadyTensor& ready = *tensor.tensor;
   if (!ready.across_nodes) {
     placement.zeros[0] = ready.set_size - static_cast<int>(ready.submissions.size());
   }
@@ -53,7 +53,7 @@ Placement Place(const DeviceIssue& issue, const DeviceTensor& tensor) {
 
 Reduction ReductionOf(const DeviceIssue& issue, const DeviceTensor& head,
                       const Placement& placement) {
-  const ReadyTensor& tensor = *head.tensor;
+  const negotiation::ReadyTensor& tensor = *head.tensor;
   const v1::TensorRequest& request = tensor.request();
   const v1::DataType dtype = request.dtype();
   const double prescale = request.has_prescale() ? request.prescale() : 1.0;
@@ -64,7 +64,7 @@ Reduction ReductionOf(const DeviceIssue& issue, const DeviceTensor& head,
   reduction.element = ElementSize(dtype);
   reduction.nccl_op = op;
   reduction.before = {.dtype = dtype, .op = op, .prescale = prescale};
-  reduction.after = ops::FinalScaleSpec(tensor);
+  reduction.after = exec::ops::FinalScaleSpec(tensor);
   reduction.scale_after = dtype != v1::DATA_TYPE_BOOL && (postscale != 1.0 || average);
   reduction.plain_input = dtype != v1::DATA_TYPE_BOOL && prescale == 1.0;
   // One client per device of a node-local communicator: NCCL's own average
@@ -245,14 +245,14 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
   const auto for_each_block = [&](size_t t, auto&& each) -> absl::Status {
     const DeviceTensor& tensor = tensors[t];
     for (size_t i = 0; i < tensor.members.size(); ++i) {
-      const ops::RankResult block = ops::ReducescatterOp().ResultOf(*tensor.tensor, i);
+      const exec::ops::RankResult block = exec::ops::ReducescatterOp().ResultOf(*tensor.tensor, i);
       if (block.bytes == 0) continue;
       RETURN_IF_ERROR(each(tensor.members[i], block));
     }
     return absl::OkStatus();
   };
   const auto reduce_to = [&](size_t t, const DeviceMember& member,
-                             const ops::RankResult& block) -> absl::Status {
+                             const exec::ops::RankResult& block) -> absl::Status {
     const Reduction& reduction = reductions[t];
     for (int d = 0; d < issue.devices(); ++d) {
       RETURN_IF_ERROR(backend.ReduceToRoot(
@@ -265,7 +265,7 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
   const auto reduce = [&]() -> absl::Status {
     for (size_t t = 0; t < tensors.size(); ++t) {
       RETURN_IF_ERROR(
-          for_each_block(t, [&](const DeviceMember& member, const ops::RankResult& block) {
+          for_each_block(t, [&](const DeviceMember& member, const exec::ops::RankResult& block) {
             return reduce_to(t, member, block);
           }));
     }
@@ -275,7 +275,7 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
   for (size_t t = 0; t < tensors.size(); ++t) {
     const Reduction& reduction = reductions[t];
     if (!reduction.scale_after) continue;
-    const auto scale = [&](const DeviceMember& member, const ops::RankResult& block) {
+    const auto scale = [&](const DeviceMember& member, const exec::ops::RankResult& block) {
       const void* self[] = {member.output};
       return backend.Reduce(issue.ordinal(member.device), reduction.after, self, member.output,
                             block.bytes / reduction.element);

@@ -7,7 +7,7 @@
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "daemon/ops/collective_op.h"
+#include "daemon/exec/ops/collective_op.h"
 
 namespace collective::daemon::gpu {
 namespace {
@@ -16,7 +16,7 @@ constexpr char kNotBuilt[] =
     "CUDA tensors need a collectived built with CUDA and NCCL; this one was built without them";
 
 // "'a'" or "'a' and 3 more fused tensors", for errors about a batch.
-std::string DescribeBatch(const FusedBatch& batch) {
+std::string DescribeBatch(const exec::FusedBatch& batch) {
   std::string text = absl::StrCat("'", batch.tensors.front().name, "'");
   if (batch.tensors.size() > 1) {
     absl::StrAppend(&text, " and ", batch.tensors.size() - 1, " more fused tensor",
@@ -85,8 +85,8 @@ void GpuExecutor::Forget(uint64_t client) {
   devices_->Forget(client);
 }
 
-absl::Status GpuExecutor::Check(const ReadyTensor& tensor) {
-  const ops::CollectiveOp& op = *ops::OpFor(tensor.request().collective());
+absl::Status GpuExecutor::Check(const negotiation::ReadyTensor& tensor) {
+  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
   for (size_t i = 0; i < tensor.submissions.size(); ++i) {
     const v1::TensorRequest& request = tensor.submissions[i].request;
     const uint64_t needed = op.ResultOf(tensor, i).bytes;
@@ -100,7 +100,7 @@ absl::Status GpuExecutor::Check(const ReadyTensor& tensor) {
   return absl::OkStatus();
 }
 
-absl::Status GpuExecutor::CheckAcrossNodes(const ReadyTensor& everyone) {
+absl::Status GpuExecutor::CheckAcrossNodes(const negotiation::ReadyTensor& everyone) {
   const v1::Collective collective = everyone.request().collective();
   if (collective != v1::COLLECTIVE_ALLREDUCE) {
     return absl::UnimplementedError(absl::StrCat(
@@ -158,15 +158,15 @@ absl::StatusOr<const Communicator*> GpuExecutor::GlobalCommunicator(const ShareL
   return &*global_;
 }
 
-absl::StatusOr<std::vector<DeviceTensor>> GpuExecutor::Resolve(const FusedBatch& batch,
+absl::StatusOr<std::vector<DeviceTensor>> GpuExecutor::Resolve(const exec::FusedBatch& batch,
                                                                const Communicator& comm,
                                                                Flight& flight) {
   std::vector<DeviceTensor> tensors;
-  for (const ReadyTensor& tensor : batch.tensors) {
+  for (const negotiation::ReadyTensor& tensor : batch.tensors) {
     DeviceTensor& resolved = tensors.emplace_back();
     resolved.tensor = &tensor;
     flight.tensors.push_back(tensor.name);
-    for (const Submission& submission : tensor.submissions) {
+    for (const negotiation::Submission& submission : tensor.submissions) {
       const uint64_t client = submission.client->id;
       const v1::TensorRequest& request = submission.request;
       const int index = comm.IndexOf(devices_->DeviceOf(client).value_or(-1));
@@ -192,10 +192,10 @@ absl::StatusOr<std::vector<DeviceTensor>> GpuExecutor::Resolve(const FusedBatch&
   return tensors;
 }
 
-absl::Status GpuExecutor::Issue(const FusedBatch& batch, const Communicator& comm,
+absl::Status GpuExecutor::Issue(const exec::FusedBatch& batch, const Communicator& comm,
                                 std::span<const DeviceTensor> tensors) {
   const auto events = [&](const DeviceTensor& tensor, size_t i) {
-    const Submission& submission = tensor.tensor->submissions[i];
+    const negotiation::Submission& submission = tensor.tensor->submissions[i];
     return devices_->Events(submission.client->id)->slot(submission.request.event_slot());
   };
   for (const DeviceTensor& tensor : tensors) {
@@ -236,7 +236,7 @@ absl::Status GpuExecutor::Issue(const FusedBatch& batch, const Communicator& com
   return absl::OkStatus();
 }
 
-GpuExecutor::Outcome GpuExecutor::Run(const FusedBatch& batch, const ShareLayout& share) {
+GpuExecutor::Outcome GpuExecutor::Run(const exec::FusedBatch& batch, const ShareLayout& share) {
   Outcome outcome;
   outcome.started = Clock::now();
   const std::string what = absl::StrCat(

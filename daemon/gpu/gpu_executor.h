@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/v1/collective.pb.h"
-#include "daemon/fusion.h"
+#include "daemon/exec/fusion.h"
 #include "daemon/gpu/client_devices.h"
 #include "daemon/gpu/device_backend.h"
 #include "daemon/gpu/device_ops.h"
@@ -76,12 +76,12 @@ class GpuExecutor {
   void Forget(uint64_t client);
 
   // What needs every rank's request: each output holds its rank's result.
-  static absl::Status Check(const ReadyTensor& tensor);
+  static absl::Status Check(const negotiation::ReadyTensor& tensor);
   // Node 0's check of a CUDA tensor that spans nodes, given every rank's
   // request (joined ranks absent). Across nodes the GPU path runs on the
   // job's NCCL communicator of every GPU of every node: allreduce of the
   // global process set, every rank taking part; anything else is refused.
-  static absl::Status CheckAcrossNodes(const ReadyTensor& everyone);
+  static absl::Status CheckAcrossNodes(const negotiation::ReadyTensor& everyone);
 
   struct Outcome {
     absl::Status status;
@@ -96,7 +96,7 @@ class GpuExecutor {
   // Enqueues a batch of CUDA tensors (every one has passed Check), with the
   // waits on the clients' ready events before and the records of their done
   // events after. `share` is used the first time a batch spans nodes.
-  Outcome Run(const FusedBatch& batch, const ShareLayout& share);
+  Outcome Run(const exec::FusedBatch& batch, const ShareLayout& share);
 
   struct Done {
     uint64_t batch = 0;
@@ -130,9 +130,9 @@ class GpuExecutor {
 
   absl::StatusOr<const Communicator*> LocalCommunicator();
   absl::StatusOr<const Communicator*> GlobalCommunicator(const ShareLayout& share);
-  absl::StatusOr<std::vector<DeviceTensor>> Resolve(const FusedBatch& batch,
+  absl::StatusOr<std::vector<DeviceTensor>> Resolve(const exec::FusedBatch& batch,
                                                     const Communicator& comm, Flight& flight);
-  absl::Status Issue(const FusedBatch& batch, const Communicator& comm,
+  absl::Status Issue(const exec::FusedBatch& batch, const Communicator& comm,
                      std::span<const DeviceTensor> tensors);
   void DropCommunicators(bool abort);
 

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "daemon/gpu/device_math.h"
-#include "daemon/reduce_kernels.h"
 
 namespace collective::daemon::gpu {
 

@@ -10,10 +10,10 @@
 #include <benchmark/benchmark.h>
 
 #include "common/dtype.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 
-namespace collective::exec {
+namespace collective::daemon::exec {
 namespace {
 
 constexpr size_t kKiB = size_t{1} << 10;
@@ -27,7 +27,8 @@ struct Scale {
 
 // n_bytes is the size of each input and of the output.
 void BM_Reduce(benchmark::State& state, v1::DataType dtype, size_t k, size_t n_bytes, Scale scale) {
-  const ReduceSpec spec{dtype, v1::REDUCE_OP_SUM, scale.prescale, scale.postscale, scale.divisor};
+  const exec::ReduceSpec spec{dtype, v1::REDUCE_OP_SUM, scale.prescale, scale.postscale,
+                              scale.divisor};
   const size_t count = n_bytes / ElementSize(dtype);
   std::vector<std::vector<char>> buffers(k, std::vector<char>(n_bytes));
   std::vector<const void*> inputs;
@@ -37,7 +38,7 @@ void BM_Reduce(benchmark::State& state, v1::DataType dtype, size_t k, size_t n_b
   }
   std::vector<char> out(n_bytes);
   for (auto _ : state) {
-    Reduce(spec, inputs, out.data(), count);
+    exec::Reduce(spec, inputs, out.data(), count);
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }
@@ -82,6 +83,6 @@ BENCHMARK_CAPTURE(BM_Reduce, f16_sum_k4_1MiB, kF16, 4, kMiB, Scale{});
 BENCHMARK_CAPTURE(BM_Reduce, bf16_sum_k4_1MiB, kBF16, 4, kMiB, Scale{});
 
 }  // namespace
-}  // namespace collective::exec
+}  // namespace collective::daemon::exec
 
 BENCHMARK_MAIN();

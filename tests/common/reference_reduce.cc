@@ -65,8 +65,8 @@ T IntegerOp(v1::ReduceOp op, T a, T b) {
 }
 
 template <typename T>
-void ReferenceInteger(const exec::ReduceSpec& spec, std::span<const void* const> inputs, void* out,
-                      size_t count) {
+void ReferenceInteger(const daemon::exec::ReduceSpec& spec, std::span<const void* const> inputs,
+                      void* out, size_t count) {
   const bool final_scale = spec.postscale != 1.0 || spec.divisor != 1;
   for (size_t i = 0; i < count; ++i) {
     T acc = 0;
@@ -121,8 +121,8 @@ F FloatOp(v1::ReduceOp op, F a, F b) {
 }
 
 template <typename Storage, typename Acc, typename Widen, typename Narrow>
-void ReferenceFloat(const exec::ReduceSpec& spec, std::span<const void* const> inputs, void* out,
-                    size_t count, Widen widen, Narrow narrow) {
+void ReferenceFloat(const daemon::exec::ReduceSpec& spec, std::span<const void* const> inputs,
+                    void* out, size_t count, Widen widen, Narrow narrow) {
   const Acc prescale = static_cast<Acc>(spec.prescale);
   const double factor = spec.postscale / static_cast<double>(spec.divisor);
   for (size_t i = 0; i < count; ++i) {
@@ -137,8 +137,8 @@ void ReferenceFloat(const exec::ReduceSpec& spec, std::span<const void* const> i
   }
 }
 
-void ReferenceBool(const exec::ReduceSpec& spec, std::span<const void* const> inputs, void* out,
-                   size_t count) {
+void ReferenceBool(const daemon::exec::ReduceSpec& spec, std::span<const void* const> inputs,
+                   void* out, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     bool acc = Get<uint8_t>(inputs[0], i) != 0;
     for (size_t j = 1; j < inputs.size(); ++j) {
@@ -220,8 +220,8 @@ std::string Describe(v1::DataType dtype, const void* base, size_t i) {
 
 }  // namespace
 
-void ReferenceReduce(const exec::ReduceSpec& spec, std::span<const void* const> inputs, void* out,
-                     size_t count) {
+void ReferenceReduce(const daemon::exec::ReduceSpec& spec, std::span<const void* const> inputs,
+                     void* out, size_t count) {
   const auto same = [](auto x) { return x; };
   switch (spec.dtype) {
     case v1::DATA_TYPE_UINT8:

@@ -10,13 +10,13 @@
 #include <string>
 
 #include "collective/v1/types.pb.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 
 namespace collective::testing {
 
 // Same contract as exec::Reduce (including MIN/MAX on NaN and signed zeros).
-void ReferenceReduce(const exec::ReduceSpec& spec, std::span<const void* const> inputs, void* out,
-                     size_t count);
+void ReferenceReduce(const daemon::exec::ReduceSpec& spec, std::span<const void* const> inputs,
+                     void* out, size_t count);
 
 // Fills `count` elements of `dtype` with pseudo-random values that depend only
 // on (dtype, op, seed, index), so that every rank of a test can compute every

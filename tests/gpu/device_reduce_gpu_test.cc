@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 
 #include "common/dtype.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "daemon/gpu/device_reduce.h"
 #include "daemon/gpu/reduce_params.h"
-#include "daemon/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 
 namespace collective::daemon::gpu {

@@ -25,7 +25,7 @@
 #include "collective/client.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 
 namespace collective::gpu_test {
@@ -173,7 +173,7 @@ class Worker {
       for (ReduceOp op : ops) {
         const v1::ReduceOp wire = static_cast<v1::ReduceOp>(op);
         const v1::ReduceOp kernel_op = op == ReduceOp::kAverage ? v1::REDUCE_OP_SUM : wire;
-        if (!exec::IsReducible(dtype, kernel_op)) continue;
+        if (!daemon::exec::IsReducible(dtype, kernel_op)) continue;
         for (const bool in_place : {false, true}) {
           const double postscale = in_place && dtype != v1::DATA_TYPE_BOOL ? 2.0 : 1.0;
           const size_t bytes = kCount * ElementSize(dtype);

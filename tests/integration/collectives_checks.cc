@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 #include "tests/integration/collectives_worker.h"
 
@@ -99,7 +99,7 @@ Bytes Reduced(const Team& team, const ReduceCase& c, size_t count) {
                           : RankData(c.name, team.members[m], c.dtype, count, kernel_op));
   }
   for (const Bytes& input : inputs) pointers.push_back(input.data());
-  exec::ReduceSpec spec{c.dtype, kernel_op, c.prescale, c.postscale, 1};
+  daemon::exec::ReduceSpec spec{c.dtype, kernel_op, c.prescale, c.postscale, 1};
   if (average) spec.divisor = team.size();
   Bytes out(bytes);
   ReferenceReduce(spec, pointers, out.data(), count);

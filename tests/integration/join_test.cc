@@ -65,9 +65,8 @@ std::string WhileJoined(int early) {
                     "' cannot run while rank ", early,
                     " of process set 0 has joined: after a join only allreduce carries on\n");
   }
-  absl::StrAppend(&out, "barrier", refused,
-                  "barrier of process set 0 cannot run while ranks have joined; after a join "
-                  "only allreduce carries on\n");
+  absl::StrAppend(&out, "barrier", refused, "barrier cannot run while rank ", early,
+                  " of process set 0 has joined: after a join only allreduce carries on\n");
   return out;
 }
 

@@ -41,7 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/client.h"
 #include "common/dtype.h"
-#include "daemon/reduce_kernels.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 #include "tests/common/worker_args.h"
 
@@ -91,7 +91,7 @@ std::vector<Case> MatrixCases(size_t big_bytes) {
     for (int d = v1::DATA_TYPE_UINT8; d <= v1::DATA_TYPE_BOOL; ++d) {
       const auto dtype = static_cast<v1::DataType>(d);
       const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
-      if (!exec::IsReducible(dtype, kernel_op)) continue;
+      if (!daemon::exec::IsReducible(dtype, kernel_op)) continue;
       const size_t element = ElementSize(dtype);
       for (size_t count :
            {size_t{0}, size_t{1}, size_t{7}, size_t{4096 + 3}, big_bytes / element + 3}) {
@@ -121,7 +121,7 @@ std::vector<std::byte> Expected(const Case& c, int size) {
   std::vector<const void*> pointers;
   for (int rank = 0; rank < size; ++rank) inputs.push_back(RankData(c, rank));
   for (const auto& input : inputs) pointers.push_back(input.data());
-  exec::ReduceSpec spec{c.dtype, c.op, c.prescale, c.postscale, 1};
+  daemon::exec::ReduceSpec spec{c.dtype, c.op, c.prescale, c.postscale, 1};
   if (c.op == v1::REDUCE_OP_AVERAGE) {
     spec.op = v1::REDUCE_OP_SUM;
     spec.divisor = size;

@@ -15,8 +15,8 @@
 
 #include "common/dtype.h"
 #include "common/half.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "daemon/gpu/reduce_params.h"
-#include "daemon/reduce_kernels.h"
 #include "tests/common/reference_reduce.h"
 
 namespace collective::daemon::gpu {

@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "tests/unit/engine_harness.h"
+#include "tests/unit/engine/engine_harness.h"
 #include "tests/unit/gpu/fake_device_backend.h"
 
-namespace collective::daemon {
+namespace collective::daemon::engine {
 namespace {
 
 using ::testing::AllOf;
@@ -123,6 +123,34 @@ TEST_F(GpuEngineTest, ACudaAllreduceCompletesWithItsResultInTheOutputs) {
     EXPECT_EQ(record->status_code, 0);
     EXPECT_EQ(memory[r][1], 6.0f);
   }
+}
+
+// CUDA batches complete through the same path as the others: Prometheus
+// counts them as collectivectl status does.
+TEST_F(GpuEngineTest, CudaCollectivesReachTheMetricsAsTheStatusCountsThem) {
+  StartWithDevices(2);
+  std::vector<TestClient> clients = JoinJob(2);
+  for (int r = 0; r < 2; ++r) RegisterCuda(clients[r], r, 64);
+  for (int r = 0; r < 2; ++r) Send(clients[r], DeviceAllreduce(1, "grad", 16));
+  for (int r = 0; r < 2; ++r) {
+    const auto record = clients[r].NextRecord();
+    ASSERT_TRUE(record.has_value());
+    ASSERT_EQ(record->status_code, 0);
+  }
+  EXPECT_EQ(Status().totals().collectives(), 1u);
+  auto promise = std::make_shared<std::promise<v1::MetricsResponse>>();
+  auto future = promise->get_future();
+  ASSERT_TRUE(engine_->Post(engine::MetricsEvent{
+      [promise](const v1::MetricsResponse& metrics) { promise->set_value(metrics); }}));
+  ASSERT_EQ(future.wait_for(kTimeout), std::future_status::ready);
+  const std::string text = future.get().text();
+  EXPECT_THAT(
+      text,
+      HasSubstr("collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"} 1"));
+  EXPECT_THAT(
+      text, HasSubstr("collectived_requests_total{collective=\"allreduce\",dtype=\"float32\"} 2"));
+  EXPECT_THAT(text,
+              HasSubstr("collectived_bytes_total{collective=\"allreduce\",dtype=\"float32\"} 128"));
 }
 
 TEST_F(GpuEngineTest, CpuAndGpuTensorsOfOneNameAreAMismatchEveryRankHears) {
@@ -234,7 +262,7 @@ TEST_F(GpuEngineTest, AClientThatDiesLeavesNoMappingOpen) {
   EXPECT_EQ(backend_->opened_mappings(), 2);
 
   // Rank 1 dies while its batch is still on the GPU.
-  ASSERT_TRUE(engine_->Post(SessionClosedEvent{clients[1].link}));
+  ASSERT_TRUE(engine_->Post(engine::SessionClosedEvent{clients[1].link}));
   const auto failed = clients[0].link->NextOf(v1::DaemonMessage::kJobFailed);
   ASSERT_TRUE(failed.has_value());
   EXPECT_THAT(failed->job_failed().message(), HasSubstr("disconnected"));
@@ -244,7 +272,7 @@ TEST_F(GpuEngineTest, AClientThatDiesLeavesNoMappingOpen) {
 
   EXPECT_EQ(Status().gpu().open_ipc_mappings(), 2u);
   backend_->FinishWork();
-  ASSERT_TRUE(engine_->Post(SessionClosedEvent{clients[0].link}));
+  ASSERT_TRUE(engine_->Post(engine::SessionClosedEvent{clients[0].link}));
   const v1::StatusResponse status = Status();
   EXPECT_EQ(status.job().state(), v1::JOB_STATE_IDLE);
   EXPECT_EQ(status.gpu().open_ipc_mappings(), 0u);
@@ -301,4 +329,4 @@ TEST_F(GpuEngineTest, ADaemonWithoutCudaRefusesCudaTensorsAndServesTheRest) {
 }
 
 }  // namespace
-}  // namespace collective::daemon
+}  // namespace collective::daemon::engine

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
-#include "daemon/ops/ops.h"
+#include "daemon/exec/ops/ops.h"
 #include "tests/common/reference_reduce.h"
 #include "tests/unit/gpu/gpu_test_job.h"
 
@@ -134,7 +134,7 @@ TEST_P(GpuCollectivesTest, AllreduceMatchesTheHostReferenceForEveryDtypeAndOp) {
 
 TEST_P(GpuCollectivesTest, FusedAllreduceIsOneNcclCallPerDevice) {
   const std::vector<uint64_t> counts = {5, 100, 1};
-  std::vector<ReadyTensor> tensors;
+  std::vector<negotiation::ReadyTensor> tensors;
   std::vector<std::vector<uint64_t>> outputs(counts.size());
   for (size_t t = 0; t < counts.size(); ++t) {
     const std::string name = absl::StrCat("fused", t);
@@ -184,7 +184,7 @@ TEST_P(GpuCollectivesTest, EveryClientsReadyEventIsWaitedOnBeforeAndDoneEventRec
     requests.push_back(request);
   }
   job_.backend().TakeLog();
-  ReadyTensor tensor = job_.Ready("ordered", Ranks(), requests);
+  negotiation::ReadyTensor tensor = job_.Ready("ordered", Ranks(), requests);
   ASSERT_TRUE(job_.Run({tensor}).status.ok());
   const std::vector<std::string> log = job_.backend().TakeLog();
   size_t last_wait = 0;
@@ -297,8 +297,8 @@ TEST_P(GpuCollectivesTest, AlltoallSendsEachRankItsRows) {
     for (int64_t split : splits[r]) request.add_splits(split);
     requests.push_back(request);
   }
-  const ReadyTensor tensor = job_.Ready("tokens", Ranks(), requests);
-  ASSERT_TRUE(ops::AlltoallOp().Check(tensor).ok());
+  const negotiation::ReadyTensor tensor = job_.Ready("tokens", Ranks(), requests);
+  ASSERT_TRUE(exec::ops::AlltoallOp().Check(tensor).ok());
   ASSERT_TRUE(job_.Run({tensor}).status.ok());
   for (size_t j = 0; j < k; ++j) {
     const auto* values = reinterpret_cast<const double*>(job_.Data(j, outputs[j]));
@@ -333,11 +333,11 @@ TEST_P(GpuCollectivesTest, ReducescatterGivesEachRankItsBlockOfTheReduction) {
       request.set_op(op);
       requests.push_back(request);
     }
-    const ReadyTensor tensor = job_.Ready(name, Ranks(), requests);
+    const negotiation::ReadyTensor tensor = job_.Ready(name, Ranks(), requests);
     ASSERT_TRUE(job_.Run({tensor}).status.ok());
     const float sum_of_ranks = static_cast<float>(k * (k + 1) / 2);
     for (size_t r = 0; r < k; ++r) {
-      const ops::RankResult block = ops::ReducescatterOp().ResultOf(tensor, r);
+      const exec::ops::RankResult block = exec::ops::ReducescatterOp().ResultOf(tensor, r);
       const auto* values = reinterpret_cast<const float*>(job_.Data(r, outputs[r]));
       const uint64_t first = block.offset / sizeof(float);
       for (uint64_t i = 0; i < block.bytes / sizeof(float); ++i) {
@@ -373,7 +373,7 @@ TEST(GpuSubsetTest, DevicesWithoutAMemberOfTheSetContributeTheIdentity) {
       request.set_process_set_id(1);
       requests.push_back(request);
     }
-    ReadyTensor tensor = job.Ready(name, {0, 1}, requests);
+    negotiation::ReadyTensor tensor = job.Ready(name, {0, 1}, requests);
     tensor.process_set_id = 1;
     ASSERT_TRUE(job.Run({tensor}).status.ok());
     const std::vector<int32_t> expected = op == v1::REDUCE_OP_SUM   ? std::vector<int32_t>{5, -11}
@@ -406,7 +406,7 @@ TEST(GpuJoinTest, JoinedRanksContributeZeros) {
       requests.push_back(request);
     }
     // Rank 1 has joined: the set has 3 ranks, 2 submitted.
-    ReadyTensor tensor = job.Ready(name, {0, 2}, requests, /*set_size=*/3);
+    negotiation::ReadyTensor tensor = job.Ready(name, {0, 2}, requests, /*set_size=*/3);
     tensor.submissions[1].set_rank = 2;
     ASSERT_TRUE(job.Run({tensor}).status.ok());
     const float expected = op == v1::REDUCE_OP_AVERAGE ? (3.0f + 9.0f) * (1.0f / 3.0f) : 0.0f;
@@ -416,9 +416,9 @@ TEST(GpuJoinTest, JoinedRanksContributeZeros) {
 }
 
 // Node 0's check of CUDA tensors that span nodes: every rank's request.
-ReadyTensor AcrossNodes(v1::Collective collective, int32_t set_id, int32_t set_size,
-                        int32_t submitted) {
-  ReadyTensor everyone;
+negotiation::ReadyTensor AcrossNodes(v1::Collective collective, int32_t set_id, int32_t set_size,
+                                     int32_t submitted) {
+  negotiation::ReadyTensor everyone;
   everyone.name = "w";
   everyone.process_set_id = set_id;
   everyone.set_size = set_size;
@@ -431,18 +431,19 @@ ReadyTensor AcrossNodes(v1::Collective collective, int32_t set_id, int32_t set_s
     request.add_shape(4);
     request.set_length(16);
     request.mutable_device_output()->set_bytes(16);
-    everyone.submissions.push_back(Submission{.set_rank = rank, .rank = rank, .request = request});
+    everyone.submissions.push_back(
+        negotiation::Submission{.set_rank = rank, .rank = rank, .request = request});
   }
   return everyone;
 }
 
 TEST(GpuAcrossNodesTest, AllreduceOfTheGlobalSetWithEveryRankRuns) {
-  const ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 4, 4);
+  const negotiation::ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 4, 4);
   EXPECT_TRUE(GpuExecutor::CheckAcrossNodes(everyone).ok());
 }
 
 TEST(GpuAcrossNodesTest, AnOutputTooSmallIsRefusedAsOnOneNode) {
-  ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 2, 2);
+  negotiation::ReadyTensor everyone = AcrossNodes(v1::COLLECTIVE_ALLREDUCE, 0, 2, 2);
   everyone.submissions[1].request.mutable_device_output()->set_bytes(8);
   const absl::Status status = GpuExecutor::CheckAcrossNodes(everyone);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -475,7 +476,7 @@ TEST(GpuAcrossNodesTest, AResolveFailureBreaksOnlyABatchThatSpansNodes) {
     SCOPED_TRACE(across_nodes ? "across nodes" : "one node");
     GpuTestJob job({0}, 1);
     const uint64_t memory = job.Memory(0, 16);
-    ReadyTensor tensor =
+    negotiation::ReadyTensor tensor =
         job.Ready("w", {0},
                   {job.Request(0, v1::COLLECTIVE_ALLREDUCE, "w", v1::DATA_TYPE_FLOAT32, {4}, 16,
                                memory, memory, 16)});
@@ -483,7 +484,7 @@ TEST(GpuAcrossNodesTest, AResolveFailureBreaksOnlyABatchThatSpansNodes) {
     v1::RegisterCuda unregister;
     unregister.add_unregister(memory);
     ASSERT_TRUE(job.executor().Register(job.client(0).record.id, unregister).ok());
-    FusedBatch batch;
+    exec::FusedBatch batch;
     batch.tensors.push_back(std::move(tensor));
     int shared = 0;
     const GpuExecutor::Outcome outcome = job.executor().Run(
@@ -503,11 +504,12 @@ TEST(GpuAcrossNodesTest, AResolveFailureBreaksOnlyABatchThatSpansNodes) {
 TEST(GpuAcrossNodesTest, ACommunicatorThatCannotFormBreaksTheJob) {
   GpuTestJob job({0}, 1);
   const uint64_t memory = job.Memory(0, 16);
-  ReadyTensor tensor = job.Ready("w", {0},
-                                 {job.Request(0, v1::COLLECTIVE_ALLREDUCE, "w",
-                                              v1::DATA_TYPE_FLOAT32, {4}, 16, memory, memory, 16)});
+  negotiation::ReadyTensor tensor =
+      job.Ready("w", {0},
+                {job.Request(0, v1::COLLECTIVE_ALLREDUCE, "w", v1::DATA_TYPE_FLOAT32, {4}, 16,
+                             memory, memory, 16)});
   tensor.across_nodes = true;
-  FusedBatch batch;
+  exec::FusedBatch batch;
   batch.tensors.push_back(std::move(tensor));
   const GpuExecutor::Outcome outcome =
       job.executor().Run(batch, [](int, const NewUniqueId&) -> absl::StatusOr<GlobalLayout> {

@@ -18,7 +18,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A float32 sum allreduce of 4 elements of every rank, in place.
-ReadyTensor Allreduce(GpuTestJob& job, const std::string& name) {
+negotiation::ReadyTensor Allreduce(GpuTestJob& job, const std::string& name) {
   std::vector<v1::TensorRequest> requests;
   std::vector<size_t> ranks;
   for (size_t r = 0; r < job.size(); ++r) {
@@ -186,7 +186,7 @@ TEST(GpuAdmissionTest, ChecksRangesAndEventSlots) {
 
 TEST(GpuFlightTest, MappingsStayOpenUntilTheGpuIsDoneWithThem) {
   GpuTestJob job({0, 1}, 2);
-  ReadyTensor tensor = Allreduce(job, "grad");
+  negotiation::ReadyTensor tensor = Allreduce(job, "grad");
   const auto outcome = job.Run({tensor});
   ASSERT_TRUE(outcome.status.ok()) << outcome.status;
   EXPECT_EQ(job.executor().in_flight(), 1u);
@@ -208,8 +208,8 @@ TEST(GpuFlightTest, MappingsStayOpenUntilTheGpuIsDoneWithThem) {
 
 TEST(GpuFailureTest, AnNcclErrorReachesTheBatchAndBreaksTheJob) {
   GpuTestJob job({0, 1}, 2);
-  ReadyTensor a = Allreduce(job, "layer1.weight");
-  ReadyTensor b = Allreduce(job, "layer1.bias");
+  negotiation::ReadyTensor a = Allreduce(job, "layer1.weight");
+  negotiation::ReadyTensor b = Allreduce(job, "layer1.bias");
   job.backend().FailNext("AllReduce",
                          absl::UnavailableError("ncclAllReduce: unhandled cuda error"));
   const auto outcome = job.Run({a, b});
@@ -225,7 +225,7 @@ TEST(GpuFailureTest, AnNcclErrorReachesTheBatchAndBreaksTheJob) {
 
 TEST(GpuFailureTest, ACommunicatorThatCannotFormBreaksTheJob) {
   GpuTestJob job({0}, 1);
-  ReadyTensor tensor = Allreduce(job, "w");
+  negotiation::ReadyTensor tensor = Allreduce(job, "w");
   job.backend().FailNext("CreateCommunicator", absl::UnavailableError("ncclCommInitAll: oops"));
   const auto outcome = job.Run({tensor});
   EXPECT_TRUE(outcome.broken);
@@ -235,7 +235,7 @@ TEST(GpuFailureTest, ACommunicatorThatCannotFormBreaksTheJob) {
 
 TEST(GpuFailureTest, MemoryThatWentAwayFailsTheBatchOnly) {
   GpuTestJob job({0}, 1);
-  ReadyTensor tensor = Allreduce(job, "w");
+  negotiation::ReadyTensor tensor = Allreduce(job, "w");
   v1::RegisterCuda unregister;
   unregister.add_unregister(tensor.request().device_input().allocation_id());
   ASSERT_TRUE(job.executor().Register(job.client(0).record.id, unregister).ok());
@@ -255,7 +255,7 @@ TEST(GpuFailureTest, ADeviceThatJoinedAfterTheCommunicatorFormedIsNamed) {
   late.add_ready_events(job.backend().ExportEvent("late.ready"));
   late.add_done_events(job.backend().ExportEvent("late.done"));
   ASSERT_TRUE(job.executor().Register(900, late).ok());
-  ClientRecord record;
+  job::ClientRecord record;
   record.id = 900;
   const FakeDeviceBackend::Allocation memory = job.backend().Allocate(1, 16);
   v1::RegisterCuda allocation;
@@ -268,11 +268,11 @@ TEST(GpuFailureTest, ADeviceThatJoinedAfterTheCommunicatorFormedIsNamed) {
   request.set_event_slot(0);
   request.set_event_sequence(1);
   ASSERT_TRUE(job.executor().Admit(900, request).ok());
-  ReadyTensor tensor;
+  negotiation::ReadyTensor tensor;
   tensor.name = "second";
   tensor.set_size = 1;
   tensor.submissions.push_back({.client = &record, .set_rank = 0, .rank = 5, .request = request});
-  FusedBatch batch;
+  exec::FusedBatch batch;
   batch.tensors.push_back(tensor);
   const auto outcome = job.executor().Run(batch, nullptr);
   EXPECT_THAT(outcome.status.message(),

@@ -13,10 +13,10 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/client_record.h"
-#include "daemon/coordinator.h"
-#include "daemon/fusion.h"
+#include "daemon/exec/fusion.h"
 #include "daemon/gpu/gpu_executor.h"
+#include "daemon/job/client_record.h"
+#include "daemon/negotiation/coordinator.h"
 #include "tests/unit/gpu/fake_device_backend.h"
 
 namespace collective::daemon::gpu {
@@ -26,7 +26,7 @@ inline constexpr int kSlotsPerClient = 8;
 class GpuTestJob {
  public:
   struct Client {
-    ClientRecord record;
+    job::ClientRecord record;
     int device = 0;
     uint64_t next_allocation = 1;
     uint64_t next_sequence = 1;
@@ -107,32 +107,33 @@ class GpuTestJob {
 
   // The tensor the coordinator would hand over once `requests` (of ranks
   // `ranks`, in set-rank order) were all in; each is admitted.
-  ReadyTensor Ready(const std::string& name, const std::vector<size_t>& ranks,
-                    const std::vector<v1::TensorRequest>& requests, int32_t set_size = -1) {
-    ReadyTensor tensor;
+  negotiation::ReadyTensor Ready(const std::string& name, const std::vector<size_t>& ranks,
+                                 const std::vector<v1::TensorRequest>& requests,
+                                 int32_t set_size = -1) {
+    negotiation::ReadyTensor tensor;
     tensor.name = name;
     tensor.set_size = set_size < 0 ? static_cast<int32_t>(ranks.size()) : set_size;
     for (size_t i = 0; i < ranks.size(); ++i) {
       Client& c = client(ranks[i]);
       const absl::Status admitted = executor_->Admit(c.record.id, requests[i]);
       EXPECT_TRUE(admitted.ok()) << admitted;
-      tensor.submissions.push_back(Submission{.client = &c.record,
-                                              .set_rank = static_cast<int32_t>(i),
-                                              .rank = c.record.topology.rank(),
-                                              .request = requests[i],
-                                              .at = Clock::now()});
+      tensor.submissions.push_back(negotiation::Submission{.client = &c.record,
+                                                           .set_rank = static_cast<int32_t>(i),
+                                                           .rank = c.record.topology.rank(),
+                                                           .request = requests[i],
+                                                           .at = Clock::now()});
     }
     tensor.first_at = tensor.ready_at = Clock::now();
     return tensor;
   }
 
   // Runs `tensors` as one batch, then completes every request.
-  GpuExecutor::Outcome Run(std::vector<ReadyTensor> tensors) {
-    FusedBatch batch;
+  GpuExecutor::Outcome Run(std::vector<negotiation::ReadyTensor> tensors) {
+    exec::FusedBatch batch;
     batch.tensors = std::move(tensors);
     const GpuExecutor::Outcome outcome = executor_->Run(batch, nullptr);
-    for (const ReadyTensor& tensor : batch.tensors) {
-      for (const Submission& submission : tensor.submissions) {
+    for (const negotiation::ReadyTensor& tensor : batch.tensors) {
+      for (const negotiation::Submission& submission : tensor.submissions) {
         executor_->Finish(submission.client->id, submission.request.request_id());
       }
     }

@@ -1,0 +1,357 @@
+// The engine: one thread that owns every piece of job state — the job and its
+// clients, the coordinator's tensor table, the result arena — and drives the
+// executor. Work reaches it two ways: gRPC handlers post events
+// (engine_events.h), and clients publish submissions in their segments'
+// submission rings; either wakes it through its doorbell. It handles them in
+// arrival order, runs whatever became ready, completes requests through the
+// clients' completion rings, and keeps its timers (job formation, attach
+// and waiting-registration deadlines, heartbeats). No lock guards job state,
+// because no other thread touches it.
+//
+// The implementation is split by concern: engine.cc (loop, timers, status,
+// timeline), engine_jobs.cc (registration, formation, leaving, failure,
+// teardown), engine_requests.cc (submission, completion, release),
+// engine_collectives.cc (agreement, control collectives, fusion, execution),
+// engine_world.cc (the MPI world of daemons: formation, negotiation and
+// execution across nodes, failures of other nodes) and engine_gpu.cc (CUDA
+// registrations, batches of CUDA tensors, the GPU's completions and health).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/types.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "collective/v1/status.pb.h"
+#include "config/daemon_config.h"
+#include "daemon/engine/engine_doorbell.h"
+#include "daemon/engine/engine_events.h"
+#include "daemon/exec/cross_node_run.h"
+#include "daemon/exec/executor.h"
+#include "daemon/exec/fusion.h"
+#include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/thread_pool.h"
+#include "daemon/gpu/device_backend_factory.h"
+#include "daemon/gpu/gpu_executor.h"
+#include "daemon/job/job.h"
+#include "daemon/negotiation/coordinator.h"
+#include "daemon/negotiation/negotiator.h"
+#include "daemon/negotiation/stall_inspector.h"
+#include "daemon/observe/metrics.h"
+#include "daemon/observe/systemd_notify.h"
+#include "daemon/observe/timeline.h"
+#include "daemon/world/control_channel.h"
+#include "daemon/world/mpi_transport.h"
+#include "daemon/world/node_exchange.h"
+#include "daemon/world/set_communicators.h"
+#include "daemon/world/world.h"
+#include "shm/segment_names.h"
+
+namespace collective::daemon::engine {
+
+// Timeline helpers shared by the engine's files: a time point in the
+// timeline's clock, and the row a tensor gets (names are per process set).
+uint64_t Nanos(Clock::time_point time);
+std::string TimelineName(const negotiation::ReadyTensor& tensor);
+
+class Engine {
+ public:
+  // Asks the daemon to stop (with why, and the process's exit code): the
+  // engine's way out when its MPI world of daemons broke.
+  using StopRequest = std::function<void(std::string reason, int exit_code)>;
+
+  // `metrics_url`: where the metrics are served over HTTP, if they are.
+  // `devices` is the GPU path's backend (null: no CUDA tensors); tests pass
+  // a fake.
+  Engine(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url = {},
+         StopRequest stop = nullptr,
+         std::unique_ptr<gpu::DeviceBackend> devices = gpu::CreateDeviceBackend());
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Starts the engine thread (and the timeline, if the configuration names
+  // a file).
+  absl::Status Start();
+
+  // Thread-safe. False once the engine has stopped: the caller answers its
+  // RPC itself then.
+  bool Post(EngineEvent event);
+
+  // Fails all pending work with an error naming `reason`, ends every
+  // session and registration, removes the job's segments, and stops the
+  // engine thread. Returns when the thread has exited.
+  void Shutdown(const std::string& reason);
+
+ private:
+  // engine.cc
+  void Loop();
+  std::vector<shm::ClientSegmentHeader*> AttachedClients() const;
+  void Dispatch(EngineEvent& event);
+  void RunTimers(Clock::time_point now);
+  Clock::time_point NextTimer() const;
+  void WriteHeartbeats();
+  void OnStatus(const StatusEvent& event) const;
+  void OnMetrics(const MetricsEvent& event) const;
+  void OnTimeline(const TimelineEvent& event);
+  // Tells every client whether to report copy-out spans.
+  void PublishTimelineState();
+  void CheckStalls(Clock::time_point now);
+  // Across nodes, on nodes but 0: tensors partly submitted here for a while,
+  // so that node 0's stall report names exactly the missing ranks.
+  void ReportPartialToNodeZero(Clock::time_point now);
+  // Tensors some ranks wait on, this node's merged with node 0's view
+  // across nodes; `with_announced`: also those ready here and waiting for
+  // node 0 (for status, not for the stall inspector).
+  std::vector<negotiation::WaitingTensor> AllWaiting(bool with_announced) const;
+  void DescribePending(Clock::time_point now, v1::StatusResponse& response) const;
+  void OnShutdown(const ShutdownEvent& event);
+
+  // engine_jobs.cc
+  void OnRegister(const RegisterEvent& event);
+  // A registration, new or one that waited for an ended job to go; the job
+  // it forms must have formed by `deadline`.
+  void Register(std::shared_ptr<job::RegisterCall> call, Clock::time_point deadline);
+  // What any registration must satisfy, whatever the daemon's job.
+  absl::Status CheckRequest(const v1::RegisterRequest& request, const std::string& job_id) const;
+  // Whether it fits the job that is forming or running, if any.
+  absl::Status CheckAgainstJob(const v1::RegisterRequest& request, const std::string& job_id,
+                               const std::vector<std::vector<int32_t>>& static_sets) const;
+  // Registrations that waited for an ended job until their deadline fail,
+  // naming who has not left it.
+  void ExpireWaitingRegistrations(Clock::time_point now);
+  absl::StatusOr<std::unique_ptr<job::ClientRecord>> NewClient(const job::RegisterCall& call);
+  // Every local rank registered: form the job here (one node) or start the
+  // exchange with the other nodes.
+  void FormJob();
+  // The layout is known: create the result segment, assign topologies and
+  // answer the registrations.
+  void FinishFormation(const job::NodeLayout& layout);
+  void AbortFormation(const absl::Status& status);
+  void OnRegisterCancelled(const RegisterCancelledEvent& event);
+  void OnAttach(const std::shared_ptr<job::SessionLink>& link, const job::PeerCredentials& peer,
+                const v1::Attach& attach);
+  void OnLeave(job::ClientRecord& client);
+  void OnSessionClosed(const SessionClosedEvent& event);
+  // The job cannot continue: every pending request fails with `why`, every
+  // attached client hears it, and later submissions fail with it too. Across
+  // nodes the other nodes hear it as well, unless it came from them.
+  enum class Origin { kHere, kOtherNode };
+  void FailJob(const absl::Status& why, Origin origin = Origin::kHere);
+  void EndJob(const absl::Status& why, Origin origin = Origin::kHere);
+  // Fails what is not decided across nodes (or anything, on one node): the
+  // tensors not ready here, and (node 0) those it waits for.
+  void FailUndecided(const absl::Status& why);
+  // Fails what node 0 decided but this node has not finished, leaving its
+  // transfers to MPI: only when MPI is abandoned.
+  void AbandonDecided(const absl::Status& why);
+  void MaybeTearDownJob();
+
+  // engine_requests.cc
+  void OnClientMessage(ClientMessageEvent& event);
+  // Submissions and releases, from the stream or the submission ring.
+  void OnSubmissions(job::ClientRecord& client, v1::ClientMessage& message);
+  // Reads every attached client's submission ring; true if anything came.
+  bool DrainSubmissionRings();
+  bool DrainSubmissionRing(job::ClientRecord& client);
+  void OnSubmit(job::ClientRecord& client, v1::TensorRequest& request);
+  void OnCopyOuts(job::ClientRecord& client, const v1::ClientMessage& message);
+  // A finished request: its record, and the result it holds until released
+  // (none when `block` is kNoBlock: a CUDA tensor's result is in its output).
+  static constexpr uint64_t kNoBlock = ~uint64_t{0};
+  void Complete(job::ClientRecord& client, const v1::TensorRequest& request, uint64_t block,
+                uint64_t slot, const exec::ops::RankResult& result, const std::string& tensor,
+                uint32_t flags = 0);
+  void CompleteWithError(job::ClientRecord& client, uint64_t request_id,
+                         const absl::Status& status);
+  void FailSubmissions(std::vector<negotiation::PendingTensor> tensors, const absl::Status& why);
+  void FailReady(std::vector<negotiation::ReadyTensor> tensors, const absl::Status& why);
+
+  // engine_world.cc
+  // Joins the launcher's MPI world (on the engine thread, the only one that
+  // calls MPI) or makes a world of one.
+  absl::Status StartWorld();
+  // Starts forming the job with the other nodes.
+  void StartExchange();
+  // Advances what waits for the other daemons; true if anything happened.
+  bool PollWorld();
+  // Whether the engine must look for the other daemons' messages soon, and
+  // when next.
+  bool WaitsForWorld() const;
+  Clock::time_point NextWorldPoll() const;
+  // The negotiation moved: look for the other daemons' next message often
+  // for a while (two cycles).
+  void KeepPollingFast();
+  // The nodes agreed on the job: its communicators, then the job itself.
+  void FormAcrossNodes(const job::NodeLayout& layout);
+  // An exchange that cannot complete any more: kept for MPI, and the world
+  // cannot form later jobs.
+  void AbandonExchange(const absl::Status& why);
+  // Ranks of `set` on this node.
+  int32_t LocalMembers(const job::ProcessSet& set) const;
+  bool SpansNodes(const job::ProcessSet& set) const;
+  // A tensor ready on this node whose set spans nodes goes to the
+  // negotiator (true) to wait for node 0's decision.
+  bool AnnounceIfAcrossNodes(negotiation::ReadyTensor& tensor);
+  // A local rank of a set that spans nodes joined: node 0 must know.
+  void AnnounceJoin(const job::ProcessSet& set, int32_t set_rank);
+  // Carries out one batch of node 0's decisions, in order.
+  void Decide(v1::Decisions decisions);
+  // The tensor a decision names, as this node runs it: its announced local
+  // part, or (every local member having joined) one with no submissions.
+  std::optional<negotiation::ReadyTensor> DecidedTensor(
+      const v1::Decision& decision, bool& from_cache,
+      const negotiation::ResponseCache::Entry*& cached);
+  // Runs the cross-node batches, one at a time, in decision order; true if
+  // any progressed.
+  bool AdvanceCrossNode();
+  void FinishCrossNode(absl::Status status);
+  // Another node's word on the job, or its silence.
+  void OnJobEvent(int from, const v1::JobEvent& event);
+  // Tells the other nodes that the job failed or ended here.
+  void TellOtherNodes(v1::JobEvent::Kind kind, const absl::Status& why);
+  // The world of daemons cannot form another job (a node died or stopped,
+  // MPI failed, transfers were left unfinished): refuse new jobs, and stop
+  // the daemon once this job is gone. `abandon_mpi`: MPI cannot be trusted
+  // any more (skip its clean-up, which could hang on a dead node).
+  void BreakWorld(const absl::Status& why, bool abandon_mpi);
+  // Asks the daemon to stop because the world broke (once).
+  void RequestStop();
+  // The job's cross-node state, at teardown.
+  void EndWorldJob();
+  // "node 1 (host-b, ranks 2-3)".
+  std::string DescribeNode(int node) const;
+
+  // engine_collectives.cc
+  // Runs what is ready; true if anything ran.
+  bool RunReady();
+  // Runs the fused batches waiting for result space, in order.
+  bool RunDeferred();
+  // Barrier, join, process-set changes: no data, answered at once.
+  void RunControl(const negotiation::ReadyTensor& tensor);
+  void CompleteControl(const negotiation::ReadyTensor& tensor, int64_t value);
+  void FailTensor(const negotiation::ReadyTensor& tensor, const absl::Status& status);
+  // How a batch of data collectives ran, whatever ran it.
+  struct BatchRun {
+    enum class Where { kHost, kAcrossNodes, kDevice };
+    Where where = Where::kHost;
+    // OK or the error every rank of every tensor receives; on the host and
+    // across nodes the result block and slots; when the work ran (on the
+    // GPU: when it was queued).
+    exec::Executor::Outcome outcome;
+    // The failure leaves the job unable to go on.
+    bool breaks_job = false;
+    // Across nodes: the bytes this node sent and received, and when the
+    // transfers ended (outcome.finished is when they started).
+    uint64_t transferred = 0;
+    Clock::time_point transferred_at{};
+    // On the GPU: the batch's id (its timeline rows end with it), and the
+    // block of alltoall's received splits (kNoBlock if none).
+    uint64_t device_batch = 0;
+    uint64_t splits_block = kNoBlock;
+  };
+  // The one way a batch completes: every rank's record or error, the
+  // totals, the metrics and the timeline.
+  void CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run);
+  // A CUDA tensor's record for `submission` (its result is in its output;
+  // alltoall's received splits are written at `splits_at`, which advances).
+  void CompleteOnDevice(const negotiation::ReadyTensor& tensor, size_t index,
+                        const std::string& name, uint64_t block, uint64_t& splits_at);
+  // The negotiation of a tensor, from its first submission here to ready.
+  void RecordNegotiation(const negotiation::ReadyTensor& tensor);
+  void ReleaseResult(job::ClientRecord& client, uint64_t request_id);
+  void ReleaseAllResults(job::ClientRecord& client);
+  // CLOCK_MONOTONIC nanoseconds of a steady_clock time (the same clock).
+  static uint64_t Nanos(Clock::time_point time);
+  // The row a tensor gets in the timeline: names are per process set.
+  static std::string TimelineName(const negotiation::ReadyTensor& tensor);
+
+  // engine_gpu.cc
+  void OnRegisterCuda(job::ClientRecord& client, const v1::RegisterCuda& message);
+  // Runs the batch of CUDA tensors at the front of deferred_; false when it
+  // waits for result space (alltoall's received splits).
+  bool RunDeviceBatch();
+  void OnGpuDone(const GpuDoneEvent& event);
+  // Fails the job when its GPU work cannot go on (an NCCL error, a timeout).
+  void CheckGpu(Clock::time_point now);
+  // The client is gone: its CUDA registrations go with it.
+  void ForgetDevices(const job::ClientRecord& client);
+
+  const config::DaemonConfig config_;
+  const uint64_t epoch_;
+  const uid_t daemon_uid_;
+  const gid_t daemon_gid_;
+  const Clock::time_point started_;
+  shm::SegmentNames names_;
+  exec::ThreadPool pool_;
+  exec::Executor executor_;
+
+  // The MPI world of daemons (engine thread only, like all of MPI).
+  const StopRequest stop_;
+  std::unique_ptr<world::World> world_;
+  world::MpiTransport transport_;                  // transfers of collectives across nodes
+  uint64_t world_generation_ = 0;                  // jobs formed across nodes
+  std::unique_ptr<world::NodeExchange> exchange_;  // formation across nodes
+  std::vector<std::unique_ptr<world::NodeExchange>> abandoned_;  // MPI may still write them
+  absl::Status world_broken_;                                    // why no job can form any more
+  bool stop_requested_ = false;
+  int world_exit_code_ = 0;  // 3 when MPI had to be abandoned
+  // A job across nodes: its communicators, negotiation, the tensors
+  // announced to node 0 (by process set and name) awaiting its decision,
+  // and the batches decided, run one at a time in order.
+  std::unique_ptr<world::SetCommunicators> set_comms_;
+  std::unique_ptr<negotiation::Negotiator> negotiator_;
+  std::map<std::pair<int32_t, std::string>, negotiation::ReadyTensor> announced_;
+  std::deque<exec::FusedBatch> cross_queue_;
+  struct ActiveCrossRun {
+    exec::FusedBatch batch;
+    exec::Executor::Outcome outcome;
+    std::unique_ptr<exec::CrossNodeRun> run;
+  };
+  std::optional<ActiveCrossRun> cross_active_;
+  bool reported_partial_ = false;  // node 0 holds a non-empty partial report
+  Clock::time_point fast_poll_until_{};
+
+  // Job state: engine thread only.
+  std::unique_ptr<job::Job> job_;
+  std::unique_ptr<negotiation::Coordinator> coordinator_;
+  std::deque<exec::FusedBatch> deferred_;  // ready, waiting for result space
+  // While a timeline records: batches of CUDA tensors on the GPU, by batch
+  // id, with their rows and bytes.
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<std::string, uint64_t>>> gpu_rows_;
+  absl::flat_hash_map<uint64_t, uint64_t> registrations_;  // call id -> client id
+  uint64_t next_client_id_ = 1;
+  uint64_t next_job_sequence_ = 1;
+  Clock::time_point next_heartbeat_;
+  Clock::time_point next_stall_check_;
+  negotiation::StallInspector stalls_;
+  observe::Timeline timeline_;
+  bool shutting_down_ = false;
+  std::string shutdown_reason_;
+  v1::Totals totals_;
+  observe::Metrics metrics_;
+  observe::JobStatusNotifier systemd_status_;
+
+  // The event queue and the doorbell: the only state shared with other
+  // threads.
+  EngineDoorbell doorbell_;
+  std::mutex mutex_;
+  std::vector<EngineEvent> queue_;
+  bool stopped_ = false;
+  std::thread thread_;
+
+  // The GPU path. Last, so that it goes first: its completion callbacks
+  // post to the queue above until it is gone.
+  gpu::GpuExecutor gpu_;
+};
+
+}  // namespace collective::daemon::engine

@@ -1,0 +1,172 @@
+// Allreduce: every rank's input reduced, in rank order, into one result that
+// every rank reads. Ranks that have joined contribute zeros. Across nodes,
+// each node reduces its own ranks' inputs, the nodes combine their partial
+// results with MPI in chunks — the local reduction of one chunk overlapping
+// the transfer of the one before — and each chunk then gets its final scale.
+#include <algorithm>
+
+#include "common/dtype.h"
+#include "daemon/exec/ops/ops.h"
+#include "daemon/exec/phases.h"
+#include "shm/segment_layout.h"
+
+namespace collective::daemon::exec::ops {
+namespace {
+
+class Allreduce final : public CollectiveOp {
+ public:
+  absl::Status Check(const negotiation::ReadyTensor&) const override { return absl::OkStatus(); }
+
+  uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
+    return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
+  }
+
+  void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
+               WorkList& work) const override {
+    AddReduction(tensor, slot, work);
+  }
+
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
+    return {.offset = 0, .bytes = tensor.request().length(), .dim0 = Dim0(tensor.request())};
+  }
+
+  absl::string_view phase() const override { return kPhaseReduce; }
+
+  void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    const v1::TensorRequest& request = tensor.request();
+    const uint64_t count = request.length() / ElementSize(request.dtype());
+    AddCombination(tensor, slot, count, stage);
+    AddFinalScaleRange(tensor, slot, stage.after, 0, count);
+  }
+
+  // The fused block is one array of one dtype (fusion joins only tensors of
+  // the same dtype, op and scale, and slots are aligned to a multiple of
+  // every element size): it is combined in chunks, slot padding included,
+  // whatever tensors the chunks cut.
+  void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                       const PlanContext& context,
+                       std::vector<CrossNodeStage>& stages) const override {
+    const negotiation::ReadyTensor& head = batch.tensors.front();
+    const uint64_t element = ElementSize(head.request().dtype());
+    const uint64_t total = batch.bytes / element;
+    const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);
+    std::byte* block = context.data + slots.front();
+    for (uint64_t first = 0; first < total; first += chunk) {
+      const uint64_t end = std::min(total, first + chunk);
+      CrossNodeStage& stage = stages.emplace_back(context.zeros);
+      stage.tensor = head.name;
+      for (size_t t = 0; t < batch.tensors.size(); ++t) {
+        const negotiation::ReadyTensor& tensor = batch.tensors[t];
+        const uint64_t start = (slots[t] - slots.front()) / element;
+        const uint64_t length = tensor.request().length() / element;
+        const uint64_t low = std::max(first, start);
+        const uint64_t high = std::min(end, start + length);
+        if (low >= high) continue;
+        std::byte* slot = context.data + slots[t];
+        AddReductionRange(tensor, slot, stage.before, low - start, high - low);
+        AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low);
+      }
+      AddCombination(head, block + first * element, end - first, stage);
+    }
+  }
+
+ private:
+  // The MPI allreduce of `count` elements at `data` among the set's nodes.
+  static void AddCombination(const negotiation::ReadyTensor& tensor, std::byte* data,
+                             uint64_t count, CrossNodeStage& stage) {
+    const v1::TensorRequest& request = tensor.request();
+    const v1::DataType dtype = request.dtype();
+    // Average divides after the sum, in the final scale.
+    const v1::ReduceOp op =
+        request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
+    std::shared_ptr<const job::SetSpan> span = tensor.span;
+    stage.bytes += count * ElementSize(dtype);
+    stage.transfers.push_back([span, data, count, dtype, op](NodeTransport& transport) {
+      return transport.StartAllreduce(*span, data, count, dtype, op);
+    });
+  }
+};
+
+}  // namespace
+
+exec::ReduceSpec ReductionSpec(const negotiation::ReadyTensor& tensor) {
+  const v1::TensorRequest& request = tensor.request();
+  exec::ReduceSpec spec;
+  spec.dtype = request.dtype();
+  spec.op = request.op();
+  if (spec.op == v1::REDUCE_OP_AVERAGE) {
+    spec.op = v1::REDUCE_OP_SUM;
+    spec.divisor = tensor.set_size;
+  }
+  spec.prescale = request.has_prescale() ? request.prescale() : 1.0;
+  spec.postscale = request.has_postscale() ? request.postscale() : 1.0;
+  if (tensor.across_nodes) {
+    // A partial result: the final scale follows the nodes' combination.
+    spec.postscale = 1.0;
+    spec.divisor = 1;
+  }
+  return spec;
+}
+
+exec::ReduceSpec FinalScaleSpec(const negotiation::ReadyTensor& tensor) {
+  const v1::TensorRequest& request = tensor.request();
+  return exec::ReduceSpec{
+      .dtype = request.dtype(),
+      .op = v1::REDUCE_OP_SUM,
+      .prescale = 1.0,
+      .postscale = request.has_postscale() ? request.postscale() : 1.0,
+      .divisor = request.op() == v1::REDUCE_OP_AVERAGE ? int64_t{tensor.set_size} : 1};
+}
+
+void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work) {
+  const v1::TensorRequest& request = tensor.request();
+  AddReductionRange(tensor, out, work, 0, request.length() / ElementSize(request.dtype()));
+}
+
+void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                       uint64_t first, uint64_t count) {
+  WorkList::Inputs inputs;
+  if (tensor.across_nodes) {
+    // This node's ranks, then zeros for those that joined (they exist only
+    // here: the other nodes' ranks are in their partial results).
+    for (const negotiation::Submission& submission : tensor.submissions)
+      inputs.push_back(InputOf(submission));
+    for (auto r = static_cast<int32_t>(tensor.submissions.size()); r < tensor.local_members; ++r) {
+      inputs.push_back(work.zeros());
+    }
+  } else {
+    size_t next = 0;
+    for (int32_t rank = 0; rank < tensor.set_size; ++rank) {
+      if (next < tensor.submissions.size() && tensor.submissions[next].set_rank == rank) {
+        inputs.push_back(InputOf(tensor.submissions[next++]));
+      } else {
+        inputs.push_back(work.zeros());
+      }
+    }
+  }
+  const exec::ReduceSpec spec = ReductionSpec(tensor);
+  const uint64_t skip = first * ElementSize(spec.dtype);
+  for (const std::byte*& input : inputs) {
+    if (input != work.zeros()) input += skip;
+  }
+  work.AddReduce(spec, inputs, out + skip, count);
+}
+
+void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                        uint64_t first, uint64_t count) {
+  const exec::ReduceSpec scale = FinalScaleSpec(tensor);
+  if (count == 0 || scale.dtype == v1::DATA_TYPE_BOOL ||
+      (scale.postscale == 1.0 && scale.divisor == 1)) {
+    return;
+  }
+  std::byte* at = out + first * ElementSize(scale.dtype);
+  work.AddReduce(scale, {at}, at, count);
+}
+
+const CollectiveOp& AllreduceOp() {
+  static const Allreduce op;
+  return op;
+}
+
+}  // namespace collective::daemon::exec::ops

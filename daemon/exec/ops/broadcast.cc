@@ -1,0 +1,68 @@
+// Broadcast: the root's input, copied once into the result that every rank
+// reads. The other ranks' inputs are never written (out-of-place); a rank
+// that wants it in place names its input as the output. Across nodes the
+// root's node copies it and MPI_Ibcast sends it to the set's other nodes.
+#include "absl/strings/str_cat.h"
+#include "daemon/exec/ops/ops.h"
+#include "daemon/exec/phases.h"
+#include "shm/segment_layout.h"
+
+namespace collective::daemon::exec::ops {
+namespace {
+
+class Broadcast final : public CollectiveOp {
+ public:
+  absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
+    if (absl::Status joined = CollectiveOp::Check(tensor); !joined.ok()) return joined;
+    const int32_t root = tensor.request().root_rank();
+    if (root < 0 || root >= tensor.set_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "broadcast of '", tensor.name, "': root rank ", root, " is not a rank of process set ",
+          tensor.process_set_id, " (size ", tensor.set_size, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
+    return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
+  }
+
+  void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
+               WorkList& work) const override {
+    // No rank has joined: every rank of the set submitted (here, every
+    // local one), so the root is the submission with its set rank.
+    const int32_t root = tensor.request().root_rank();
+    for (const negotiation::Submission& submission : tensor.submissions) {
+      if (submission.set_rank == root) {
+        work.AddCopy(slot, InputOf(submission), submission.request.length());
+      }
+    }
+  }
+
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
+    return {.offset = 0, .bytes = tensor.request().length(), .dim0 = Dim0(tensor.request())};
+  }
+
+  absl::string_view phase() const override { return kPhaseFusionCopy; }
+
+  void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    const uint64_t bytes = tensor.request().length();
+    if (bytes == 0) return;
+    const job::SetSpan& span = Span(tensor);
+    const int root = span.IndexOf(tensor.request().root_rank());
+    stage.bytes += bytes;
+    stage.transfers.push_back([span = tensor.span, slot, bytes, root](NodeTransport& transport) {
+      return transport.StartBroadcast(*span, slot, bytes, root);
+    });
+  }
+};
+
+}  // namespace
+
+const CollectiveOp& BroadcastOp() {
+  static const Broadcast op;
+  return op;
+}
+
+}  // namespace collective::daemon::exec::ops

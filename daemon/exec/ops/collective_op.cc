@@ -1,0 +1,65 @@
+#include "daemon/exec/ops/collective_op.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "daemon/exec/ops/ops.h"
+#include "daemon/negotiation/mismatch.h"
+
+namespace collective::daemon::exec::ops {
+
+absl::Status CollectiveOp::Check(const negotiation::ReadyTensor& tensor) const {
+  if (!tensor.has_joined_ranks()) return absl::OkStatus();
+  return negotiation::RefusedAfterJoin(tensor);
+}
+
+const CollectiveOp* OpFor(v1::Collective collective) {
+  switch (collective) {
+    case v1::COLLECTIVE_ALLREDUCE:
+      return &AllreduceOp();
+    case v1::COLLECTIVE_REDUCESCATTER:
+      return &ReducescatterOp();
+    case v1::COLLECTIVE_ALLGATHER:
+      return &AllgatherOp();
+    case v1::COLLECTIVE_BROADCAST:
+      return &BroadcastOp();
+    case v1::COLLECTIVE_ALLTOALL:
+      return &AlltoallOp();
+    default:
+      return nullptr;
+  }
+}
+
+const std::byte* InputOf(const negotiation::Submission& submission) {
+  return submission.client->segment->arena() + submission.request.offset();
+}
+
+uint64_t RowBytes(const v1::TensorRequest& request) {
+  uint64_t bytes = ElementSize(request.dtype());
+  for (int i = 1; i < request.shape_size(); ++i) bytes *= static_cast<uint64_t>(request.shape(i));
+  return bytes;
+}
+
+int64_t Dim0(const v1::TensorRequest& request) {
+  return request.shape_size() > 0 ? request.shape(0) : 0;
+}
+
+const std::vector<v1::RankRequest>& Everyone(const negotiation::ReadyTensor& tensor) {
+  return *tensor.everyone;
+}
+
+const job::SetSpan& Span(const negotiation::ReadyTensor& tensor) { return *tensor.span; }
+
+void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                                   const PlanContext& context,
+                                   std::vector<CrossNodeStage>& stages) const {
+  for (size_t t = 0; t < batch.tensors.size(); ++t) {
+    const negotiation::ReadyTensor& tensor = batch.tensors[t];
+    std::byte* slot = context.data + slots[t];
+    CrossNodeStage& stage = stages.emplace_back(context.zeros);
+    stage.tensor = tensor.name;
+    AddWork(tensor, slot, stage.before);
+    AddTransfers(tensor, slot, stage);
+  }
+}
+
+}  // namespace collective::daemon::exec::ops

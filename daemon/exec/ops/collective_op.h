@@ -1,0 +1,90 @@
+// One small class per data collective: how much result space a tensor needs,
+// the copies and reductions that fill it, and where each rank's result lies.
+// The executor fuses tensors of one kind into a block and runs the work of
+// all of them on its thread pool; control collectives (barrier, join,
+// process-set changes) carry no data and are the engine's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "collective/v1/types.pb.h"
+#include "daemon/exec/fusion.h"
+#include "daemon/exec/node_transport.h"
+#include "daemon/exec/ops/work_list.h"
+#include "daemon/negotiation/coordinator.h"
+
+namespace collective::daemon::exec::ops {
+
+// Where one rank's result lies, relative to the start of its tensor's slot.
+struct RankResult {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+  int64_t dim0 = 0;
+  // An int64 array (alltoall: rows received from each rank), when aux_count
+  // is not zero.
+  uint64_t aux_offset = 0;
+  uint32_t aux_count = 0;
+};
+
+// What planning a batch across nodes needs besides the batch.
+struct PlanContext {
+  std::byte* data = nullptr;         // the result segment's data
+  const std::byte* zeros = nullptr;  // kPieceBytes of zeros (joined ranks' inputs)
+  uint64_t chunk_bytes = 4 << 20;    // pipelining granularity
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+
+  // What can only be judged with every rank's request and the set's size
+  // (splits, the root, joined ranks), before any memory is touched. An error
+  // goes to every rank. The default refuses joined ranks: in Horovod only
+  // allreduce carries on while ranks have joined.
+  virtual absl::Status Check(const negotiation::ReadyTensor& tensor) const;
+
+  // Bytes of the tensor's slot in the fused result block.
+  virtual uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const = 0;
+
+  // Adds the work that fills `slot` (the tensor's slot, in the result
+  // segment).
+  virtual void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                       WorkList& work) const = 0;
+
+  // Where the result of tensor.submissions[index] lies.
+  virtual RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const = 0;
+
+  // The timeline phase of this op's work.
+  virtual absl::string_view phase() const = 0;
+
+  // Across nodes (tensor.across_nodes), where SlotBytes, AddWork and
+  // ResultOf mean this node's part: the transfers that complete it with the
+  // other nodes' parts, and the work on what arrives.
+  virtual void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                            CrossNodeStage& stage) const = 0;
+
+  // The stages of a fused batch across nodes, whose tensors' slots lie at
+  // `slots` (offsets into context.data). By default one stage per tensor:
+  // AddWork, then AddTransfers.
+  virtual void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                               const PlanContext& context,
+                               std::vector<CrossNodeStage>& stages) const;
+};
+
+// The op of a data collective; null for control collectives.
+const CollectiveOp* OpFor(v1::Collective collective);
+
+// Helpers shared by the ops.
+const std::byte* InputOf(const negotiation::Submission& submission);
+// Bytes of one row: every dimension but the first (a scalar is one row).
+uint64_t RowBytes(const v1::TensorRequest& request);
+int64_t Dim0(const v1::TensorRequest& request);
+// Across nodes: every submitting rank's request (node 0's decision), and
+// how the set lies on the nodes.
+const std::vector<v1::RankRequest>& Everyone(const negotiation::ReadyTensor& tensor);
+const job::SetSpan& Span(const negotiation::ReadyTensor& tensor);
+
+}  // namespace collective::daemon::exec::ops

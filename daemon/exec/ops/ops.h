@@ -1,0 +1,41 @@
+// The data collectives, one per file.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "daemon/exec/ops/collective_op.h"
+
+namespace collective::daemon::exec::ops {
+
+const CollectiveOp& AllreduceOp();
+const CollectiveOp& ReducescatterOp();
+const CollectiveOp& AllgatherOp();
+const CollectiveOp& BroadcastOp();
+const CollectiveOp& AlltoallOp();
+
+// A reduction's kernel spec: AVERAGE becomes SUM divided by the set's size
+// (joined ranks count, as in Horovod).
+exec::ReduceSpec ReductionSpec(const negotiation::ReadyTensor& tensor);
+// Across nodes: what turns the combined sum (or min, max, product) into the
+// result — postscale and the average's division — applied in place.
+exec::ReduceSpec FinalScaleSpec(const negotiation::ReadyTensor& tensor);
+
+// Alltoall: the rows each rank of the set sends to each rank
+// ([sender][receiver], set ranks), from the splits (or an even split) every
+// rank sent; the op's Check has vouched for them.
+std::vector<std::vector<int64_t>> AlltoallSplits(const negotiation::ReadyTensor& tensor);
+
+// Adds the reduction of `tensor` (one input per rank of its set, zeros for
+// joined ranks, in rank order) into `out`. Across nodes: of this node's
+// ranks, the partial result the nodes then combine.
+void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work);
+// The same for `count` elements from element `first`.
+void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                       uint64_t first, uint64_t count);
+// Across nodes: FinalScaleSpec applied in place to `count` elements of
+// `out` from element `first`, when there is anything to apply.
+void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                        uint64_t first, uint64_t count);
+
+}  // namespace collective::daemon::exec::ops

@@ -1,0 +1,50 @@
+#include "daemon/exec/ops/work_list.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/dtype.h"
+
+namespace collective::daemon::exec::ops {
+
+void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes) {
+  bytes_ += bytes;
+  for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
+    Piece piece;
+    piece.copy = true;
+    piece.inputs.push_back(source + done);
+    piece.out = destination + done;
+    piece.count = std::min(kPieceBytes, bytes - done);
+    pieces_.push_back(std::move(piece));
+  }
+}
+
+void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
+                         uint64_t count) {
+  const uint64_t element = ElementSize(spec.dtype);
+  const uint64_t per_piece = std::max<uint64_t>(1, kPieceBytes / element);
+  bytes_ += count * element * (inputs.size() + 1);
+  for (uint64_t first = 0; first < count; first += per_piece) {
+    Piece piece;
+    piece.spec = spec;
+    const uint64_t skip = first * element;
+    for (const std::byte* input : inputs) {
+      piece.inputs.push_back(input == zeros_ ? zeros_ : input + skip);
+    }
+    piece.out = out + skip;
+    piece.count = std::min(per_piece, count - first);
+    pieces_.push_back(std::move(piece));
+  }
+}
+
+void WorkList::Run(size_t index) const {
+  const Piece& piece = pieces_[index];
+  if (piece.copy) {
+    std::memcpy(piece.out, piece.inputs.front(), piece.count);
+    return;
+  }
+  absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());
+  exec::Reduce(piece.spec, inputs, piece.out, piece.count);
+}
+
+}  // namespace collective::daemon::exec::ops

@@ -1,0 +1,51 @@
+// The copies and reductions of one fused batch, cut into pieces that every
+// thread of the pool can take. Pieces are at most kPieceBytes: small enough
+// to share a large tensor among threads, large enough that the kernels stream
+// their output past the cache (non-temporal stores start at 4 MiB), which
+// made a 64 MiB allreduce a third faster than 1 MiB pieces did.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "daemon/exec/reduce_kernels.h"
+
+namespace collective::daemon::exec::ops {
+
+inline constexpr uint64_t kPieceBytes = 4 << 20;
+
+class WorkList {
+ public:
+  using Inputs = absl::InlinedVector<const std::byte*, 16>;
+
+  // `zeros` points at kPieceBytes of zeros that stand for the inputs of
+  // ranks that have joined; it is read at the same place for every piece.
+  explicit WorkList(const std::byte* zeros) : zeros_(zeros) {}
+
+  const std::byte* zeros() const { return zeros_; }
+
+  void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes);
+  void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
+                 uint64_t count);
+
+  size_t size() const { return pieces_.size(); }
+  uint64_t bytes() const { return bytes_; }
+  void Run(size_t index) const;
+
+ private:
+  struct Piece {
+    exec::ReduceSpec spec;  // unused for copies
+    Inputs inputs;          // one source for a copy
+    std::byte* out = nullptr;
+    uint64_t count = 0;  // elements for reductions, bytes for copies
+    bool copy = false;
+  };
+
+  const std::byte* zeros_;
+  std::vector<Piece> pieces_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace collective::daemon::exec::ops

@@ -1,0 +1,287 @@
+#include "daemon/negotiation/global_table.h"
+
+#include <algorithm>
+#include <set>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace collective::daemon::negotiation {
+namespace {
+
+// A ReadyTensor of every rank's request, for the checks.
+ReadyTensor Everyone(const v1::Decision& decision, int32_t set_size) {
+  ReadyTensor tensor;
+  tensor.name = decision.name();
+  tensor.process_set_id = decision.process_set_id();
+  tensor.set_size = set_size;
+  for (const v1::RankRequest& rank : decision.ranks()) {
+    tensor.submissions.push_back(Submission{.client = nullptr,
+                                            .set_rank = rank.set_rank(),
+                                            .rank = rank.rank(),
+                                            .request = rank.request(),
+                                            .at = {}});
+  }
+  return tensor;
+}
+
+bool SameRequests(const google::protobuf::RepeatedPtrField<v1::RankRequest>& decided,
+                  const std::vector<v1::RankRequest>& cached) {
+  if (static_cast<size_t>(decided.size()) != cached.size()) return false;
+  for (int i = 0; i < decided.size(); ++i) {
+    if (!google::protobuf::util::MessageDifferencer::Equals(CacheForm(decided[i].request()),
+                                                            cached[i].request())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+GlobalTable::GlobalTable(job::NodeLayout layout, GlobalCheck check, const ResponseCache& cache,
+                         CacheBits& bits)
+    : layout_(std::move(layout)), check_(check), cache_(cache), bits_(bits) {}
+
+void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessSetTable& sets,
+                       Clock::time_point now) {
+  if (ready.has_partial()) {
+    partial_[from] = std::vector<v1::PartialTensor>(ready.partial().begin(), ready.partial().end());
+  }
+  for (const v1::JoinedRank& joined : ready.joined()) {
+    const job::ProcessSet* set = sets.Find(joined.process_set_id());
+    if (set == nullptr || joined.set_rank() < 0 || joined.set_rank() >= set->size()) continue;
+    Joins& joins = joins_[joined.process_set_id()];
+    joins.joined.resize(static_cast<size_t>(set->size()), false);
+    joins.joined[joined.set_rank()] = true;
+    joins.last = joined.set_rank();
+  }
+  for (const v1::NodeTensor& tensor : ready.tensors()) {
+    Add(from, tensor.process_set_id(), tensor.name(), tensor.ranks(), std::nullopt, sets, now);
+  }
+  for (uint32_t bit : UnpackBits(ready.cache_bits())) {
+    const ResponseCache::Entry* entry = cache_.At(bit);
+    if (entry == nullptr) {
+      log::Coord().error("node {} announced cache bit {}, which holds no tensor; ignored", from,
+                         bit);
+      continue;
+    }
+    // The node's ranks' requests are the cached ones.
+    google::protobuf::RepeatedPtrField<v1::RankRequest> ranks;
+    for (const v1::RankRequest& rank : entry->ranks) {
+      if (layout_.NodeOf(rank.rank()) == from) *ranks.Add() = rank;
+    }
+    Add(from, entry->key.first, entry->key.second, ranks, bit, sets, now);
+  }
+  DecideReady(sets);
+}
+
+void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
+                      const google::protobuf::RepeatedPtrField<v1::RankRequest>& ranks,
+                      std::optional<uint32_t> cache_bit, const job::ProcessSetTable& sets,
+                      Clock::time_point now) {
+  const Key key(set_id, name);
+  const job::ProcessSet* set = sets.Find(set_id);
+  auto [it, inserted] = table_.try_emplace(key);
+  Entry& entry = it->second;
+  if (inserted) {
+    entry.by_set_rank.resize(set != nullptr ? static_cast<size_t>(set->size()) : 0);
+    entry.first_at = now;
+    entry.sequence = next_sequence_++;
+  }
+  for (const v1::RankRequest& rank : ranks) {
+    const auto index = static_cast<size_t>(rank.set_rank());
+    if (index >= entry.by_set_rank.size() || entry.by_set_rank[index].has_value()) {
+      log::Coord().error("node {} announced '{}' for set rank {} twice or out of range; ignored",
+                         from, name, rank.set_rank());
+      continue;
+    }
+    if (entry.collective == v1::COLLECTIVE_UNSPECIFIED) {
+      entry.collective = rank.request().collective();
+    }
+    entry.by_set_rank[index] = rank;
+    ++entry.submitted;
+  }
+  if (!cache_bit.has_value()) {
+    entry.all_from_cache = false;
+  } else if (entry.cache_bit.has_value() && *entry.cache_bit != *cache_bit) {
+    entry.all_from_cache = false;
+  } else {
+    entry.cache_bit = cache_bit;
+  }
+  if (set == nullptr) {
+    // Removed while pending: decide at once, as a failure.
+    Entry taken = std::move(entry);
+    table_.erase(it);
+    Decide(key, std::move(taken), sets);
+  }
+}
+
+bool GlobalTable::IsReady(const Key& key, const Entry& entry) const {
+  const auto size = static_cast<int32_t>(entry.by_set_rank.size());
+  if (entry.submitted == size) return true;
+  if (entry.submitted == 0 || entry.collective == v1::COLLECTIVE_JOIN) return false;
+  const auto joins = joins_.find(key.first);
+  if (joins == joins_.end()) return false;
+  for (int32_t rank = 0; rank < size; ++rank) {
+    if (!entry.by_set_rank[rank].has_value() && !joins->second.joined[rank]) return false;
+  }
+  return true;
+}
+
+void GlobalTable::DecideReady(const job::ProcessSetTable& sets) {
+  if (!ended_.ok()) {
+    while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
+    return;
+  }
+  std::vector<std::pair<uint64_t, Key>> ready;
+  for (const auto& [key, entry] : table_) {
+    if (IsReady(key, entry)) ready.emplace_back(entry.sequence, key);
+  }
+  std::sort(ready.begin(), ready.end());
+  for (const auto& [sequence, key] : ready) {
+    auto it = table_.find(key);
+    Entry entry = std::move(it->second);
+    table_.erase(it);
+    Decide(key, std::move(entry), sets);
+  }
+}
+
+void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable& sets) {
+  const job::ProcessSet* set = sets.Find(key.first);
+  v1::Decision& decision = *batch_.add_decisions();
+  decision.set_process_set_id(key.first);
+  decision.set_name(key.second);
+  const bool has_joined = entry.submitted < static_cast<int32_t>(entry.by_set_rank.size());
+  if (set != nullptr && entry.all_from_cache && entry.cache_bit.has_value() && !has_joined &&
+      cache_.BitOf(key) == entry.cache_bit) {
+    // Every node announced the cached tensor: no request travelled, and
+    // the cached ones passed the checks when they were cached.
+    decision.set_from_cache(true);
+    decision.set_cache_bit(*entry.cache_bit);
+    bits_.Touch(*entry.cache_bit);
+    ++counters_.decided_from_cache;
+    return;
+  }
+  ++counters_.decided_in_full;
+  for (auto& rank : entry.by_set_rank) {
+    if (rank.has_value()) *decision.add_ranks() = std::move(*rank);
+  }
+  absl::Status status =
+      set == nullptr
+          ? absl::NotFoundError(absl::StrCat("process set ", key.first, " was removed while '",
+                                             key.second, "' was pending"))
+          : check_(Everyone(decision, set->size()));
+  decision.set_code(static_cast<int32_t>(status.code()));
+  decision.set_message(std::string(status.message()));
+  if (entry.collective == v1::COLLECTIVE_JOIN) {
+    auto joins = joins_.find(key.first);
+    decision.set_last_joined(joins != joins_.end() ? joins->second.last : 0);
+    joins_.erase(key.first);
+  }
+  const bool cacheable =
+      status.ok() && !has_joined && set != nullptr && CarriesData(entry.collective);
+  UpdateCache(key, decision, cacheable);
+}
+
+void GlobalTable::UpdateCache(const Key& key, v1::Decision& decision, bool cacheable) {
+  if (!cache_.enabled()) return;
+  const std::optional<uint32_t> live = cache_.BitOf(key);
+  if (live.has_value()) {
+    const ResponseCache::Entry* entry = cache_.At(*live);
+    if (cacheable && SameRequests(decision.ranks(), entry->ranks)) {
+      bits_.Touch(*live);  // announced in full by a node that joined or lagged
+      return;
+    }
+    // Its parameters changed (or it failed): announce it in full again.
+    bits_.Retire(*live, next_batch_);
+    decision.add_retire_bits(*live);
+  }
+  if (!cacheable) return;
+  std::vector<uint32_t> evicted;
+  const std::optional<uint32_t> bit = bits_.Take(next_batch_, evicted);
+  for (uint32_t retired : evicted) decision.add_retire_bits(retired);
+  if (!bit.has_value()) return;
+  decision.set_cache_put(true);
+  decision.set_cache_bit(*bit);
+}
+
+bool GlobalTable::Fail(int32_t process_set_id, const std::string& name, const absl::Status& why) {
+  auto it = table_.find({process_set_id, name});
+  if (it == table_.end()) return false;
+  v1::Decision& decision = *batch_.add_decisions();
+  decision.set_process_set_id(process_set_id);
+  decision.set_name(name);
+  decision.set_code(static_cast<int32_t>(why.code()));
+  decision.set_message(std::string(why.message()));
+  for (auto& rank : it->second.by_set_rank) {
+    if (rank.has_value()) *decision.add_ranks() = std::move(*rank);
+  }
+  table_.erase(it);
+  return true;
+}
+
+void GlobalTable::EndAll(const absl::Status& why) {
+  if (ended_.ok()) ended_ = why;
+  while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
+}
+
+std::optional<v1::Decisions> GlobalTable::TakeBatch() {
+  if (batch_.decisions().empty()) return std::nullopt;
+  ++next_batch_;
+  return std::exchange(batch_, {});
+}
+
+std::vector<WaitingTensor> GlobalTable::Waiting(const job::ProcessSetTable& sets,
+                                                Clock::time_point now) const {
+  // Every rank known to have submitted each tensor, and since when.
+  std::map<Key, std::pair<std::set<int32_t>, Clock::time_point>> submitted;
+  for (const auto& [key, entry] : table_) {
+    auto& [ranks, since] = submitted[key];
+    since = entry.first_at;
+    for (const auto& rank : entry.by_set_rank) {
+      if (rank.has_value()) ranks.insert(rank->rank());
+    }
+  }
+  for (const auto& [node, tensors] : partial_) {
+    for (const v1::PartialTensor& tensor : tensors) {
+      const auto [it, inserted] = submitted.try_emplace({tensor.process_set_id(), tensor.name()});
+      auto& [ranks, since] = it->second;
+      const Clock::time_point first =
+          now - std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(tensor.age_seconds()));
+      since = inserted ? first : std::min(since, first);
+      ranks.insert(tensor.ranks().begin(), tensor.ranks().end());
+    }
+  }
+  std::vector<WaitingTensor> waiting;
+  for (const auto& [key, known] : submitted) {
+    const job::ProcessSet* set = sets.Find(key.first);
+    if (set == nullptr) continue;
+    const auto entry = table_.find(key);
+    const v1::Collective collective =
+        entry != table_.end() ? entry->second.collective : v1::COLLECTIVE_UNSPECIFIED;
+    const auto joins = joins_.find(key.first);
+    WaitingTensor tensor{.process_set_id = key.first,
+                         .name = key.second,
+                         .collective = collective,
+                         .first_at = known.second,
+                         .across_nodes = true};
+    for (size_t rank = 0; rank < set->ranks.size(); ++rank) {
+      const int32_t global = set->ranks[rank];
+      if (known.first.contains(global)) {
+        tensor.ready_ranks.push_back(global);
+      } else if (joins == joins_.end() || !joins->second.joined[rank] ||
+                 collective == v1::COLLECTIVE_JOIN) {
+        tensor.missing_ranks.push_back(global);
+      }
+    }
+    waiting.push_back(std::move(tensor));
+  }
+  SortOldestFirst(waiting);
+  return waiting;
+}
+
+}  // namespace collective::daemon::negotiation

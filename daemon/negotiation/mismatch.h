@@ -1,0 +1,25 @@
+// Agreement across ranks: every rank must describe the same collective for a
+// tensor name — collective, device (CPU or GPU), dtype, group, and what that
+// collective needs to agree on (reductions: op, shape and scale factors;
+// allgather and alltoall: every dimension but the first; broadcast: root and
+// shape; process-set changes: the set). A disagreement becomes one error that every rank
+// receives, naming the tensor, the two values and the two ranks, as Horovod
+// does.
+#pragma once
+
+#include "absl/status/status.h"
+#include "daemon/negotiation/coordinator.h"
+
+namespace collective::daemon::negotiation {
+
+// OK, or FAILED_PRECONDITION with e.g. "Mismatched allreduce tensor shapes
+// for 'layer1.weight': rank 0 sent [17, 3], rank 2 sent [17, 4]".
+absl::Status CheckAgreement(const ReadyTensor& tensor);
+
+// FAILED_PRECONDITION for a collective that cannot run because ranks of its
+// set joined (in Horovod only allreduce carries on after a join), naming the
+// ranks, e.g. "broadcast of 'w' cannot run while rank 1 of process set 0 has
+// joined: after a join only allreduce carries on".
+absl::Status RefusedAfterJoin(const ReadyTensor& tensor);
+
+}  // namespace collective::daemon::negotiation

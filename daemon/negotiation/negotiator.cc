@@ -1,0 +1,210 @@
+#include "daemon/negotiation/negotiator.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace collective::daemon::negotiation {
+
+Negotiator::Negotiator(std::unique_ptr<ControlLink> link, job::NodeLayout layout, GlobalCheck check,
+                       const Options& options)
+    : layout_(std::move(layout)),
+      link_(std::move(link)),
+      monitor_(*link_, options.heartbeat_interval, options.node_timeout),
+      cache_(options.cache_capacity) {
+  if (link_->node() == 0) {
+    bits_ = std::make_unique<CacheBits>(options.cache_capacity, link_->nodes());
+    table_ = std::make_unique<GlobalTable>(layout_, check, cache_, *bits_);
+  }
+}
+
+void Negotiator::Announce(const ReadyTensor& tensor, const job::ProcessSet& set,
+                          int32_t local_members) {
+  // A bit stands for every local member's request: only when none joined.
+  if (static_cast<int32_t>(tensor.submissions.size()) == local_members) {
+    if (const std::optional<uint32_t> bit = cache_.Match(tensor); bit.has_value()) {
+      outgoing_bits_.push_back(*bit);
+      ++announced_from_cache_;
+      return;
+    }
+  }
+  v1::NodeTensor* announced = outgoing_.add_tensors();
+  announced->set_process_set_id(tensor.process_set_id);
+  announced->set_name(tensor.name);
+  for (const Submission& submission : tensor.submissions) {
+    v1::RankRequest* rank = announced->add_ranks();
+    rank->set_set_rank(submission.set_rank);
+    rank->set_rank(set.ranks[submission.set_rank]);
+    *rank->mutable_request() = submission.request;
+  }
+  ++announced_in_full_;
+}
+
+void Negotiator::Joined(int32_t process_set_id, int32_t set_rank, int32_t rank) {
+  v1::JoinedRank* joined = outgoing_.add_joined();
+  joined->set_process_set_id(process_set_id);
+  joined->set_set_rank(set_rank);
+  joined->set_rank(rank);
+}
+
+absl::Status Negotiator::Tell(const v1::JobEvent& event) {
+  for (int node = 0; node < link_->nodes(); ++node) {
+    if (node == link_->node()) continue;
+    if (absl::Status sent = link_->Send(node, ControlTag::kJobEvent, event); !sent.ok()) {
+      return sent;
+    }
+  }
+  return link_->Progress();
+}
+
+void Negotiator::Apply(const v1::Decisions& batch) {
+  cache_.Apply(batch);
+  ++batches_applied_;
+}
+
+absl::Status Negotiator::ReceiveEvents(Incoming& incoming) {
+  std::vector<ControlLink::Received> received;
+  if (absl::Status read = link_->Receive(ControlTag::kJobEvent, received); !read.ok()) {
+    return read;
+  }
+  for (ControlLink::Received& message : received) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent an unreadable job event"));
+    }
+    incoming.events.emplace_back(message.from, std::move(event));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Negotiator::Incoming> Negotiator::Exchange(const job::ProcessSetTable& sets,
+                                                          Clock::time_point now) {
+  Incoming incoming;
+  absl::Status status = coordinator() ? Coordinate(sets, now, incoming) : Follow(now, incoming);
+  if (status.ok()) status = ReceiveEvents(incoming);
+  if (status.ok()) status = link_->Progress();
+  if (!status.ok()) return status;
+  return incoming;
+}
+
+absl::Status Negotiator::Coordinate(const job::ProcessSetTable& sets, Clock::time_point now,
+                                    Incoming& incoming) {
+  // A node's heartbeat is its NodeReady, which also says how many batches
+  // it has applied: the acknowledgement never runs ahead of the cache bits
+  // the same node announced before it.
+  std::vector<ControlLink::Received> received;
+  if (absl::Status read = link_->Receive(ControlTag::kReady, received); !read.ok()) return read;
+  incoming.heard = !received.empty();
+  v1::NodeReady own = std::exchange(outgoing_, {});
+  own.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
+  table_->Take(0, own, sets, now);
+  for (const ControlLink::Received& message : received) {
+    v1::NodeReady ready;
+    if (!ready.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent an unreadable message"));
+    }
+    table_->Take(message.from, ready, sets, now);
+    bits_->Acknowledge(message.from, ready.batches_applied());
+  }
+  if (std::optional<v1::Decisions> batch = table_->TakeBatch(); batch.has_value()) {
+    for (int node = 1; node < link_->nodes(); ++node) {
+      if (absl::Status sent = link_->Send(node, ControlTag::kDecisions, *batch); !sent.ok()) {
+        return sent;
+      }
+    }
+    Apply(*batch);
+    bits_->Acknowledge(0, batches_applied_);
+    incoming.batches.push_back(std::move(*batch));
+    monitor_.Sent(now);  // the batch was everyone's heartbeat
+  } else if (monitor_.Due(now)) {
+    v1::Heartbeat heartbeat;
+    heartbeat.set_batches_applied(batches_applied_);
+    for (int node = 1; node < link_->nodes(); ++node) {
+      if (absl::Status sent = link_->Send(node, ControlTag::kHeartbeat, heartbeat); !sent.ok()) {
+        return sent;
+      }
+    }
+    monitor_.Sent(now);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Negotiator::Follow(Clock::time_point now, Incoming& incoming) {
+  // Decisions first, so that this node's announcement carries them as
+  // applied.
+  std::vector<ControlLink::Received> received;
+  if (absl::Status read = link_->Receive(ControlTag::kDecisions, received); !read.ok()) {
+    return read;
+  }
+  for (const ControlLink::Received& message : received) {
+    v1::Decisions batch;
+    if (!batch.ParseFromString(message.bytes)) {
+      return absl::DataLossError(absl::StrCat("node ", message.from, " sent unreadable decisions"));
+    }
+    Apply(batch);
+    incoming.batches.push_back(std::move(batch));
+  }
+  received.clear();
+  if (absl::Status read = link_->Receive(ControlTag::kHeartbeat, received); !read.ok()) {
+    return read;
+  }
+  if (!outgoing_.tensors().empty() || !outgoing_.joined().empty() || !outgoing_bits_.empty() ||
+      outgoing_.has_partial() || monitor_.Due(now)) {
+    // An empty announcement is this node's heartbeat.
+    outgoing_.set_cache_bits(PackBits(std::exchange(outgoing_bits_, {})));
+    outgoing_.set_batches_applied(batches_applied_);
+    if (absl::Status sent = link_->Send(0, ControlTag::kReady, outgoing_); !sent.ok()) {
+      return sent;
+    }
+    outgoing_.Clear();
+    monitor_.Sent(now);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<WaitingTensor> Negotiator::Waiting(const job::ProcessSetTable& sets,
+                                               Clock::time_point now) const {
+  return table_ != nullptr ? table_->Waiting(sets, now) : std::vector<WaitingTensor>{};
+}
+
+void Negotiator::ReportPartial(std::vector<v1::PartialTensor> partial) {
+  outgoing_.set_has_partial(true);
+  outgoing_.clear_partial();
+  for (v1::PartialTensor& tensor : partial) *outgoing_.add_partial() = std::move(tensor);
+}
+
+bool Negotiator::Fail(int32_t process_set_id, const std::string& name, const absl::Status& why) {
+  return table_ != nullptr && table_->Fail(process_set_id, name, why);
+}
+
+void Negotiator::AddTo(v1::Totals& totals) const {
+  totals.set_announced_in_full(totals.announced_in_full() + announced_in_full_);
+  totals.set_announced_from_cache(totals.announced_from_cache() + announced_from_cache_);
+  if (table_ != nullptr) {
+    totals.set_decided_in_full(totals.decided_in_full() + table_->counters().decided_in_full);
+    totals.set_decided_from_cache(totals.decided_from_cache() +
+                                  table_->counters().decided_from_cache);
+  }
+}
+
+void Negotiator::EndAll(const absl::Status& why) {
+  if (table_ != nullptr) table_->EndAll(why);
+}
+
+void Negotiator::Describe(v1::NegotiationStatus* out) const {
+  out->set_node(link_->node());
+  out->set_nodes(link_->nodes());
+  for (int32_t size : layout_.local_sizes) out->add_local_sizes(size);
+  out->set_announced_in_full(announced_in_full_);
+  out->set_announced_from_cache(announced_from_cache_);
+  out->set_cache_capacity(cache_.capacity());
+  out->set_cache_entries(static_cast<uint32_t>(cache_.live_entries()));
+  out->set_batches_applied(batches_applied_);
+  if (table_ != nullptr) {
+    out->set_decided_in_full(table_->counters().decided_in_full);
+    out->set_decided_from_cache(table_->counters().decided_from_cache);
+  }
+}
+
+}  // namespace collective::daemon::negotiation

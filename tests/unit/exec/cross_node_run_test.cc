@@ -1,0 +1,298 @@
+// Collectives across nodes without MPI: every node's part of a batch is
+// planned by its op (PlanAcrossNodes) and run by a CrossNodeRun on its own
+// thread pool, the nodes' transfers meeting in an in-process fabric
+// (fake_node_transport.h). The results are checked against what every rank
+// of the set submitted; transport failures and abandoned runs are checked
+// too.
+#include "daemon/exec/cross_node_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/dtype.h"
+#include "daemon/exec/executor.h"
+#include "daemon/exec/fusion.h"
+#include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/ops/work_list.h"
+#include "daemon/exec/thread_pool.h"
+#include "tests/unit/exec/fake_node_transport.h"
+#include "tests/unit/exec/test_clients.h"
+
+namespace collective::daemon::exec {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kArenaBytes = 64 << 10;
+constexpr uint64_t kInputOffset = 64;
+
+// One node of the fake job: its ranks' clients, its thread pool, its
+// transport, and the result block its part of a batch is written to.
+struct Node {
+  int32_t index = 0;
+  std::vector<std::unique_ptr<job::ClientRecord>> clients;  // by local rank
+  std::unique_ptr<NodeTransport> transport;
+  std::unique_ptr<ThreadPool> pool = std::make_unique<ThreadPool>(1);
+  std::vector<std::byte> results;
+  std::vector<uint64_t> slots;
+  FusedBatch batch;
+  std::unique_ptr<CrossNodeRun> run;
+};
+
+class CrossNodeRunTest : public ::testing::Test {
+ protected:
+  CrossNodeRunTest() : zeros_(ops::kPieceBytes) {}
+
+  // Nodes holding `local_sizes[i]` ranks each; global (and set) ranks are
+  // numbered node by node. One set spans them all.
+  void Form(const std::vector<int32_t>& local_sizes) {
+    group_ = fabric_.NewGroup(static_cast<int32_t>(local_sizes.size()));
+    int32_t rank = 0;
+    for (size_t n = 0; n < local_sizes.size(); ++n) {
+      Node& node = nodes_.emplace_back();
+      node.index = static_cast<int32_t>(n);
+      node.transport = fabric_.TransportOf(node.index);
+      first_.push_back(rank);
+      for (int32_t local = 0; local < local_sizes[n]; ++local, ++rank) {
+        node.clients.push_back(NewTestClient(rank, kArenaBytes));
+        ASSERT_NE(node.clients.back(), nullptr);
+      }
+    }
+    set_size_ = rank;
+    local_sizes_ = local_sizes;
+  }
+
+  std::shared_ptr<const job::SetSpan> SpanOf(int32_t node) const {
+    auto span = std::make_shared<job::SetSpan>();
+    span->group = group_;
+    span->index = node;
+    for (size_t n = 0; n < local_sizes_.size(); ++n) {
+      span->nodes.push_back(static_cast<int32_t>(n));
+      span->first.push_back(first_[n]);
+      span->count.push_back(local_sizes_[n]);
+    }
+    return span;
+  }
+
+  // Adds to every node's batch the tensor `name`, whose set rank r submits
+  // `values(r)` (float32, `rows` x `columns` with rows(r)), edited by `edit`.
+  void AddTensor(const std::string& name, v1::Collective collective,
+                 const std::function<int64_t(int32_t)>& rows, int64_t columns,
+                 const std::function<float(int32_t, int64_t)>& value,
+                 const std::function<void(v1::TensorRequest&)>& edit = {}) {
+    auto everyone = std::make_shared<std::vector<v1::RankRequest>>();
+    std::vector<std::vector<v1::TensorRequest>> requests(nodes_.size());
+    for (Node& node : nodes_) {
+      for (size_t local = 0; local < node.clients.size(); ++local) {
+        const int32_t set_rank = first_[node.index] + static_cast<int32_t>(local);
+        const int64_t count = rows(set_rank) * columns;
+        std::vector<float> data(static_cast<size_t>(count));
+        for (int64_t i = 0; i < count; ++i) data[i] = value(set_rank, i);
+        const uint64_t offset = kInputOffset + offsets_[set_rank];
+        std::memcpy(node.clients[local]->segment->arena() + offset, data.data(),
+                    data.size() * sizeof(float));
+        offsets_[set_rank] += shm::RoundUp(data.size() * sizeof(float), 64);
+        v1::TensorRequest request;
+        request.set_request_id(static_cast<uint64_t>(set_rank) + 1);
+        request.set_name(name);
+        request.set_collective(collective);
+        request.set_op(v1::REDUCE_OP_SUM);
+        request.set_dtype(v1::DATA_TYPE_FLOAT32);
+        request.add_shape(rows(set_rank));
+        request.add_shape(columns);
+        request.set_offset(offset);
+        request.set_length(data.size() * sizeof(float));
+        if (edit) edit(request);
+        v1::RankRequest& everyone_rank = everyone->emplace_back();
+        everyone_rank.set_set_rank(set_rank);
+        everyone_rank.set_rank(set_rank);
+        *everyone_rank.mutable_request() = request;
+        requests[node.index].push_back(request);
+      }
+    }
+    for (Node& node : nodes_) {
+      negotiation::ReadyTensor tensor;
+      tensor.name = name;
+      tensor.set_size = set_size_;
+      tensor.across_nodes = true;
+      tensor.local_members = local_sizes_[node.index];
+      tensor.everyone = everyone;
+      tensor.span = SpanOf(node.index);
+      for (size_t local = 0; local < node.clients.size(); ++local) {
+        negotiation::Submission& submission = tensor.submissions.emplace_back();
+        submission.client = node.clients[local].get();
+        submission.rank = first_[node.index] + static_cast<int32_t>(local);
+        submission.set_rank = submission.rank;
+        submission.request = requests[node.index][local];
+      }
+      node.batch.bytes += SlotBytes(tensor);
+      node.batch.tensors.push_back(std::move(tensor));
+    }
+  }
+
+  // Plans every node's batch and runs them all to the end (or the
+  // deadline), advancing the nodes in turn as their engines would.
+  void RunAll(uint64_t chunk_bytes) {
+    for (Node& node : nodes_) {
+      uint64_t at = 0;
+      for (const negotiation::ReadyTensor& tensor : node.batch.tensors) {
+        node.slots.push_back(at);
+        at += SlotBytes(tensor);
+      }
+      node.results.assign(at, std::byte{0xab});
+      std::vector<CrossNodeStage> stages;
+      const ops::PlanContext context{
+          .data = node.results.data(), .zeros = zeros_.data(), .chunk_bytes = chunk_bytes};
+      ops::OpFor(node.batch.tensors.front().request().collective())
+          ->PlanAcrossNodes(node.batch, node.slots, context, stages);
+      stages_ = stages.size();
+      node.run =
+          std::make_unique<CrossNodeRun>(std::move(stages), *node.transport, *node.pool, [] {});
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::vector<bool> done(nodes_.size(), false);
+    while (std::count(done.begin(), done.end(), true) < static_cast<ptrdiff_t>(nodes_.size())) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the nodes' runs never finished";
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        if (!done[n]) done[n] = nodes_[n].run->Advance();
+      }
+    }
+  }
+
+  // Node `n`'s result of tensor `t` for its local rank `local`, as floats.
+  std::vector<float> ResultOf(size_t n, size_t t, size_t local) const {
+    const Node& node = nodes_[n];
+    const negotiation::ReadyTensor& tensor = node.batch.tensors[t];
+    const ops::RankResult result =
+        ops::OpFor(tensor.request().collective())->ResultOf(tensor, local);
+    std::vector<float> values(result.bytes / sizeof(float));
+    std::memcpy(values.data(), node.results.data() + node.slots[t] + result.offset, result.bytes);
+    return values;
+  }
+
+  FakeFabric fabric_;
+  std::shared_ptr<const job::NodeGroup> group_;
+  std::vector<Node> nodes_;
+  std::vector<int32_t> first_;
+  std::vector<int32_t> local_sizes_;
+  int32_t set_size_ = 0;
+  std::map<int32_t, uint64_t> offsets_;
+  std::vector<std::byte> zeros_;
+  size_t stages_ = 0;
+};
+
+TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
+  Form({2, 1, 2});
+  const auto average = [](v1::TensorRequest& request) { request.set_op(v1::REDUCE_OP_AVERAGE); };
+  AddTensor(
+      "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 25; }, 40,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 1000 + i); }, average);
+  AddTensor(
+      "b", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 37; }, 1,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank - i); }, average);
+  RunAll(/*chunk_bytes=*/256);
+  EXPECT_GT(stages_, 10u) << "a chunk of 256 bytes cuts the batch into many stages";
+  EXPECT_EQ(fabric_.completed(), static_cast<int>(stages_)) << "one transfer per stage";
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const std::vector<float> a = ResultOf(n, 0, local);
+      ASSERT_EQ(a.size(), 1000u);
+      for (int64_t i = 0; i < 1000; ++i) {
+        // Ranks 0..4: the average of rank * 1000 + i is 2000 + i.
+        ASSERT_FLOAT_EQ(a[i], static_cast<float>(2000 + i)) << "node " << n << " element " << i;
+      }
+      const std::vector<float> b = ResultOf(n, 1, local);
+      ASSERT_EQ(b.size(), 37u);
+      for (int64_t i = 0; i < 37; ++i) ASSERT_FLOAT_EQ(b[i], static_cast<float>(2 - i));
+    }
+  }
+  EXPECT_EQ(fabric_.abandoned(), 0);
+}
+
+TEST_F(CrossNodeRunTest, BroadcastReachesEveryNodeFromTheRootsNode) {
+  Form({1, 2, 2});
+  AddTensor(
+      "w", v1::COLLECTIVE_BROADCAST, [](int32_t) { return 3; }, 5,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 100 + i); },
+      [](v1::TensorRequest& request) { request.set_root_rank(2); });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const std::vector<float> w = ResultOf(n, 0, local);
+      ASSERT_EQ(w.size(), 15u);
+      for (int64_t i = 0; i < 15; ++i) ASSERT_FLOAT_EQ(w[i], static_cast<float>(200 + i));
+    }
+  }
+}
+
+TEST_F(CrossNodeRunTest, AllgatherConcatenatesUnevenRowsInSetRankOrder) {
+  Form({2, 1});
+  const auto rows = [](int32_t rank) { return int64_t{rank + 1}; };
+  AddTensor("g", v1::COLLECTIVE_ALLGATHER, rows, 2,
+            [](int32_t rank, int64_t i) { return static_cast<float>(rank * 10 + i); });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  std::vector<float> expected;
+  for (int32_t rank = 0; rank < 3; ++rank) {
+    for (int64_t i = 0; i < rows(rank) * 2; ++i) expected.push_back(rank * 10.0f + i);
+  }
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      EXPECT_EQ(ResultOf(n, 0, local), expected) << "node " << n;
+    }
+  }
+}
+
+TEST_F(CrossNodeRunTest, ATransportFailureReachesEveryNodeNamingTheTensor) {
+  Form({1, 1});
+  AddTensor(
+      "lost", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 4; }, 1,
+      [](int32_t, int64_t) { return 1.0f; });
+  fabric_.FailNext(absl::UnavailableError("the link to the other node is down"));
+  RunAll(/*chunk_bytes=*/1 << 20);
+  for (const Node& node : nodes_) {
+    EXPECT_EQ(node.run->status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(node.run->status().message(),
+                HasSubstr("'lost' across nodes: the link to the other node is down"));
+  }
+}
+
+TEST_F(CrossNodeRunTest, ARunThatEndsUnfinishedAbandonsItsTransfers) {
+  Form({1, 1});
+  AddTensor(
+      "half", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 4; }, 1,
+      [](int32_t, int64_t) { return 1.0f; });
+  Node& alone = nodes_[0];
+  alone.slots = {0};
+  alone.results.assign(SlotBytes(alone.batch.tensors[0]), std::byte{0});
+  std::vector<CrossNodeStage> stages;
+  const ops::PlanContext context{.data = alone.results.data(), .zeros = zeros_.data()};
+  ops::OpFor(v1::COLLECTIVE_ALLREDUCE)->PlanAcrossNodes(alone.batch, alone.slots, context, stages);
+  alone.run =
+      std::make_unique<CrossNodeRun>(std::move(stages), *alone.transport, *alone.pool, [] {});
+  // The other node never starts: this one's transfer waits for it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!alone.run->waiting_for_transfers()) {
+    ASSERT_FALSE(alone.run->Advance()) << alone.run->status();
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline);
+  }
+  EXPECT_FALSE(alone.run->Advance());
+  alone.run.reset();
+  EXPECT_EQ(fabric_.abandoned(), 1);
+  EXPECT_EQ(fabric_.completed(), 0);
+}
+
+}  // namespace
+}  // namespace collective::daemon::exec

@@ -1,0 +1,242 @@
+// Node 0's table of negotiation across nodes, driven as the negotiator
+// drives it: every node's NodeReady in, decision batches out, each batch
+// applied to the response cache as every node applies it.
+#include "daemon/negotiation/global_table.h"
+
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace collective::daemon::negotiation {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// Two nodes of two ranks each: ranks 0-1 on node 0, 2-3 on node 1.
+job::NodeLayout TwoByTwo() {
+  return job::NodeLayout{.node = 0, .local_sizes = {2, 2}, .hosts = {}};
+}
+
+// Refuses tensors whose ranks disagree on the first dimension.
+absl::Status SameShapes(const negotiation::ReadyTensor& everyone) {
+  for (const negotiation::Submission& submission : everyone.submissions) {
+    if (submission.request.shape(0) != everyone.submissions.front().request.shape(0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Mismatched shapes for '", everyone.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class GlobalTableTest : public ::testing::Test {
+ protected:
+  GlobalTableTest()
+      : sets_(4), cache_(8), bits_(8, 2), table_(TwoByTwo(), &SameShapes, cache_, bits_) {}
+
+  static v1::RankRequest Rank(int32_t rank, const std::string& name, int64_t rows,
+                              uint64_t request_id = 1) {
+    v1::RankRequest ranked;
+    ranked.set_set_rank(rank);
+    ranked.set_rank(rank);
+    v1::TensorRequest& request = *ranked.mutable_request();
+    request.set_request_id(request_id);
+    request.set_name(name);
+    request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+    request.set_dtype(v1::DATA_TYPE_FLOAT32);
+    request.add_shape(rows);
+    return ranked;
+  }
+
+  // Node `node` announces `name` in full for its two ranks.
+  void Announce(int node, const std::string& name, int64_t rows = 3, int64_t other_rows = -1) {
+    v1::NodeReady ready;
+    v1::NodeTensor& tensor = *ready.add_tensors();
+    tensor.set_name(name);
+    *tensor.add_ranks() = Rank(2 * node, name, rows);
+    *tensor.add_ranks() = Rank(2 * node + 1, name, other_rows < 0 ? rows : other_rows);
+    table_.Take(node, ready, sets_, Clock::now());
+  }
+
+  // Node `node` announces the tensors cached at `bits`.
+  void AnnounceBits(int node, const std::vector<uint32_t>& bits) {
+    v1::NodeReady ready;
+    ready.set_cache_bits(negotiation::PackBits(bits));
+    table_.Take(node, ready, sets_, Clock::now());
+  }
+
+  void Join(int node, int32_t rank) {
+    v1::NodeReady ready;
+    v1::JoinedRank& joined = *ready.add_joined();
+    joined.set_process_set_id(0);
+    joined.set_set_rank(rank);
+    joined.set_rank(rank);
+    table_.Take(node, ready, sets_, Clock::now());
+  }
+
+  // The next batch, applied to the cache and acknowledged by both nodes.
+  v1::Decisions Batch() {
+    std::optional<v1::Decisions> batch = table_.TakeBatch();
+    if (!batch.has_value()) return {};
+    cache_.Apply(*batch);
+    ++applied_;
+    bits_.Acknowledge(0, applied_);
+    bits_.Acknowledge(1, applied_);
+    return *batch;
+  }
+
+  // `name` announced in full by both nodes and decided: its cache bit.
+  uint32_t Cached(const std::string& name) {
+    Announce(0, name);
+    Announce(1, name);
+    return Batch().decisions(0).cache_bit();
+  }
+
+  static std::vector<std::string> Names(const v1::Decisions& batch) {
+    std::vector<std::string> names;
+    for (const v1::Decision& decision : batch.decisions()) names.push_back(decision.name());
+    return names;
+  }
+
+  job::ProcessSetTable sets_;
+  negotiation::ResponseCache cache_;
+  negotiation::CacheBits bits_;
+  negotiation::GlobalTable table_;
+  uint64_t applied_ = 0;
+};
+
+TEST_F(GlobalTableTest, DecidesOnceEveryNodeAnnouncedAndCachesTheTensor) {
+  Announce(0, "w");
+  EXPECT_EQ(table_.TakeBatch(), std::nullopt) << "node 1's ranks have not submitted";
+  Announce(1, "w");
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  const v1::Decision& decision = batch.decisions(0);
+  EXPECT_EQ(decision.code(), 0) << decision.message();
+  EXPECT_EQ(decision.ranks_size(), 4);
+  EXPECT_FALSE(decision.from_cache());
+  EXPECT_TRUE(decision.cache_put());
+  EXPECT_EQ(cache_.BitOf({0, "w"}), decision.cache_bit());
+  EXPECT_EQ(table_.counters().decided_in_full, 1u);
+}
+
+TEST_F(GlobalTableTest, ASteadyStateStepIsDecidedFromTheCacheBitsAlone) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit});
+  EXPECT_EQ(table_.TakeBatch(), std::nullopt) << "the AND of the nodes' bits is still 0";
+  AnnounceBits(1, {bit});
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_TRUE(batch.decisions(0).from_cache());
+  EXPECT_EQ(batch.decisions(0).cache_bit(), bit);
+  EXPECT_THAT(batch.decisions(0).ranks(), IsEmpty()) << "no request travels";
+  EXPECT_EQ(table_.counters().decided_from_cache, 1u);
+  EXPECT_EQ(table_.counters().decided_in_full, 1u);
+}
+
+TEST_F(GlobalTableTest, ANodeAnnouncingInFullWhileOthersUseTheBitDecidesInFull) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit});
+  Announce(1, "w");  // e.g. its cache lagged
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_FALSE(batch.decisions(0).from_cache());
+  EXPECT_EQ(batch.decisions(0).ranks_size(), 4);
+  EXPECT_EQ(cache_.BitOf({0, "w"}), bit) << "same requests: the entry stays";
+}
+
+TEST_F(GlobalTableTest, ChangedParametersRetireTheEntryAndCacheTheNewOnes) {
+  Announce(0, "w", 3);
+  Announce(1, "w", 3);
+  const uint32_t old_bit = Batch().decisions(0).cache_bit();
+  Announce(0, "w", 5);
+  Announce(1, "w", 5);
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_THAT(batch.decisions(0).retire_bits(), ElementsAre(old_bit));
+  EXPECT_TRUE(batch.decisions(0).cache_put());
+  const std::optional<uint32_t> now = cache_.BitOf({0, "w"});
+  ASSERT_TRUE(now.has_value());
+  EXPECT_EQ(cache_.At(*now)->ranks.front().request().shape(0), 5);
+}
+
+TEST_F(GlobalTableTest, AMismatchFailsOnEveryRankAndIsNotCached) {
+  Announce(0, "w", 3);
+  Announce(1, "w", 3, /*other_rows=*/4);
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_EQ(batch.decisions(0).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(batch.decisions(0).message(), HasSubstr("Mismatched shapes for 'w'"));
+  EXPECT_EQ(batch.decisions(0).ranks_size(), 4) << "every rank gets the error";
+  EXPECT_FALSE(batch.decisions(0).cache_put());
+  EXPECT_EQ(cache_.BitOf({0, "w"}), std::nullopt);
+}
+
+TEST_F(GlobalTableTest, DecisionsComeInTheOrderTensorsBecameReadyEverywhere) {
+  Announce(0, "a");
+  Announce(0, "b");
+  Announce(1, "b");
+  Announce(1, "a");
+  EXPECT_THAT(Names(Batch()), ElementsAre("b", "a"));
+}
+
+TEST_F(GlobalTableTest, TensorsReadyTogetherComeInTheOrderTheyWereFirstAnnounced) {
+  Announce(0, "a");
+  Announce(0, "b");
+  v1::NodeReady ready;  // node 1's ranks submitted both since its last report
+  for (const char* name : {"b", "a"}) {
+    v1::NodeTensor& tensor = *ready.add_tensors();
+    tensor.set_name(name);
+    *tensor.add_ranks() = Rank(2, name, 3);
+    *tensor.add_ranks() = Rank(3, name, 3);
+  }
+  table_.Take(1, ready, sets_, Clock::now());
+  EXPECT_THAT(Names(Batch()), ElementsAre("a", "b"));
+}
+
+TEST_F(GlobalTableTest, JoinedRanksNoLongerHoldAllreduceUpAndItIsNotCached) {
+  Join(1, 2);
+  Join(1, 3);
+  Announce(0, "w");
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_EQ(batch.decisions(0).code(), 0);
+  EXPECT_EQ(batch.decisions(0).ranks_size(), 2) << "joined ranks are absent";
+  EXPECT_FALSE(batch.decisions(0).cache_put());
+}
+
+TEST_F(GlobalTableTest, FailAndEndAllFailWaitingTensorsAndEverythingAnnouncedLater) {
+  Announce(0, "stalled");
+  EXPECT_TRUE(table_.Fail(0, "stalled", absl::DeadlineExceededError("stalled for 60 s")));
+  EXPECT_FALSE(table_.Fail(0, "stalled", absl::DeadlineExceededError("again")));
+  v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_EQ(batch.decisions(0).code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(batch.decisions(0).ranks_size(), 2);
+
+  Announce(0, "pending");
+  table_.EndAll(absl::UnavailableError("rank 3 died"));
+  Announce(1, "later");
+  batch = Batch();
+  EXPECT_THAT(Names(batch), ElementsAre("pending", "later"));
+  for (const v1::Decision& decision : batch.decisions()) {
+    EXPECT_EQ(decision.message(), "rank 3 died");
+  }
+}
+
+TEST_F(GlobalTableTest, WaitingNamesTheRanksThatHaveNotSubmitted) {
+  Announce(0, "w");
+  const std::vector<negotiation::WaitingTensor> waiting = table_.Waiting(sets_, Clock::now());
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_EQ(waiting[0].name, "w");
+  EXPECT_THAT(waiting[0].ready_ranks, ElementsAre(0, 1));
+  EXPECT_THAT(waiting[0].missing_ranks, ElementsAre(2, 3));
+}
+
+}  // namespace
+}  // namespace collective::daemon::negotiation
