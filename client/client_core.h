@@ -21,12 +21,12 @@
 #include "absl/time/time.h"
 #include "client/cuda_registry.h"
 #include "client/session.h"
+#include "client/submission_outbox.h"
 #include "collective/client.h"
 #include "shm/arena_allocator.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
 #include "shm/result_segment.h"
-#include "shm/submission_ring.h"
 
 namespace collective::internal {
 
@@ -148,9 +148,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
 
   // Moves every published completion into the table. Caller holds mutex_.
   void DrainLocked();
-  // Publishes `message` in the submission ring, waiting while the ring is
-  // full, and wakes the daemon. Caller holds mutex_ (as `lock`).
-  absl::Status PushLocked(const v1::ClientMessage& message, std::unique_lock<std::mutex>& lock);
+  // The outbox's wait while the submission ring is full. Caller holds
+  // mutex_ (as `lock`).
+  absl::Status WaitForRingRoom(std::unique_lock<std::mutex>& lock);
   // OK, or why the session can no longer complete anything. Caller holds mutex_.
   absl::Status BrokenLocked();
   // The CUDA registry, created at the first CUDA tensor. Caller holds mutex_.
@@ -174,15 +174,16 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<shm::ClientSegment> segment_;
   std::unique_ptr<shm::ResultSegment> results_;
   std::unique_ptr<shm::RingConsumer> ring_;
-  std::unique_ptr<shm::SubmissionWriter> submitter_;  // guarded by mutex_
+  std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;
   absl::Duration spin_;  // how long a waiter spins before it sleeps
 
   // One submission (or CUDA registration) at a time, from building its
-  // message to pushing it: PushLocked lets go of mutex_ while the ring is
-  // full, and another thread must not take the next request ids or push a
-  // request naming CUDA memory whose registration still waits. Taken before
-  // mutex_.
+  // message to pushing it: a push lets go of mutex_ while the ring is full,
+  // and another thread must not take the next request ids or push a request
+  // naming CUDA memory whose registration still waits. (Releases need no
+  // such turn: the outbox publishes each exactly once whatever interleaves.)
+  // Taken before mutex_.
   std::mutex submit_mutex_;
   mutable std::mutex mutex_;
   shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
@@ -194,11 +195,6 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::Status job_failure_;
   absl::Status session_failure_;
   bool left_ = false;
-  // Releases (and copy-out spans) not yet published; they ride with the
-  // next submission.
-  std::vector<uint64_t> pending_releases_;
-  std::vector<v1::CopyOutSpan> pending_copy_outs_;
-  uint64_t pending_release_bytes_ = 0;
   uint64_t next_group_id_ = 1;
   int rank_ = 0;
   std::map<int32_t, ProcessSet> process_sets_;  // guarded by mutex_
