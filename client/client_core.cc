@@ -24,8 +24,6 @@ namespace {
 constexpr absl::Duration kSpin = absl::Microseconds(30);
 // Sleeps are cut into slices so that a hung daemon is noticed.
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(100);
-// A failed completion whose text has not arrived by then gets a generic one.
-constexpr absl::Duration kFailureTextGrace = absl::Seconds(5);
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -90,8 +88,7 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   }
   core->segment_ = std::move(*segment);
   core->results_ = std::move(*results);
-  core->ring_ =
-      std::make_unique<shm::RingConsumer>(core->segment_->header(), core->segment_->ring());
+  core->ring_ = std::make_unique<shm::RingConsumer>(*core->segment_);
   // Queued releases go on their own once they free an eighth of the result
   // space, which the daemon may be waiting for.
   core->outbox_ = std::make_unique<SubmissionOutbox>(
@@ -261,7 +258,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
                                       .dtype = prepared.dtype,
                                       .shape = std::move(prepared.shape),
                                       .record = std::nullopt,
-                                      .failed_at = absl::InfinitePast(),
+                                      .failure = absl::OkStatus(),
                                       .cuda_slot = slots[i],
                                       .stream = prepared.cuda ? prepared.cuda->stream : nullptr});
   }
@@ -282,22 +279,37 @@ absl::Status ClientCore::WaitForRingRoom(std::unique_lock<std::mutex>& lock) {
 }
 
 void ClientCore::DrainLocked() {
-  while (auto record = ring_->TryPop()) {
-    auto it = requests_.find(record->request_id);
+  while (auto completion = ring_->TryPop()) {
+    const shm::CompletionRecord& record = completion->record;
+    if ((record.flags & shm::kRecordRefusedDuplicateId) != 0) {
+      // Not this client's doing (it never reuses an id in flight); the
+      // request with the id goes on.
+      log::Client().warn("collectived refused a submission: {}", completion->text);
+      continue;
+    }
+    auto it = requests_.find(record.request_id);
     if (it == requests_.end() || it->second.record.has_value()) {
       log::Client().warn("collectived completed request {}, which is not in flight",
-                         record->request_id);
+                         record.request_id);
       continue;
     }
     Pending& pending = it->second;
-    pending.record = *record;
+    pending.record = record;
     if (pending.staging != kNoStaging) {
       allocator_.Free(pending.staging);
       pending.staging = kNoStaging;
     }
     outstanding_names_.erase(pending.name);
     --in_flight_;
-    if (record->status_code != 0) pending.failed_at = absl::Now();
+    if (record.status_code != 0) {
+      pending.failure = absl::Status(
+          StatusCodeFromInt(record.status_code),
+          completion->text.empty()
+              ? absl::StrCat("collectived failed request ", record.request_id,
+                             "; its message did not fit the segment's text ring (this client "
+                             "took its earlier completions too late)")
+              : std::move(completion->text));
+    }
   }
 }
 
@@ -320,9 +332,7 @@ bool ClientCore::Poll(uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return true;  // Wait reports the unknown handle
   if (!BrokenLocked().ok()) return true;
-  const Pending& pending = it->second;
-  return pending.record.has_value() &&
-         (pending.record->status_code == 0 || failures_.contains(request_id));
+  return it->second.record.has_value();
 }
 
 absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Duration timeout) {
@@ -350,21 +360,12 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
           if (!waited.ok()) return waited;
           return finished;
         }
-        auto failure = failures_.find(request_id);
-        if (failure != failures_.end()) {
-          absl::Status status = std::move(failure->second);
-          failures_.erase(failure);
-          (void)FinishCudaLocked(pending, /*succeeded=*/false);
-          requests_.erase(it);
-          return status;
-        }
-        if (!broken.ok() || absl::Now() - pending.failed_at > kFailureTextGrace) {
-          (void)FinishCudaLocked(pending, /*succeeded=*/false);
-          requests_.erase(it);
-          return absl::Status(StatusCodeFromInt(record.status_code),
-                              "collectived failed the request; its message did not arrive");
-        }
-      } else if (!broken.ok()) {
+        absl::Status failure = std::move(pending.failure);
+        (void)FinishCudaLocked(pending, /*succeeded=*/false);
+        requests_.erase(it);
+        return failure;
+      }
+      if (!broken.ok()) {
         // Nobody will read the input any more: its staging can go.
         if (pending.staging != kNoStaging) allocator_.Free(pending.staging);
         (void)FinishCudaLocked(pending, /*succeeded=*/false);
@@ -561,14 +562,6 @@ absl::Status ClientCore::Leave() {
   }
   // A daemon that is gone or hung will not answer the goodbye: do not wait.
   return session_->Leave(broken ? absl::ZeroDuration() : absl::Seconds(5));
-}
-
-void ClientCore::OnRequestFailed(uint64_t request_id, absl::Status status) {
-  {
-    std::lock_guard lock(mutex_);
-    failures_[request_id] = std::move(status);
-  }
-  if (ring_ != nullptr) ring_->WakeLocal();
 }
 
 void ClientCore::OnJobFailed(absl::Status status) {

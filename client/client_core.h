@@ -4,7 +4,8 @@
 // (requests and releases go to the daemon through shared memory, a few
 // hundred nanoseconds each, where a gRPC message costs tens of microseconds),
 // and the table of requests in flight with the wait loop over the completion
-// ring.
+// ring. A request is done when its record is taken from the ring; a failed
+// one's text comes with the record. Any thread; one mutex guards the state.
 #pragma once
 
 #include <cstdint>
@@ -124,7 +125,6 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::Status Leave();
 
   // SessionListener
-  void OnRequestFailed(uint64_t request_id, absl::Status status) override;
   void OnJobFailed(absl::Status status) override;
   void OnCudaRegistered(uint64_t registration_id, absl::Status status) override;
   void OnSessionEnded(absl::Status status) override;
@@ -137,8 +137,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
     uint64_t output_capacity = 0;
     DataType dtype = DataType::kFloat32;
     std::vector<int64_t> shape;
+    // Set when its record is taken from the ring: the request is done.
     std::optional<shm::CompletionRecord> record;
-    absl::Time failed_at;  // when a failed record arrived without its text
+    absl::Status failure;  // a failed record's code and text
     // CUDA requests: the event slot and the stream that waits on it.
     std::optional<uint32_t> cuda_slot;
     void* stream = nullptr;
@@ -190,8 +191,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   uint64_t next_request_id_ = 1;
   absl::flat_hash_map<uint64_t, Pending> requests_;
   absl::flat_hash_set<std::string> outstanding_names_;
-  absl::flat_hash_map<uint64_t, absl::Status> failures_;  // texts from the stream
-  size_t in_flight_ = 0;                                  // submitted, no record yet
+  size_t in_flight_ = 0;  // submitted, no record yet
   absl::Status job_failure_;
   absl::Status session_failure_;
   bool left_ = false;
