@@ -24,10 +24,6 @@ namespace {
 constexpr absl::Duration kSpin = absl::Microseconds(30);
 // Sleeps are cut into slices so that a hung daemon is noticed.
 constexpr absl::Duration kSleepSlice = absl::Milliseconds(100);
-// A failed completion whose text has not arrived by then gets a generic one.
-constexpr absl::Duration kFailureTextGrace = absl::Seconds(5);
-// Releases are sent on their own once this many are queued.
-constexpr uint32_t kReleaseBatch = 64;
 
 void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -92,10 +88,15 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   }
   core->segment_ = std::move(*segment);
   core->results_ = std::move(*results);
-  core->ring_ =
-      std::make_unique<shm::RingConsumer>(core->segment_->header(), core->segment_->ring());
-  core->submitter_ = std::make_unique<shm::SubmissionWriter>(
-      core->segment_->header(), core->segment_->submit_ring(), core->segment_->submit_bytes());
+  core->ring_ = std::make_unique<shm::RingConsumer>(*core->segment_);
+  // Queued releases go on their own once they free an eighth of the result
+  // space, which the daemon may be waiting for.
+  core->outbox_ = std::make_unique<SubmissionOutbox>(
+      shm::SubmissionWriter(core->segment_->header(), core->segment_->submit_ring(),
+                            core->segment_->submit_bytes()),
+      core->results_->data_bytes() / 8, [raw = core.get()](std::unique_lock<std::mutex>& lock) {
+        return raw->WaitForRingRoom(lock);
+      });
   core->allocator_ = shm::ArenaAllocator(core->segment_->arena_bytes(), shm::kDataAlignment);
   core->limits_ = response.limits();
   core->spin_ = response.topology().local_size() <= UsableCpus() ? kSpin : absl::ZeroDuration();
@@ -238,18 +239,13 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
       request->set_group_size(static_cast<uint32_t>(count));
     }
   }
-  for (uint64_t released : pending_releases_) message.add_released(released);
-  for (const v1::CopyOutSpan& span : pending_copy_outs_) *message.add_copy_outs() = span;
-  if (absl::Status pushed = PushLocked(message, lock); !pushed.ok()) {
+  if (absl::Status pushed = outbox_->Push(message, lock); !pushed.ok()) {
     release_slots();
     // The registry counts what the message registered as known.
     if (message.has_cuda()) (void)PushRegistrationLocked(message.cuda(), lock);
     return refuse(pushed);
   }
   next_request_id_ += count;
-  pending_releases_.clear();
-  pending_copy_outs_.clear();
-  pending_release_bytes_ = 0;
   for (size_t i = 0; i < count; ++i) {
     PreparedRequest& prepared = requests[i];
     const std::string& name = message.submit().requests(static_cast<int>(i)).name();
@@ -262,53 +258,58 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
                                       .dtype = prepared.dtype,
                                       .shape = std::move(prepared.shape),
                                       .record = std::nullopt,
-                                      .failed_at = absl::InfinitePast(),
+                                      .failure = absl::OkStatus(),
                                       .cuda_slot = slots[i],
                                       .stream = prepared.cuda ? prepared.cuda->stream : nullptr});
   }
   return ids;
 }
 
-absl::Status ClientCore::PushLocked(const v1::ClientMessage& message,
-                                    std::unique_lock<std::mutex>& lock) {
-  const std::string payload = message.SerializeAsString();
-  if (payload.size() > shm::SubmissionWriter::kMaxPayloadBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a submission of ", payload.size(), " bytes exceeds the ring's record limit"));
-  }
-  while (!submitter_->TryPush(payload.data(), payload.size())) {
-    // The ring is full until the engine reads it; it is awake now, and
-    // completions it publishes end this wait early.
-    submitter_->Ring();
-    RETURN_IF_ERROR(BrokenLocked());
-    const uint32_t snapshot = ring_->WakeWord();
-    lock.unlock();
-    ring_->BeginSleep();
-    ring_->Sleep(snapshot, absl::Milliseconds(1));
-    ring_->EndSleep();
-    lock.lock();
-  }
-  submitter_->Ring();
+absl::Status ClientCore::WaitForRingRoom(std::unique_lock<std::mutex>& lock) {
+  // The engine is awake (the outbox rang); completions it publishes end
+  // this wait early.
+  RETURN_IF_ERROR(BrokenLocked());
+  const uint32_t snapshot = ring_->WakeWord();
+  lock.unlock();
+  ring_->BeginSleep();
+  ring_->Sleep(snapshot, absl::Milliseconds(1));
+  ring_->EndSleep();
+  lock.lock();
   return absl::OkStatus();
 }
 
 void ClientCore::DrainLocked() {
-  while (auto record = ring_->TryPop()) {
-    auto it = requests_.find(record->request_id);
+  while (auto completion = ring_->TryPop()) {
+    const shm::CompletionRecord& record = completion->record;
+    if ((record.flags & shm::kRecordRefusedDuplicateId) != 0) {
+      // Not this client's doing (it never reuses an id in flight); the
+      // request with the id goes on.
+      log::Client().warn("collectived refused a submission: {}", completion->text);
+      continue;
+    }
+    auto it = requests_.find(record.request_id);
     if (it == requests_.end() || it->second.record.has_value()) {
       log::Client().warn("collectived completed request {}, which is not in flight",
-                         record->request_id);
+                         record.request_id);
       continue;
     }
     Pending& pending = it->second;
-    pending.record = *record;
+    pending.record = record;
     if (pending.staging != kNoStaging) {
       allocator_.Free(pending.staging);
       pending.staging = kNoStaging;
     }
     outstanding_names_.erase(pending.name);
     --in_flight_;
-    if (record->status_code != 0) pending.failed_at = absl::Now();
+    if (record.status_code != 0) {
+      pending.failure = absl::Status(
+          StatusCodeFromInt(record.status_code),
+          completion->text.empty()
+              ? absl::StrCat("collectived failed request ", record.request_id,
+                             "; its message did not fit the segment's text ring (this client "
+                             "took its earlier completions too late)")
+              : std::move(completion->text));
+    }
   }
 }
 
@@ -331,9 +332,7 @@ bool ClientCore::Poll(uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return true;  // Wait reports the unknown handle
   if (!BrokenLocked().ok()) return true;
-  const Pending& pending = it->second;
-  return pending.record.has_value() &&
-         (pending.record->status_code == 0 || failures_.contains(request_id));
+  return it->second.record.has_value();
 }
 
 absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Duration timeout) {
@@ -361,21 +360,12 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
           if (!waited.ok()) return waited;
           return finished;
         }
-        auto failure = failures_.find(request_id);
-        if (failure != failures_.end()) {
-          absl::Status status = std::move(failure->second);
-          failures_.erase(failure);
-          (void)FinishCudaLocked(pending, /*succeeded=*/false);
-          requests_.erase(it);
-          return status;
-        }
-        if (!broken.ok() || absl::Now() - pending.failed_at > kFailureTextGrace) {
-          (void)FinishCudaLocked(pending, /*succeeded=*/false);
-          requests_.erase(it);
-          return absl::Status(StatusCodeFromInt(record.status_code),
-                              "collectived failed the request; its message did not arrive");
-        }
-      } else if (!broken.ok()) {
+        absl::Status failure = std::move(pending.failure);
+        (void)FinishCudaLocked(pending, /*succeeded=*/false);
+        requests_.erase(it);
+        return failure;
+      }
+      if (!broken.ok()) {
         // Nobody will read the input any more: its staging can go.
         if (pending.staging != kNoStaging) allocator_.Free(pending.staging);
         (void)FinishCudaLocked(pending, /*succeeded=*/false);
@@ -409,28 +399,16 @@ void ClientCore::WaitForActivity(uint32_t snapshot, absl::Time deadline) {
 void ClientCore::Release(uint64_t request_id, uint64_t bytes, Span copy_out) {
   std::unique_lock lock(mutex_);
   if (left_ || !session_failure_.ok()) return;
-  pending_releases_.push_back(request_id);
-  pending_release_bytes_ += bytes;
+  std::optional<v1::CopyOutSpan> span;
   if (copy_out.end_ns != 0) {
-    v1::CopyOutSpan& span = pending_copy_outs_.emplace_back();
-    span.set_request_id(request_id);
-    span.set_start_ns(copy_out.start_ns);
-    span.set_end_ns(copy_out.end_ns);
+    span.emplace();
+    span->set_request_id(request_id);
+    span->set_start_ns(copy_out.start_ns);
+    span->set_end_ns(copy_out.end_ns);
   }
-  // Releases ride with the next submission; enough of them (or enough
-  // bytes, which the daemon may be waiting for) go on their own.
-  if (pending_releases_.size() < kReleaseBatch &&
-      pending_release_bytes_ < results_->data_bytes() / 8) {
-    return;
-  }
-  v1::ClientMessage message;
-  for (uint64_t released : pending_releases_) message.add_released(released);
-  for (const v1::CopyOutSpan& span : pending_copy_outs_) *message.add_copy_outs() = span;
-  if (PushLocked(message, lock).ok()) {
-    pending_releases_.clear();
-    pending_copy_outs_.clear();
-    pending_release_bytes_ = 0;
-  }
+  // A failed push leaves the release queued; the session's end (which
+  // releases everything) is what makes it fail.
+  (void)outbox_->Release(request_id, bytes, std::move(span), lock);
 }
 
 absl::StatusOr<CudaRegistry*> ClientCore::CudaLocked() {
@@ -471,7 +449,7 @@ absl::Status ClientCore::PushRegistrationLocked(v1::RegisterCuda registration,
   }
   v1::ClientMessage message;
   *message.mutable_cuda() = std::move(registration);
-  return PushLocked(message, lock);
+  return outbox_->Push(message, lock);
 }
 
 absl::Status ClientCore::FinishCudaLocked(Pending& pending, bool succeeded) {
@@ -584,14 +562,6 @@ absl::Status ClientCore::Leave() {
   }
   // A daemon that is gone or hung will not answer the goodbye: do not wait.
   return session_->Leave(broken ? absl::ZeroDuration() : absl::Seconds(5));
-}
-
-void ClientCore::OnRequestFailed(uint64_t request_id, absl::Status status) {
-  {
-    std::lock_guard lock(mutex_);
-    failures_[request_id] = std::move(status);
-  }
-  if (ring_ != nullptr) ring_->WakeLocal();
 }
 
 void ClientCore::OnJobFailed(absl::Status status) {

@@ -4,7 +4,8 @@
 // (requests and releases go to the daemon through shared memory, a few
 // hundred nanoseconds each, where a gRPC message costs tens of microseconds),
 // and the table of requests in flight with the wait loop over the completion
-// ring.
+// ring. A request is done when its record is taken from the ring; a failed
+// one's text comes with the record. Any thread; one mutex guards the state.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +22,12 @@
 #include "absl/time/time.h"
 #include "client/cuda_registry.h"
 #include "client/session.h"
+#include "client/submission_outbox.h"
 #include "collective/client.h"
 #include "shm/arena_allocator.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
 #include "shm/result_segment.h"
-#include "shm/submission_ring.h"
 
 namespace collective::internal {
 
@@ -124,7 +125,6 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::Status Leave();
 
   // SessionListener
-  void OnRequestFailed(uint64_t request_id, absl::Status status) override;
   void OnJobFailed(absl::Status status) override;
   void OnCudaRegistered(uint64_t registration_id, absl::Status status) override;
   void OnSessionEnded(absl::Status status) override;
@@ -137,8 +137,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
     uint64_t output_capacity = 0;
     DataType dtype = DataType::kFloat32;
     std::vector<int64_t> shape;
+    // Set when its record is taken from the ring: the request is done.
     std::optional<shm::CompletionRecord> record;
-    absl::Time failed_at;  // when a failed record arrived without its text
+    absl::Status failure;  // a failed record's code and text
     // CUDA requests: the event slot and the stream that waits on it.
     std::optional<uint32_t> cuda_slot;
     void* stream = nullptr;
@@ -148,9 +149,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
 
   // Moves every published completion into the table. Caller holds mutex_.
   void DrainLocked();
-  // Publishes `message` in the submission ring, waiting while the ring is
-  // full, and wakes the daemon. Caller holds mutex_ (as `lock`).
-  absl::Status PushLocked(const v1::ClientMessage& message, std::unique_lock<std::mutex>& lock);
+  // The outbox's wait while the submission ring is full. Caller holds
+  // mutex_ (as `lock`).
+  absl::Status WaitForRingRoom(std::unique_lock<std::mutex>& lock);
   // OK, or why the session can no longer complete anything. Caller holds mutex_.
   absl::Status BrokenLocked();
   // The CUDA registry, created at the first CUDA tensor. Caller holds mutex_.
@@ -174,31 +175,26 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<shm::ClientSegment> segment_;
   std::unique_ptr<shm::ResultSegment> results_;
   std::unique_ptr<shm::RingConsumer> ring_;
-  std::unique_ptr<shm::SubmissionWriter> submitter_;  // guarded by mutex_
+  std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;
   absl::Duration spin_;  // how long a waiter spins before it sleeps
 
   // One submission (or CUDA registration) at a time, from building its
-  // message to pushing it: PushLocked lets go of mutex_ while the ring is
-  // full, and another thread must not take the next request ids or push a
-  // request naming CUDA memory whose registration still waits. Taken before
-  // mutex_.
+  // message to pushing it: a push lets go of mutex_ while the ring is full,
+  // and another thread must not take the next request ids or push a request
+  // naming CUDA memory whose registration still waits. (Releases need no
+  // such turn: the outbox publishes each exactly once whatever interleaves.)
+  // Taken before mutex_.
   std::mutex submit_mutex_;
   mutable std::mutex mutex_;
   shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
   uint64_t next_request_id_ = 1;
   absl::flat_hash_map<uint64_t, Pending> requests_;
   absl::flat_hash_set<std::string> outstanding_names_;
-  absl::flat_hash_map<uint64_t, absl::Status> failures_;  // texts from the stream
-  size_t in_flight_ = 0;                                  // submitted, no record yet
+  size_t in_flight_ = 0;  // submitted, no record yet
   absl::Status job_failure_;
   absl::Status session_failure_;
   bool left_ = false;
-  // Releases (and copy-out spans) not yet published; they ride with the
-  // next submission.
-  std::vector<uint64_t> pending_releases_;
-  std::vector<v1::CopyOutSpan> pending_copy_outs_;
-  uint64_t pending_release_bytes_ = 0;
   uint64_t next_group_id_ = 1;
   int rank_ = 0;
   std::map<int32_t, ProcessSet> process_sets_;  // guarded by mutex_

@@ -104,12 +104,6 @@ class Session::Stream final : public grpc::ClientBidiReactor<v1::ClientMessage, 
         state_.notify_all();
         break;
       }
-      case v1::DaemonMessage::kRequestFailed: {
-        const v1::RequestFailed& failed = incoming_.request_failed();
-        listener_->OnRequestFailed(
-            failed.request_id(), absl::Status(StatusCodeFromInt(failed.code()), failed.message()));
-        break;
-      }
       case v1::DaemonMessage::kJobFailed: {
         const v1::JobFailed& failed = incoming_.job_failed();
         listener_->OnJobFailed(absl::Status(StatusCodeFromInt(failed.code()), failed.message()));

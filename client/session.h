@@ -1,8 +1,10 @@
 // The client's control-plane conversation with its daemon over gRPC:
 // Register, then one Session stream for the client's lifetime that attaches
-// the client, carries the daemon's error texts and job failures, says
-// goodbye, and by breaking tells the daemon the client died. (Submissions
-// travel in the segment's submission ring: see client_core.h.)
+// the client, carries job failures and the answers to CUDA registrations,
+// says goodbye, and by breaking tells the daemon the client died.
+// (Submissions and releases travel in the segment's submission ring, and
+// every request's answer, with a failure's text, in its completion ring: see
+// client_core.h.)
 #pragma once
 
 #include <condition_variable>
@@ -24,7 +26,6 @@ namespace collective::internal {
 class SessionListener {
  public:
   virtual ~SessionListener() = default;
-  virtual void OnRequestFailed(uint64_t request_id, absl::Status status) = 0;
   virtual void OnJobFailed(absl::Status status) = 0;
   // The daemon's answer to a RegisterCuda message.
   virtual void OnCudaRegistered(uint64_t registration_id, absl::Status status) = 0;

@@ -1,6 +1,6 @@
-// A client's own segment: header, completion ring and data arena (layout in
-// segment_layout.h). The daemon creates and initialises it; the client opens
-// it and checks that it is what the daemon said it would be.
+// A client's own segment: header, completion ring, text ring, submission
+// ring and data arena (layout in segment_layout.h). The daemon creates and initialises it; the
+// client opens it and checks that it is what the daemon said it would be.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +21,7 @@ class ClientSegment {
     std::string name;
     uint64_t arena_bytes = 0;
     uint32_t ring_capacity = 0;  // rounded up to a power of two
+    uint64_t text_bytes = 0;     // rounded up to a power of two, at least kMinTextRingBytes
     uint64_t submit_bytes = 0;   // rounded up to a power of two, at least kMinSubmitRingBytes
     uint64_t epoch = 0;
     uint64_t client_id = 0;
@@ -43,6 +44,8 @@ class ClientSegment {
     return reinterpret_cast<CompletionRecord*>(base() + ring_offset_);
   }
   uint32_t ring_capacity() const { return ring_capacity_; }
+  std::byte* text_ring() const { return base() + text_offset_; }
+  uint64_t text_bytes() const { return text_bytes_; }
   std::byte* submit_ring() const { return base() + submit_offset_; }
   uint64_t submit_bytes() const { return submit_bytes_; }
   std::byte* arena() const { return base() + arena_offset_; }
@@ -61,6 +64,8 @@ class ClientSegment {
   // Private copies: the header is client-writable memory, so the daemon never
   // re-reads geometry from it after creation.
   uint64_t ring_offset_ = 0;
+  uint64_t text_offset_ = 0;
+  uint64_t text_bytes_ = 0;
   uint64_t arena_offset_ = 0;
   uint64_t arena_bytes_ = 0;
   uint64_t submit_offset_ = 0;

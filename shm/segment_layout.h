@@ -9,13 +9,16 @@
 //
 //   [ ClientSegmentHeader        ] page 0
 //   [ CompletionRecord ring      ] ring_capacity records, page aligned
+//   [ text ring                  ] text_bytes, page aligned
 //   [ submission ring            ] submit_bytes, page aligned
 //   [ data arena                 ] arena_bytes, page aligned
 //
-// The completion ring carries the daemon's answers to the client; the
-// submission ring carries the client's requests (serialized
-// collective.v1.ClientMessage, the same bytes the Session stream accepts) to
-// the daemon. Each has a futex word so that the side that waits can sleep.
+// The completion ring carries the daemon's answers to the client, and the
+// text ring the message of every answer that has one (a failure's text), so
+// that a record and its text arrive together; the submission ring carries
+// the client's requests and releases (serialized collective.v1.ClientMessage)
+// to the daemon. Each ring has a futex word so that the side that waits can
+// sleep.
 //
 // Result segment (one per job, written by the daemon, mapped read-only by
 // the job's clients):
@@ -31,7 +34,7 @@
 
 namespace collective::shm {
 
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint64_t kClientSegmentMagic = 0x31544e45494c4343ull;  // "CCLIENT1"
 inline constexpr uint64_t kResultSegmentMagic = 0x31544c5553455243ull;  // "CRESULT1"
 inline constexpr uint64_t kPageBytes = 4096;
@@ -47,19 +50,30 @@ inline constexpr uint32_t kMaxSubmitRecordBytes = 64 << 10;
 // The smallest submission ring: a record of the largest size always fits.
 inline constexpr uint64_t kMinSubmitRingBytes = 4 * uint64_t{kMaxSubmitRecordBytes};
 
+// Texts in the text ring start on this boundary.
+inline constexpr uint64_t kTextAlignment = 8;
+// The longest text a record carries; the daemon cuts longer ones.
+inline constexpr uint32_t kMaxRecordTextBytes = 8 << 10;
+// The smallest text ring: room for several texts of the largest size.
+inline constexpr uint64_t kMinTextRingBytes = 8 * uint64_t{kMaxRecordTextBytes};
+
 // CompletionRecord.flags: the request's tensor lives in CUDA memory; its
 // result is in the output it named (result_offset means nothing), and the
 // slot's done event orders the client's reads after the daemon's writes.
 inline constexpr uint32_t kRecordDeviceResult = 1;
+// CompletionRecord.flags: the record refuses a submission that reused the
+// id of a request still in flight (or whose result is still held); that
+// request is unaffected and gets a record of its own.
+inline constexpr uint32_t kRecordRefusedDuplicateId = 2;
 
 // One finished request. Written by the daemon into the slot
 // `ring_head % ring_capacity` before it advances ring_head; read by the client.
 struct CompletionRecord {
   uint64_t request_id;
-  // absl::StatusCode. Non-zero: the request failed, and the daemon sent the
-  // full message on the session stream before writing this record.
+  // absl::StatusCode. Non-zero: the request failed, and the record's text
+  // says why.
   int32_t status_code;
-  uint32_t flags;  // kRecordDeviceResult
+  uint32_t flags;  // kRecordDeviceResult, kRecordRefusedDuplicateId
   // Where the result lies in the result segment's data area.
   uint64_t result_offset;
   uint64_t result_bytes;
@@ -71,8 +85,13 @@ struct CompletionRecord {
   // same release as the result.
   uint64_t aux_offset;
   uint32_t aux_count;
-  uint32_t reserved0;
-  uint64_t reserved1;
+  // The record's text (a failure's message; none for a success): text_bytes
+  // bytes of UTF-8 in the text ring, written before the record. text_position
+  // counts every byte the ring ever held; the text lies at text_position
+  // modulo the ring's size and never wraps. The client copies it out as it
+  // takes the record, then hands the space back (text_tail).
+  uint32_t text_bytes;
+  uint64_t text_position;
 };
 
 // A record of the submission ring: this header, then `bytes` of payload,
@@ -101,6 +120,8 @@ struct alignas(kDataAlignment) ClientSegmentHeader {
   uint64_t arena_bytes;
   uint64_t submit_offset;
   uint64_t submit_bytes;  // a power of two
+  uint64_t text_offset;
+  uint64_t text_bytes;  // a power of two
 
   // Daemon-written: CLOCK_MONOTONIC nanoseconds of the daemon's last sign of
   // life, so that a client can tell a hung daemon from a slow collective.
@@ -115,6 +136,11 @@ struct alignas(kDataAlignment) ClientSegmentHeader {
   // Client-written: number of records ever consumed. The daemon never relies
   // on it for memory safety (slots are always indexed modulo capacity).
   alignas(kDataAlignment) std::atomic<uint64_t> ring_tail;
+  // Client-written: the end (as a text_position) of the last text it copied
+  // out; the text ring's space before it is free. The daemon only sizes its
+  // next text by it (writes stay inside the ring whatever it says), so a
+  // client that lies loses only its own texts.
+  std::atomic<uint64_t> text_tail;
 
   // Futex word, bumped after every publish (by the daemon) and on local
   // events (by the client library's own threads).
@@ -152,12 +178,18 @@ static_assert(std::is_standard_layout_v<ClientSegmentHeader>);
 static_assert(std::is_standard_layout_v<ResultSegmentHeader>);
 static_assert(std::is_trivially_copyable_v<CompletionRecord>);
 static_assert(sizeof(CompletionRecord) == 64);
+static_assert(offsetof(CompletionRecord, aux_count) == 48);
+static_assert(offsetof(CompletionRecord, text_bytes) == 52);
+static_assert(offsetof(CompletionRecord, text_position) == 56);
+static_assert(offsetof(ClientSegmentHeader, text_offset) == 88);
+static_assert(offsetof(ClientSegmentHeader, text_bytes) == 96);
 static_assert(sizeof(ClientSegmentHeader) <= kPageBytes);
 static_assert(sizeof(ResultSegmentHeader) <= kPageBytes);
 static_assert(sizeof(SubmitRecordHeader) == kSubmitAlignment);
 static_assert(offsetof(ClientSegmentHeader, daemon_heartbeat_ns) == 128);
 static_assert(offsetof(ClientSegmentHeader, ring_head) == 192);
 static_assert(offsetof(ClientSegmentHeader, ring_tail) == 256);
+static_assert(offsetof(ClientSegmentHeader, text_tail) == 264);
 static_assert(offsetof(ClientSegmentHeader, wake_word) == 320);
 static_assert(offsetof(ClientSegmentHeader, submit_head) == 384);
 static_assert(offsetof(ClientSegmentHeader, submit_word) == 392);
@@ -172,6 +204,8 @@ constexpr uint64_t RoundUp(uint64_t value, uint64_t alignment) {
 // daemon writes these into the header; the client checks them against it.
 struct ClientSegmentGeometry {
   uint64_t ring_offset;
+  uint64_t text_offset;
+  uint64_t text_bytes;
   uint64_t submit_offset;
   uint64_t submit_bytes;
   uint64_t arena_offset;
@@ -179,17 +213,21 @@ struct ClientSegmentGeometry {
   uint64_t segment_bytes;
 };
 
-// `ring_capacity` and `submit_bytes` must be powers of two, submit_bytes at
-// least kMinSubmitRingBytes.
+// `ring_capacity`, `text_bytes` and `submit_bytes` must be powers of two,
+// text_bytes at least kMinTextRingBytes, submit_bytes at least
+// kMinSubmitRingBytes.
 constexpr ClientSegmentGeometry ComputeClientSegmentGeometry(uint32_t ring_capacity,
+                                                             uint64_t text_bytes,
                                                              uint64_t submit_bytes,
                                                              uint64_t arena_bytes) {
   const uint64_t ring_offset = kPageBytes;
-  const uint64_t submit_offset =
+  const uint64_t text_offset =
       RoundUp(ring_offset + uint64_t{ring_capacity} * sizeof(CompletionRecord), kPageBytes);
+  const uint64_t submit_offset = RoundUp(text_offset + text_bytes, kPageBytes);
   const uint64_t arena_offset = RoundUp(submit_offset + submit_bytes, kPageBytes);
   const uint64_t arena = RoundUp(arena_bytes, kPageBytes);
-  return {ring_offset, submit_offset, submit_bytes, arena_offset, arena, arena_offset + arena};
+  return {ring_offset,  text_offset,  text_bytes, submit_offset,
+          submit_bytes, arena_offset, arena,      arena_offset + arena};
 }
 
 }  // namespace collective::shm

@@ -157,9 +157,13 @@ class Engine {
   void MaybeTearDownJob();
 
   // engine_requests.cc
+  // A session stream's message: attach or leave.
   void OnClientMessage(ClientMessageEvent& event);
-  // Submissions and releases, from the stream or the submission ring.
+  // Submissions, releases and CUDA registrations, from the submission ring.
   void OnSubmissions(job::ClientRecord& client, v1::ClientMessage& message);
+  // A client that broke the protocol is gone, and so is its job: says `why`
+  // to every rank and ends its session with it.
+  void DropClient(job::ClientRecord& client, const absl::Status& why);
   // Reads every attached client's submission ring; true if anything came.
   bool DrainSubmissionRings();
   bool DrainSubmissionRing(job::ClientRecord& client);

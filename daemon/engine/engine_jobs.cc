@@ -135,6 +135,9 @@ absl::StatusOr<std::unique_ptr<job::ClientRecord>> Engine::NewClient(
                                   // Room for every outstanding completion plus
                                   // the refusals of a client that exceeds it.
                                   .ring_capacity = 2 * config_.max_outstanding_requests,
+                                  // Room for the texts of that many failures
+                                  // of a typical length, before they are read.
+                                  .text_bytes = uint64_t{config_.max_outstanding_requests} * 256,
                                   .submit_bytes = uint64_t{config_.max_outstanding_requests} * 128,
                                   .epoch = epoch_,
                                   .client_id = client->id,
@@ -142,8 +145,7 @@ absl::StatusOr<std::unique_ptr<job::ClientRecord>> Engine::NewClient(
                                   .owner_uid = client->peer.uid,
                                   .owner_gid = client->peer.gid}),
       "cannot create the client's shared-memory segment");
-  client->ring = std::make_unique<shm::RingPublisher>(
-      client->segment->header(), client->segment->ring(), client->segment->ring_capacity());
+  client->ring = std::make_unique<shm::RingPublisher>(*client->segment);
   client->submissions = std::make_unique<shm::SubmissionReader>(
       client->segment->header(), client->segment->submit_ring(), client->segment->submit_bytes());
   client->guard = job::GuardedRange(client->segment->header(), client->segment->size());

@@ -1,5 +1,6 @@
-// Engine: requests — submission and validation, running what is ready,
-// completion through the clients' rings, and the release of results.
+// Engine: requests — submission (through the clients' submission rings) and
+// validation, completion through the clients' completion rings (a failure's
+// text with its record), and the release of results.
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -21,12 +22,29 @@ void Engine::OnClientMessage(ClientMessageEvent& event) {
     return;
   }
   if (client->gone) return;
-  if (message.has_leave()) {
-    OnSubmissions(*client, message);
-    OnLeave(*client);
+  if (message.has_submit() || message.released_size() > 0 || message.copy_outs_size() > 0 ||
+      message.has_cuda()) {
+    // One path in: what the client sends about its requests goes through its
+    // ring, where the engine reads it in order with the rest.
+    DropClient(*client, absl::InvalidArgumentError(absl::StrCat(
+                            job::DescribeMember(*client),
+                            " sent submissions, releases or CUDA registrations on its session "
+                            "stream; they go through the submission ring in the client's "
+                            "shared-memory segment, and the stream carries only attach and leave; "
+                            "the job cannot continue")));
     return;
   }
-  OnSubmissions(*client, message);
+  if (message.has_leave()) OnLeave(*client);
+}
+
+void Engine::DropClient(job::ClientRecord& client, const absl::Status& why) {
+  client.gone = true;
+  client.segment->Unlink();
+  ReleaseAllResults(client);
+  ForgetDevices(client);
+  log::Coord().error("{}", why.message());
+  FailJob(why);
+  if (client.link) client.link->Close(why);
 }
 
 void Engine::OnSubmissions(job::ClientRecord& client, v1::ClientMessage& message) {
@@ -69,19 +87,11 @@ bool Engine::DrainSubmissionRing(job::ClientRecord& client) {
     }
     if (!broken.ok()) {
       // The ring cannot be trusted any more; nor can the job's progress.
-      client.gone = true;
-      client.segment->Unlink();
-      ReleaseAllResults(client);
-      ForgetDevices(client);
-      const absl::Status why =
-          broken.code() == absl::StatusCode::kDataLoss && client.guard.faulted()
-              ? broken
-              : absl::DataLossError(absl::StrCat(job::DescribeMember(client),
-                                                 " corrupted its submission ring (",
-                                                 broken.message(), "); the job cannot continue"));
-      log::Coord().error("{}", why.message());
-      FailJob(why);
-      if (client.link) client.link->Close(why);
+      DropClient(client, broken.code() == absl::StatusCode::kDataLoss && client.guard.faulted()
+                             ? broken
+                             : absl::DataLossError(absl::StrCat(
+                                   job::DescribeMember(client), " corrupted its submission ring (",
+                                   broken.message(), "); the job cannot continue")));
       return true;
     }
     any = true;
@@ -94,14 +104,15 @@ void Engine::OnSubmit(job::ClientRecord& client, v1::TensorRequest& request) {
   const uint64_t request_id = request.request_id();
   ++client.requests_submitted;
   if (client.outstanding.contains(request_id) || client.held_results.contains(request_id)) {
-    // Completing it would confuse the client's own bookkeeping of the first
-    // request with this id; say so on the stream only.
-    v1::DaemonMessage message;
-    v1::RequestFailed* failed = message.mutable_request_failed();
-    failed->set_request_id(request_id);
-    failed->set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
-    failed->set_message(absl::StrCat("request id ", request_id, " is already in use"));
-    client.link->Send(std::move(message));
+    // A plain failure would read as the completion of the request in flight
+    // with this id: the flag says the record refuses only this submission.
+    shm::CompletionRecord record{};
+    record.request_id = request_id;
+    record.status_code = static_cast<int32_t>(absl::StatusCode::kInvalidArgument);
+    record.flags = shm::kRecordRefusedDuplicateId;
+    client.ring->Publish(record, absl::StrCat("request id ", request_id,
+                                              " is already in use by a request in flight or a "
+                                              "result not yet released"));
     return;
   }
   if (job_->state() != job::JobState::kRunning) {
@@ -229,19 +240,10 @@ void Engine::CompleteWithError(job::ClientRecord& client, uint64_t request_id,
   totals_.set_errors(totals_.errors() + 1);
   metrics_.RequestFailed(status);
   if (client.gone) return;
-  // The text first: a client that sees the failed record finds it waiting.
-  if (client.link) {
-    v1::DaemonMessage message;
-    v1::RequestFailed* failed = message.mutable_request_failed();
-    failed->set_request_id(request_id);
-    failed->set_code(static_cast<int>(status.code()));
-    failed->set_message(std::string(status.message()));
-    client.link->Send(std::move(message));
-  }
   shm::CompletionRecord record{};
   record.request_id = request_id;
   record.status_code = static_cast<int32_t>(status.code());
-  client.ring->Publish(record);
+  client.ring->Publish(record, status.message());
 }
 
 void Engine::ReleaseResult(job::ClientRecord& client, uint64_t request_id) {

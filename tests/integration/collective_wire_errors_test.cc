@@ -104,17 +104,14 @@ class WireErrorsTest : public ::testing::Test {
   RawClient& rank(int r) { return *clients_[r]; }
 
   // The next completion of `r` must be request `id` failing with `code` and
-  // `message`, which also arrives on its stream.
+  // `message`, which comes with the record.
   void ExpectFailure(int r, uint64_t id, absl::StatusCode code, const std::string& message) {
-    const auto record = rank(r).NextRecord();
-    ASSERT_TRUE(record.has_value()) << "rank " << r << ": no completion";
-    EXPECT_EQ(record->request_id, id) << "rank " << r;
-    EXPECT_EQ(record->status_code, static_cast<int32_t>(code)) << "rank " << r;
-    const auto failed = rank(r).session().NextOf(v1::DaemonMessage::kRequestFailed);
-    ASSERT_TRUE(failed.has_value())
-        << "rank " << r << ": no text; " << rank(r).session().DescribeEnd();
-    EXPECT_EQ(failed->request_failed().request_id(), id) << "rank " << r;
-    EXPECT_EQ(failed->request_failed().message(), message) << "rank " << r;
+    const auto completion = rank(r).NextCompletion();
+    ASSERT_TRUE(completion.has_value())
+        << "rank " << r << ": no completion; " << rank(r).session().DescribeEnd();
+    EXPECT_EQ(completion->record.request_id, id) << "rank " << r;
+    EXPECT_EQ(completion->record.status_code, static_cast<int32_t>(code)) << "rank " << r;
+    EXPECT_EQ(completion->text, message) << "rank " << r;
   }
 
   // The next completion of `r` is request `id`, successful; its result.

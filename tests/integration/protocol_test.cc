@@ -1,10 +1,12 @@
 // The wire protocol under abuse: a raw client (no libcollective) registers,
-// attaches and sends malformed requests, out-of-order session messages and
-// bad registrations to a real collectived. Each must be refused with the
-// right code and a message that names the field and why — on the stream and
-// in the completion ring — and the daemon must keep serving: a well-formed
-// allreduce afterwards completes with the right values, Status answers, and
-// the daemon exits cleanly leaving nothing behind.
+// attaches and sends malformed requests (through its submission ring, the
+// only way in for them), submissions on its session stream, out-of-order
+// session messages and bad registrations to a real collectived. Each must be
+// refused with the right code and a message that names the field and why —
+// a request's in its completion record, a session's as the stream's end —
+// and the daemon must keep serving: a well-formed allreduce afterwards
+// completes with the right values, Status answers, and the daemon exits
+// cleanly leaving nothing behind.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -273,7 +275,7 @@ std::vector<MalformedCase> MalformedCases() {
 class MalformedRequestTest : public ProtocolTest,
                              public ::testing::WithParamInterface<MalformedCase> {};
 
-TEST_P(MalformedRequestTest, IsRefusedOnTheStreamAndInTheRingAndTheDaemonCarriesOn) {
+TEST_P(MalformedRequestTest, IsRefusedByItsRecordAndTheDaemonCarriesOn) {
   const MalformedCase& param = GetParam();
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_NO_FATAL_FAILURE(JoinJob(2));
@@ -284,20 +286,15 @@ TEST_P(MalformedRequestTest, IsRefusedOnTheStreamAndInTheRingAndTheDaemonCarries
   param.edit(request);
   ASSERT_TRUE(rank0.Submit({request}));
 
-  const auto failed = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value()) << "no request_failed message; " << rank0.session().DescribeEnd();
-  EXPECT_EQ(failed->request_failed().request_id(), kId);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(param.code));
-  EXPECT_THAT(failed->request_failed().message(), StartsWith(absl::StrCat("request ", kId, " (")));
+  const auto completion = rank0.NextCompletion();
+  ASSERT_TRUE(completion.has_value()) << "no completion record; " << rank0.session().DescribeEnd();
+  EXPECT_EQ(completion->record.request_id, kId);
+  EXPECT_EQ(completion->record.status_code, static_cast<int32_t>(param.code));
+  EXPECT_EQ(completion->record.result_bytes, 0u);
+  EXPECT_THAT(completion->text, StartsWith(absl::StrCat("request ", kId, " (")));
   for (const std::string& expected : param.expected) {
-    EXPECT_THAT(failed->request_failed().message(), HasSubstr(expected));
+    EXPECT_THAT(completion->text, HasSubstr(expected));
   }
-
-  const auto record = rank0.NextRecord();
-  ASSERT_TRUE(record.has_value()) << "no completion record";
-  EXPECT_EQ(record->request_id, kId);
-  EXPECT_EQ(record->status_code, static_cast<int32_t>(param.code));
-  EXPECT_EQ(record->result_bytes, 0u);
 
   // Rank 1 heard nothing of it, and the job goes on.
   EXPECT_TRUE(clients_[1]->RingEmpty());
@@ -313,7 +310,18 @@ INSTANTIATE_TEST_SUITE_P(Fields, MalformedRequestTest, ::testing::ValuesIn(Malfo
 
 // --- Request ids, names and limits -----------------------------------------
 
-TEST_F(ProtocolTest, ReusedRequestIdWhileOutstandingIsRefusedOnTheStreamOnly) {
+// Expects the next record of `client` to refuse a submission that reused
+// request id `id`, without touching the request in flight with that id.
+void ExpectDuplicateIdRefused(RawClient& client, uint64_t id) {
+  const auto refusal = client.NextCompletion();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->record.request_id, id);
+  EXPECT_EQ(refusal->record.flags, shm::kRecordRefusedDuplicateId);
+  EXPECT_EQ(refusal->record.status_code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(refusal->text, HasSubstr(absl::StrCat("request id ", id, " is already in use")));
+}
+
+TEST_F(ProtocolTest, ReusedRequestIdWhileOutstandingIsRefusedByAFlaggedRecord) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_NO_FATAL_FAILURE(JoinJob(2));
   RawClient& rank0 = *clients_[0];
@@ -321,26 +329,20 @@ TEST_F(ProtocolTest, ReusedRequestIdWhileOutstandingIsRefusedOnTheStreamOnly) {
 
   ASSERT_TRUE(rank0.Submit({FloatAllreduce(7, "first", 0, 4)}));
   ASSERT_TRUE(rank0.Submit({FloatAllreduce(7, "second", 64, 4)}));
-  const auto failed = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 7u);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(failed->request_failed().message(), HasSubstr("request id 7 is already in use"));
-
-  // No record for the refusal: it would read as the completion of the first
-  // request 7. The next record is the first request's own, and it succeeds.
+  // The refusal's record says it refuses only the second submission; the
+  // next record is the first request's own, and it succeeds.
+  ASSERT_NO_FATAL_FAILURE(ExpectDuplicateIdRefused(rank0, 7));
   ASSERT_TRUE(rank1.Submit({FloatAllreduce(7, "first", 0, 4)}));
   for (RawClient* client : Clients()) {
     const auto record = client->NextRecord();
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->request_id, 7u);
+    EXPECT_EQ(record->flags, 0u);
     EXPECT_EQ(record->status_code, 0);
     // The id stays taken while its result is held (not yet released).
   }
   ASSERT_TRUE(rank0.Submit({FloatAllreduce(7, "third", 0, 4)}));
-  const auto held = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(held.has_value());
-  EXPECT_THAT(held->request_failed().message(), HasSubstr("request id 7 is already in use"));
+  ASSERT_NO_FATAL_FAILURE(ExpectDuplicateIdRefused(rank0, 7));
   EXPECT_EQ(CheckAllreduce(Clients(), 8, "after"), "");
 }
 
@@ -358,16 +360,11 @@ TEST_F(ProtocolTest, DuplicateOutstandingNameOnOneRankIsRefused) {
 
   ASSERT_TRUE(rank0.Submit({FloatAllreduce(1, "x", 0, 4)}));
   ASSERT_TRUE(rank0.Submit({FloatAllreduce(2, "x", 0, 4)}));
-  const auto failed = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 2u);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kAlreadyExists));
-  EXPECT_THAT(failed->request_failed().message(),
-              HasSubstr("tensor 'x' is already outstanding on rank 0 (request 1)"));
-  const auto refusal = rank0.NextRecord();
+  const auto refusal = rank0.NextCompletion();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->request_id, 2u);
-  EXPECT_EQ(refusal->status_code, static_cast<int32_t>(absl::StatusCode::kAlreadyExists));
+  EXPECT_EQ(refusal->record.request_id, 2u);
+  EXPECT_EQ(refusal->record.status_code, static_cast<int32_t>(absl::StatusCode::kAlreadyExists));
+  EXPECT_THAT(refusal->text, HasSubstr("tensor 'x' is already outstanding on rank 0 (request 1)"));
 
   // The first "x" is intact: rank 1's submission completes it.
   ASSERT_TRUE(rank1.Submit({FloatAllreduce(1, "x", 0, 4)}));
@@ -396,17 +393,13 @@ TEST_F(ProtocolTest, TooManyOutstandingRequestsAreRefused) {
     requests.push_back(FloatAllreduce(100 + i, absl::StrCat("t", i), 64 * i, 4));
   }
   ASSERT_TRUE(rank0.Submit(requests));
-  const auto failed = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 100u + kMaxOutstanding);
-  EXPECT_EQ(failed->request_failed().code(),
-            static_cast<int>(absl::StatusCode::kResourceExhausted));
-  EXPECT_THAT(failed->request_failed().message(),
-              HasSubstr("4 requests are outstanding; the limit is 4 (max_outstanding_requests)"));
-  const auto refusal = rank0.NextRecord();
+  const auto refusal = rank0.NextCompletion();
   ASSERT_TRUE(refusal.has_value());
-  EXPECT_EQ(refusal->request_id, 100u + kMaxOutstanding);
-  EXPECT_EQ(refusal->status_code, static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(refusal->record.request_id, 100u + kMaxOutstanding);
+  EXPECT_EQ(refusal->record.status_code,
+            static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(refusal->text,
+              HasSubstr("4 requests are outstanding; the limit is 4 (max_outstanding_requests)"));
 
   // The four within the limit complete once rank 1 submits them too.
   requests.pop_back();
@@ -440,16 +433,13 @@ TEST_F(ProtocolTest, TensorLargerThanTheResultArenaFailsForEveryRank) {
     ASSERT_TRUE(client->Submit({FloatAllreduce(1, "huge", 0, kCount)}));
   }
   for (RawClient* client : Clients()) {
-    const auto failed = client->session().NextOf(v1::DaemonMessage::kRequestFailed);
+    const auto failed = client->NextCompletion();
     ASSERT_TRUE(failed.has_value()) << client->session().DescribeEnd();
-    EXPECT_EQ(failed->request_failed().code(),
-              static_cast<int>(absl::StatusCode::kResourceExhausted));
-    EXPECT_THAT(failed->request_failed().message(),
+    EXPECT_EQ(failed->record.status_code,
+              static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(failed->text,
                 HasSubstr("the result of 'huge' needs 5242880 bytes but the job's result arena "
                           "has 4194304"));
-    const auto record = client->NextRecord();
-    ASSERT_TRUE(record.has_value());
-    EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
   }
   EXPECT_EQ(CheckAllreduce(Clients(), 2, "after"), "");
 }
@@ -584,16 +574,14 @@ TEST_F(ProtocolTest, ASessionThatBreaksWithoutLeaveFailsTheJobForTheOthers) {
   clients_[0]->session().Cancel();  // as a client that dies would
   const std::string why =
       absl::StrCat("rank 0 (pid ", ::getpid(), ") disconnected from collectived without leaving");
-  const auto failed = clients_[1]->session().NextOf(v1::DaemonMessage::kRequestFailed);
+  const auto failed = clients_[1]->NextCompletion();
   ASSERT_TRUE(failed.has_value()) << clients_[1]->session().DescribeEnd();
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kAborted));
-  EXPECT_THAT(failed->request_failed().message(), HasSubstr(why));
+  EXPECT_EQ(failed->record.request_id, 1u);
+  EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kAborted));
+  EXPECT_THAT(failed->text, HasSubstr(why));
   const auto job_failed = clients_[1]->session().NextOf(v1::DaemonMessage::kJobFailed);
   ASSERT_TRUE(job_failed.has_value());
   EXPECT_THAT(job_failed->job_failed().message(), HasSubstr(why));
-  const auto record = clients_[1]->NextRecord();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kAborted));
 
   EXPECT_TRUE(clients_[1]->Leave().ok());
   clients_.clear();
@@ -630,7 +618,9 @@ TEST_F(ProtocolTest, BadRegistrationsAreRefusedClearly) {
        absl::StatusCode::kInvalidArgument, "local_size 0 is outside [1, "},
       {"wrong layout version", [](auto& r) { r.set_layout_version(99); },
        absl::StatusCode::kFailedPrecondition,
-       "the client speaks shared-memory layout version 99 but this daemon speaks version 2"},
+       absl::StrCat("the client speaks shared-memory layout version 99 but this daemon speaks "
+                    "version ",
+                    shm::kLayoutVersion)},
       {"arena above the maximum", [](auto& r) { r.set_arena_bytes(4 << 20); },
        absl::StatusCode::kInvalidArgument,
        "an arena of 4194304 bytes exceeds max_arena_bytes (2097152)"},
@@ -671,22 +661,53 @@ TEST_F(ProtocolTest, AbandonedRegistrationLeavesTheDaemonIdle) {
 
 // --- The submission ring ---------------------------------------------------------
 
-TEST_F(ProtocolTest, RingSubmissionsAreValidatedLikeStreamOnes) {
+// The session stream carries attach and leave only: a client that sends a
+// submission, a release or a CUDA registration on it is told where they go
+// (INVALID_ARGUMENT ends its session), and its job fails with the same text
+// for every rank; none of it is acted on. The daemon serves the next job.
+TEST_F(ProtocolTest, SubmissionsReleasesAndRegistrationsOnTheStreamAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  v1::ClientMessage submit;
+  *submit.mutable_submit()->add_requests() = FloatAllreduce(1, "x", 0, 4);
+  v1::ClientMessage release;
+  release.add_released(1);
+  v1::ClientMessage cuda;
+  cuda.mutable_cuda()->set_registration_id(3);
+  uint64_t next_id = 1;
+  for (const v1::ClientMessage& message : {submit, release, cuda}) {
+    SCOPED_TRACE(message.ShortDebugString());
+    ASSERT_NO_FATAL_FAILURE(JoinJob(2));
+    RawClient& rank0 = *clients_[0];
+    RawClient& rank1 = *clients_[1];
+    const uint64_t pending = next_id++;
+    ASSERT_TRUE(rank1.Submit({FloatAllreduce(pending, "pending", 0, 4)}));
+    ASSERT_TRUE(rank0.session().Write(message));
+    const std::string why = absl::StrCat(
+        "rank 0 (pid ", ::getpid(),
+        ") sent submissions, releases or CUDA registrations on its session stream; they go "
+        "through the submission ring in the client's shared-memory segment, and the stream "
+        "carries only attach and leave");
+    ASSERT_NO_FATAL_FAILURE(
+        ExpectStreamEnds(rank0.session(), grpc::StatusCode::INVALID_ARGUMENT, why));
+    const auto failed = rank1.NextCompletion();
+    ASSERT_TRUE(failed.has_value());
+    EXPECT_EQ(failed->record.request_id, pending);
+    EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(failed->text, HasSubstr(why));
+    EXPECT_TRUE(rank0.RingEmpty()) << "the stream's submission was not run";
+    EXPECT_FALSE(rank0.session()
+                     .NextOf(v1::DaemonMessage::kCudaRegistered, absl::ZeroDuration())
+                     .has_value())
+        << "the stream's registration was not answered";
+    EXPECT_TRUE(rank1.Leave().ok());
+    clients_.clear();
+    const auto idle = daemon_->AwaitStatus(
+        [](const v1::StatusResponse& s) { return s.job().state() == v1::JOB_STATE_IDLE; },
+        absl::Seconds(10));
+    ASSERT_TRUE(idle.ok()) << idle.status();
+  }
   ASSERT_NO_FATAL_FAILURE(JoinJob(2));
-  RawClient& rank0 = *clients_[0];
-  v1::TensorRequest request = FloatAllreduce(9, "bad", kArenaBytes, 4);
-  ASSERT_TRUE(rank0.SubmitThroughRing({request}));
-  const auto failed = rank0.session().NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(failed->request_failed().message(), HasSubstr("lies outside the client's arena"));
-  const auto record = rank0.NextRecord();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->request_id, 9u);
-  EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(CheckAllreduce(Clients(), 1, "ring", 257, /*through_ring=*/true), "");
-  EXPECT_EQ(CheckAllreduce(Clients(), 2, "stream"), "");
+  EXPECT_EQ(CheckAllreduce(Clients(), 1, "after"), "");
 }
 
 struct ForgedRecord {
@@ -723,11 +744,11 @@ TEST_P(ForgedSubmissionTest, FailsTheJobNotTheDaemon) {
 
   const std::string why = absl::StrCat("rank 0 (pid ", ::getpid(),
                                        ") corrupted its submission ring (", GetParam().expected);
-  const auto failed = rank1.session().NextOf(v1::DaemonMessage::kRequestFailed);
+  const auto failed = rank1.NextCompletion();
   ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 3u);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDataLoss));
-  EXPECT_THAT(failed->request_failed().message(), HasSubstr(why));
+  EXPECT_EQ(failed->record.request_id, 3u);
+  EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(failed->text, HasSubstr(why));
   const auto job_failed = rank1.session().NextOf(v1::DaemonMessage::kJobFailed);
   ASSERT_TRUE(job_failed.has_value());
   EXPECT_THAT(job_failed->job_failed().message(), HasSubstr(why));
@@ -745,7 +766,7 @@ TEST_P(ForgedSubmissionTest, FailsTheJobNotTheDaemon) {
               absl::Seconds(10))
           .ok());
   ASSERT_NO_FATAL_FAILURE(JoinJob(2));
-  EXPECT_EQ(CheckAllreduce(Clients(), 1, "after", 257, /*through_ring=*/true), "");
+  EXPECT_EQ(CheckAllreduce(Clients(), 1, "after"), "");
 }
 
 std::string AttachMessage() {
@@ -775,47 +796,48 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --- The header is client-writable memory -----------------------------------
 
-// The daemon must take the ring's geometry from its own records, never from
+// The daemon must take the rings' geometry from its own records, never from
 // the header a client can scribble on: a client that zeroes ring_capacity
-// must not steer the daemon's record writes out of the ring (into its arena,
-// or past the end of its segment).
-TEST_F(ProtocolTest, ClientWrittenRingCapacityDoesNotMoveDaemonWrites) {
+// and moves the text ring must not steer the daemon's record or text writes
+// out of their rings (into its submission ring or arena, or past the end of
+// its segment).
+TEST_F(ProtocolTest, ClientWrittenRingGeometryDoesNotMoveDaemonWrites) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_NO_FATAL_FAILURE(JoinJob(1, 4096));
   RawClient& client = *clients_[0];
   shm::ClientSegmentHeader* header = client.segment().header();
-  // Everything after the completion ring (the submission ring and the arena)
-  // is the client's to write; the daemon only reads it.
-  const uint64_t ring_end =
-      header->ring_offset + uint64_t{header->ring_capacity} * sizeof(shm::CompletionRecord);
+  // Everything after the text ring (the submission ring and the arena) is
+  // the client's to write; the daemon only reads it.
+  const uint64_t text_end = header->text_offset + header->text_bytes;
+  const uint64_t size = client.segment().size();
   auto* base = reinterpret_cast<std::byte*>(header);
-  std::memset(base + ring_end, 0xab, client.segment().size() - ring_end);
+  std::memset(base + text_end, 0xab, size - text_end);
   header->ring_capacity = 0;
+  header->text_offset = size - 8;
+  header->text_bytes = 8;
 
-  // Enough refusals (empty names) that a record index taken from the
-  // client's value walks out of the ring.
+  // Enough refusals (empty names), each with its text, that a record index
+  // taken from the client's value walks out of the ring.
   constexpr int kRequests = 200;
   std::vector<v1::TensorRequest> requests;
   for (int i = 0; i < kRequests; ++i) requests.push_back(FloatAllreduce(1000 + i, "", 0, 4));
   ASSERT_TRUE(client.Submit(requests));
-  int refused = 0;
-  while (refused < kRequests &&
-         client.session().NextOf(v1::DaemonMessage::kRequestFailed).has_value()) {
-    ++refused;
-  }
-  EXPECT_EQ(refused, kRequests);
+  // What the client wrote there itself; the daemon must leave it so.
+  const std::vector<std::byte> expected(base + text_end, base + size);
+  const auto refused = daemon_->AwaitStatus(
+      [](const v1::StatusResponse& s) { return s.totals().errors() == uint64_t{kRequests}; },
+      absl::Seconds(10));
+  ASSERT_TRUE(refused.ok()) << refused.status();
   uint64_t first_changed = 0;
   uint64_t changed = 0;
-  for (uint64_t i = ring_end; i < client.segment().size(); ++i) {
-    if (base[i] != std::byte{0xab} && changed++ == 0) first_changed = i;
+  for (uint64_t i = text_end; i < size; ++i) {
+    if (base[i] != expected[i - text_end] && changed++ == 0) first_changed = i;
   }
   EXPECT_EQ(changed, 0u) << "the daemon wrote " << changed
-                         << " bytes past the completion ring, the first at segment offset "
+                         << " bytes past the text ring, the first at segment offset "
                          << first_changed;
-  auto status = daemon_->Status();
-  EXPECT_TRUE(status.ok()) << status.status();
-  // The ring is unusable for this client now (its own doing); leave without
-  // reading it.
+  // The rings are unusable for this client now (its own doing); leave
+  // without reading them.
 }
 
 }  // namespace

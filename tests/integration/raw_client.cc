@@ -169,7 +169,7 @@ RawClient::RawClient(v1::RegisterResponse registration, std::unique_ptr<shm::Cli
       segment_(std::move(segment)),
       results_(std::move(results)),
       session_(std::move(session)),
-      ring_(segment_->header(), segment_->ring()),
+      ring_(*segment_),
       submissions_(segment_->header(), segment_->submit_ring(), segment_->submit_bytes()) {}
 
 absl::StatusOr<std::unique_ptr<RawClient>> RawClient::Attach(const std::string& socket,
@@ -239,31 +239,24 @@ bool RawClient::Submit(const std::vector<v1::TensorRequest>& requests) {
 
 bool RawClient::Send(v1::ClientMessage message) {
   for (uint64_t id : releases_) message.add_released(id);
-  releases_.clear();
-  return session_->Write(message);
-}
-
-bool RawClient::SubmitThroughRing(const std::vector<v1::TensorRequest>& requests) {
-  v1::ClientMessage message;
-  for (const v1::TensorRequest& request : requests)
-    *message.mutable_submit()->add_requests() = request;
-  return SendThroughRing(std::move(message));
-}
-
-bool RawClient::SendThroughRing(v1::ClientMessage message) {
-  for (uint64_t id : releases_) message.add_released(id);
-  releases_.clear();
   const std::string payload = message.SerializeAsString();
   if (!submissions_.TryPush(payload.data(), payload.size())) return false;
+  releases_.clear();
   submissions_.Ring();
   return true;
 }
 
 std::optional<shm::CompletionRecord> RawClient::NextRecord(absl::Duration timeout) {
+  std::optional<shm::Completion> completion = NextCompletion(timeout);
+  if (!completion.has_value()) return std::nullopt;
+  return completion->record;
+}
+
+std::optional<shm::Completion> RawClient::NextCompletion(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     const uint32_t word = ring_.WakeWord();
-    if (auto record = ring_.TryPop()) return record;
+    if (auto completion = ring_.TryPop()) return completion;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return std::nullopt;
     ring_.BeginSleep();
@@ -283,9 +276,11 @@ std::vector<std::byte> RawClient::TakeResult(const shm::CompletionRecord& record
 }
 
 absl::Status RawClient::Leave(absl::Duration timeout) {
+  // Pending releases stay unsent: the daemon releases everything at leave
+  // (and the segment may be gone, truncated by a test).
   v1::ClientMessage message;
   message.mutable_leave();
-  Send(std::move(message));
+  session_->Write(message);
   session_->WritesDone();
   auto end = session_->AwaitEnd(timeout);
   if (!end.ok()) return end.status();
@@ -307,31 +302,29 @@ v1::TensorRequest FloatAllreduce(uint64_t request_id, const std::string& name, u
 }
 
 std::string CheckAllreduce(const std::vector<RawClient*>& clients, uint64_t request_id,
-                           const std::string& name, int64_t count, bool through_ring) {
+                           const std::string& name, int64_t count) {
   for (RawClient* client : clients) {
     auto* input = reinterpret_cast<float*>(client->segment().arena() + kCheckOffset);
     for (int64_t i = 0; i < count; ++i) {
       input[i] = static_cast<float>((client->rank() + 1) * 1000 + i);
     }
     const v1::TensorRequest request = FloatAllreduce(request_id, name, kCheckOffset, count);
-    if (!(through_ring ? client->SubmitThroughRing({request}) : client->Submit({request}))) {
+    if (!client->Submit({request})) {
       return absl::StrCat("rank ", client->rank(), ": cannot submit");
     }
   }
   std::string problems;
   for (RawClient* client : clients) {
-    const auto record = client->NextRecord();
-    if (!record.has_value()) {
+    const auto completion = client->NextCompletion();
+    if (!completion.has_value()) {
       absl::StrAppend(&problems, "rank ", client->rank(), ": no completion of '", name, "'\n");
       continue;
     }
+    const shm::CompletionRecord* record = &completion->record;
     if (record->request_id != request_id || record->status_code != 0) {
-      const auto failed =
-          client->session().NextOf(v1::DaemonMessage::kRequestFailed, absl::Seconds(1));
       absl::StrAppend(&problems, "rank ", client->rank(), ": record for request ",
                       record->request_id, " with status ", record->status_code, " (",
-                      failed.has_value() ? failed->request_failed().message() : "no message",
-                      ")\n");
+                      completion->text, ")\n");
       continue;
     }
     if (record->result_bytes != static_cast<uint64_t>(count) * sizeof(float) ||

@@ -115,16 +115,18 @@ class RawClient {
   const shm::ResultSegment& results() const { return *results_; }
   RawSession& session() { return *session_; }
 
-  // Sends the requests in one Submit message, with any pending releases.
+  // Publishes the requests as one Submit message in the segment's
+  // submission ring (the daemon's only way in for them), with any pending
+  // releases; false when the ring is full.
   bool Submit(const std::vector<v1::TensorRequest>& requests);
-  // Sends `message` with any pending releases added.
+  // Publishes `message` in the submission ring with any pending releases
+  // added; false when the ring is full.
   bool Send(v1::ClientMessage message);
-  // The same, through the segment's submission ring (as libcollective does)
-  // instead of the stream; false when the ring is full.
-  bool SubmitThroughRing(const std::vector<v1::TensorRequest>& requests);
-  bool SendThroughRing(v1::ClientMessage message);
 
-  // The next completion record, waiting on the ring's futex word.
+  // The next completion record with its text (a failure's message), waiting
+  // on the ring's futex word.
+  std::optional<shm::Completion> NextCompletion(absl::Duration timeout = kRawTimeout);
+  // The same, for a test that needs the record only.
   std::optional<shm::CompletionRecord> NextRecord(absl::Duration timeout = kRawTimeout);
   // Whether no record is waiting.
   bool RingEmpty() const { return ring_.Empty(); }
@@ -133,7 +135,8 @@ class RawClient {
   // queues its release for the next message.
   std::vector<std::byte> TakeResult(const shm::CompletionRecord& record);
 
-  // Sends Leave, half-closes, and waits for the daemon to end the stream.
+  // Sends Leave on the stream, half-closes, and waits for the daemon to end
+  // the stream.
   absl::Status Leave(absl::Duration timeout = kRawTimeout);
 
  private:
@@ -155,10 +158,9 @@ v1::TensorRequest FloatAllreduce(uint64_t request_id, const std::string& name, u
 
 // Runs one float32 sum allreduce of `count` elements across `clients`
 // (rank r contributes r + 1 + i at element i) and checks every rank's
-// result. "" on success, else what went wrong. Submits through the
-// submission rings if `through_ring`, else on the streams.
+// result. "" on success, else what went wrong.
 std::string CheckAllreduce(const std::vector<RawClient*>& clients, uint64_t request_id,
-                           const std::string& name, int64_t count = 257, bool through_ring = false);
+                           const std::string& name, int64_t count = 257);
 
 // Stops the daemon and returns "" if it answered Status first, exited
 // cleanly, wrote nothing to stderr that looks like a crash, and left no

@@ -37,9 +37,8 @@ void Truncate(RawClient& client) {
 
 struct Scenario {
   int local_size;
-  // Whether the clients used their submission rings before the truncation
-  // (as libcollective does), so that the daemon has read the truncated
-  // client's ring before.
+  // Whether the clients ran a collective before the truncation, so that the
+  // daemon has read the truncated client's ring and arena before.
   bool ring_used;
 
   friend void PrintTo(const Scenario& s, std::ostream* os) {
@@ -77,53 +76,42 @@ TEST_P(SigbusTest, TruncatedSegmentFailsTheJobForEveryRankAndTheDaemonSurvives) 
   if (GetParam().ring_used) {
     std::vector<RawClient*> raw;
     for (auto& client : *clients) raw.push_back(client.get());
-    ASSERT_EQ(CheckAllreduce(raw, 100, "before", 257, /*through_ring=*/true), "");
+    ASSERT_EQ(CheckAllreduce(raw, 100, "before"), "");
   }
   for (auto& client : *clients) {
     auto* input = reinterpret_cast<float*>(client->segment().arena());
     for (int64_t i = 0; i < kCount; ++i) input[i] = 1.0f;
   }
   ASSERT_NO_FATAL_FAILURE(Truncate(*(*clients)[0]));
+  // The truncating rank's rings went with its pages: it cannot submit (the
+  // daemon reads its ring all the same, and finds the truncation there).
   for (auto& client : *clients) {
-    // The daemon may notice the truncation first (its heartbeat writes into
-    // the segment) and end the truncating client's session: that client's
-    // submission can then fail; the checks below expect the session's end.
-    const bool submitted = client->Submit({FloatAllreduce(1, "victim", 0, kCount)});
-    if (client->rank() != 0) {
-      ASSERT_TRUE(submitted) << "rank " << client->rank();
-    }
+    if (client->rank() == 0) continue;
+    ASSERT_TRUE(client->Submit({FloatAllreduce(1, "victim", 0, kCount)}))
+        << "rank " << client->rank();
   }
 
   const std::string truncated =
       "rank 0 (pid " + std::to_string(::getpid()) + ") truncated its shared-memory segment";
   for (auto& client : *clients) {
     SCOPED_TRACE(::testing::Message() << "rank " << client->rank());
-    const auto failed = client->session().NextOf(v1::DaemonMessage::kRequestFailed);
-    if (!failed.has_value() && client->rank() == 0) {
-      // The daemon may end the truncating client's session instead; then the
-      // session's final status must say why.
+    if (client->rank() == 0) {
+      // The daemon ends the truncating client's session, saying why.
       const auto end = client->session().AwaitEnd();
-      ASSERT_TRUE(end.ok()) << "neither a request_failed message nor the end of the session";
+      ASSERT_TRUE(end.ok()) << "the daemon did not end the truncating client's session";
       EXPECT_EQ(end->error_code(), grpc::StatusCode::DATA_LOSS);
       EXPECT_THAT(end->error_message(), HasSubstr(truncated));
       continue;
     }
-    ASSERT_TRUE(failed.has_value()) << "no request_failed message";
-    EXPECT_EQ(failed->request_failed().request_id(), 1u);
-    EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDataLoss));
-    EXPECT_THAT(failed->request_failed().message(), HasSubstr(truncated));
+    const auto failed = client->NextCompletion();
+    ASSERT_TRUE(failed.has_value()) << "no completion record";
+    EXPECT_EQ(failed->record.request_id, 1u);
+    EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
+    EXPECT_THAT(failed->text, HasSubstr(truncated));
     const auto job_failed = client->session().NextOf(v1::DaemonMessage::kJobFailed);
     ASSERT_TRUE(job_failed.has_value()) << "no job_failed message";
     EXPECT_EQ(job_failed->job_failed().code(), static_cast<int>(absl::StatusCode::kDataLoss));
     EXPECT_THAT(job_failed->job_failed().message(), HasSubstr(truncated));
-    // The truncating rank's own ring is gone with its pages; the others'
-    // rings carry the failure.
-    if (client->rank() != 0) {
-      const auto record = client->NextRecord();
-      ASSERT_TRUE(record.has_value());
-      EXPECT_EQ(record->request_id, 1u);
-      EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
-    }
   }
   auto status = daemon->Status();
   ASSERT_TRUE(status.ok()) << status.status();
@@ -137,9 +125,10 @@ TEST_P(SigbusTest, TruncatedSegmentFailsTheJobForEveryRankAndTheDaemonSurvives) 
   if (local_size > 1) {
     RawClient& other = *(*clients)[1];
     ASSERT_TRUE(other.Submit({FloatAllreduce(2, "later", 0, 4)}));
-    const auto failed = other.session().NextOf(v1::DaemonMessage::kRequestFailed);
+    const auto failed = other.NextCompletion();
     ASSERT_TRUE(failed.has_value());
-    EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDataLoss));
+    EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
+    EXPECT_THAT(failed->text, HasSubstr(truncated));
   }
 
   for (auto& client : *clients) {
@@ -200,10 +189,10 @@ TEST_F(TruncationTest, TruncatedResultSegmentFailsTheJobAndTheDaemonSurvives) {
   }
   for (RawClient* client : raw) {
     SCOPED_TRACE(::testing::Message() << "rank " << client->rank());
-    const auto failed = client->session().NextOf(v1::DaemonMessage::kRequestFailed);
+    const auto failed = client->NextCompletion();
     ASSERT_TRUE(failed.has_value()) << client->session().DescribeEnd();
-    EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDataLoss));
-    EXPECT_THAT(failed->request_failed().message(), HasSubstr("truncated"));
+    EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
+    EXPECT_THAT(failed->text, HasSubstr("truncated"));
   }
   auto status = daemon_->Status();
   ASSERT_TRUE(status.ok()) << "collectived died: " << status.status();

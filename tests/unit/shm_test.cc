@@ -1,6 +1,8 @@
-// shm/: the segment layout's fixed facts (version 2), client and result segments (create,
+// shm/: the segment layout's fixed facts (version 3), client and result segments (create,
 // open, every check on open, permissions), the completion ring (ordering,
-// wrap-around, wake word) and a cross-process futex wake, and segment names.
+// wrap-around, wake word) and its text ring (texts with their records, cut to
+// fit, never written outside the ring whatever the client says), a
+// cross-process futex wake, and segment names.
 #include <atomic>
 #include <cstring>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "shm/client_segment.h"
@@ -47,9 +50,9 @@ bool ShmExists(const std::string& name) {
 // --- Layout -----------------------------------------------------------------
 
 TEST(SegmentLayoutTest, FixedFacts) {
-  // Version 2: completion records carry an aux array (alltoall's received
-  // splits), and the header says whether a timeline records.
-  EXPECT_EQ(kLayoutVersion, 2u);
+  // Version 3: completion records carry their text (a failure's message) in
+  // the text ring, which lies between the completion and submission rings.
+  EXPECT_EQ(kLayoutVersion, 3u);
   EXPECT_EQ(kPageBytes, 4096u);
   EXPECT_EQ(kDataAlignment, 64u);
   EXPECT_EQ(sizeof(CompletionRecord), 64u);
@@ -61,17 +64,21 @@ TEST(SegmentLayoutTest, FixedFacts) {
   EXPECT_EQ(offsetof(CompletionRecord, result_dim0), 32u);
   EXPECT_EQ(offsetof(CompletionRecord, aux_offset), 40u);
   EXPECT_EQ(offsetof(CompletionRecord, aux_count), 48u);
-  EXPECT_EQ(offsetof(CompletionRecord, reserved0), 52u);
-  EXPECT_EQ(offsetof(CompletionRecord, reserved1), 56u);
+  EXPECT_EQ(offsetof(CompletionRecord, text_bytes), 52u);
+  EXPECT_EQ(offsetof(CompletionRecord, text_position), 56u);
   EXPECT_TRUE(std::is_trivially_copyable_v<CompletionRecord>);
   EXPECT_EQ(offsetof(ClientSegmentHeader, magic), 0u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, layout_version), 8u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_capacity), 12u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, text_offset), 88u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, text_bytes), 96u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, daemon_heartbeat_ns), 128u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, timeline_active), 136u)
       << "in the heartbeat's cache line, written by the daemon only";
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_head), 192u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, ring_tail), 256u);
+  EXPECT_EQ(offsetof(ClientSegmentHeader, text_tail), 264u)
+      << "in the ring tail's cache line, written by the client only";
   EXPECT_EQ(offsetof(ClientSegmentHeader, wake_word), 320u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, sleepers), 324u);
   EXPECT_EQ(offsetof(ClientSegmentHeader, submit_head), 384u);
@@ -87,25 +94,32 @@ TEST(SegmentLayoutTest, FixedFacts) {
 }
 
 TEST(SegmentLayoutTest, ClientSegmentGeometry) {
-  const ClientSegmentGeometry small = ComputeClientSegmentGeometry(8, kMinSubmitRingBytes, 4096);
+  const ClientSegmentGeometry small =
+      ComputeClientSegmentGeometry(8, kMinTextRingBytes, kMinSubmitRingBytes, 4096);
   EXPECT_EQ(small.ring_offset, 4096u);
-  EXPECT_EQ(small.submit_offset, 8192u);
+  EXPECT_EQ(small.text_offset, 8192u);
+  EXPECT_EQ(small.text_bytes, kMinTextRingBytes);
+  EXPECT_EQ(small.submit_offset, 8192u + kMinTextRingBytes);
   EXPECT_EQ(small.submit_bytes, kMinSubmitRingBytes);
-  EXPECT_EQ(small.arena_offset, 8192u + kMinSubmitRingBytes);
+  EXPECT_EQ(small.arena_offset, 8192u + kMinTextRingBytes + kMinSubmitRingBytes);
   EXPECT_EQ(small.arena_bytes, 4096u);
   EXPECT_EQ(small.segment_bytes, small.arena_offset + 4096u);
 
-  const ClientSegmentGeometry odd = ComputeClientSegmentGeometry(64, kMinSubmitRingBytes, 1);
-  EXPECT_EQ(odd.submit_offset, 8192u) << "64 records fill exactly one page";
+  const ClientSegmentGeometry odd =
+      ComputeClientSegmentGeometry(64, kMinTextRingBytes, kMinSubmitRingBytes, 1);
+  EXPECT_EQ(odd.text_offset, 8192u) << "64 records fill exactly one page";
   EXPECT_EQ(odd.arena_bytes, 4096u) << "arenas are whole pages";
 
-  const ClientSegmentGeometry big = ComputeClientSegmentGeometry(8192, 1 << 20, 256ull << 20);
-  EXPECT_EQ(big.submit_offset, 4096u + 8192u * 64u);
+  const ClientSegmentGeometry big =
+      ComputeClientSegmentGeometry(8192, 1 << 20, 1 << 20, 256ull << 20);
+  EXPECT_EQ(big.text_offset, 4096u + 8192u * 64u);
+  EXPECT_EQ(big.submit_offset, big.text_offset + (1 << 20));
   EXPECT_EQ(big.arena_offset, big.submit_offset + (1 << 20));
   EXPECT_EQ(big.arena_offset % kPageBytes, 0u);
   EXPECT_EQ(big.segment_bytes, big.arena_offset + (256ull << 20));
 
   EXPECT_EQ(kMinSubmitRingBytes, 4u * kMaxSubmitRecordBytes);
+  EXPECT_EQ(kMinTextRingBytes, 8u * kMaxRecordTextBytes);
   EXPECT_EQ(sizeof(SubmitRecordHeader), kSubmitAlignment);
   EXPECT_EQ(RoundUp(0, 64), 0u);
   EXPECT_EQ(RoundUp(1, 64), 64u);
@@ -141,14 +155,17 @@ TEST(ClientSegmentTest, CreateThenOpenSeesTheSameMemory) {
   EXPECT_EQ(header->client_pid, ::getpid());
   EXPECT_EQ(header->timeline_active.load(), 0u) << "no timeline until the daemon says so";
   EXPECT_EQ(header->ring_offset, kPageBytes);
-  EXPECT_EQ(header->submit_offset, 2 * kPageBytes);
+  EXPECT_EQ(header->text_offset, 2 * kPageBytes);
+  EXPECT_EQ(header->text_bytes, kMinTextRingBytes) << "raised to the minimum";
+  EXPECT_EQ(header->submit_offset, 2 * kPageBytes + kMinTextRingBytes);
   EXPECT_EQ(header->submit_bytes, kMinSubmitRingBytes) << "raised to the minimum";
-  EXPECT_EQ(header->arena_offset, 2 * kPageBytes + kMinSubmitRingBytes);
+  EXPECT_EQ(header->arena_offset, 2 * kPageBytes + kMinTextRingBytes + kMinSubmitRingBytes);
   EXPECT_EQ(header->arena_bytes, 12288u);
   EXPECT_EQ(header->segment_bytes, daemon_side.size());
   EXPECT_EQ(header->segment_bytes, header->arena_offset + 12288u);
   EXPECT_EQ(daemon_side.arena_bytes(), 12288u);
   EXPECT_EQ(daemon_side.submit_bytes(), kMinSubmitRingBytes);
+  EXPECT_EQ(daemon_side.text_bytes(), kMinTextRingBytes);
   EXPECT_EQ(daemon_side.name(), name);
 
   struct stat info {};
@@ -162,8 +179,11 @@ TEST(ClientSegmentTest, CreateThenOpenSeesTheSameMemory) {
   EXPECT_EQ(client_side.arena_bytes(), daemon_side.arena_bytes());
   EXPECT_EQ(client_side.arena() - reinterpret_cast<std::byte*>(client_side.header()),
             static_cast<ptrdiff_t>(header->arena_offset));
-  EXPECT_EQ(client_side.submit_ring() - reinterpret_cast<std::byte*>(client_side.header()),
+  EXPECT_EQ(client_side.text_ring() - reinterpret_cast<std::byte*>(client_side.header()),
             static_cast<ptrdiff_t>(2 * kPageBytes));
+  EXPECT_EQ(client_side.text_bytes(), kMinTextRingBytes);
+  EXPECT_EQ(client_side.submit_ring() - reinterpret_cast<std::byte*>(client_side.header()),
+            static_cast<ptrdiff_t>(2 * kPageBytes + kMinTextRingBytes));
   std::memcpy(client_side.arena() + 100, "hello", 5);
   EXPECT_EQ(std::memcmp(daemon_side.arena() + 100, "hello", 5), 0);
   client_side.ring()[3].request_id = 99;
@@ -222,8 +242,7 @@ TEST_F(ClientSegmentOpenTest, RefusesABadMagic) {
 }
 
 TEST_F(ClientSegmentOpenTest, RefusesAnotherLayoutVersion) {
-  // An older daemon's segment (version 1 records have no aux array) and a
-  // newer one's.
+  // An older daemon's segment (version 2 has no text ring) and a newer one's.
   for (uint32_t version : {kLayoutVersion - 1, kLayoutVersion + 1}) {
     segment_->header()->layout_version = version;
     const absl::Status status = Open(segment_->size());
@@ -270,6 +289,12 @@ TEST_F(ClientSegmentOpenTest, RefusesAnInconsistentHeader) {
   segment_->header()->submit_bytes /= 2;
   EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
   segment_->header()->submit_bytes *= 2;
+  segment_->header()->text_bytes /= 2;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->text_bytes *= 2;
+  segment_->header()->text_offset += kPageBytes;
+  EXPECT_THAT(std::string(Open(segment_->size()).message()), HasSubstr("inconsistent header"));
+  segment_->header()->text_offset -= kPageBytes;
   EXPECT_TRUE(Open(segment_->size()).ok());
 }
 
@@ -370,15 +395,16 @@ TEST_F(ResultSegmentTest, ClientMappingIsReadOnly) {
 
 class CompletionRingTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { MakeRing(4); }
+
+  void MakeRing(uint32_t ring_capacity) {
     ClientSegment::CreateOptions options = Options(UniqueName("ring"));
-    options.ring_capacity = 4;
+    options.ring_capacity = ring_capacity;
     auto created = ClientSegment::Create(options);
     ASSERT_TRUE(created.ok()) << created.status();
     segment_ = std::move(*created);
-    publisher_ = std::make_unique<RingPublisher>(segment_->header(), segment_->ring(),
-                                                 segment_->ring_capacity());
-    consumer_ = std::make_unique<RingConsumer>(segment_->header(), segment_->ring());
+    publisher_ = std::make_unique<RingPublisher>(*segment_);
+    consumer_ = std::make_unique<RingConsumer>(*segment_);
   }
 
   static CompletionRecord Record(uint64_t id) {
@@ -410,10 +436,12 @@ TEST_F(CompletionRingTest, DeliversRecordsInOrderAcrossWrapArounds) {
     EXPECT_FALSE(consumer_->Empty());
     EXPECT_EQ(segment_->header()->ring_head.load(), next_published);
     for (int i = 0; i < batch; ++i) {
-      const auto record = consumer_->TryPop();
-      ASSERT_TRUE(record.has_value());
+      const auto completion = consumer_->TryPop();
+      ASSERT_TRUE(completion.has_value());
       const CompletionRecord expected = Record(next_consumed++);
-      EXPECT_EQ(std::memcmp(&*record, &expected, sizeof(expected)), 0) << "record " << round;
+      EXPECT_EQ(std::memcmp(&completion->record, &expected, sizeof(expected)), 0)
+          << "record " << round;
+      EXPECT_EQ(completion->text, "");
     }
     EXPECT_TRUE(consumer_->Empty());
     EXPECT_FALSE(consumer_->TryPop().has_value());
@@ -430,9 +458,9 @@ TEST_F(CompletionRingTest, DeliversRecordsInOrderAcrossWrapArounds) {
 TEST_F(CompletionRingTest, NewConsumerResumesPublisherTrustsOnlyItself) {
   publisher_->Publish(Record(1));
   publisher_->Publish(Record(2));
-  ASSERT_EQ(consumer_->TryPop()->request_id, 1u);
-  RingConsumer consumer(segment_->header(), segment_->ring());
-  EXPECT_EQ(consumer.TryPop()->request_id, 2u);
+  ASSERT_EQ(consumer_->TryPop()->record.request_id, 1u);
+  RingConsumer consumer(*segment_);
+  EXPECT_EQ(consumer.TryPop()->record.request_id, 2u);
   segment_->header()->ring_head.store(1000);  // a lying client
   publisher_->Publish(Record(3));
   EXPECT_EQ(publisher_->published(), 3u);
@@ -463,8 +491,9 @@ TEST_F(CompletionRingTest, RecordsCarryEveryFieldWhole) {
   record.aux_offset = (uint64_t{1} << 41) + 64;
   record.aux_count = 0xfffffffeu;
   publisher_->Publish(record);
-  const auto popped = consumer_->TryPop();
-  ASSERT_TRUE(popped.has_value());
+  const auto completion = consumer_->TryPop();
+  ASSERT_TRUE(completion.has_value());
+  const CompletionRecord* popped = &completion->record;
   EXPECT_EQ(popped->request_id, record.request_id);
   EXPECT_EQ(popped->status_code, -7);
   EXPECT_EQ(popped->flags, 0x80000001u);
@@ -473,8 +502,130 @@ TEST_F(CompletionRingTest, RecordsCarryEveryFieldWhole) {
   EXPECT_EQ(popped->result_dim0, record.result_dim0);
   EXPECT_EQ(popped->aux_offset, record.aux_offset);
   EXPECT_EQ(popped->aux_count, 0xfffffffeu);
-  EXPECT_EQ(popped->reserved0, 0u);
-  EXPECT_EQ(popped->reserved1, 0u);
+  EXPECT_EQ(popped->text_bytes, 0u) << "no text";
+  EXPECT_EQ(completion->text, "");
+}
+
+// --- Text ring ---------------------------------------------------------------
+
+// A text that says which record it belongs to, `bytes` long.
+std::string TextOf(uint64_t id, size_t bytes) {
+  std::string text = absl::StrCat("request ", id, " failed:");
+  text.resize(bytes, static_cast<char>('a' + id % 26));
+  return text;
+}
+
+TEST_F(CompletionRingTest, TextsArriveWithTheirRecordsAcrossWrapArounds) {
+  uint64_t next_published = 0;
+  uint64_t next_consumed = 0;
+  uint64_t text_bytes = 0;
+  // Batches of 1 to 4 records, every other one with a text of 1 to ~6000
+  // bytes: the text ring (64 KiB) wraps many times.
+  for (int round = 0; round < 200; ++round) {
+    const int batch = round % 4 + 1;
+    for (int i = 0; i < batch; ++i, ++next_published) {
+      const uint64_t id = next_published;
+      const std::string text = id % 2 == 0 ? TextOf(id, 24 + (id * 997) % 6000) : "";
+      text_bytes += text.size();
+      publisher_->Publish(Record(id), text);
+    }
+    for (int i = 0; i < batch; ++i, ++next_consumed) {
+      const auto completion = consumer_->TryPop();
+      ASSERT_TRUE(completion.has_value());
+      const uint64_t id = next_consumed;
+      EXPECT_EQ(completion->record.request_id, id);
+      EXPECT_EQ(completion->text, id % 2 == 0 ? TextOf(id, 24 + (id * 997) % 6000) : "")
+          << "record " << id;
+      const CompletionRecord& record = completion->record;
+      EXPECT_LE(record.text_position % kMinTextRingBytes + record.text_bytes, kMinTextRingBytes)
+          << "a text never wraps";
+    }
+  }
+  EXPECT_GT(text_bytes, 8 * kMinTextRingBytes) << "the text ring did not wrap often enough";
+}
+
+TEST_F(CompletionRingTest, LongTextsAreCutWithoutSplittingACharacter) {
+  std::string text = "a";
+  for (int i = 0; i < 10000; ++i) text += "\u00e9";  // two bytes each
+  publisher_->Publish(Record(1), text);
+  const auto completion = consumer_->TryPop();
+  ASSERT_TRUE(completion.has_value());
+  const std::string& cut = completion->text;
+  ASSERT_LE(cut.size(), kMaxRecordTextBytes);
+  EXPECT_GT(cut.size(), kMaxRecordTextBytes - 8);
+  ASSERT_TRUE(absl::EndsWith(cut, "...")) << "the cut is marked";
+  const std::string body = cut.substr(0, cut.size() - 3);
+  EXPECT_TRUE(absl::StartsWith(text, body));
+  EXPECT_EQ(body.size() % 2, 1u) << "'a' and whole two-byte characters only";
+}
+
+// A segment whose completion ring holds more records than the text ring
+// holds texts of the largest size.
+class TextRingTest : public CompletionRingTest {
+ protected:
+  void SetUp() override { MakeRing(64); }
+
+  static CompletionRecord Failed(uint64_t id) {
+    CompletionRecord record{};
+    record.request_id = id;
+    record.status_code = 3;
+    return record;
+  }
+};
+
+// Texts the client has not taken yet are never overwritten: later ones get
+// what room is left (cut, or none), and the room returns as the client
+// takes its records.
+TEST_F(TextRingTest, AClientThatTakesItsTextsLateLosesOnlyTheirEnds) {
+  ASSERT_EQ(segment_->text_bytes(), kMinTextRingBytes);
+  constexpr size_t kText = 7000;  // nine fit in 64 KiB, with 2536 bytes left
+  for (uint64_t id = 0; id < 11; ++id) publisher_->Publish(Failed(id), TextOf(id, kText));
+  for (uint64_t id = 0; id < 9; ++id) {
+    const auto completion = consumer_->TryPop();
+    ASSERT_TRUE(completion.has_value());
+    EXPECT_EQ(completion->text, TextOf(id, kText)) << "record " << id;
+  }
+  auto tenth = consumer_->TryPop();
+  ASSERT_TRUE(tenth.has_value());
+  EXPECT_EQ(tenth->text, TextOf(9, kMinTextRingBytes - 9 * kText - 3) + "...")
+      << "cut to the room left";
+  auto eleventh = consumer_->TryPop();
+  ASSERT_TRUE(eleventh.has_value());
+  EXPECT_EQ(eleventh->record.request_id, 10u);
+  EXPECT_EQ(eleventh->record.status_code, 3) << "the record itself is whole";
+  EXPECT_EQ(eleventh->text, "") << "no room was left";
+  // Taken: the whole ring is free again, from its start.
+  publisher_->Publish(Failed(11), TextOf(11, kText));
+  const auto twelfth = consumer_->TryPop();
+  ASSERT_TRUE(twelfth.has_value());
+  EXPECT_EQ(twelfth->text, TextOf(11, kText));
+  EXPECT_EQ(twelfth->record.text_position % kMinTextRingBytes, 0u);
+}
+
+// The text ring's tail and geometry in the header are client-writable: the
+// daemon sizes texts by the tail but writes only inside the ring it made.
+TEST_F(TextRingTest, ClientWrittenTailAndGeometryNeverMoveDaemonWritesOutOfTheRing) {
+  ClientSegmentHeader* header = segment_->header();
+  auto* base = reinterpret_cast<std::byte*>(header);
+  const uint64_t text_begin = header->text_offset;
+  const uint64_t text_end = text_begin + header->text_bytes;
+  std::memset(base + text_end, 0xab, segment_->size() - text_end);
+  header->text_offset = segment_->size() - 8;
+  header->text_bytes = 8;
+  uint64_t id = 0;
+  // A tail far ahead of the daemon's head, far behind it, and one that
+  // claims every text was read: texts are cut to nothing, or written inside.
+  for (const uint64_t tail : {uint64_t{1} << 40, ~uint64_t{0} - (uint64_t{1} << 30), uint64_t{0}}) {
+    header->text_tail.store(tail);
+    for (int i = 0; i < 20; ++i, ++id) publisher_->Publish(Failed(id), TextOf(id, 6000));
+    while (auto completion = consumer_->TryPop()) {
+      const CompletionRecord& record = completion->record;
+      EXPECT_LE(record.text_position % kMinTextRingBytes + record.text_bytes, kMinTextRingBytes);
+    }
+  }
+  uint64_t changed = 0;
+  for (uint64_t i = text_end; i < segment_->size(); ++i) changed += base[i] != std::byte{0xab};
+  EXPECT_EQ(changed, 0u) << "the daemon wrote past the text ring";
 }
 
 TEST_F(CompletionRingTest, HeartbeatIsReadFromTheHeader) {
@@ -483,7 +634,7 @@ TEST_F(CompletionRingTest, HeartbeatIsReadFromTheHeader) {
 }
 
 // The client's wait: sleep on the wake word until a record arrives.
-std::optional<CompletionRecord> WaitForRecord(RingConsumer& consumer, absl::Duration timeout) {
+std::optional<Completion> WaitForRecord(RingConsumer& consumer, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     const uint32_t word = consumer.WakeWord();
@@ -516,9 +667,9 @@ TEST_F(CompletionRingTest, PublishWakesASleeperInAnotherProcess) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     // The client: its view of the same shared pages (inherited mapping).
-    RingConsumer consumer(header, segment_->ring());
-    const auto record = WaitForRecord(consumer, absl::Seconds(30));
-    ::_exit(!record.has_value() ? 2 : record->request_id == 77 ? 0 : 3);
+    RingConsumer consumer(*segment_);
+    const auto completion = WaitForRecord(consumer, absl::Seconds(30));
+    ::_exit(!completion.has_value() ? 2 : completion->record.request_id == 77 ? 0 : 3);
   }
   // Publish once the child sleeps, so that the wake is what ends its wait
   // (a missed wake would leave it asleep past the parent's deadline).

@@ -1,6 +1,8 @@
 // The harness of the engine's unit tests: an Engine driven directly, with
 // fake Register calls and session links (daemon/session_link.h) and the real
-// shared-memory segments, and the clients of a job as the tests see them.
+// shared-memory segments (submissions through the submission ring, answers
+// through the completion ring), and the clients of a job as the tests see
+// them.
 #pragma once
 
 #include <condition_variable>
@@ -12,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -25,6 +28,7 @@
 #include "shm/result_segment.h"
 #include "shm/segment_layout.h"
 #include "shm/segment_names.h"
+#include "shm/submission_ring.h"
 
 namespace collective::daemon::engine {
 
@@ -123,17 +127,24 @@ struct TestClient {
   std::unique_ptr<shm::ClientSegment> segment;
   std::unique_ptr<shm::ResultSegment> results;
   std::unique_ptr<shm::RingConsumer> ring;
+  std::unique_ptr<shm::SubmissionWriter> submissions;
 
-  std::optional<shm::CompletionRecord> NextRecord() {
+  // The next record with its text (a failure's message).
+  std::optional<shm::Completion> NextCompletion() {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
     while (absl::Now() < deadline) {
       const uint32_t word = ring->WakeWord();
-      if (auto record = ring->TryPop()) return record;
+      if (auto completion = ring->TryPop()) return completion;
       ring->BeginSleep();
       ring->Sleep(word, deadline - absl::Now());
       ring->EndSleep();
     }
     return ring->TryPop();
+  }
+  std::optional<shm::CompletionRecord> NextRecord() {
+    std::optional<shm::Completion> completion = NextCompletion();
+    if (!completion.has_value()) return std::nullopt;
+    return completion->record;
   }
 };
 
@@ -226,8 +237,9 @@ class EngineHarness : public ::testing::Test {
       if (!segment.ok() || !results.ok()) return {};
       client.segment = std::move(*segment);
       client.results = std::move(*results);
-      client.ring =
-          std::make_unique<shm::RingConsumer>(client.segment->header(), client.segment->ring());
+      client.ring = std::make_unique<shm::RingConsumer>(*client.segment);
+      client.submissions = std::make_unique<shm::SubmissionWriter>(
+          client.segment->header(), client.segment->submit_ring(), client.segment->submit_bytes());
       client.link = std::make_shared<FakeSessionLink>();
       if (attach) Attach(client);
     }
@@ -244,11 +256,35 @@ class EngineHarness : public ::testing::Test {
     EXPECT_EQ(attached->attached().client_id(), client.call->response().client_id());
   }
 
+  // Publishes `message` in the client's submission ring, as libcollective
+  // does, and returns once the engine has read it (so that what the test
+  // posts next is handled after it).
+  void Push(TestClient& client, const v1::ClientMessage& message) {
+    const std::string payload = message.SerializeAsString();
+    ASSERT_TRUE(client.submissions->TryPush(payload.data(), payload.size()))
+        << "the submission ring is full";
+    client.submissions->Ring();
+    const shm::ClientSegmentHeader* header = client.segment->header();
+    const uint64_t head = header->submit_head.load();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (header->submit_tail.load() != head) {
+      ASSERT_LT(absl::Now(), deadline) << "the engine did not read the submission ring";
+      std::this_thread::yield();
+    }
+  }
+
   // Submits `request` (whose data, if any, the caller put in the arena).
   void Send(TestClient& client, const v1::TensorRequest& request) {
     v1::ClientMessage message;
     *message.mutable_submit()->add_requests() = request;
-    Post(client.link, message);
+    Push(client, message);
+  }
+
+  // Releases the result of `request_id`.
+  void Release(TestClient& client, uint64_t request_id) {
+    v1::ClientMessage message;
+    message.add_released(request_id);
+    Push(client, message);
   }
 
   // A float32 sum allreduce of 4 elements at arena offset 0, of process

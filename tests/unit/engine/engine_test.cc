@@ -1,7 +1,9 @@
 // daemon/engine driven directly, with fake Register calls and session links
 // (daemon/session_link.h) and the real shared-memory segments: formation and
-// its deadline, registration refusals, attach, submit and complete, leaving,
-// client death, the attach deadline, cancelled registrations and shutdown;
+// its deadline, registration refusals, attach, submit (through the ring;
+// never on the stream) and complete (a failure's text with its record), a
+// reused request id, leaving, client death, the attach deadline, cancelled
+// registrations and shutdown;
 // process sets (static ones, adding and removing them, membership), barrier,
 // join, alltoall's received splits, errors that reach every rank, and the
 // stall inspector's shutdown limit.
@@ -42,7 +44,18 @@ class EngineTest : public EngineHarness {
     request->set_dtype(v1::DATA_TYPE_FLOAT32);
     request->add_shape(4);
     request->set_length(16);
-    Post(client.link, message);
+    Push(client, message);
+  }
+
+  // The next record of `client`: request `id`, failed with `code`; its text.
+  static std::string NextFailure(TestClient& client, uint64_t id, absl::StatusCode code) {
+    const auto completion = client.NextCompletion();
+    EXPECT_TRUE(completion.has_value()) << "no record";
+    if (!completion.has_value()) return "";
+    EXPECT_EQ(completion->record.request_id, id);
+    EXPECT_EQ(completion->record.status_code, static_cast<int32_t>(code));
+    EXPECT_EQ(completion->record.result_bytes, 0u);
+    return completion->text;
   }
 
   // A control collective (no data).
@@ -106,9 +119,10 @@ TEST_F(EngineTest, FormsTheJobWhenEveryLocalRankRegistered) {
   EXPECT_EQ(r0.limits().max_dims(), 64u);
   EXPECT_EQ(r0.limits().max_name_bytes(), config_.max_name_bytes);
   EXPECT_EQ(r0.limits().fusion_threshold_bytes(), config_.fusion_threshold_bytes);
-  EXPECT_EQ(r0.arena().size_bytes(), shm::ComputeClientSegmentGeometry(16, shm::kMinSubmitRingBytes,
-                                                                       config_.default_arena_bytes)
-                                         .segment_bytes);
+  EXPECT_EQ(r0.arena().size_bytes(),
+            shm::ComputeClientSegmentGeometry(16, shm::kMinTextRingBytes, shm::kMinSubmitRingBytes,
+                                              config_.default_arena_bytes)
+                .segment_bytes);
   EXPECT_EQ(Segments().size(), 3u) << "two client segments and the result segment";
   EXPECT_EQ(Status().job().state(), v1::JOB_STATE_RUNNING);
 }
@@ -223,11 +237,7 @@ TEST_F(EngineTest, SubmitReducesThroughTheSegmentsAndReleasesResults) {
   EXPECT_EQ(status.clients(0).result_bytes_held(), 16u);
 
   // The block returns to the free space once both readers released it.
-  for (TestClient& client : clients) {
-    v1::ClientMessage release;
-    release.add_released(11);
-    Post(client.link, release);
-  }
+  for (TestClient& client : clients) Release(client, 11);
   status = Status();
   EXPECT_EQ(status.result_arena_used_bytes(), 0u);
   EXPECT_EQ(status.clients(1).result_bytes_held(), 0u);
@@ -244,14 +254,7 @@ TEST_F(EngineTest, AClientThatDiesFailsTheJobForTheOthers) {
                                        ") disconnected from collectived without leaving job "
                                        "'default' (it died or closed its session); the job "
                                        "cannot continue");
-  const auto failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 5u);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kAborted));
-  EXPECT_EQ(failed->request_failed().message(), why);
-  const auto record = clients[1].NextRecord();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kAborted));
+  EXPECT_EQ(NextFailure(clients[1], 5, absl::StatusCode::kAborted), why);
   const auto job_failed = clients[1].link->NextOf(v1::DaemonMessage::kJobFailed);
   ASSERT_TRUE(job_failed.has_value());
   EXPECT_EQ(job_failed->job_failed().message(), why);
@@ -262,9 +265,7 @@ TEST_F(EngineTest, AClientThatDiesFailsTheJobForTheOthers) {
   EXPECT_EQ(Status().job().state(), v1::JOB_STATE_FAILED);
   // Later submissions fail with the same reason.
   Submit(clients[1], 6, "later");
-  const auto later = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(later.has_value());
-  EXPECT_EQ(later->request_failed().message(), why);
+  EXPECT_EQ(NextFailure(clients[1], 6, absl::StatusCode::kAborted), why);
 
   // When the last client goes, the job is torn down and its segments go.
   ASSERT_TRUE(engine_->Post(engine::SessionClosedEvent{clients[1].link}));
@@ -283,11 +284,7 @@ TEST_F(EngineTest, LeavingEndsTheJobForTheOthers) {
   v1::ClientMessage leave;
   leave.mutable_leave();
   Post(clients[0].link, leave);
-  const auto failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().code(),
-            static_cast<int>(absl::StatusCode::kFailedPrecondition));
-  EXPECT_EQ(failed->request_failed().message(),
+  EXPECT_EQ(NextFailure(clients[1], 5, absl::StatusCode::kFailedPrecondition),
             absl::StrCat("rank 0 (pid ", ::getpid(),
                          ") has left job 'default' (it shut down); no collective of this job can "
                          "complete any more"));
@@ -333,10 +330,8 @@ TEST_F(EngineTest, ShutdownFailsPendingWorkAndEndsEverySession) {
   ASSERT_EQ(clients.size(), 2u);
   Submit(clients[0], 9, "pending");
   engine_->Shutdown("test is over");
-  const auto failed = clients[0].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kUnavailable));
-  EXPECT_EQ(failed->request_failed().message(), "collectived is shutting down (test is over)");
+  EXPECT_EQ(NextFailure(clients[0], 9, absl::StatusCode::kUnavailable),
+            "collectived is shutting down (test is over)");
   for (TestClient& client : clients) {
     const auto closed = client.link->AwaitClosed();
     ASSERT_TRUE(closed.has_value());
@@ -384,21 +379,11 @@ TEST_F(EngineTest, OnlyMembersSubmitToAProcessSet) {
   std::vector<TestClient> clients = JoinJob(3, /*attach=*/true, {{0, 2}});
   ASSERT_EQ(clients.size(), 3u);
   Send(clients[1], Allreduce(7, "w", 1));
-  auto failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
-  EXPECT_EQ(failed->request_failed().message(),
+  EXPECT_EQ(NextFailure(clients[1], 7, absl::StatusCode::kInvalidArgument),
             "request 7 ('w'): rank 1 is not a member of process set 1 [0, 2]");
   Send(clients[1], Allreduce(8, "w", 5));
-  failed = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().message(), "request 8 ('w'): process set 5 does not exist");
-  for (uint64_t id : {7u, 8u}) {
-    const auto record = clients[1].NextRecord();
-    ASSERT_TRUE(record.has_value());
-    EXPECT_EQ(record->request_id, id);
-    EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
-  }
+  EXPECT_EQ(NextFailure(clients[1], 8, absl::StatusCode::kInvalidArgument),
+            "request 8 ('w'): process set 5 does not exist");
   EXPECT_EQ(Status().clients(1).outstanding_requests(), 0u);
 }
 
@@ -473,11 +458,7 @@ TEST_F(EngineTest, ProcessSetsAreAddedAndRemovedByEveryRank) {
     remove.set_target_process_set_id(1);
     Send(client, remove);
   }
-  const auto cancelled = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(cancelled.has_value());
-  EXPECT_EQ(cancelled->request_failed().request_id(), 2u);
-  EXPECT_EQ(cancelled->request_failed().code(), static_cast<int>(absl::StatusCode::kCancelled));
-  EXPECT_EQ(cancelled->request_failed().message(), "process set 1 was removed");
+  EXPECT_EQ(NextFailure(clients[1], 2, absl::StatusCode::kCancelled), "process set 1 was removed");
   for (TestClient& client : clients) {
     std::optional<shm::CompletionRecord> record;
     do {
@@ -502,10 +483,7 @@ TEST_F(EngineTest, AFailedProcessSetChangeReachesEveryRank) {
     Send(client, add);
   }
   for (TestClient& client : clients) {
-    const auto failed = client.link->NextOf(v1::DaemonMessage::kRequestFailed);
-    ASSERT_TRUE(failed.has_value());
-    EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kAlreadyExists));
-    EXPECT_EQ(failed->request_failed().message(),
+    EXPECT_EQ(NextFailure(client, 1, absl::StatusCode::kAlreadyExists),
               "process set [0, 1] is the global process set (id 0), which always exists");
   }
   for (TestClient& client : clients) {
@@ -514,9 +492,8 @@ TEST_F(EngineTest, AFailedProcessSetChangeReachesEveryRank) {
     Send(client, remove);
   }
   for (TestClient& client : clients) {
-    const auto failed = client.link->NextOf(v1::DaemonMessage::kRequestFailed);
-    ASSERT_TRUE(failed.has_value());
-    EXPECT_EQ(failed->request_failed().message(), "process set 4 does not exist");
+    EXPECT_EQ(NextFailure(client, 2, absl::StatusCode::kInvalidArgument),
+              "process set 4 does not exist");
   }
 }
 
@@ -551,12 +528,8 @@ TEST_F(EngineTest, JoinedRanksContributeZerosUntilEveryRankJoined) {
   EXPECT_THAT(Floats(clients[1], *reduced), ElementsAre(2, 2, 2, 2));
   // Only allreduce carries on.
   Send(clients[1], Control(3, v1::COLLECTIVE_BARRIER, "__barrier"));
-  const auto refused = clients[1].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(refused.has_value());
-  EXPECT_EQ(refused->request_failed().code(),
-            static_cast<int>(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(refused->request_failed().message(), HasSubstr("after a join only allreduce"));
-  ASSERT_TRUE(clients[1].NextRecord().has_value());
+  EXPECT_THAT(NextFailure(clients[1], 3, absl::StatusCode::kFailedPrecondition),
+              HasSubstr("after a join only allreduce"));
 
   Send(clients[1], Control(4, v1::COLLECTIVE_JOIN, "__join"));
   const auto first = clients[0].NextRecord();
@@ -633,12 +606,7 @@ TEST_F(EngineTest, AnOpErrorReachesEveryRank) {
     Send(client, request);
   }
   for (TestClient& client : clients) {
-    const auto failed = client.link->NextOf(v1::DaemonMessage::kRequestFailed);
-    ASSERT_TRUE(failed.has_value());
-    EXPECT_EQ(failed->request_failed().request_id(), 3u);
-    EXPECT_EQ(failed->request_failed().code(),
-              static_cast<int>(absl::StatusCode::kInvalidArgument));
-    EXPECT_EQ(failed->request_failed().message(),
+    EXPECT_EQ(NextFailure(client, 3, absl::StatusCode::kInvalidArgument),
               "broadcast of 'b': root rank 2 is not a rank of process set 0 (size 2)");
   }
   // A mismatch, likewise.
@@ -647,11 +615,7 @@ TEST_F(EngineTest, AnOpErrorReachesEveryRank) {
   other.set_op(v1::REDUCE_OP_MAX);
   Send(clients[1], other);
   for (TestClient& client : clients) {
-    const auto failed = client.link->NextOf(v1::DaemonMessage::kRequestFailed);
-    ASSERT_TRUE(failed.has_value());
-    EXPECT_EQ(failed->request_failed().code(),
-              static_cast<int>(absl::StatusCode::kFailedPrecondition));
-    EXPECT_EQ(failed->request_failed().message(),
+    EXPECT_EQ(NextFailure(client, 4, absl::StatusCode::kFailedPrecondition),
               "Mismatched reduce ops for 'm': rank 0 sent sum, rank 1 sent max");
   }
 }
@@ -663,13 +627,9 @@ TEST_F(EngineTest, StalledTensorsFailAfterTheShutdownLimit) {
   std::vector<TestClient> clients = JoinJob(2);
   ASSERT_EQ(clients.size(), 2u);
   Submit(clients[0], 6, "w");
-  const auto failed = clients[0].link->NextOf(v1::DaemonMessage::kRequestFailed);
-  ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().request_id(), 6u);
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_THAT(failed->request_failed().message(),
-              StartsWith("tensor 'w' of process set 0 waited "));
-  EXPECT_THAT(failed->request_failed().message(),
+  const std::string failed = NextFailure(clients[0], 6, absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(failed, StartsWith("tensor 'w' of process set 0 waited "));
+  EXPECT_THAT(failed,
               HasSubstr(" s for ranks [1] to submit it and was failed (stall_shutdown_seconds is "
                         "0.1)"));
   EXPECT_TRUE(Status().pending().empty());
@@ -702,15 +662,64 @@ TEST_F(EngineTest, AStalledGroupMemberFailsTheWholeGroup) {
   Send(clients[0], grouped(1, "g.a"));
   Send(clients[0], grouped(2, "g.b"));
   Send(clients[1], grouped(1, "g.a"));
-  const auto failed = clients[0].link->NextOf(v1::DaemonMessage::kRequestFailed);
+  const auto failed = clients[0].NextCompletion();
   ASSERT_TRUE(failed.has_value());
-  EXPECT_EQ(failed->request_failed().code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
   // Status is answered after whatever the stall check did in the same pass.
   const v1::StatusResponse status = Status();
   EXPECT_EQ(status.clients(0).outstanding_requests(), 0u)
       << "g.a still waits for g.b, which was failed";
   EXPECT_EQ(status.clients(1).outstanding_requests(), 0u)
       << "g.a still waits for g.b, which was failed";
+}
+
+// --- One path in, one path out ------------------------------------------------
+
+TEST_F(EngineTest, ASubmissionOnTheStreamIsRefusedAndEndsTheJob) {
+  v1::ClientMessage message;
+  *message.mutable_submit()->add_requests() = Allreduce(1, "w");
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[1], 5, "waiting");
+  Post(clients[0].link, message);
+  const auto closed = clients[0].link->AwaitClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kInvalidArgument);
+  const std::string why = absl::StrCat(
+      "rank 0 (pid ", ::getpid(),
+      ") sent submissions, releases or CUDA registrations on its session stream; they go "
+      "through the submission ring in the client's shared-memory segment, and the stream "
+      "carries only attach and leave; the job cannot continue");
+  EXPECT_EQ(closed->message(), why);
+  EXPECT_EQ(NextFailure(clients[1], 5, absl::StatusCode::kInvalidArgument), why);
+  EXPECT_EQ(Status().job().state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(clients[0].ring->Empty()) << "the stream's request was not run";
+}
+
+TEST_F(EngineTest, AReusedRequestIdIsRefusedByARecordThatSaysSo) {
+  Start();
+  std::vector<TestClient> clients = JoinJob(2);
+  ASSERT_EQ(clients.size(), 2u);
+  Submit(clients[0], 7, "first");
+  Send(clients[0], Allreduce(7, "second"));
+  const auto refusal = clients[0].NextCompletion();
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_EQ(refusal->record.request_id, 7u);
+  EXPECT_EQ(refusal->record.flags, shm::kRecordRefusedDuplicateId);
+  EXPECT_EQ(refusal->record.status_code, static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(refusal->text,
+            "request id 7 is already in use by a request in flight or a result not yet released");
+  // The first request 7 is untouched.
+  Submit(clients[1], 7, "first");
+  for (TestClient& client : clients) {
+    const auto record = client.NextRecord();
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->request_id, 7u);
+    EXPECT_EQ(record->flags, 0u);
+    EXPECT_EQ(record->status_code, 0);
+    EXPECT_THAT(Floats(client, *record), ElementsAre(3, 3, 3, 3));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The engine's GPU path end to end with a fake device backend: clients
-// register CUDA memory and events over their session, submit CUDA tensors,
+// register CUDA memory and events through their submission rings (answered
+// on their sessions), submit CUDA tensors,
 // and get completion records whose results are in their device outputs;
 // CPU and GPU tensors of one name are a mismatch every rank hears of; a
 // failure on the GPU, a GPU that never finishes and a client that dies fail
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -52,7 +54,7 @@ class GpuEngineTest : public EngineHarness {
     allocation->set_allocation_id(1);
     allocation->set_ipc_handle(memory.handle);
     allocation->set_bytes(bytes);
-    Post(client.link, message);
+    Push(client, message);
     const auto answer = client.link->NextOf(v1::DaemonMessage::kCudaRegistered);
     EXPECT_TRUE(answer.has_value());
     if (answer.has_value()) {
@@ -78,12 +80,14 @@ class GpuEngineTest : public EngineHarness {
     return request;
   }
 
-  // The failure text that came with a failed record.
-  static std::string FailureText(TestClient& client, uint64_t request_id) {
-    const auto failed = client.link->NextOf(v1::DaemonMessage::kRequestFailed);
-    if (!failed.has_value()) return "no RequestFailed message";
-    EXPECT_EQ(failed->request_failed().request_id(), request_id);
-    return failed->request_failed().message();
+  // The next record of `client`, which must fail request `request_id`: its
+  // code and the text that came with it.
+  static std::pair<absl::StatusCode, std::string> NextFailure(TestClient& client,
+                                                              uint64_t request_id) {
+    const auto completion = client.NextCompletion();
+    if (!completion.has_value()) return {absl::StatusCode::kOk, "no record"};
+    EXPECT_EQ(completion->record.request_id, request_id);
+    return {static_cast<absl::StatusCode>(completion->record.status_code), completion->text};
   }
 
   gpu::FakeDeviceBackend* backend_ = nullptr;
@@ -164,10 +168,9 @@ TEST_F(GpuEngineTest, CpuAndGpuTensorsOfOneNameAreAMismatchEveryRankHears) {
   host.clear_device_output();
   Send(clients[1], host);
   for (TestClient& client : clients) {
-    const auto record = client.NextRecord();
-    ASSERT_TRUE(record.has_value());
-    EXPECT_EQ(record->status_code, static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
-    EXPECT_EQ(FailureText(client, 1),
+    const auto [code, text] = NextFailure(client, 1);
+    EXPECT_EQ(code, absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(text,
               "Mismatched CPU and GPU tensors for 'layer1.weight': rank 0 sent a GPU tensor, "
               "rank 1 sent a CPU tensor");
   }
@@ -208,11 +211,7 @@ TEST_F(GpuEngineTest, AlltoallReturnsTheReceivedSplitsThroughTheResultSegment) {
     EXPECT_EQ(std::vector<int32_t>(memory[r] + 8, memory[r] + 11), expected[r]);
   }
   EXPECT_GT(Status().result_arena_used_bytes(), 0u);
-  for (int r = 0; r < 2; ++r) {
-    v1::ClientMessage release;
-    release.add_released(1);
-    Post(clients[r].link, release);
-  }
+  for (int r = 0; r < 2; ++r) Release(clients[r], 1);
   EXPECT_EQ(Status().result_arena_used_bytes(), 0u) << "released like any result";
 }
 
@@ -223,11 +222,10 @@ TEST_F(GpuEngineTest, AnNcclFailureReachesEveryRankAndFailsTheJob) {
   backend_->FailNext("AllReduce", absl::UnavailableError("ncclAllReduce: unhandled system error"));
   for (int r = 0; r < 2; ++r) Send(clients[r], DeviceAllreduce(1, "embedding", 4));
   for (TestClient& client : clients) {
-    const auto record = client.NextRecord();
-    ASSERT_TRUE(record.has_value());
-    EXPECT_NE(record->status_code, 0);
-    EXPECT_THAT(FailureText(client, 1), AllOf(HasSubstr("'embedding'"),
-                                              HasSubstr("ncclAllReduce: unhandled system error")));
+    const auto [code, text] = NextFailure(client, 1);
+    EXPECT_NE(code, absl::StatusCode::kOk);
+    EXPECT_THAT(
+        text, AllOf(HasSubstr("'embedding'"), HasSubstr("ncclAllReduce: unhandled system error")));
     const auto failed = client.link->NextOf(v1::DaemonMessage::kJobFailed);
     ASSERT_TRUE(failed.has_value());
   }
@@ -286,7 +284,7 @@ TEST_F(GpuEngineTest, ARegistrationThatFailsIsAnsweredWithWhy) {
   v1::ClientMessage message;
   message.mutable_cuda()->set_registration_id(5);
   message.mutable_cuda()->set_device_uuid("not a uuid");
-  Post(clients[0].link, message);
+  Push(clients[0], message);
   const auto answer = clients[0].link->NextOf(v1::DaemonMessage::kCudaRegistered);
   ASSERT_TRUE(answer.has_value());
   EXPECT_EQ(answer->cuda_registered().registration_id(), 5u);
@@ -294,10 +292,8 @@ TEST_F(GpuEngineTest, ARegistrationThatFailsIsAnsweredWithWhy) {
   EXPECT_THAT(answer->cuda_registered().message(), HasSubstr("16 bytes, not 10"));
 
   Send(clients[0], DeviceAllreduce(1, "x", 4));
-  const auto record = clients[0].NextRecord();
-  ASSERT_TRUE(record.has_value());
   // The request's error carries why the device was not registered.
-  EXPECT_THAT(FailureText(clients[0], 1),
+  EXPECT_THAT(NextFailure(clients[0], 1).second,
               AllOf(HasSubstr("request 1 ('x')"), HasSubstr("CUDA device could not be registered"),
                     HasSubstr("16 bytes, not 10")));
 }
@@ -307,14 +303,13 @@ TEST_F(GpuEngineTest, ADaemonWithoutCudaRefusesCudaTensorsAndServesTheRest) {
   std::vector<TestClient> clients = JoinJob(1);
   v1::ClientMessage message;
   message.mutable_cuda()->set_registration_id(1);
-  Post(clients[0].link, message);
+  Push(clients[0], message);
   const auto answer = clients[0].link->NextOf(v1::DaemonMessage::kCudaRegistered);
   ASSERT_TRUE(answer.has_value());
   EXPECT_EQ(answer->cuda_registered().code(), static_cast<int>(absl::StatusCode::kUnimplemented));
 
   Send(clients[0], DeviceAllreduce(1, "x", 4));
-  ASSERT_TRUE(clients[0].NextRecord().has_value());
-  EXPECT_THAT(FailureText(clients[0], 1),
+  EXPECT_THAT(NextFailure(clients[0], 1).second,
               HasSubstr("CUDA tensors need a collectived built with CUDA and NCCL"));
 
   v1::TensorRequest host = DeviceAllreduce(2, "y", 4);

@@ -339,8 +339,9 @@ TEST(RequestValidatorTest, QuotesOnlyABoundedSanitisedPrefixOfTheName) {
   EXPECT_THAT(std::string(Validate(request).message()), StartsWith("request 17 ('a?b?'): "));
 }
 
-// The message travels in a proto3 string (RequestFailed.message), which must
-// be valid UTF-8: the client's parser rejects the whole message otherwise.
+// The message becomes the text of the request's completion record, which the
+// client hands on as a message (a Python str among others) that must be
+// valid UTF-8.
 TEST(RequestValidatorTest, QuotedPrefixIsValidUtf8AndFreeOfControlCharacters) {
   auto valid_utf8 = [](const std::string& text) {
     for (size_t i = 0; i < text.size();) {
