@@ -784,6 +784,10 @@ std::string LeaveMessage() {
   return message.SerializeAsString();
 }
 
+constexpr char kSessionMessageInRing[] =
+    " sent attach or leave through its submission ring; they go on the session stream, and the "
+    "ring carries only submissions, releases and CUDA registrations; the job cannot continue";
+
 INSTANTIATE_TEST_SUITE_P(
     Records, ForgedSubmissionTest,
     ::testing::Values(
@@ -795,15 +799,9 @@ INSTANTIATE_TEST_SUITE_P(
                      " sent a submission of 16 bytes that could not be parsed as a "
                      "ClientMessage; the job cannot continue"},
         ForgedRecord{"Attach", shm::kSubmitMessage, AttachMessage(),
-                     absl::StatusCode::kInvalidArgument,
-                     " sent attach or leave through its submission ring; they go on the session "
-                     "stream, and the ring carries only submissions, releases and CUDA "
-                     "registrations; the job cannot continue"},
+                     absl::StatusCode::kInvalidArgument, kSessionMessageInRing},
         ForgedRecord{"Leave", shm::kSubmitMessage, LeaveMessage(),
-                     absl::StatusCode::kInvalidArgument,
-                     " sent attach or leave through its submission ring; they go on the session "
-                     "stream, and the ring carries only submissions, releases and CUDA "
-                     "registrations; the job cannot continue"}),
+                     absl::StatusCode::kInvalidArgument, kSessionMessageInRing}),
     [](const auto& param_info) { return param_info.param.label; });
 
 // --- The header is client-writable memory -----------------------------------
