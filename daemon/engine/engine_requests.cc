@@ -74,24 +74,31 @@ bool Engine::DrainSubmissionRing(job::ClientRecord& client) {
   v1::ClientMessage message;
   while (client.live()) {
     absl::StatusOr<bool> next = client.submissions->Next(&payload);
-    absl::Status broken;
+    absl::Status why;  // the client cannot go on, and neither can the job
     if (client.guard.faulted()) {
       // The ring read zeros from pages the client took away; say that.
-      broken = job::SegmentTruncated(client);
+      why = job::SegmentTruncated(client);
     } else if (!next.ok()) {
-      broken = next.status();
+      // The ring cannot be trusted any more.
+      why = absl::DataLossError(
+          absl::StrCat(job::DescribeMember(client), " corrupted its submission ring (",
+                       next.status().message(), "); the job cannot continue"));
     } else if (!*next) {
       break;
-    } else if (!message.ParseFromString(payload) || message.has_attach() || message.has_leave()) {
-      broken = absl::DataLossError("a record is not a submission message");
+    } else if (!message.ParseFromString(payload)) {
+      // The ring's framing held: the record's bytes are no message.
+      why = absl::InvalidArgumentError(absl::StrCat(
+          job::DescribeMember(client), " sent a submission of ", payload.size(),
+          " bytes that could not be parsed as a ClientMessage; the job cannot continue"));
+    } else if (message.has_attach() || message.has_leave()) {
+      why = absl::InvalidArgumentError(
+          absl::StrCat(job::DescribeMember(client),
+                       " sent attach or leave through its submission ring; they go on the session "
+                       "stream, and the ring carries only submissions, releases and CUDA "
+                       "registrations; the job cannot continue"));
     }
-    if (!broken.ok()) {
-      // The ring cannot be trusted any more; nor can the job's progress.
-      DropClient(client, broken.code() == absl::StatusCode::kDataLoss && client.guard.faulted()
-                             ? broken
-                             : absl::DataLossError(absl::StrCat(
-                                   job::DescribeMember(client), " corrupted its submission ring (",
-                                   broken.message(), "); the job cannot continue")));
+    if (!why.ok()) {
+      DropClient(client, why);
       return true;
     }
     any = true;

@@ -40,6 +40,20 @@ std::string DeviceOf(const v1::TensorRequest& request) {
   return request.memory() == v1::MEMORY_KIND_CUDA ? "a GPU tensor" : "a CPU tensor";
 }
 
+// What the ranks must agree on about a tensor's group: how many tensors it
+// holds, 0 for a tensor sent alone. Group ids are each client's own, and
+// without one the size means nothing (the validator lets it through), so
+// comparing the raw fields could find two tensors sent alone to differ.
+uint32_t GroupSizeOf(const v1::TensorRequest& request) {
+  return request.group_id() == 0 ? 0 : request.group_size();
+}
+
+std::string DescribeGroup(const v1::TensorRequest& request) {
+  const uint32_t size = GroupSizeOf(request);
+  if (size == 0) return "it alone";
+  return absl::StrCat("it in a group of ", size, size == 1 ? " tensor" : " tensors");
+}
+
 std::vector<int32_t> SortedRanks(const v1::TensorRequest& request) {
   std::vector<int32_t> ranks(request.process_set_ranks().begin(),
                              request.process_set_ranks().end());
@@ -63,11 +77,8 @@ absl::Status CheckCommon(const ReadyTensor& tensor, const Submission& first,
     return Mismatch(tensor, "data types", first, DataTypeName(a.dtype()), other,
                     DataTypeName(b.dtype()));
   }
-  if ((a.group_id() != 0) != (b.group_id() != 0) || a.group_size() != b.group_size()) {
-    return Mismatch(tensor, "groups", first,
-                    a.group_id() == 0 ? "it alone" : absl::StrCat("a group of ", a.group_size()),
-                    other,
-                    b.group_id() == 0 ? "it alone" : absl::StrCat("a group of ", b.group_size()));
+  if (GroupSizeOf(a) != GroupSizeOf(b)) {
+    return Mismatch(tensor, "groups", first, DescribeGroup(a), other, DescribeGroup(b));
   }
   return absl::OkStatus();
 }

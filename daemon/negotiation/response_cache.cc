@@ -10,7 +10,13 @@ v1::TensorRequest CacheForm(const v1::TensorRequest& request) {
   v1::TensorRequest form = request;
   form.clear_request_id();
   form.clear_offset();
-  form.clear_group_id();
+  // Whether it is grouped, and in how many, stays (mismatch.h compares it);
+  // the client's own id for the group goes.
+  if (form.group_id() != 0) {
+    form.set_group_id(1);
+  } else {
+    form.clear_group_size();
+  }
   return form;
 }
 

@@ -30,7 +30,7 @@ namespace collective::daemon::negotiation {
 
 // What a request's cached form keeps: everything the ranks must agree on,
 // nothing that changes from step to step (request ids, arena offsets,
-// group ids).
+// group ids: a grouped request's form has group id 1).
 v1::TensorRequest CacheForm(const v1::TensorRequest& request);
 
 class ResponseCache {

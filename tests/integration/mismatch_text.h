@@ -63,7 +63,7 @@ inline std::string ExpectedMismatch(const MismatchParam& p, const std::string& n
   } else if (p.kind == "group") {
     what = "groups";
     first = "it alone";
-    odd = "a group of 2";
+    odd = "it in a group of 2 tensors";
   } else if (p.kind == "collective") {
     what = "collective operations";
     first = p.collective;

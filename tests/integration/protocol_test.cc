@@ -714,7 +714,8 @@ struct ForgedRecord {
   std::string label;
   uint32_t kind;
   std::string payload;
-  std::string expected;
+  absl::StatusCode code;
+  std::string expected;  // what follows "rank 0 (pid N)"
 
   friend void PrintTo(const ForgedRecord& r, std::ostream* os) { *os << r.label; }
 };
@@ -724,7 +725,9 @@ class ForgedSubmissionTest : public ProtocolTest,
 
 // The submission ring is client-writable memory: a record the daemon cannot
 // trust ends the client's session and fails the job (its requests are lost),
-// with DATA_LOSS for every rank — and nothing worse.
+// with DATA_LOSS for every rank when the ring's framing broke and
+// INVALID_ARGUMENT when a well-framed record holds no submission — and
+// nothing worse.
 TEST_P(ForgedSubmissionTest, FailsTheJobNotTheDaemon) {
   ASSERT_NO_FATAL_FAILURE(StartDaemon());
   ASSERT_NO_FATAL_FAILURE(JoinJob(2));
@@ -742,19 +745,19 @@ TEST_P(ForgedSubmissionTest, FailsTheJobNotTheDaemon) {
   header->submit_word.fetch_add(1);
   shm::FutexWakeAll(&header->submit_word);
 
-  const std::string why = absl::StrCat("rank 0 (pid ", ::getpid(),
-                                       ") corrupted its submission ring (", GetParam().expected);
+  const std::string why = absl::StrCat("rank 0 (pid ", ::getpid(), ")", GetParam().expected);
   const auto failed = rank1.NextCompletion();
   ASSERT_TRUE(failed.has_value());
   EXPECT_EQ(failed->record.request_id, 3u);
-  EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(absl::StatusCode::kDataLoss));
+  EXPECT_EQ(failed->record.status_code, static_cast<int32_t>(GetParam().code));
   EXPECT_THAT(failed->text, HasSubstr(why));
   const auto job_failed = rank1.session().NextOf(v1::DaemonMessage::kJobFailed);
   ASSERT_TRUE(job_failed.has_value());
   EXPECT_THAT(job_failed->job_failed().message(), HasSubstr(why));
   const auto end = rank0.session().AwaitEnd();
   ASSERT_TRUE(end.ok()) << end.status();
-  EXPECT_EQ(end->error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_EQ(end->error_code(), static_cast<grpc::StatusCode>(GetParam().code));
+  EXPECT_THAT(end->error_message(), HasSubstr(why));
 
   // The job ends when the survivor leaves; the next one runs.
   EXPECT_TRUE(rank1.Leave().ok());
@@ -781,17 +784,24 @@ std::string LeaveMessage() {
   return message.SerializeAsString();
 }
 
+constexpr char kSessionMessageInRing[] =
+    " sent attach or leave through its submission ring; they go on the session stream, and the "
+    "ring carries only submissions, releases and CUDA registrations; the job cannot continue";
+
 INSTANTIATE_TEST_SUITE_P(
     Records, ForgedSubmissionTest,
     ::testing::Values(
-        ForgedRecord{"UnknownKind", 7, std::string(16, 'x'),
-                     "a record of the submission ring is malformed (kind 7, 16 bytes)"},
+        ForgedRecord{"UnknownKind", 7, std::string(16, 'x'), absl::StatusCode::kDataLoss,
+                     " corrupted its submission ring (a record of the submission ring is "
+                     "malformed (kind 7, 16 bytes)); the job cannot continue"},
         ForgedRecord{"NotAProtobuf", shm::kSubmitMessage, std::string(16, '\xff'),
-                     "a record is not a submission message"},
+                     absl::StatusCode::kInvalidArgument,
+                     " sent a submission of 16 bytes that could not be parsed as a "
+                     "ClientMessage; the job cannot continue"},
         ForgedRecord{"Attach", shm::kSubmitMessage, AttachMessage(),
-                     "a record is not a submission message"},
+                     absl::StatusCode::kInvalidArgument, kSessionMessageInRing},
         ForgedRecord{"Leave", shm::kSubmitMessage, LeaveMessage(),
-                     "a record is not a submission message"}),
+                     absl::StatusCode::kInvalidArgument, kSessionMessageInRing}),
     [](const auto& param_info) { return param_info.param.label; });
 
 // --- The header is client-writable memory -----------------------------------

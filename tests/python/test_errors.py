@@ -70,6 +70,41 @@ def test_bad_alltoall_splits_are_refused():
             hvd.alltoall(torch.ones(size + 1))
 
 
+# Horovod's own words (EnqueueTensorAlltoall), raised as ValueError by its
+# binding: the same on every rank, at the call, whatever values the tensor holds.
+_SPLITS_NOT_INT32 = 'alltoall expects splits to contain 32-bit integer elements.'
+
+
+@pytest.mark.parametrize('splits', [
+    lambda size: torch.ones(size),  # values that would do, in the wrong type
+    lambda size: torch.full((size,), 1e30),  # values no integer type holds
+    lambda size: torch.full((size,), float('nan')),
+    lambda size: torch.ones(size, dtype=torch.int64),
+    lambda size: torch.ones(size, dtype=torch.int16),
+], ids=['float32', 'float32-huge', 'float32-nan', 'int64', 'int16'])
+def test_alltoall_splits_must_be_int32(splits):
+    size = hvd.size()
+    with pytest.raises(ValueError) as raised:
+        hvd.alltoall(torch.ones(size), splits=splits(size))
+    assert str(raised.value) == _SPLITS_NOT_INT32
+    with pytest.raises(ValueError) as raised:
+        hvd.alltoall_async(torch.ones(size), splits=splits(size))
+    assert str(raised.value) == _SPLITS_NOT_INT32
+    _job_goes_on()
+
+
+def test_alltoall_splits_must_be_one_dimensional():
+    size = hvd.size()
+    with pytest.raises(ValueError) as raised:
+        hvd.alltoall(torch.ones(size), splits=torch.ones(size, 1, dtype=torch.int32))
+    assert str(raised.value) == 'alltoall expects a 1D splits tensor'
+    # Horovod checks the shape first.
+    with pytest.raises(ValueError) as raised:
+        hvd.alltoall(torch.ones(size), splits=torch.ones(1, size))
+    assert str(raised.value) == 'alltoall expects a 1D splits tensor'
+    _job_goes_on()
+
+
 def test_unsupported_tensors_are_refused():
     with pytest.raises(ValueError, match='not supported'):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))

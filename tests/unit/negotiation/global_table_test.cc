@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
 namespace {
@@ -227,6 +228,56 @@ TEST_F(GlobalTableTest, FailAndEndAllFailWaitingTensorsAndEverythingAnnouncedLat
   for (const v1::Decision& decision : batch.decisions()) {
     EXPECT_EQ(decision.message(), "rank 3 died");
   }
+}
+
+// A grouped tensor that one node announces from the cache and the other in
+// full (a node whose rank joined announces in full) is still one group of the
+// same size on every rank, whatever each client's id for its group: the
+// real agreement check (mismatch.h) must pass it.
+TEST(GlobalTableAgreementTest, ACachedGroupAgreesWithTheSameGroupAnnouncedInFull) {
+  const job::ProcessSetTable sets(4);
+  negotiation::ResponseCache cache(8);
+  negotiation::CacheBits bits(8, 2);
+  negotiation::GlobalTable table(TwoByTwo(), &negotiation::CheckAgreement, cache, bits);
+  const auto announce = [&](int node, uint64_t group_id) {
+    v1::NodeReady ready;
+    v1::NodeTensor& tensor = *ready.add_tensors();
+    tensor.set_name("g");
+    for (int32_t rank : {2 * node, 2 * node + 1}) {
+      v1::RankRequest& ranked = *tensor.add_ranks();
+      ranked.set_set_rank(rank);
+      ranked.set_rank(rank);
+      v1::TensorRequest& request = *ranked.mutable_request();
+      request.set_request_id(group_id);
+      request.set_name("g");
+      request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+      request.set_dtype(v1::DATA_TYPE_FLOAT32);
+      request.add_shape(3);
+      request.set_group_id(group_id + static_cast<uint64_t>(rank));
+      request.set_group_size(2);
+    }
+    table.Take(node, ready, sets, Clock::now());
+  };
+  announce(0, 10);
+  announce(1, 20);
+  std::optional<v1::Decisions> first = table.TakeBatch();
+  ASSERT_TRUE(first.has_value());
+  ASSERT_EQ(first->decisions_size(), 1);
+  ASSERT_EQ(first->decisions(0).code(), 0) << first->decisions(0).message();
+  ASSERT_TRUE(first->decisions(0).cache_put());
+  cache.Apply(*first);
+  bits.Acknowledge(0, 1);
+  bits.Acknowledge(1, 1);
+
+  v1::NodeReady from_cache;
+  from_cache.set_cache_bits(negotiation::PackBits({first->decisions(0).cache_bit()}));
+  table.Take(0, from_cache, sets, Clock::now());
+  announce(1, 30);
+  std::optional<v1::Decisions> second = table.TakeBatch();
+  ASSERT_TRUE(second.has_value());
+  ASSERT_EQ(second->decisions_size(), 1);
+  EXPECT_EQ(second->decisions(0).code(), 0) << second->decisions(0).message();
+  EXPECT_FALSE(second->decisions(0).from_cache()) << "node 1 announced in full";
 }
 
 TEST_F(GlobalTableTest, WaitingNamesTheRanksThatHaveNotSubmitted) {

@@ -13,6 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "daemon/negotiation/response_cache.h"
+
 namespace collective::daemon::negotiation {
 namespace {
 
@@ -328,15 +330,19 @@ TEST_F(MismatchTest, GroupMessages) {
     r.set_group_size(2);
   };
   EXPECT_EQ(MessageAfter(1, grouped),
-            "Mismatched groups for 'layer1.weight': rank 10 sent it alone, rank 11 sent a group "
-            "of 2");
+            "Mismatched groups for 'layer1.weight': rank 10 sent it alone, rank 11 sent it in a "
+            "group of 2 tensors");
   EXPECT_EQ(MessageAfter(0, grouped),
-            "Mismatched groups for 'layer1.weight': rank 10 sent a group of 2, rank 11 sent it "
-            "alone");
+            "Mismatched groups for 'layer1.weight': rank 10 sent it in a group of 2 tensors, "
+            "rank 11 sent it alone");
   EXPECT_EQ(MessageAfter(
                 2, [](auto& r) { r.set_group_size(3); }, grouped),
-            "Mismatched groups for 'layer1.weight': rank 10 sent a group of 2, rank 12 sent a "
-            "group of 3");
+            "Mismatched groups for 'layer1.weight': rank 10 sent it in a group of 2 tensors, "
+            "rank 12 sent it in a group of 3 tensors");
+  EXPECT_EQ(MessageAfter(
+                1, [](auto& r) { r.set_group_size(1); }, grouped),
+            "Mismatched groups for 'layer1.weight': rank 10 sent it in a group of 2 tensors, "
+            "rank 11 sent it in a group of 1 tensor");
   EXPECT_EQ(MessageAfter(
                 2, [](auto& r) { r.set_group_id(99); }, grouped),
             "OK")
@@ -348,8 +354,8 @@ TEST_F(MismatchTest, GroupMessages) {
                   r.set_shape(0, 1);
                 },
                 grouped),
-            "Mismatched groups for 'layer1.weight': rank 10 sent a group of 2, rank 11 sent a "
-            "group of 3")
+            "Mismatched groups for 'layer1.weight': rank 10 sent it in a group of 2 tensors, "
+            "rank 11 sent it in a group of 3 tensors")
       << "the group before the collective's own fields";
   EXPECT_EQ(MessageAfter(
                 1,
@@ -360,6 +366,92 @@ TEST_F(MismatchTest, GroupMessages) {
                 grouped),
             "Mismatched data types for 'layer1.weight': rank 10 sent float32, rank 11 sent int32")
       << "the dtype before the group";
+}
+
+// Issue 15: "Mismatched groups for 'c0': rank 0 sent it alone, rank 2 sent it
+// alone" named no difference. Without a group id a request is alone, whatever
+// its group size says (the validator lets the size through: it means
+// nothing), so sizes without ids must neither differ nor be compared.
+TEST_F(MismatchTest, GroupSizeWithoutAGroupIdIsAlone) {
+  EXPECT_EQ(MessageAfter(2, [](auto& r) { r.set_group_size(3); }), "OK");
+  EXPECT_EQ(MessageAfter(
+                0, [](auto& r) { r.set_group_size(0); }, [](auto& r) { r.set_group_size(7); }),
+            "OK");
+  EXPECT_EQ(MessageAfter(
+                1,
+                [](auto& r) {
+                  r.set_group_id(4);
+                  r.set_group_size(3);
+                },
+                [](auto& r) { r.set_group_size(3); }),
+            "Mismatched groups for 'layer1.weight': rank 10 sent it alone, rank 11 sent it in a "
+            "group of 3 tensors");
+}
+
+// Across nodes node 0 checks the requests a node announced in full with
+// those of a node that announced a cache bit, which are cached forms: a
+// grouped tensor's cached form must still be grouped, and only its group.
+TEST_F(MismatchTest, CachedFormsKeepTheirGroup) {
+  negotiation::ReadyTensor tensor = Tensor(3);
+  for (negotiation::Submission& submission : tensor.submissions) {
+    submission.request.set_group_id(20 + submission.rank);
+    submission.request.set_group_size(2);
+  }
+  tensor.submissions[0].request = CacheForm(tensor.submissions[0].request);
+  EXPECT_TRUE(CheckAgreement(tensor).ok()) << CheckAgreement(tensor);
+  tensor.submissions[2].request.set_group_id(0);
+  EXPECT_EQ(std::string(CheckAgreement(tensor).message()),
+            "Mismatched groups for 'layer1.weight': rank 10 sent it in a group of 2 tensors, "
+            "rank 12 sent it alone");
+  EXPECT_EQ(CacheForm(tensor.submissions[2].request).group_size(), 0u)
+      << "alone, the size means nothing";
+}
+
+// Whatever differs, a message names two different ranks and two different
+// values.
+TEST_F(MismatchTest, GroupMessagesNameTwoRanksAndTwoValues) {
+  const std::vector<Edit> edits = {
+      [](auto& r) { r.set_group_size(3); },
+      [](auto& r) {
+        r.set_group_id(8);
+        r.set_group_size(3);
+      },
+      [](auto& r) {
+        r.set_group_id(8);
+        r.set_group_size(1);
+      },
+      [](auto& r) {
+        r.set_group_id(0);
+        r.set_group_size(2);
+      },
+  };
+  const std::vector<Edit> alls = {
+      [](auto&) {},
+      [](auto& r) {
+        r.set_group_id(5);
+        r.set_group_size(2);
+      },
+      [](auto& r) { r.set_group_size(2); },
+  };
+  for (size_t a = 0; a < alls.size(); ++a) {
+    for (size_t e = 0; e < edits.size(); ++e) {
+      for (size_t index = 0; index < 3; ++index) {
+        const std::string message = MessageAfter(index, edits[e], alls[a]);
+        if (message == "OK") continue;
+        SCOPED_TRACE(message);
+        const std::string prefix = "Mismatched groups for 'layer1.weight': rank ";
+        ASSERT_EQ(message.rfind(prefix, 0), 0u);
+        const size_t comma = message.find(", rank ");
+        ASSERT_NE(comma, std::string::npos);
+        const std::string first = message.substr(prefix.size(), comma - prefix.size());
+        const std::string second = message.substr(comma + 7);
+        EXPECT_NE(first.substr(0, first.find(' ')), second.substr(0, second.find(' ')))
+            << "the same rank twice";
+        EXPECT_NE(first.substr(first.find(' ')), second.substr(second.find(' ')))
+            << "the same value twice";
+      }
+    }
+  }
 }
 
 TEST_F(MismatchTest, AddProcessSetComparesTheSetNotTheOrder) {

@@ -53,7 +53,7 @@ TEST(CacheFormTest, KeepsWhatRanksAgreeOnAndDropsWhatChangesEveryStep) {
   const v1::TensorRequest form = negotiation::CacheForm(Request(7, 3));
   EXPECT_EQ(form.request_id(), 0u);
   EXPECT_EQ(form.offset(), 0u);
-  EXPECT_EQ(form.group_id(), 0u);
+  EXPECT_EQ(form.group_id(), 1u) << "grouped, whatever the client's id for the group";
   EXPECT_EQ(form.name(), "w");
   EXPECT_EQ(form.dtype(), v1::DATA_TYPE_FLOAT32);
   EXPECT_THAT(form.shape(), ElementsAre(3));

@@ -303,6 +303,22 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     return handles.synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
+def _alltoall_splits(splits):
+    """The splits as a list of ints, checked as Horovod checks them: a tensor
+    must be one-dimensional and int32 (a list becomes an int32 tensor first),
+    else a ValueError in Horovod's words, before anything reaches the daemon.
+    """
+    if splits is None:
+        return []
+    if not isinstance(splits, torch.Tensor):
+        splits = torch.tensor(splits, dtype=torch.int32, device='cpu')
+    if splits.dim() > 1:
+        raise ValueError('alltoall expects a 1D splits tensor')
+    if splits.dtype != torch.int32:
+        raise ValueError('alltoall expects splits to contain 32-bit integer elements.')
+    return splits.reshape(-1).tolist()
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall of `tensor` (see `alltoall`). The input tensor is not
     modified.
@@ -313,12 +329,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """
     set_id = process_set_id(process_set)
     base = _base_name('alltoall', name, set_id)
-    if splits is None:
-        split_list, splits_dtype = [], torch.int32
-    elif isinstance(splits, torch.Tensor):
-        split_list, splits_dtype = [int(s) for s in splits.reshape(-1).tolist()], splits.dtype
-    else:
-        split_list, splits_dtype = [int(s) for s in splits], torch.int32
+    split_list = _alltoall_splits(splits)
     source = tensor_args.dense(tensor)
 
     def start():
@@ -326,7 +337,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
     def finish(results):
         result = results[0]
-        received = torch.tensor(result.received_splits, dtype=splits_dtype)
+        received = torch.tensor(result.received_splits, dtype=torch.int32)
         return tensor_args.tensor_from_result(result, source.dtype), received
 
     return handles.start([base], start, finish, source)

@@ -197,7 +197,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
     Arguments:
         tensor: A tensor to distribute with alltoall.
-        splits: A tensor (or list) of integers in rank order describing how many
+        splits: An int32 tensor (or a list) of integers in rank order describing how many
                 rows of `tensor` to send to each process of the set. If not
                 provided, the first dimension is split equally among them.
         name: A name of the alltoall operation.
