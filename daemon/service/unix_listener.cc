@@ -166,6 +166,12 @@ bool UnixListener::AwaitStopFor(std::chrono::milliseconds delay) {
   return ::poll(&stop, 1, static_cast<int>(delay.count())) > 0;
 }
 
+std::string UnixListener::TakeSuppressed(uid_t uid) {
+  const uint64_t suppressed = std::exchange(refusals_[uid].suppressed, 0);
+  return suppressed == 0 ? ""
+                         : absl::StrCat(" (", suppressed, " more refused since the last report)");
+}
+
 bool UnixListener::NoteRefusal(uid_t uid) {
   const auto now = std::chrono::steady_clock::now();
   auto [it, first] = refusals_.try_emplace(uid, RefusalLog{now, 0});
@@ -229,9 +235,8 @@ void UnixListener::HandOver(grpc::Server* server, const job::PeerPolicy* policy,
   // would hold a descriptor for as long as it likes: closed here.
   if (!policy->Allows(*peer)) {
     if (NoteRefusal(peer->uid)) {
-      log::Rpc().warn("connection from {} closed: {} ({} more refused since the last report)",
-                      peer->ToString(), policy->Refusal(*peer).message(),
-                      std::exchange(refusals_[peer->uid].suppressed, 0));
+      log::Rpc().warn("connection from {} closed: {}{}", peer->ToString(),
+                      policy->Refusal(*peer).message(), TakeSuppressed(peer->uid));
     }
     ::close(fd);
     return;
@@ -245,9 +250,8 @@ void UnixListener::HandOver(grpc::Server* server, const job::PeerPolicy* policy,
       if (NoteRefusal(peer->uid)) {
         log::Rpc().warn(
             "connection from {} closed: uid {} already holds {} connections, the most one user "
-            "may hold (a quarter of the daemon's descriptor limit) ({} more refused since the "
-            "last report)",
-            peer->ToString(), peer->uid, limit, std::exchange(refusals_[peer->uid].suppressed, 0));
+            "may hold (a quarter of the daemon's descriptor limit){}",
+            peer->ToString(), peer->uid, limit, TakeSuppressed(peer->uid));
       }
       ::close(fd);
       return;

@@ -58,6 +58,9 @@ class UnixListener {
   bool AwaitStopFor(std::chrono::milliseconds delay);
   // Whether to log a refusal of `uid` now; else counts it as suppressed.
   bool NoteRefusal(uid_t uid);
+  // " (N more refused since the last report)" for `uid`, or "" if none; the
+  // count starts again.
+  std::string TakeSuppressed(uid_t uid);
 
   // Backoff while accept fails for want of descriptors or memory: doubling
   // from the first to the second. Constants, not knobs: they bound how long
