@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 
@@ -12,7 +13,18 @@ void GrpcSessionLink::Send(v1::DaemonMessage message) {
   {
     std::lock_guard lock(mutex_);
     if (reactor_ == nullptr || finish_requested_) return;
-    queue_.push_back(std::move(message));
+    if (queue_.size() >= kMaxQueuedMessages) {
+      log::Rpc().warn("ending a session whose client has left {} messages unread", queue_.size());
+      // The message being written stays: gRPC holds a pointer to it.
+      queue_.erase(writing_ ? queue_.begin() + 1 : queue_.begin(), queue_.end());
+      finish_requested_ = true;
+      finish_now_ = true;
+      finish_status_ = ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+          "collectived ended this session: the client does not read its session stream (",
+          kMaxQueuedMessages, " messages were waiting), and the daemon does not queue more")));
+    } else {
+      queue_.push_back(std::move(message));
+    }
     action = NextActionLocked();
   }
   Act(action);
@@ -35,7 +47,7 @@ void GrpcSessionLink::OnWriteDone(bool ok) {
   {
     std::lock_guard lock(mutex_);
     writing_ = false;
-    queue_.pop_front();
+    if (!queue_.empty()) queue_.pop_front();
     // A failed write means the stream is broken: the rest cannot be written.
     if (!ok) queue_.clear();
     action = NextActionLocked();
@@ -50,7 +62,12 @@ void GrpcSessionLink::OnDone() {
 }
 
 GrpcSessionLink::Action GrpcSessionLink::NextActionLocked() {
-  if (writing_ || finished_ || reactor_ == nullptr) return {};
+  if (finished_ || reactor_ == nullptr) return {};
+  if (finish_now_) {
+    finished_ = true;
+    return {Action::kFinish, nullptr};
+  }
+  if (writing_) return {};
   if (!queue_.empty()) {
     writing_ = true;
     // deque::push_back keeps references valid, so the message stays put

@@ -1,7 +1,10 @@
 // A client's Session stream on the daemon side: the gRPC bidi reactor that
 // forwards client messages to the engine, and the link through which the
 // engine writes back. Writes are queued and issued one at a time, as the
-// callback API requires.
+// callback API requires. The queue is bounded: a client that does not read
+// its stream has its session ended rather than the daemon's memory grown.
+// GrpcSessionLink is touched by the engine thread (Send, Close) and gRPC's
+// threads (the reactions), under its mutex.
 #pragma once
 
 #include <deque>
@@ -21,8 +24,17 @@ class SessionReactor;
 
 class GrpcSessionLink final : public job::SessionLink {
  public:
+  // The most messages queued for one session. The stream carries only the
+  // attach answer, job failures and answers to CUDA registrations, which a
+  // client reads as they come; thousands unread mean a client that does not
+  // read at all. A constant, not a knob: no deployment has reason to let a
+  // client that does not read hold more of the daemon's memory.
+  static constexpr size_t kMaxQueuedMessages = 4096;
+
   explicit GrpcSessionLink(SessionReactor* reactor) : reactor_(reactor) {}
 
+  // Past kMaxQueuedMessages, drops what is queued and ends the session with
+  // RESOURCE_EXHAUSTED.
   void Send(v1::DaemonMessage message) override;
   void Close(const absl::Status& status) override;
 
@@ -45,6 +57,9 @@ class GrpcSessionLink final : public job::SessionLink {
   bool writing_ = false;
   bool finish_requested_ = false;
   bool finished_ = false;
+  // Finish at once, without waiting for the queue (dropped) or for the write
+  // in progress, which a client that does not read may never take.
+  bool finish_now_ = false;
   grpc::Status finish_status_;
 };
 

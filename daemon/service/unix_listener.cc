@@ -1,9 +1,11 @@
 #include "daemon/service/unix_listener.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include <fcntl.h>
 #include <grp.h>
@@ -159,8 +161,35 @@ void UnixListener::Stop() {
   ::unlink(socket_path_.c_str());
 }
 
+bool UnixListener::AwaitStopFor(std::chrono::milliseconds delay) {
+  pollfd stop = {stop_fd_, POLLIN, 0};
+  return ::poll(&stop, 1, static_cast<int>(delay.count())) > 0;
+}
+
+std::string UnixListener::TakeSuppressed(uid_t uid) {
+  const uint64_t suppressed = std::exchange(refusals_[uid].suppressed, 0);
+  return suppressed == 0 ? ""
+                         : absl::StrCat(" (", suppressed, " more refused since the last report)");
+}
+
+bool UnixListener::NoteRefusal(uid_t uid) {
+  const auto now = std::chrono::steady_clock::now();
+  auto [it, first] = refusals_.try_emplace(uid, RefusalLog{now, 0});
+  if (!first && now - it->second.logged < kRefusalLogInterval) {
+    ++it->second.suppressed;
+    return false;
+  }
+  it->second.logged = now;
+  return true;
+}
+
 void UnixListener::AcceptLoop(grpc::Server* server, const job::PeerPolicy* policy) {
   pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+  // While descriptors (or kernel memory) run out, accept fails until some
+  // connection closes; retrying at once would spin a core and flood the log.
+  // Pending connections wait in the listen backlog meanwhile.
+  std::chrono::milliseconds backoff{0};
+  uint64_t failed_accepts = 0;
   while (true) {
     if (::poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -171,25 +200,66 @@ void UnixListener::AcceptLoop(grpc::Server* server, const job::PeerPolicy* polic
     // gRPC requires the handed-over socket to be non-blocking.
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
-      if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-        log::Rpc().warn("accept failed: {}", std::strerror(errno));
+      const int error = errno;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+        if (failed_accepts++ == 0) {
+          log::Rpc().error(
+              "accept failed: {}; new connections wait until descriptors are free (retrying "
+              "every {} ms at most; this is logged once until an accept succeeds)",
+              std::strerror(error), kMaxAcceptBackoff.count());
+        }
+        backoff = std::min(kMaxAcceptBackoff, std::max(kMinAcceptBackoff, backoff * 2));
+        if (AwaitStopFor(backoff)) return;
+      } else if (error != EINTR && error != EAGAIN && error != ECONNABORTED) {
+        log::Rpc().warn("accept failed: {}", std::strerror(error));
       }
       continue;
     }
-    auto peer = job::ReadPeerCredentials(fd);
-    if (!peer.ok()) {
-      log::Rpc().warn("dropping a connection: {}", peer.status().message());
-      ::close(fd);
-      continue;
+    if (failed_accepts > 0) {
+      log::Rpc().warn("accepting connections again after {} failed accepts", failed_accepts);
+      failed_accepts = 0;
+      backoff = std::chrono::milliseconds{0};
     }
-    if (policy->Allows(*peer)) {
-      log::Rpc().debug("connection from {}", peer->ToString());
-    } else {
-      log::Rpc().warn("connection from {} is not allowed; its calls will be refused",
-                      peer->ToString());
-    }
-    grpc::AddInsecureChannelFromFd(server, fd);
+    HandOver(server, policy, fd);
   }
+}
+
+void UnixListener::HandOver(grpc::Server* server, const job::PeerPolicy* policy, int fd) {
+  auto peer = job::ReadPeerCredentials(fd);
+  if (!peer.ok()) {
+    log::Rpc().warn("dropping a connection: {}", peer.status().message());
+    ::close(fd);
+    return;
+  }
+  // A refused peer gets nothing from gRPC but an error, and its connection
+  // would hold a descriptor for as long as it likes: closed here.
+  if (!policy->Allows(*peer)) {
+    if (NoteRefusal(peer->uid)) {
+      log::Rpc().warn("connection from {} closed: {}{}", peer->ToString(),
+                      policy->Refusal(*peer).message(), TakeSuppressed(peer->uid));
+    }
+    ::close(fd);
+    return;
+  }
+  // Root and the daemon's uid are trusted as the policy trusts them (they
+  // could stop the daemon anyway); any other uid gets a share of the
+  // descriptors, so that one user cannot lock the others out.
+  if (peer->uid != 0 && peer->uid != ::geteuid()) {
+    const size_t limit = ConnectionsPerUidLimit();
+    if (connections_.OpenOf(peer->uid) >= limit) {
+      if (NoteRefusal(peer->uid)) {
+        log::Rpc().warn(
+            "connection from {} closed: uid {} already holds {} connections, the most one user "
+            "may hold (a quarter of the daemon's descriptor limit){}",
+            peer->ToString(), peer->uid, limit, TakeSuppressed(peer->uid));
+      }
+      ::close(fd);
+      return;
+    }
+    connections_.Add(fd, peer->uid);
+  }
+  log::Rpc().debug("connection from {}", peer->ToString());
+  grpc::AddInsecureChannelFromFd(server, fd);
 }
 
 }  // namespace collective::daemon::service

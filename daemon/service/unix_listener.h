@@ -1,17 +1,23 @@
 // The daemon's Unix socket: one owner per socket path (a lock file), safe
 // permissions, and an accept loop that reads each peer's credentials and
-// hands the connection to the gRPC server.
+// hands the connection to the gRPC server, closing at once those of refused
+// peers and of users over their share of descriptors. Bind, Start and Stop
+// run on the daemon's main thread; everything else on the accept thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include <grpcpp/server.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "daemon/job/peer_credentials.h"
+#include "daemon/service/connection_table.h"
 
 namespace collective::daemon::service {
 
@@ -34,8 +40,8 @@ class UnixListener {
   UnixListener(const UnixListener&) = delete;
   UnixListener& operator=(const UnixListener&) = delete;
 
-  // Accepts connections until Stop. Peers that `policy` refuses are logged
-  // here and still handed to gRPC, whose handlers answer PERMISSION_DENIED.
+  // Accepts connections until Stop. Connections of peers that `policy`
+  // refuses are closed at once (logged, at most once a minute per uid).
   void Start(grpc::Server* server, const job::PeerPolicy* policy);
 
   // Stops accepting and removes the socket file. The lock is held until
@@ -45,6 +51,29 @@ class UnixListener {
  private:
   UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd);
   void AcceptLoop(grpc::Server* server, const job::PeerPolicy* policy);
+  // Hands `fd` to gRPC, or closes it (refused peer, or its uid over its
+  // share).
+  void HandOver(grpc::Server* server, const job::PeerPolicy* policy, int fd);
+  // Waits up to `delay`; true if Stop was called.
+  bool AwaitStopFor(std::chrono::milliseconds delay);
+  // Whether to log a refusal of `uid` now; else counts it as suppressed.
+  bool NoteRefusal(uid_t uid);
+  // " (N more refused since the last report)" for `uid`, or "" if none; the
+  // count starts again.
+  std::string TakeSuppressed(uid_t uid);
+
+  // Backoff while accept fails for want of descriptors or memory: doubling
+  // from the first to the second. Constants, not knobs: they bound how long
+  // a pending connection waits after a descriptor frees up (at most the
+  // second), and no deployment has reason to trade that against the CPU.
+  static constexpr std::chrono::milliseconds kMinAcceptBackoff{5};
+  static constexpr std::chrono::milliseconds kMaxAcceptBackoff{200};
+  static constexpr std::chrono::seconds kRefusalLogInterval{60};
+
+  struct RefusalLog {
+    std::chrono::steady_clock::time_point logged;
+    uint64_t suppressed;
+  };
 
   const std::string socket_path_;
   int listen_fd_;
@@ -52,6 +81,8 @@ class UnixListener {
   int stop_fd_;  // eventfd that ends the accept loop
   std::thread thread_;
   std::atomic<bool> stopped_{false};
+  ConnectionTable connections_;
+  absl::flat_hash_map<uid_t, RefusalLog> refusals_;
 };
 
 }  // namespace collective::daemon::service

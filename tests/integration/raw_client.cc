@@ -63,15 +63,26 @@ RawSession::~RawSession() {
   // Harmless once the daemon has ended the call; otherwise ends it, so that
   // neither the reader nor Finish waits for the daemon.
   if (!final_status_.has_value()) context_.TryCancel();
+  {
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+    changed_.notify_all();
+  }
   reader_.join();
   if (!final_status_.has_value()) final_status_ = stream_->Finish();
 }
 
 void RawSession::ReadLoop() {
   v1::DaemonMessage message;
-  while (stream_->Read(&message)) {
+  while (true) {
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [this] { return !paused_ || closing_; });
+    }
+    if (!stream_->Read(&message)) break;
     std::lock_guard lock(mutex_);
     messages_.push_back(std::move(message));
+    ++read_;
     message.Clear();
     changed_.notify_all();
   }
@@ -92,6 +103,22 @@ bool RawSession::SendAttach(uint64_t client_id, const std::string& token) {
 void RawSession::WritesDone() { stream_->WritesDone(); }
 
 void RawSession::Cancel() { context_.TryCancel(); }
+
+void RawSession::PauseReading() {
+  std::lock_guard lock(mutex_);
+  paused_ = true;
+}
+
+void RawSession::ResumeReading() {
+  std::lock_guard lock(mutex_);
+  paused_ = false;
+  changed_.notify_all();
+}
+
+size_t RawSession::MessagesRead() {
+  std::lock_guard lock(mutex_);
+  return read_;
+}
 
 std::optional<v1::DaemonMessage> RawSession::Next(absl::Duration timeout) {
   std::unique_lock lock(mutex_);

@@ -66,6 +66,12 @@ class RawSession {
   void WritesDone();
   // Ends the stream from this side, as a dying client would.
   void Cancel();
+  // Stops taking the daemon's messages off the stream (after the one a read
+  // in progress gets), as a client that never reads would; Resume reads on.
+  void PauseReading();
+  void ResumeReading();
+  // How many messages the reader has taken off the stream so far.
+  size_t MessagesRead();
 
   // The next message from the daemon; nullopt at the deadline or once the
   // daemon has ended the stream and every message was taken.
@@ -91,6 +97,9 @@ class RawSession {
   std::condition_variable changed_;
   std::deque<v1::DaemonMessage> messages_;
   bool ended_ = false;
+  bool paused_ = false;
+  bool closing_ = false;  // the destructor runs: the reader stops pausing
+  size_t read_ = 0;
   std::optional<grpc::Status> final_status_;
   // Finish had to be cancelled: reads had stopped without the daemon ending
   // the call.
