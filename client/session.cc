@@ -230,7 +230,9 @@ absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest
       status.error_message().find("collectived") == std::string::npos) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach collectived at ", socket_path_, ": ", status.error_message(),
-                     " (is the daemon running? set COLLECTIVE_SOCKET to its socket)"));
+                     " (is the daemon running? set COLLECTIVE_SOCKET to its socket; a daemon "
+                     "closes at once the connections of users its allowed_uids and allowed_gids "
+                     "do not admit, and of a user holding too many)"));
   }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       status.error_message() == "Deadline Exceeded") {
