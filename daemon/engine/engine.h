@@ -10,11 +10,15 @@
 //
 // The implementation is split by concern: engine.cc (loop, timers, status,
 // timeline), engine_jobs.cc (registration, formation, leaving, failure,
-// teardown), engine_requests.cc (submission, completion, release),
-// engine_collectives.cc (agreement, control collectives, fusion, execution),
-// engine_world.cc (the MPI world of daemons: formation, negotiation and
-// execution across nodes, failures of other nodes) and engine_gpu.cc (CUDA
-// registrations, batches of CUDA tensors, the GPU's completions and health).
+// teardown), engine_requests.cc (the submission rings, completion records,
+// releases), engine_collectives.cc (ready tensors, control collectives,
+// fusion, local execution, and CompleteBatch: the one way a batch completes,
+// whatever ran it), engine_world.cc (the world of daemons: formation,
+// negotiation and execution across nodes through the seams of
+// negotiation/control_link.h and exec/node_transport.h, failures of other
+// nodes) and engine_gpu.cc (CUDA registrations, batches of CUDA tensors, the
+// GPU's completions and health). ready_check.h is the one check of a ready
+// tensor, here and on node 0 across nodes.
 #pragma once
 
 #include <chrono>
@@ -57,11 +61,6 @@
 #include "shm/segment_names.h"
 
 namespace collective::daemon::engine {
-
-// Timeline helpers shared by the engine's files: a time point in the
-// timeline's clock, and the row a tensor gets (names are per process set).
-uint64_t Nanos(Clock::time_point time);
-std::string TimelineName(const negotiation::ReadyTensor& tensor);
 
 class Engine {
  public:
