@@ -53,7 +53,6 @@
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
 #include "daemon/observe/timeline.h"
-#include "daemon/world/control_channel.h"
 #include "daemon/world/mpi_transport.h"
 #include "daemon/world/node_exchange.h"
 #include "daemon/world/set_communicators.h"
@@ -265,10 +264,11 @@ class Engine {
   // The one way a batch completes: every rank's record or error, the
   // totals, the metrics and the timeline.
   void CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run);
-  // A CUDA tensor's record for `submission` (its result is in its output;
-  // alltoall's received splits are written at `splits_at`, which advances).
-  void CompleteOnDevice(const negotiation::ReadyTensor& tensor, size_t index,
-                        const std::string& name, uint64_t block, uint64_t& splits_at);
+  // The records of a CUDA tensor's ranks (each result is in the rank's
+  // output; alltoall's received splits are written at `splits_at`, in
+  // `block`, which advances).
+  void CompleteOnDevice(const negotiation::ReadyTensor& tensor, const std::string& name,
+                        uint64_t block, uint64_t& splits_at);
   // The negotiation of a tensor, from its first submission here to ready.
   void RecordNegotiation(const negotiation::ReadyTensor& tensor);
   void ReleaseResult(job::ClientRecord& client, uint64_t request_id);

@@ -184,11 +184,11 @@ void Engine::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run) {
                         Nanos(run.transferred_at), run.transferred);
       }
     }
+    if (device) {
+      CompleteOnDevice(tensor, name, run.splits_block, splits_at);
+      continue;
+    }
     for (size_t i = 0; i < tensor.submissions.size(); ++i) {
-      if (device) {
-        CompleteOnDevice(tensor, i, name, run.splits_block, splits_at);
-        continue;
-      }
       const negotiation::Submission& submission = tensor.submissions[i];
       Complete(*submission.client, submission.request, outcome.block, outcome.slots[t],
                op.ResultOf(tensor, i), name);

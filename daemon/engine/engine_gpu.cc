@@ -73,27 +73,31 @@ bool Engine::RunDeviceBatch() {
   return true;
 }
 
-void Engine::CompleteOnDevice(const negotiation::ReadyTensor& tensor, size_t index,
-                              const std::string& name, uint64_t block, uint64_t& splits_at) {
-  const negotiation::Submission& submission = tensor.submissions[index];
-  exec::ops::RankResult result =
-      exec::ops::OpFor(tensor.request().collective())->ResultOf(tensor, index);
-  result.offset = 0;
-  if (tensor.request().collective() != v1::COLLECTIVE_ALLTOALL) {
-    Complete(*submission.client, submission.request, kNoBlock, 0, result, name,
+void Engine::CompleteOnDevice(const negotiation::ReadyTensor& tensor, const std::string& name,
+                              uint64_t block, uint64_t& splits_at) {
+  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
+  const bool alltoall = tensor.request().collective() == v1::COLLECTIVE_ALLTOALL;
+  const std::vector<std::vector<int64_t>> splits =
+      alltoall ? exec::ops::AlltoallSplits(tensor) : std::vector<std::vector<int64_t>>();
+  for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+    const negotiation::Submission& submission = tensor.submissions[i];
+    exec::ops::RankResult result = op.ResultOf(tensor, i);
+    result.offset = 0;
+    if (!alltoall) {
+      Complete(*submission.client, submission.request, kNoBlock, 0, result, name,
+               shm::kRecordDeviceResult);
+      continue;
+    }
+    // The rows this rank received from each rank.
+    auto* received = reinterpret_cast<int64_t*>(job_->results()->data() + splits_at);
+    for (size_t sender = 0; sender < splits.size(); ++sender) {
+      received[sender] = splits[sender][static_cast<size_t>(submission.set_rank)];
+    }
+    result.aux_offset = 0;
+    Complete(*submission.client, submission.request, block, splits_at, result, name,
              shm::kRecordDeviceResult);
-    return;
+    splits_at += SplitsBytes(tensor);
   }
-  // The rows this rank received from each rank.
-  const std::vector<std::vector<int64_t>> splits = exec::ops::AlltoallSplits(tensor);
-  auto* received = reinterpret_cast<int64_t*>(job_->results()->data() + splits_at);
-  for (size_t sender = 0; sender < splits.size(); ++sender) {
-    received[sender] = splits[sender][static_cast<size_t>(submission.set_rank)];
-  }
-  result.aux_offset = 0;
-  Complete(*submission.client, submission.request, block, splits_at, result, name,
-           shm::kRecordDeviceResult);
-  splits_at += SplitsBytes(tensor);
 }
 
 void Engine::OnGpuDone(const GpuDoneEvent& event) {

@@ -13,6 +13,7 @@
 #include "daemon/engine/ready_check.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/negotiation/mismatch.h"
+#include "daemon/world/control_channel.h"
 
 namespace collective::daemon::engine {
 namespace {
