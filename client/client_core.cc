@@ -78,22 +78,27 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
                                           response.epoch(), response.client_id());
   auto results = shm::ResultSegment::OpenReadOnly(
       response.results().name(), response.results().size_bytes(), response.epoch());
-  if (!segment.ok() || !results.ok()) {
+  auto doorbell = shm::DoorbellSegment::Open(response.doorbell().name(),
+                                             response.doorbell().size_bytes(), response.epoch());
+  if (!segment.ok() || !results.ok() || !doorbell.ok()) {
     // Attach and drop the session at once: the daemon then tells the other
     // ranks right away that this one is gone, instead of at a deadline.
     (void)core->session_->Attach(response.client_id(), response.session_token(), core.get(),
                                  absl::Seconds(5));
-    return Annotate(segment.ok() ? results.status() : segment.status(),
+    return Annotate(!segment.ok()   ? segment.status()
+                    : !results.ok() ? results.status()
+                                    : doorbell.status(),
                     "cannot map the daemon's shared memory");
   }
   core->segment_ = std::move(*segment);
   core->results_ = std::move(*results);
+  core->doorbell_ = std::move(*doorbell);
   core->ring_ = std::make_unique<shm::RingConsumer>(*core->segment_);
   // Queued releases go on their own once they free an eighth of the result
   // space, which the daemon may be waiting for.
   core->outbox_ = std::make_unique<SubmissionOutbox>(
       shm::SubmissionWriter(core->segment_->header(), core->segment_->submit_ring(),
-                            core->segment_->submit_bytes()),
+                            core->segment_->submit_bytes(), core->doorbell_->word()),
       core->results_->data_bytes() / 8, [raw = core.get()](std::unique_lock<std::mutex>& lock) {
         return raw->WaitForRingRoom(lock);
       });

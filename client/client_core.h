@@ -27,6 +27,7 @@
 #include "shm/arena_allocator.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
+#include "shm/doorbell_segment.h"
 #include "shm/result_segment.h"
 
 namespace collective::internal {
@@ -174,6 +175,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<Session> session_;
   std::unique_ptr<shm::ClientSegment> segment_;
   std::unique_ptr<shm::ResultSegment> results_;
+  std::unique_ptr<shm::DoorbellSegment> doorbell_;
   std::unique_ptr<shm::RingConsumer> ring_;
   std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;

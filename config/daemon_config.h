@@ -18,6 +18,12 @@ enum class MultiNode {
   kOff,   // never: a world of one node
 };
 
+// How the engine sleeps while it waits for submissions.
+enum class EngineWait {
+  kAuto,      // on every client's own word (futex_waitv) where it can
+  kDoorbell,  // on the job's one doorbell word, whatever the kernel
+};
+
 struct DaemonConfig {
   // Unix socket clients and collectivectl connect to.
   std::string socket = "/run/collectived/collectived.sock";
@@ -58,6 +64,7 @@ struct DaemonConfig {
   uint32_t max_name_bytes = 1024;
   // Threads that share a large reduction; 0: one per online core.
   uint32_t reduce_threads = 0;
+  EngineWait engine_wait = EngineWait::kAuto;
 
   // Multi-node: whether to join the launcher's MPI world, and how often the
   // engine looks for messages of the other daemons while it waits for them.

@@ -354,6 +354,13 @@ std::vector<Knob> BuildTable() {
                  Unsigned<uint32_t>(COLLECTIVE_KNOB(reduce_threads), 0, 1024,
                                     "Threads that share a large reduction; 0: one per online "
                                     "core."),
+                 Enum(COLLECTIVE_KNOB(engine_wait),
+                      {{"auto", EngineWait::kAuto}, {"doorbell", EngineWait::kDoorbell}},
+                      "How the engine sleeps while it waits for submissions. auto: on every "
+                      "client's own word at once (futex_waitv, Linux 5.16 and later), else on "
+                      "the job's doorbell word, which every client rings; doorbell: on the "
+                      "doorbell whatever the kernel (to measure it, or to work around a "
+                      "kernel)."),
              });
   AddSection(
       table, "Multi-node",

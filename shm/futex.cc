@@ -42,7 +42,15 @@ bool FutexWaitAny(std::span<const FutexWaiter> waiters,
           std::chrono::duration_cast<std::chrono::nanoseconds>(since_epoch - seconds).count())};
   if (timeout.tv_sec < 0) timeout = {0, 0};
   const long result = ::syscall(SYS_futex_waitv, vector, count, 0, &timeout, CLOCK_MONOTONIC);
-  return !(result < 0 && errno == ENOSYS);
+  return !(result < 0 && (errno == ENOSYS || errno == EPERM));
+}
+
+bool FutexWaitvAvailable() {
+  static const bool available = [] {
+    const long result = ::syscall(SYS_futex_waitv, nullptr, 0, 0, nullptr, CLOCK_MONOTONIC);
+    return !(result < 0 && (errno == ENOSYS || errno == EPERM));
+  }();
+  return available;
 }
 
 }  // namespace collective::shm

@@ -26,8 +26,12 @@ inline constexpr size_t kMaxFutexWaiters = 128;
 
 // Blocks until any word differs from its expected value or is woken, or the
 // deadline passes (at most kMaxFutexWaiters words; Linux 5.16's futex_waitv).
-// False if the kernel lacks futex_waitv; the caller then polls.
+// False if the kernel lacks futex_waitv (or a sandbox refuses it).
 bool FutexWaitAny(std::span<const FutexWaiter> waiters,
                   std::chrono::steady_clock::time_point deadline);
+
+// Whether this kernel offers futex_waitv, asked once (an empty call fails
+// with EINVAL where the call exists).
+bool FutexWaitvAvailable();
 
 }  // namespace collective::shm

@@ -25,6 +25,13 @@
 //
 //   [ ResultSegmentHeader        ] page 0
 //   [ data                       ] data_bytes
+//
+// Doorbell segment (one per job, one page, read-write for the job's clients):
+// a single futex word that every client of the job rings after it publishes
+// a submission while the engine sleeps on the doorbell (kernels without
+// futex_waitv, or more clients than one futex_waitv takes).
+//
+//   [ DoorbellSegmentHeader      ] page 0
 #pragma once
 
 #include <atomic>
@@ -34,9 +41,10 @@
 
 namespace collective::shm {
 
-inline constexpr uint32_t kLayoutVersion = 3;
-inline constexpr uint64_t kClientSegmentMagic = 0x31544e45494c4343ull;  // "CCLIENT1"
-inline constexpr uint64_t kResultSegmentMagic = 0x31544c5553455243ull;  // "CRESULT1"
+inline constexpr uint32_t kLayoutVersion = 4;
+inline constexpr uint64_t kClientSegmentMagic = 0x31544e45494c4343ull;    // "CCLIENT1"
+inline constexpr uint64_t kResultSegmentMagic = 0x31544c5553455243ull;    // "CRESULT1"
+inline constexpr uint64_t kDoorbellSegmentMagic = 0x314c4c4542524443ull;  // "CDRBELL1"
 inline constexpr uint64_t kPageBytes = 4096;
 // Every tensor the daemon places (and every block the client allocator hands
 // out) starts on a cache line, so that vector loads never straddle one.
@@ -156,9 +164,31 @@ struct alignas(kDataAlignment) ClientSegmentHeader {
 
   // Daemon-written: bytes ever consumed from the submission ring.
   alignas(kDataAlignment) std::atomic<uint64_t> submit_tail;
-  // Non-zero while the engine sleeps (or is about to): the client issues the
-  // wake system call only then.
+  // A DaemonSleep value: kDaemonAwake, or while the engine sleeps (or is
+  // about to) which word the client must ring after it bumped submit_word.
   std::atomic<uint32_t> daemon_sleeping;
+};
+
+// ClientSegmentHeader.daemon_sleeping.
+enum DaemonSleep : uint32_t {
+  kDaemonAwake = 0,
+  // The engine waits on every client's submit_word at once (futex_waitv):
+  // wake submit_word.
+  kDaemonSleepsOnSubmitWord = 1,
+  // The engine waits on the job's doorbell word alone: bump it, then wake it.
+  kDaemonSleepsOnDoorbell = 2,
+};
+
+struct alignas(kDataAlignment) DoorbellSegmentHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t reserved0;
+  uint64_t epoch;
+  uint64_t job_sequence;
+  // Futex word: any client of the job bumps it (then wakes it) when the
+  // engine sleeps on the doorbell. Every client may write it, so the daemon
+  // takes its value as a hint only (see EngineDoorbell).
+  alignas(kDataAlignment) std::atomic<uint32_t> word;
 };
 
 struct alignas(kDataAlignment) ResultSegmentHeader {
@@ -176,6 +206,9 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint64_t>) == 8 && sizeof(std::atomic<uint32_t>) == 4);
 static_assert(std::is_standard_layout_v<ClientSegmentHeader>);
 static_assert(std::is_standard_layout_v<ResultSegmentHeader>);
+static_assert(std::is_standard_layout_v<DoorbellSegmentHeader>);
+static_assert(sizeof(DoorbellSegmentHeader) <= kPageBytes);
+static_assert(offsetof(DoorbellSegmentHeader, word) == 64);
 static_assert(std::is_trivially_copyable_v<CompletionRecord>);
 static_assert(sizeof(CompletionRecord) == 64);
 static_assert(offsetof(CompletionRecord, aux_count) == 48);

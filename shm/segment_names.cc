@@ -37,6 +37,10 @@ std::string SegmentNames::Result(uint64_t job_sequence) const {
   return absl::StrCat(prefix_, epoch_, ".r", job_sequence);
 }
 
+std::string SegmentNames::Doorbell(uint64_t job_sequence) const {
+  return absl::StrCat(prefix_, epoch_, ".d", job_sequence);
+}
+
 int SegmentNames::RemoveStale() const {
   // glibc implements POSIX shared memory as files in /dev/shm.
   DIR* dir = ::opendir("/dev/shm");

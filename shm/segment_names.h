@@ -22,6 +22,7 @@ class SegmentNames {
   // What every name of this daemon uid and socket starts with.
   const std::string& prefix() const { return prefix_; }
   std::string Result(uint64_t job_sequence) const;
+  std::string Doorbell(uint64_t job_sequence) const;
 
   // Removes every object named for this uid and socket whose epoch is not
   // ours. Call only while holding the socket's lock. Returns how many went.

@@ -8,11 +8,13 @@
 
 namespace collective::shm {
 
-SubmissionWriter::SubmissionWriter(ClientSegmentHeader* header, std::byte* ring, uint64_t bytes)
+SubmissionWriter::SubmissionWriter(ClientSegmentHeader* header, std::byte* ring, uint64_t bytes,
+                                   std::atomic<uint32_t>* doorbell)
     : header_(header),
       ring_(ring),
       bytes_(bytes),
-      head_(header->submit_head.load(std::memory_order_relaxed)) {}
+      head_(header->submit_head.load(std::memory_order_relaxed)),
+      doorbell_(doorbell) {}
 
 bool SubmissionWriter::TryPush(const void* payload, size_t size) {
   if (size > kMaxPayloadBytes) return false;
@@ -39,11 +41,21 @@ bool SubmissionWriter::TryPush(const void* payload, size_t size) {
 
 void SubmissionWriter::Ring() {
   // Dekker pair with the engine, which raises daemon_sleeping before it
-  // re-checks the rings and waits on the value of submit_word it read
-  // earlier: either it sees this publish, or the wait returns at once.
+  // re-checks submit_word against the value it read before looking for work:
+  // either it sees this bump (and does not sleep), or this sees it sleeping
+  // and wakes the word it sleeps on. A wake that comes before the engine's
+  // wait finds the word changed, so the wait returns at once.
   header_->submit_word.fetch_add(1, std::memory_order_seq_cst);
-  if (header_->daemon_sleeping.load(std::memory_order_seq_cst) != 0) {
-    FutexWakeAll(&header_->submit_word);
+  switch (header_->daemon_sleeping.load(std::memory_order_seq_cst)) {
+    case kDaemonSleepsOnSubmitWord:
+      FutexWakeAll(&header_->submit_word);
+      break;
+    case kDaemonSleepsOnDoorbell:
+      doorbell_->fetch_add(1, std::memory_order_seq_cst);
+      FutexWakeAll(doorbell_);
+      break;
+    default:
+      break;
   }
 }
 

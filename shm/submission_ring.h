@@ -3,6 +3,7 @@
 // consumer; records never wrap (see SubmitRecordHeader).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -15,7 +16,10 @@ namespace collective::shm {
 // Client side. Not thread-safe: the client library serializes pushes.
 class SubmissionWriter {
  public:
-  SubmissionWriter(ClientSegmentHeader* header, std::byte* ring, uint64_t bytes);
+  // `doorbell`: the job's doorbell word (DoorbellSegment::word()), rung when
+  // the engine sleeps on it.
+  SubmissionWriter(ClientSegmentHeader* header, std::byte* ring, uint64_t bytes,
+                   std::atomic<uint32_t>* doorbell);
 
   // The largest payload one record can carry.
   static constexpr size_t kMaxPayloadBytes = kMaxSubmitRecordBytes - sizeof(SubmitRecordHeader);
@@ -34,6 +38,7 @@ class SubmissionWriter {
   std::byte* ring_;
   uint64_t bytes_;
   uint64_t head_;
+  std::atomic<uint32_t>* doorbell_;
 };
 
 // Daemon side. Keeps its own tail and never trusts the client's numbers:

@@ -119,7 +119,7 @@ void Engine::Loop() {
   while (true) {
     // Arm before looking for work, so that work arriving after the look
     // ends the sleep below (see EngineDoorbell).
-    doorbell_.Arm(AttachedClients());
+    doorbell_.Arm(AttachedClients(), job_ != nullptr ? job_->doorbell() : nullptr);
     {
       std::lock_guard lock(mutex_);
       events.swap(queue_);

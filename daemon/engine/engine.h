@@ -346,7 +346,7 @@ class Engine {
 
   // The event queue and the doorbell: the only state shared with other
   // threads.
-  EngineDoorbell doorbell_;
+  EngineDoorbell doorbell_{config_.engine_wait};
   std::mutex mutex_;
   std::vector<EngineEvent> queue_;
   bool stopped_ = false;

@@ -7,18 +7,49 @@
 namespace collective::daemon::engine {
 namespace {
 
-// Without futex_waitv, or beyond its 128 words, the engine polls the rings
-// it cannot wait on this often.
+// A doorbell the daemon's mapping lost (its owner truncated it) reaches no
+// one: the engine then looks at the rings this often.
 constexpr auto kPollInterval = std::chrono::milliseconds(1);
 
 }  // namespace
 
-void EngineDoorbell::Ring() {
-  word_.fetch_add(1, std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_seq_cst) != 0) shm::FutexWakeAll(&word_);
+EngineDoorbell::EngineDoorbell(config::EngineWait wait, std::chrono::milliseconds doorbell_slice)
+    : doorbell_only_(wait == config::EngineWait::kDoorbell),
+      doorbell_slice_(doorbell_slice),
+      futex_waitv_(!doorbell_only_ && shm::FutexWaitvAvailable()) {
+  if (doorbell_only_) {
+    log::Daemon().info("the engine sleeps on each job's doorbell (engine_wait: doorbell)");
+  } else if (!futex_waitv_) {
+    log::Daemon().info(
+        "this kernel lacks futex_waitv (Linux 5.16); the engine sleeps on each job's doorbell");
+  }
 }
 
-void EngineDoorbell::Arm(const std::vector<shm::ClientSegmentHeader*>& clients) {
+void EngineDoorbell::Ring() {
+  word_.fetch_add(1, std::memory_order_seq_cst);
+  switch (sleeping_.load(std::memory_order_seq_cst)) {
+    case shm::kDaemonSleepsOnSubmitWord:
+      shm::FutexWakeAll(&word_);
+      break;
+    case shm::kDaemonSleepsOnDoorbell: {
+      std::lock_guard lock(doorbell_mutex_);
+      std::atomic<uint32_t>* target = doorbell_ != nullptr ? doorbell_->word() : &word_;
+      if (target != &word_) target->fetch_add(1, std::memory_order_seq_cst);
+      shm::FutexWakeAll(target);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void EngineDoorbell::Arm(const std::vector<shm::ClientSegmentHeader*>& clients,
+                         std::shared_ptr<job::JobDoorbell> doorbell) {
+  if (doorbell != doorbell_) {
+    std::lock_guard lock(doorbell_mutex_);
+    doorbell_ = std::move(doorbell);
+  }
+  if (doorbell_ != nullptr) doorbell_armed_ = doorbell_->word()->load(std::memory_order_seq_cst);
   clients_ = clients;
   waiters_.clear();
   waiters_.push_back({&word_, word_.load(std::memory_order_seq_cst)});
@@ -27,26 +58,53 @@ void EngineDoorbell::Arm(const std::vector<shm::ClientSegmentHeader*>& clients) 
   }
 }
 
+void EngineDoorbell::Announce(shm::DaemonSleep how) {
+  sleeping_.store(how, std::memory_order_seq_cst);
+  for (shm::ClientSegmentHeader* client : clients_) {
+    client->daemon_sleeping.store(how, std::memory_order_seq_cst);
+  }
+}
+
+bool EngineDoorbell::MovedSinceArm() const {
+  for (const shm::FutexWaiter& waiter : waiters_) {
+    if (waiter.word->load(std::memory_order_seq_cst) != waiter.expected) return true;
+  }
+  return false;
+}
+
 void EngineDoorbell::Sleep(std::chrono::steady_clock::time_point deadline) {
-  sleeping_.store(1, std::memory_order_seq_cst);
-  for (shm::ClientSegmentHeader* client : clients_) {
-    client->daemon_sleeping.store(1, std::memory_order_seq_cst);
+  const bool on_every_word =
+      futex_waitv_ && waiters_.size() <= shm::kMaxFutexWaiters && SleepOnEveryWord(deadline);
+  if (!on_every_word) SleepOnDoorbell(deadline);
+  Announce(shm::kDaemonAwake);
+}
+
+bool EngineDoorbell::SleepOnEveryWord(std::chrono::steady_clock::time_point deadline) {
+  Announce(shm::kDaemonSleepsOnSubmitWord);
+  last_sleep_ = shm::kDaemonSleepsOnSubmitWord;
+  if (shm::FutexWaitAny(waiters_, deadline)) return true;
+  log::Daemon().info("the kernel refused futex_waitv; the engine sleeps on each job's doorbell");
+  futex_waitv_ = false;
+  return false;
+}
+
+void EngineDoorbell::SleepOnDoorbell(std::chrono::steady_clock::time_point deadline) {
+  Announce(shm::kDaemonSleepsOnDoorbell);
+  last_sleep_ = shm::kDaemonSleepsOnDoorbell;
+  if (MovedSinceArm()) return;
+  std::atomic<uint32_t>* word = &word_;
+  uint32_t expected = waiters_.front().expected;
+  auto slice = std::chrono::steady_clock::duration::max();
+  if (doorbell_ != nullptr && !doorbell_->faulted()) {
+    word = doorbell_->word();
+    expected = doorbell_armed_;
+    slice = doorbell_slice_;
+  } else if (!clients_.empty()) {
+    slice = kPollInterval;
   }
-  const bool all_watched = waiters_.size() <= shm::kMaxFutexWaiters;
-  if (!all_watched) deadline = std::min(deadline, std::chrono::steady_clock::now() + kPollInterval);
-  if (!shm::FutexWaitAny(waiters_, deadline)) {
-    if (!warned_) {
-      log::Daemon().warn("this kernel lacks futex_waitv (Linux 5.16); polling client rings");
-      warned_ = true;
-    }
-    shm::FutexWait(&word_, waiters_.front().expected,
-                   absl::FromChrono(std::min(deadline - std::chrono::steady_clock::now(),
-                                             std::chrono::steady_clock::duration(kPollInterval))));
-  }
-  for (shm::ClientSegmentHeader* client : clients_) {
-    client->daemon_sleeping.store(0, std::memory_order_relaxed);
-  }
-  sleeping_.store(0, std::memory_order_relaxed);
+  const auto left = deadline - std::chrono::steady_clock::now();
+  if (left <= std::chrono::steady_clock::duration::zero()) return;
+  shm::FutexWait(word, expected, absl::FromChrono(std::min(left, slice)));
 }
 
 }  // namespace collective::daemon::engine

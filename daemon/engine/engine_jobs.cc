@@ -261,8 +261,19 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
     AbortFormation(Annotate(results.status(), "cannot create the job's result segment"));
     return;
   }
+  auto doorbell = job::JobDoorbell::Create({.name = names_.Doorbell(job_->sequence()),
+                                            .epoch = epoch_,
+                                            .job_sequence = job_->sequence(),
+                                            .owner_uid = owner->uid,
+                                            .owner_gid = owner->gid,
+                                            .mode = owner->writable_mode()});
+  if (!doorbell.ok()) {
+    AbortFormation(Annotate(doorbell.status(), "cannot create the job's doorbell segment"));
+    return;
+  }
   const job::ClientRecord* first = job_->member(0);
-  if (absl::Status formed = job_->Form(std::move(*results), first->static_process_sets, layout);
+  if (absl::Status formed =
+          job_->Form(std::move(*results), std::move(*doorbell), first->static_process_sets, layout);
       !formed.ok()) {
     AbortFormation(formed);
     return;
@@ -281,6 +292,8 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
     response.mutable_arena()->set_size_bytes(member->segment->size());
     response.mutable_results()->set_name(segment.name());
     response.mutable_results()->set_size_bytes(segment.size());
+    response.mutable_doorbell()->set_name(job_->doorbell()->segment().name());
+    response.mutable_doorbell()->set_size_bytes(job_->doorbell()->segment().size());
     v1::Limits* limits = response.mutable_limits();
     limits->set_max_name_bytes(config_.max_name_bytes);
     limits->set_max_outstanding_requests(config_.max_outstanding_requests);

@@ -61,7 +61,7 @@ bool Job::finished() const {
   return true;
 }
 
-absl::Status Job::Form(std::unique_ptr<ResultArena> results,
+absl::Status Job::Form(std::unique_ptr<ResultArena> results, std::shared_ptr<JobDoorbell> doorbell,
                        const std::vector<std::vector<int32_t>>& static_process_sets,
                        const NodeLayout& layout) {
   layout_ = layout;
@@ -73,6 +73,7 @@ absl::Status Job::Form(std::unique_ptr<ResultArena> results,
     }
   }
   results_ = std::move(results);
+  doorbell_ = std::move(doorbell);
   formed_at_ = absl::Now();
   state_ = JobState::kRunning;
   for (const auto& member : members_) {

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/job/client_record.h"
+#include "daemon/job/job_doorbell.h"
 #include "daemon/job/node_layout.h"
 #include "daemon/job/process_sets.h"
 #include "daemon/job/result_arena.h"
@@ -64,12 +65,13 @@ class Job {
 
   // All ranks of every node are in: assign topologies from `layout`,
   // create the static process sets (every member asked for the same ones),
-  // take the result arena, run.
-  absl::Status Form(std::unique_ptr<ResultArena> results,
+  // take the result arena and the doorbell, run.
+  absl::Status Form(std::unique_ptr<ResultArena> results, std::shared_ptr<JobDoorbell> doorbell,
                     const std::vector<std::vector<int32_t>>& static_process_sets,
                     const NodeLayout& layout);
   const NodeLayout& layout() const { return layout_; }
   ResultArena* results() const { return results_.get(); }
+  const std::shared_ptr<JobDoorbell>& doorbell() const { return doorbell_; }
   ProcessSetTable& process_sets() { return *process_sets_; }
   const ProcessSetTable& process_sets() const { return *process_sets_; }
 
@@ -98,6 +100,7 @@ class Job {
   absl::Time formed_at_;
   std::vector<std::unique_ptr<ClientRecord>> members_;
   std::unique_ptr<ResultArena> results_;
+  std::shared_ptr<JobDoorbell> doorbell_;
   std::unique_ptr<ProcessSetTable> process_sets_;
   NodeLayout layout_;
   std::vector<WaitingRegistration> waiting_;
@@ -117,7 +120,7 @@ std::string DescribeStillIn(const Job& job);
 // daemon (DATA_LOSS).
 absl::Status SegmentTruncated(const ClientRecord& client);
 
-// Who may open the job's result segment. Preferably the members' common
+// Who may open the job's result and doorbell segments. Preferably the members' common
 // primary gid, read-only by group (0440) with the daemon as owner, so that no
 // client owns (and could resize) the segment; else their common uid (0400).
 // Members with neither in common cannot share results safely: an error says
@@ -126,6 +129,8 @@ struct ResultSegmentOwner {
   uid_t uid;
   gid_t gid;
   mode_t mode;
+  // The doorbell's: the same readers may also write.
+  mode_t writable_mode() const { return mode | (mode >> 1); }
 };
 absl::StatusOr<ResultSegmentOwner> ChooseResultSegmentOwner(const Job& job, uid_t daemon_uid,
                                                             gid_t daemon_gid);

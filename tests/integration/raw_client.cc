@@ -191,13 +191,16 @@ std::string RawSession::DescribeEnd(absl::Duration timeout) {
 
 RawClient::RawClient(v1::RegisterResponse registration, std::unique_ptr<shm::ClientSegment> segment,
                      std::unique_ptr<shm::ResultSegment> results,
+                     std::unique_ptr<shm::DoorbellSegment> doorbell,
                      std::unique_ptr<RawSession> session)
     : registration_(std::move(registration)),
       segment_(std::move(segment)),
       results_(std::move(results)),
+      doorbell_(std::move(doorbell)),
       session_(std::move(session)),
       ring_(*segment_),
-      submissions_(segment_->header(), segment_->submit_ring(), segment_->submit_bytes()) {}
+      submissions_(segment_->header(), segment_->submit_ring(), segment_->submit_bytes(),
+                   doorbell_->word()) {}
 
 absl::StatusOr<std::unique_ptr<RawClient>> RawClient::Attach(const std::string& socket,
                                                              v1::RegisterResponse response) {
@@ -207,6 +210,9 @@ absl::StatusOr<std::unique_ptr<RawClient>> RawClient::Attach(const std::string& 
   auto results = shm::ResultSegment::OpenReadOnly(
       response.results().name(), response.results().size_bytes(), response.epoch());
   if (!results.ok()) return results.status();
+  auto doorbell = shm::DoorbellSegment::Open(response.doorbell().name(),
+                                             response.doorbell().size_bytes(), response.epoch());
+  if (!doorbell.ok()) return doorbell.status();
   auto session = std::make_unique<RawSession>(socket);
   session->SendAttach(response.client_id(), response.session_token());
   const auto attached = session->Next();
@@ -217,7 +223,8 @@ absl::StatusOr<std::unique_ptr<RawClient>> RawClient::Attach(const std::string& 
         end.ok() ? absl::StrCat("; stream ended: ", end->error_message()) : ""));
   }
   return std::unique_ptr<RawClient>(new RawClient(std::move(response), std::move(*segment),
-                                                  std::move(*results), std::move(session)));
+                                                  std::move(*results), std::move(*doorbell),
+                                                  std::move(session)));
 }
 
 absl::StatusOr<std::vector<v1::RegisterResponse>> RegisterJob(const std::string& socket,

@@ -21,6 +21,7 @@
 #include "collective/v1/collective.grpc.pb.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
+#include "shm/doorbell_segment.h"
 #include "shm/result_segment.h"
 #include "shm/submission_ring.h"
 #include "tests/integration/daemon_process.h"
@@ -106,8 +107,8 @@ class RawSession {
   bool unparsed_ = false;
 };
 
-// A registered and attached client: its segment, the job's result segment
-// and its session.
+// A registered and attached client: its segment, the job's result and
+// doorbell segments and its session.
 class RawClient {
  public:
   // Maps the segments named in `response`, opens a session and attaches.
@@ -150,11 +151,13 @@ class RawClient {
 
  private:
   RawClient(v1::RegisterResponse registration, std::unique_ptr<shm::ClientSegment> segment,
-            std::unique_ptr<shm::ResultSegment> results, std::unique_ptr<RawSession> session);
+            std::unique_ptr<shm::ResultSegment> results,
+            std::unique_ptr<shm::DoorbellSegment> doorbell, std::unique_ptr<RawSession> session);
 
   v1::RegisterResponse registration_;
   std::unique_ptr<shm::ClientSegment> segment_;
   std::unique_ptr<shm::ResultSegment> results_;
+  std::unique_ptr<shm::DoorbellSegment> doorbell_;
   std::unique_ptr<RawSession> session_;
   shm::RingConsumer ring_;
   shm::SubmissionWriter submissions_;

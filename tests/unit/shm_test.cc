@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
+#include "shm/doorbell_segment.h"
 #include "shm/futex.h"
 #include "shm/result_segment.h"
 #include "shm/segment_layout.h"
@@ -52,7 +53,7 @@ bool ShmExists(const std::string& name) {
 TEST(SegmentLayoutTest, FixedFacts) {
   // Version 3: completion records carry their text (a failure's message) in
   // the text ring, which lies between the completion and submission rings.
-  EXPECT_EQ(kLayoutVersion, 3u);
+  EXPECT_EQ(kLayoutVersion, 4u);
   EXPECT_EQ(kPageBytes, 4096u);
   EXPECT_EQ(kDataAlignment, 64u);
   EXPECT_EQ(sizeof(CompletionRecord), 64u);
@@ -704,8 +705,8 @@ class SubmissionRingTest : public ::testing::Test {
     ASSERT_TRUE(created.ok()) << created.status();
     segment_ = std::move(*created);
     bytes_ = segment_->submit_bytes();
-    writer_ =
-        std::make_unique<SubmissionWriter>(segment_->header(), segment_->submit_ring(), bytes_);
+    writer_ = std::make_unique<SubmissionWriter>(segment_->header(), segment_->submit_ring(),
+                                                 bytes_, &doorbell_);
     reader_ =
         std::make_unique<SubmissionReader>(segment_->header(), segment_->submit_ring(), bytes_);
   }
@@ -735,6 +736,7 @@ class SubmissionRingTest : public ::testing::Test {
 
   std::unique_ptr<ClientSegment> segment_;
   uint64_t bytes_ = 0;
+  std::atomic<uint32_t> doorbell_{0};
   std::unique_ptr<SubmissionWriter> writer_;
   std::unique_ptr<SubmissionReader> reader_;
 };
@@ -808,6 +810,58 @@ TEST_F(SubmissionRingTest, RingBumpsTheDaemonsWord) {
   const uint32_t before = segment_->header()->submit_word.load();
   writer_->Ring();
   EXPECT_EQ(segment_->header()->submit_word.load(), before + 1);
+  EXPECT_EQ(doorbell_.load(), 0u) << "the engine is awake: the doorbell stays quiet";
+}
+
+TEST_F(SubmissionRingTest, RingRingsTheDoorbellOnlyWhenTheEngineSleepsOnIt) {
+  segment_->header()->daemon_sleeping.store(kDaemonSleepsOnSubmitWord);
+  writer_->Ring();
+  EXPECT_EQ(doorbell_.load(), 0u);
+  segment_->header()->daemon_sleeping.store(kDaemonSleepsOnDoorbell);
+  writer_->Ring();
+  EXPECT_EQ(doorbell_.load(), 1u);
+  EXPECT_EQ(segment_->header()->submit_word.load(), 2u) << "submit_word moves on every ring";
+}
+
+// A thread waiting on the doorbell word is woken by a ring from a writer
+// that maps the doorbell segment separately, as a client does.
+TEST_F(SubmissionRingTest, RingWakesAWaiterOnTheDoorbellSegment) {
+  auto created = DoorbellSegment::Create(
+      {.name = UniqueName("doorbell"), .epoch = 7, .owner_uid = ::geteuid(), .mode = 0600});
+  ASSERT_TRUE(created.ok()) << created.status();
+  auto opened = DoorbellSegment::Open((*created)->name(), DoorbellSegment::kSegmentBytes, 7);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SubmissionWriter writer(segment_->header(), segment_->submit_ring(), bytes_, (*opened)->word());
+  segment_->header()->daemon_sleeping.store(kDaemonSleepsOnDoorbell);
+
+  std::atomic<uint32_t>* word = (*created)->word();
+  const uint32_t armed = word->load();
+  std::atomic<bool> woke{false};
+  std::thread waiter([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (word->load() == armed && std::chrono::steady_clock::now() < deadline) {
+      FutexWait(word, armed, absl::Seconds(30));
+    }
+    woke = word->load() != armed;
+  });
+  writer.Ring();
+  waiter.join();
+  EXPECT_TRUE(woke);
+}
+
+TEST(DoorbellSegmentTest, OpenRefusesAnotherDaemonOrSize) {
+  auto created = DoorbellSegment::Create(
+      {.name = UniqueName("doorbell"), .epoch = 3, .owner_uid = ::geteuid(), .mode = 0600});
+  ASSERT_TRUE(created.ok()) << created.status();
+  const absl::Status other_daemon =
+      DoorbellSegment::Open((*created)->name(), DoorbellSegment::kSegmentBytes, 4).status();
+  EXPECT_EQ(other_daemon.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other_daemon.message(), HasSubstr("does not match this daemon instance"));
+  const absl::Status other_size =
+      DoorbellSegment::Open((*created)->name(), 2 * DoorbellSegment::kSegmentBytes, 3).status();
+  EXPECT_EQ(other_size.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(other_size.message(), HasSubstr("this client expects 4096"));
+  EXPECT_TRUE(DoorbellSegment::Open((*created)->name(), DoorbellSegment::kSegmentBytes, 3).ok());
 }
 
 // --- Segment names -------------------------------------------------------------------
@@ -817,6 +871,7 @@ TEST(SegmentNamesTest, NamesCarryUidSocketTagAndEpoch) {
   EXPECT_THAT(names.prefix(), ::testing::MatchesRegex("collectived\\.1000\\.[0-9a-f]{8}\\."));
   EXPECT_EQ(names.Client(5), names.prefix() + "0000000000001234.c5");
   EXPECT_EQ(names.Result(2), names.prefix() + "0000000000001234.r2");
+  EXPECT_EQ(names.Doorbell(2), names.prefix() + "0000000000001234.d2");
   EXPECT_NE(SegmentNames(1000, "/tmp/other.sock", 0x1234).prefix(), names.prefix());
   EXPECT_NE(SegmentNames(1001, "/run/collectived/collectived.sock", 0x1234).prefix(),
             names.prefix());

@@ -34,7 +34,8 @@ constexpr auto kTimeout = std::chrono::seconds(10);
 class SubmissionOutboxTest : public ::testing::Test {
  protected:
   SubmissionOutboxTest()
-      : outbox_(shm::SubmissionWriter(&header_, ring_, kRingBytes), /*release_bytes=*/1 << 30,
+      : outbox_(shm::SubmissionWriter(&header_, ring_, kRingBytes, &doorbell_),
+                /*release_bytes=*/1 << 30,
                 [this](std::unique_lock<std::mutex>& lock) { return WaitForRoom(lock); }),
         reader_(&header_, ring_, kRingBytes) {}
 
@@ -127,6 +128,7 @@ class SubmissionOutboxTest : public ::testing::Test {
 
   alignas(shm::kDataAlignment) shm::ClientSegmentHeader header_{};
   alignas(shm::kSubmitAlignment) std::byte ring_[kRingBytes]{};
+  std::atomic<uint32_t> doorbell_{0};
   std::mutex mutex_;
   std::condition_variable changed_;
   bool refuse_waits_ = false;

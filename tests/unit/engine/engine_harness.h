@@ -25,6 +25,7 @@
 #include "daemon/engine/engine.h"
 #include "shm/client_segment.h"
 #include "shm/completion_ring.h"
+#include "shm/doorbell_segment.h"
 #include "shm/result_segment.h"
 #include "shm/segment_layout.h"
 #include "shm/segment_names.h"
@@ -126,6 +127,7 @@ struct TestClient {
   std::shared_ptr<FakeSessionLink> link;
   std::unique_ptr<shm::ClientSegment> segment;
   std::unique_ptr<shm::ResultSegment> results;
+  std::unique_ptr<shm::DoorbellSegment> doorbell;
   std::unique_ptr<shm::RingConsumer> ring;
   std::unique_ptr<shm::SubmissionWriter> submissions;
 
@@ -234,12 +236,17 @@ class EngineHarness : public ::testing::Test {
       auto results = shm::ResultSegment::OpenReadOnly(
           response.results().name(), response.results().size_bytes(), response.epoch());
       EXPECT_TRUE(results.ok()) << results.status();
-      if (!segment.ok() || !results.ok()) return {};
+      auto doorbell = shm::DoorbellSegment::Open(
+          response.doorbell().name(), response.doorbell().size_bytes(), response.epoch());
+      EXPECT_TRUE(doorbell.ok()) << doorbell.status();
+      if (!segment.ok() || !results.ok() || !doorbell.ok()) return {};
       client.segment = std::move(*segment);
       client.results = std::move(*results);
+      client.doorbell = std::move(*doorbell);
       client.ring = std::make_unique<shm::RingConsumer>(*client.segment);
       client.submissions = std::make_unique<shm::SubmissionWriter>(
-          client.segment->header(), client.segment->submit_ring(), client.segment->submit_bytes());
+          client.segment->header(), client.segment->submit_ring(), client.segment->submit_bytes(),
+          client.doorbell->word());
       client.link = std::make_shared<FakeSessionLink>();
       if (attach) Attach(client);
     }

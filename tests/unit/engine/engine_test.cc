@@ -123,7 +123,9 @@ TEST_F(EngineTest, FormsTheJobWhenEveryLocalRankRegistered) {
             shm::ComputeClientSegmentGeometry(16, shm::kMinTextRingBytes, shm::kMinSubmitRingBytes,
                                               config_.default_arena_bytes)
                 .segment_bytes);
-  EXPECT_EQ(Segments().size(), 3u) << "two client segments and the result segment";
+  EXPECT_EQ(Segments().size(), 4u)
+      << "two client segments, the result segment and the doorbell segment";
+  EXPECT_EQ(r0.doorbell().size_bytes(), shm::DoorbellSegment::kSegmentBytes);
   EXPECT_EQ(Status().job().state(), v1::JOB_STATE_RUNNING);
 }
 
