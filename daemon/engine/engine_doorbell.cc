@@ -14,10 +14,9 @@ constexpr auto kPollInterval = std::chrono::milliseconds(1);
 }  // namespace
 
 EngineDoorbell::EngineDoorbell(config::EngineWait wait, std::chrono::milliseconds doorbell_slice)
-    : doorbell_only_(wait == config::EngineWait::kDoorbell),
-      doorbell_slice_(doorbell_slice),
-      futex_waitv_(!doorbell_only_ && shm::FutexWaitvAvailable()) {
-  if (doorbell_only_) {
+    : doorbell_slice_(doorbell_slice),
+      futex_waitv_(wait == config::EngineWait::kAuto && shm::FutexWaitvAvailable()) {
+  if (wait == config::EngineWait::kDoorbell) {
     log::Daemon().info("the engine sleeps on each job's doorbell (engine_wait: doorbell)");
   } else if (!futex_waitv_) {
     log::Daemon().info(
@@ -45,6 +44,8 @@ void EngineDoorbell::Ring() {
 
 void EngineDoorbell::Arm(const std::vector<shm::ClientSegmentHeader*>& clients,
                          std::shared_ptr<job::JobDoorbell> doorbell) {
+  // Replaced under the lock Ring takes, so that a ring from another thread
+  // never touches a doorbell whose job went.
   if (doorbell != doorbell_) {
     std::lock_guard lock(doorbell_mutex_);
     doorbell_ = std::move(doorbell);

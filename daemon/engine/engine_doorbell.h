@@ -62,9 +62,8 @@ class EngineDoorbell {
   bool SleepOnEveryWord(std::chrono::steady_clock::time_point deadline);
   void SleepOnDoorbell(std::chrono::steady_clock::time_point deadline);
 
-  const bool doorbell_only_;
   const std::chrono::milliseconds doorbell_slice_;
-  bool futex_waitv_;
+  bool futex_waitv_;  // false: every sleep is on the doorbell
 
   std::atomic<uint32_t> word_{0};
   std::atomic<uint32_t> sleeping_{shm::kDaemonAwake};  // a shm::DaemonSleep
