@@ -106,18 +106,25 @@ TEST_F(SecurityTest, SocketAndSegmentsAreNotOpenToOthers) {
 
   int client_segments = 0;
   int result_segments = 0;
+  int doorbell_segments = 0;
   for (const std::string& name : (*daemon)->Segments()) {
     ASSERT_EQ(::stat(("/dev/shm/" + name).c_str(), &info), 0) << name;
-    // Names end in ".c<client id>" or ".r<job>". Client segments are
-    // read-write to their client only. The job's result segment stays the
-    // daemon's (so no client can resize it) and is read-only to the job's
-    // group.
+    // Names end in ".c<client id>", ".r<job>" or ".d<job>". Client
+    // segments are read-write to their client only. The job's result and
+    // doorbell segments stay the daemon's (so no client can resize them);
+    // the result segment is read-only to the job's group, the doorbell
+    // (one futex word every client rings) read-write to it.
     const char kind = name[name.rfind('.') + 1];
-    ASSERT_TRUE(kind == 'c' || kind == 'r') << name;
+    ASSERT_TRUE(kind == 'c' || kind == 'r' || kind == 'd') << name;
     if (kind == 'c') {
       ++client_segments;
       EXPECT_EQ(info.st_uid, kNobody) << name;
       EXPECT_EQ(info.st_mode & 07777, 0600u) << name;
+    } else if (kind == 'd') {
+      ++doorbell_segments;
+      EXPECT_EQ(info.st_uid, ::geteuid()) << name;
+      EXPECT_EQ(info.st_gid, kNobody) << name;
+      EXPECT_EQ(info.st_mode & 07777, 0660u) << name;
     } else {
       ++result_segments;
       EXPECT_EQ(info.st_uid, ::geteuid()) << name;
@@ -127,6 +134,7 @@ TEST_F(SecurityTest, SocketAndSegmentsAreNotOpenToOthers) {
   }
   EXPECT_EQ(client_segments, 2);
   EXPECT_EQ(result_segments, 1);
+  EXPECT_EQ(doorbell_segments, 1);
 
   victim->Signal(SIGKILL);
   const auto waited = waiter->Wait(kTimeout);
