@@ -29,6 +29,26 @@ def test_join_others_allreduce_with_zeros_from_the_joined_rank(two_ranks):
     assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [size] * 2
 
 
+def test_each_rank_joins_in_turn_while_the_others_allgather_without_a_name(two_ranks):
+    # Horovod's test_horovod_join_allgather, every rank joining once. The
+    # joined rank makes one unnamed allgather fewer, so from the second turn
+    # on the ranks at work disagree on its automatic name: the error must
+    # reach every one of them all the same, and must not wait for the others.
+    size = hvd.size()
+    tensor = torch.ones(3, 2)
+    for joining in range(size):
+        if hvd.rank() != joining:
+            with pytest.raises(HorovodInternalError) as refused:
+                hvd.allgather(tensor)
+            assert str(refused.value).endswith(
+                f'cannot run while rank {joining} of process set 0 has joined: '
+                'after a join only allreduce carries on'), str(refused.value)
+        assert 0 <= hvd.join() < size
+    # Each rank skipped one unnamed allgather: the names are in step again.
+    gathered = hvd.allgather(torch.tensor([[hvd.rank()]]))
+    assert gathered.flatten().tolist() == list(range(size))
+
+
 def test_join_with_a_single_rank_or_all_ranks_returns_a_rank():
     last = hvd.join(device=-1)
     assert 0 <= last < hvd.size()
