@@ -49,6 +49,18 @@ def test_each_rank_joins_in_turn_while_the_others_allgather_without_a_name(two_r
     assert gathered.flatten().tolist() == list(range(size))
 
 
+def test_unnamed_calls_agree_again_after_a_join(two_ranks):
+    # Horovod's test_horovod_join_allgather as it is: rank 0 joins, the
+    # others' unnamed allgather fails. Rank 0 made one unnamed call fewer;
+    # the join ends with every rank counting on from the same number, so the
+    # next unnamed call pairs up on every rank.
+    if hvd.rank() != 0:
+        with pytest.raises(HorovodInternalError, match='after a join only allreduce carries on'):
+            hvd.allgather(torch.ones(2, 2))
+    hvd.join()
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).tolist() == [hvd.size()]
+
+
 def test_join_with_a_single_rank_or_all_ranks_returns_a_rank():
     last = hvd.join(device=-1)
     assert 0 <= last < hvd.size()
