@@ -49,6 +49,21 @@ def test_each_rank_joins_in_turn_while_the_others_allgather_without_a_name(two_r
     assert gathered.flatten().tolist() == list(range(size))
 
 
+def test_after_a_join_a_refused_collective_waits_for_no_agreement_on_its_name(two_ranks):
+    # Each rank at work names its broadcast differently: once a rank has
+    # joined, it fails at once all the same (across nodes too, where ranks
+    # of one node that disagree on a name never make it ready there).
+    size = hvd.size()
+    if hvd.rank() != size - 1:
+        with pytest.raises(HorovodInternalError) as refused:
+            hvd.broadcast(torch.ones(2), 0, name=f'join.own.{hvd.rank()}')
+        assert str(refused.value).endswith(
+            f"broadcast of 'broadcast.join.own.{hvd.rank()}' cannot run while rank {size - 1} "
+            'of process set 0 has joined: after a join only allreduce carries on'), \
+            str(refused.value)
+    assert hvd.join() >= 0
+
+
 def test_unnamed_calls_agree_again_after_a_join(two_ranks):
     # Horovod's test_horovod_join_allgather as it is: rank 0 joins, the
     # others' unnamed allgather fails. Rank 0 made one unnamed call fewer;
