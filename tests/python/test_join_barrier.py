@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 import torch
@@ -99,5 +100,48 @@ def test_barrier_waits_for_every_rank():
         present = {name for name in os.listdir(directory) if name.startswith(f'{round_}.')}
         assert present == {f'{round_}.{r}' for r in range(hvd.size())}
     hvd.barrier()  # everyone has looked: rank 0 may clean up
+    if hvd.rank() == 0:
+        shutil.rmtree(directory)
+
+
+def _await_file(path, deadline_s=60.0):
+    """Polls until ``path`` exists; fails the test past the deadline."""
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f'{path} did not appear within {deadline_s} s'
+        time.sleep(0.001)
+
+
+def _touch(path):
+    with open(path, 'w'):
+        pass
+
+
+def test_a_process_set_barrier_waits_for_its_late_member(static_process_sets):
+    # Horovod's test_process_set_barrier_op, without timing: sets of the
+    # evens and the odds; in each set in turn the lowest rank arrives late,
+    # only after the other set has run several barriers of its own, and the
+    # set's other members must not leave before it arrived (it marks its
+    # arrival in a shared directory just before its barrier call).
+    directory = _shared_directory()
+    evens, odds = static_process_sets
+    mine = evens if evens.included() else odds
+    for late_set, busy_set in ((evens, odds), (odds, evens)):
+        tag = late_set.ranks[0]
+        arrived = os.path.join(directory, f'{tag}.arrived')
+        busy_done = os.path.join(directory, f'{tag}.busy_done')
+        if mine is busy_set:
+            for _ in range(5):
+                hvd.barrier(process_set=busy_set)
+            if hvd.rank() == busy_set.ranks[0]:
+                _touch(busy_done)
+        else:
+            if hvd.rank() == tag:
+                _await_file(busy_done)
+                _touch(arrived)
+            hvd.barrier(process_set=late_set)
+            assert os.path.exists(arrived), \
+                f'rank {hvd.rank()} left the barrier of {late_set.ranks} before rank {tag} arrived'
+        hvd.barrier()
     if hvd.rank() == 0:
         shutil.rmtree(directory)
