@@ -123,11 +123,12 @@ class Coordinator {
   // From now until the set's join completes, the set refuses every
   // collective but allreduce and join, naming `first_joined` (a set rank:
   // the rank whose join began it, so that every rank reads the same text
-  // however many ranks have joined by the time it submits). Horovod's rule:
-  // such a collective can never run while a rank has joined, and since the
-  // ranks still at work may by then disagree on its name (automatic names
-  // count calls, and the joined rank made fewer), it must not wait for them
-  // to submit it. Returns what is pending that the set now refuses, and the
+  // however many ranks have joined by the time it submits). As in Horovod
+  // such a collective cannot run while a rank has joined; unlike Horovod,
+  // which fails it once every rank at work submitted it, it fails at once:
+  // those ranks may disagree on its name (automatic names count calls, and
+  // a joined rank made fewer), and then would wait for each other forever.
+  // Returns what is pending that the set now refuses, and the
   // rest of their groups, with the error each one's submitters receive; no
   // more when the set refuses already. On one node the engine calls it when
   // a rank joins; across nodes when node 0 says the set's join began, so

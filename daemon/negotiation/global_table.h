@@ -91,9 +91,9 @@ class GlobalTable {
            Clock::time_point now);
   bool IsReady(const Key& key, const Entry& entry) const;
   // A rank of the set has joined: every node hears it, and what waits of
-  // the set's collectives other than allreduce and join fails (Horovod's:
-  // they cannot run, and the ranks still at work may disagree on their
-  // names, so they must not wait for each other).
+  // the set's collectives other than allreduce and join fails at once
+  // (they cannot run, and the ranks still at work may disagree on their
+  // names: Coordinator::RefuseAfterJoin).
   void BeginJoin(int32_t set_id, int32_t first_joined);
   // Fails `key` on every rank that announced it if its set has a rank that
   // joined and it is neither allreduce nor join; true if it did.
