@@ -176,6 +176,8 @@ class Engine {
   void CompleteWithError(job::ClientRecord& client, uint64_t request_id,
                          const absl::Status& status);
   void FailSubmissions(std::vector<negotiation::PendingTensor> tensors, const absl::Status& why);
+  // What a set refuses once a rank of it joined, each with its own error.
+  void FailRefused(std::vector<std::pair<negotiation::PendingTensor, absl::Status>> refused);
   void FailReady(std::vector<negotiation::ReadyTensor> tensors, const absl::Status& why);
 
   // engine_world.cc

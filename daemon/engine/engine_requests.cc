@@ -180,6 +180,9 @@ void Engine::OnSubmit(job::ClientRecord& client, v1::TensorRequest& request) {
     return;
   }
   if (join) {
+    // Across nodes node 0 says when the set begins refusing (Decide), so
+    // that every node names the same first rank.
+    if (!SpansNodes(*set)) FailRefused(coordinator_->RefuseAfterJoin(set_id, set_rank));
     coordinator_->Join(set_id, set_rank, set->size());
     AnnounceJoin(*set, set_rank);
   }
@@ -224,6 +227,16 @@ void Engine::FailSubmissions(std::vector<negotiation::PendingTensor> tensors,
         CompleteWithError(*submission->client, submission->request.request_id(), why);
       }
     }
+  }
+}
+
+void Engine::FailRefused(std::vector<std::pair<negotiation::PendingTensor, absl::Status>> refused) {
+  for (auto& [tensor, why] : refused) {
+    const log::ScopedContext about({.tensor = tensor.name});
+    log::Coord().warn("{}", why.message());
+    std::vector<negotiation::PendingTensor> one;
+    one.push_back(std::move(tensor));
+    FailSubmissions(std::move(one), why);
   }
 }
 

@@ -286,6 +286,11 @@ void Engine::Decide(v1::Decisions decisions) {
   std::vector<negotiation::ReadyTensor> alone;   // alltoall: one transfer each, never fused
   std::vector<negotiation::ReadyTensor> device;  // CUDA tensors
   for (v1::Decision& decision : *decisions.mutable_decisions()) {
+    if (decision.join_began()) {
+      FailRefused(
+          coordinator_->RefuseAfterJoin(decision.process_set_id(), decision.first_joined()));
+      continue;
+    }
     bool from_cache = false;
     const negotiation::ResponseCache::Entry* cached = nullptr;
     std::optional<negotiation::ReadyTensor> decided = DecidedTensor(decision, from_cache, cached);

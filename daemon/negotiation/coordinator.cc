@@ -4,12 +4,30 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
+namespace {
+
+// The request of a pending tensor's first submitter (every entry has one).
+const v1::TensorRequest& FirstRequest(const PendingTensor& pending) {
+  return std::find_if(pending.by_rank.begin(), pending.by_rank.end(),
+                      [](const auto& submission) { return submission.has_value(); })
+      ->value()
+      .request;
+}
+
+}  // namespace
 
 absl::Status Coordinator::Add(Submission submission, int32_t set_size, int32_t local_members) {
   const int32_t rank = submission.set_rank;
-  Key key(submission.request.process_set_id(), submission.request.name());
+  const v1::TensorRequest& request = submission.request;
+  if (const auto refusing = refusing_.find(request.process_set_id());
+      refusing != refusing_.end() && !RunsAfterJoin(request.collective())) {
+    return RefusedAfterJoin(request.collective(), request.name(), request.process_set_id(),
+                            {refusing->second});
+  }
+  Key key(request.process_set_id(), request.name());
   auto [it, inserted] = table_.try_emplace(key);
   PendingTensor& pending = it->second;
   if (inserted) {
@@ -41,9 +59,7 @@ bool Coordinator::IsReady(const PendingTensor& pending) const {
   // Join itself waits for every rank; everything else only for ranks that
   // have not joined. (Joins come from this node's clients only, so across
   // nodes the count is of local ranks, as `expected` is.)
-  const auto first = std::find_if(pending.by_rank.begin(), pending.by_rank.end(),
-                                  [](const auto& submission) { return submission.has_value(); });
-  if ((*first)->request.collective() == v1::COLLECTIVE_JOIN) return false;
+  if (FirstRequest(pending).collective() == v1::COLLECTIVE_JOIN) return false;
   int32_t joined = 0;
   for (size_t rank = 0; rank < pending.by_rank.size(); ++rank) {
     if (!pending.by_rank[rank].has_value() && HasJoined(pending.process_set_id, rank)) ++joined;
@@ -103,7 +119,25 @@ void Coordinator::Join(int32_t process_set_id, int32_t set_rank, int32_t set_siz
   }
 }
 
-void Coordinator::EndJoin(int32_t process_set_id) { joined_.erase(process_set_id); }
+std::vector<std::pair<PendingTensor, absl::Status>> Coordinator::RefuseAfterJoin(
+    int32_t process_set_id, int32_t first_joined) {
+  std::vector<std::pair<PendingTensor, absl::Status>> refused;
+  if (!refusing_.try_emplace(process_set_id, first_joined).second) return refused;
+  for (PendingTensor& pending : TakeWithGroups(process_set_id, [](const PendingTensor& pending) {
+         return !RunsAfterJoin(FirstRequest(pending).collective());
+       })) {
+    const v1::TensorRequest& request = FirstRequest(pending);
+    absl::Status why =
+        RefusedAfterJoin(request.collective(), pending.name, process_set_id, {first_joined});
+    refused.emplace_back(std::move(pending), std::move(why));
+  }
+  return refused;
+}
+
+void Coordinator::EndJoin(int32_t process_set_id) {
+  joined_.erase(process_set_id);
+  refusing_.erase(process_set_id);
+}
 
 std::vector<int32_t> Coordinator::Joined(int32_t process_set_id) const {
   std::vector<int32_t> ranks;
@@ -146,6 +180,7 @@ std::vector<PendingTensor> Coordinator::TakeAllPending() {
   for (ReadyTensor& ready : ready_) pending.push_back(AsPending(ready));
   ready_.clear();
   joined_.clear();
+  refusing_.clear();
   return pending;
 }
 
@@ -167,16 +202,25 @@ std::vector<PendingTensor> Coordinator::TakePending(int32_t process_set_id) {
     return true;
   });
   joined_.erase(process_set_id);
+  refusing_.erase(process_set_id);
   return pending;
 }
 
 std::vector<PendingTensor> Coordinator::TakeTensor(int32_t process_set_id,
                                                    const std::string& name) {
+  return TakeWithGroups(process_set_id,
+                        [&](const PendingTensor& pending) { return pending.name == name; });
+}
+
+std::vector<PendingTensor> Coordinator::TakeWithGroups(
+    int32_t process_set_id, absl::FunctionRef<bool(const PendingTensor&)> pick) {
   std::vector<PendingTensor> taken;
-  auto it = table_.find(Key(process_set_id, name));
-  if (it == table_.end()) return taken;
-  taken.push_back(std::move(it->second));
-  table_.erase(it);
+  absl::erase_if(table_, [&](auto& entry) {
+    if (entry.first.first != process_set_id || !pick(entry.second)) return false;
+    taken.push_back(std::move(entry.second));
+    return true;
+  });
+  if (taken.empty()) return taken;
 
   // Group ids are the submitting client's: a sibling is a tensor that some
   // client submitted under the same group id as its part of a taken one.
@@ -196,7 +240,7 @@ std::vector<PendingTensor> Coordinator::TakeTensor(int32_t process_set_id,
   };
   for (size_t next = 0; next < taken.size(); ++next) {
     note_groups(taken[next].by_rank);
-    if (groups.empty()) break;
+    if (groups.empty()) continue;
     absl::erase_if(table_, [&](auto& entry) {
       if (entry.first.first != process_set_id) return false;
       const bool sibling =
@@ -248,6 +292,10 @@ std::vector<WaitingTensor> Coordinator::Waiting(const job::ProcessSetTable& sets
   }
   SortOldestFirst(waiting);
   return waiting;
+}
+
+bool RunsAfterJoin(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_JOIN;
 }
 
 bool CarriesData(v1::Collective collective) {

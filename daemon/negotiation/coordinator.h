@@ -3,7 +3,9 @@
 // has submitted it — or, except for join itself, has joined (Horovod's join:
 // a joined rank no longer holds the others up). Ready tensors come out in the
 // order they became ready, which is the order they run in; the tensors of a
-// group come out together, once all of them are ready.
+// group come out together, once all of them are ready. While a rank of a set
+// has joined, the set's collectives other than allreduce and join are
+// refused at once, whatever their names (see RefuseAfterJoin).
 #pragma once
 
 #include <chrono>
@@ -69,6 +71,10 @@ void SortOldestFirst(std::vector<WaitingTensor>& waiting);
 // the process-set changes, which the engine answers itself).
 bool CarriesData(v1::Collective collective);
 
+// Whether a collective can run while ranks of its set have joined: only
+// allreduce (the joined ranks add zeros) and join itself, as in Horovod.
+bool RunsAfterJoin(v1::Collective collective);
+
 // A tensor ready to run: one collective.
 struct ReadyTensor {
   std::string name;
@@ -105,7 +111,8 @@ class Coordinator {
   // Records `submission`; `set_size` is the size of its process set, of
   // whose ranks `local_members` are on this node (a tensor is ready here
   // once they all submitted it). ALREADY_EXISTS when that rank already has
-  // the name outstanding.
+  // the name outstanding; FAILED_PRECONDITION (RefusedAfterJoin's text) for
+  // a collective the set refuses after a join.
   absl::Status Add(Submission submission, int32_t set_size, int32_t local_members);
   absl::Status Add(Submission submission, int32_t set_size) {
     return Add(std::move(submission), set_size, set_size);
@@ -113,6 +120,21 @@ class Coordinator {
 
   // A rank of a set has joined: what waits only for joined ranks is ready.
   void Join(int32_t process_set_id, int32_t set_rank, int32_t set_size);
+  // From now until the set's join completes, the set refuses every
+  // collective but allreduce and join, naming `first_joined` (a set rank:
+  // the rank whose join began it, so that every rank reads the same text
+  // however many ranks have joined by the time it submits). As in Horovod
+  // such a collective cannot run while a rank has joined; unlike Horovod,
+  // which fails it once every rank at work submitted it, it fails at once:
+  // those ranks may disagree on its name (automatic names count calls, and
+  // a joined rank made fewer), and then would wait for each other forever.
+  // Returns what is pending that the set now refuses, and the
+  // rest of their groups, with the error each one's submitters receive; no
+  // more when the set refuses already. On one node the engine calls it when
+  // a rank joins; across nodes when node 0 says the set's join began, so
+  // that every node names the same rank.
+  std::vector<std::pair<PendingTensor, absl::Status>> RefuseAfterJoin(int32_t process_set_id,
+                                                                      int32_t first_joined);
   // Every rank of the set has joined: the join is over.
   void EndJoin(int32_t process_set_id);
   // Set ranks that have joined.
@@ -145,10 +167,15 @@ class Coordinator {
   // Whether `pending` waits for nobody but joined ranks.
   bool IsReady(const PendingTensor& pending) const;
   bool HasJoined(int32_t process_set_id, size_t set_rank) const;
+  // Pending tensors of one set (and the rest of their groups), ready or
+  // not, that `pick` chooses: a group runs whole or not at all.
+  std::vector<PendingTensor> TakeWithGroups(int32_t process_set_id,
+                                            absl::FunctionRef<bool(const PendingTensor&)> pick);
   void MakeReady(PendingTensor pending, int32_t completed_by);
 
   absl::flat_hash_map<Key, PendingTensor> table_;
   absl::flat_hash_map<int32_t, std::vector<bool>> joined_;  // process set -> by set rank
+  absl::flat_hash_map<int32_t, int32_t> refusing_;  // process set -> set rank named (first joined)
   absl::flat_hash_map<GroupKey, std::vector<ReadyTensor>> groups_;
   std::vector<ReadyTensor> ready_;
 };

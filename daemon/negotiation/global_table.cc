@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
 namespace {
@@ -57,6 +58,7 @@ void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessS
     joins.joined.resize(static_cast<size_t>(set->size()), false);
     joins.joined[joined.set_rank()] = true;
     joins.last = joined.set_rank();
+    if (joins.first < 0) BeginJoin(joined.process_set_id(), joined.set_rank());
   }
   for (const v1::NodeTensor& tensor : ready.tensors()) {
     Add(from, tensor.process_set_id(), tensor.name(), tensor.ranks(), std::nullopt, sets, now);
@@ -116,7 +118,34 @@ void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
     Entry taken = std::move(entry);
     table_.erase(it);
     Decide(key, std::move(taken), sets);
+    return;
   }
+  RefuseIfJoined(key);
+}
+
+void GlobalTable::BeginJoin(int32_t set_id, int32_t first_joined) {
+  joins_[set_id].first = first_joined;
+  v1::Decision& news = *batch_.add_decisions();
+  news.set_process_set_id(set_id);
+  news.set_join_began(true);
+  news.set_first_joined(first_joined);
+  std::vector<Key> keys;
+  for (const auto& [key, entry] : table_) {
+    if (key.first == set_id) keys.push_back(key);
+  }
+  for (const Key& key : keys) RefuseIfJoined(key);
+}
+
+bool GlobalTable::RefuseIfJoined(const Key& key) {
+  const auto joins = joins_.find(key.first);
+  const auto it = table_.find(key);
+  if (joins == joins_.end() || joins->second.first < 0 || it == table_.end() ||
+      RunsAfterJoin(it->second.collective)) {
+    return false;
+  }
+  return Fail(
+      key.first, key.second,
+      RefusedAfterJoin(it->second.collective, key.second, key.first, {joins->second.first}));
 }
 
 bool GlobalTable::IsReady(const Key& key, const Entry& entry) const {

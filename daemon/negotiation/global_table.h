@@ -81,6 +81,7 @@ class GlobalTable {
 
   struct Joins {
     std::vector<bool> joined;  // by set rank
+    int32_t first = -1;        // the set rank that joined first: refusals name it
     int32_t last = -1;         // the set rank that joined last
   };
 
@@ -89,6 +90,14 @@ class GlobalTable {
            std::optional<uint32_t> cache_bit, const job::ProcessSetTable& sets,
            Clock::time_point now);
   bool IsReady(const Key& key, const Entry& entry) const;
+  // A rank of the set has joined: every node hears it, and what waits of
+  // the set's collectives other than allreduce and join fails at once
+  // (they cannot run, and the ranks still at work may disagree on their
+  // names: Coordinator::RefuseAfterJoin).
+  void BeginJoin(int32_t set_id, int32_t first_joined);
+  // Fails `key` on every rank that announced it if its set has a rank that
+  // joined and it is neither allreduce nor join; true if it did.
+  bool RefuseIfJoined(const Key& key);
   void DecideReady(const job::ProcessSetTable& sets);
   void Decide(const Key& key, Entry entry, const job::ProcessSetTable& sets);
   // After a full decision: keep, change or drop the cache entry of the key.

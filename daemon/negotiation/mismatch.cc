@@ -166,6 +166,17 @@ absl::Status CheckAgreement(const ReadyTensor& tensor) {
   return absl::OkStatus();
 }
 
+absl::Status RefusedAfterJoin(v1::Collective collective, const std::string& name,
+                              int32_t process_set_id, const std::vector<int32_t>& joined) {
+  const std::string what = CarriesData(collective)
+                               ? absl::StrCat(CollectiveName(collective), " of '", name, "'")
+                               : std::string(CollectiveName(collective));
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, " cannot run while ", joined.size() == 1 ? "rank " : "ranks ",
+      absl::StrJoin(joined, ", "), " of process set ", process_set_id,
+      joined.size() == 1 ? " has" : " have", " joined: after a join only allreduce carries on"));
+}
+
 absl::Status RefusedAfterJoin(const ReadyTensor& tensor) {
   std::vector<int32_t> joined;
   size_t next = 0;
@@ -176,14 +187,8 @@ absl::Status RefusedAfterJoin(const ReadyTensor& tensor) {
       joined.push_back(rank);
     }
   }
-  const v1::Collective collective = tensor.request().collective();
-  const std::string what = CarriesData(collective)
-                               ? absl::StrCat(CollectiveName(collective), " of '", tensor.name, "'")
-                               : std::string(CollectiveName(collective));
-  return absl::FailedPreconditionError(absl::StrCat(
-      what, " cannot run while ", joined.size() == 1 ? "rank " : "ranks ",
-      absl::StrJoin(joined, ", "), " of process set ", tensor.process_set_id,
-      joined.size() == 1 ? " has" : " have", " joined: after a join only allreduce carries on"));
+  return RefusedAfterJoin(tensor.request().collective(), tensor.name, tensor.process_set_id,
+                          joined);
 }
 
 }  // namespace collective::daemon::negotiation

@@ -7,6 +7,10 @@
 // does.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "daemon/negotiation/coordinator.h"
 
@@ -17,9 +21,12 @@ namespace collective::daemon::negotiation {
 absl::Status CheckAgreement(const ReadyTensor& tensor);
 
 // FAILED_PRECONDITION for a collective that cannot run because ranks of its
-// set joined (in Horovod only allreduce carries on after a join), naming the
-// ranks, e.g. "broadcast of 'w' cannot run while rank 1 of process set 0 has
-// joined: after a join only allreduce carries on".
+// set joined (in Horovod only allreduce carries on after a join), naming
+// `joined` (set ranks), e.g. "broadcast of 'w' cannot run while rank 1 of
+// process set 0 has joined: after a join only allreduce carries on".
+absl::Status RefusedAfterJoin(v1::Collective collective, const std::string& name,
+                              int32_t process_set_id, const std::vector<int32_t>& joined);
+// The same for a ready tensor, naming the ranks that did not submit it.
 absl::Status RefusedAfterJoin(const ReadyTensor& tensor);
 
 }  // namespace collective::daemon::negotiation

@@ -12,6 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace collective::daemon::negotiation {
 namespace {
 
@@ -236,6 +238,63 @@ TEST_F(CoordinatorTest, AJoinReleasesWhatWaitedOnlyForTheJoiningRank) {
   EXPECT_THAT(coordinator_.Joined(0), ElementsAre(2));
   coordinator_.EndJoin(0);
   EXPECT_TRUE(coordinator_.Joined(0).empty());
+}
+
+// Horovod's rule: once a rank of a set joined, the set's collectives other
+// than allreduce and join fail at once on every rank that submits them, and
+// those already waiting fail with them (with the rest of their groups), with
+// no wait for the other ranks: ranks may by then disagree on automatic names
+// (the joined rank made fewer calls). Every refusal names the rank whose
+// join began it, however many joined since; once the join is over, the set
+// runs everything again.
+TEST_F(CoordinatorTest, AfterAJoinOnlyAllreduceAndJoinWaitAndTheRestFailAtOnce) {
+  const auto submit = [&](int32_t rank, const std::string& name, v1::Collective collective,
+                          uint64_t group = 0) {
+    negotiation::Submission submission = Make(rank, name, 10 + rank);
+    submission.request.set_collective(collective);
+    submission.request.set_group_id(group);
+    submission.request.set_group_size(group == 0 ? 0 : 2);
+    return coordinator_.Add(std::move(submission), kSize);
+  };
+  ASSERT_TRUE(submit(0, "gather.0", v1::COLLECTIVE_ALLGATHER).ok());
+  ASSERT_TRUE(submit(1, "g.a", v1::COLLECTIVE_ALLGATHER, 5).ok());
+  ASSERT_TRUE(submit(1, "g.b", v1::COLLECTIVE_ALLGATHER, 5).ok());
+  ASSERT_TRUE(submit(0, "w", v1::COLLECTIVE_ALLREDUCE).ok());
+  ASSERT_TRUE(submit(2, "__join", v1::COLLECTIVE_JOIN).ok());
+
+  const std::string refused =
+      " cannot run while rank 2 of process set 0 has joined: after a join "
+      "only allreduce carries on";
+  auto taken = coordinator_.RefuseAfterJoin(0, 2);
+  coordinator_.Join(0, 2, kSize);
+  std::vector<std::string> names;
+  for (const auto& [tensor, why] : taken) {
+    names.push_back(tensor.name);
+    EXPECT_EQ(why.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(std::string(why.message()),
+              absl::StrCat("allgather of '", tensor.name, "'", refused));
+  }
+  EXPECT_THAT(names, UnorderedElementsAre("gather.0", "g.a", "g.b"));
+  EXPECT_TRUE(coordinator_.RefuseAfterJoin(0, 1).empty()) << "it refuses already";
+
+  EXPECT_TRUE(submit(1, "w", v1::COLLECTIVE_ALLREDUCE).ok());
+  const std::vector<ReadyTensor> ready = coordinator_.TakeReady();
+  ASSERT_EQ(ready.size(), 1u) << "the allreduce waits for nobody but joined ranks";
+  EXPECT_EQ(ready[0].name, "w");
+
+  // Submitted after the join, under any name: refused at once, naming the
+  // first rank to join even after another joined.
+  ASSERT_TRUE(submit(1, "__join", v1::COLLECTIVE_JOIN).ok());
+  coordinator_.Join(0, 1, kSize);
+  absl::Status status = submit(0, "gather.1", v1::COLLECTIVE_ALLGATHER);
+  EXPECT_EQ(status.message(), absl::StrCat("allgather of 'gather.1'", refused));
+  status = submit(0, "__collective__.barrier", v1::COLLECTIVE_BARRIER);
+  EXPECT_EQ(status.message(), absl::StrCat("barrier", refused));
+  EXPECT_EQ(coordinator_.pending().size(), 1u) << "only the join waits";
+
+  coordinator_.EndJoin(0);
+  EXPECT_TRUE(submit(0, "gather.2", v1::COLLECTIVE_ALLGATHER).ok());
+  EXPECT_TRUE(coordinator_.TakeReady().empty()) << "it waits for every rank again";
 }
 
 TEST_F(CoordinatorTest, JoinItselfWaitsForEveryRankAndNamesTheLast) {

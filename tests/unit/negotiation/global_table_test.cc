@@ -41,26 +41,32 @@ class GlobalTableTest : public ::testing::Test {
       : sets_(4), cache_(8), bits_(8, 2), table_(TwoByTwo(), &SameShapes, cache_, bits_) {}
 
   static v1::RankRequest Rank(int32_t rank, const std::string& name, int64_t rows,
-                              uint64_t request_id = 1) {
+                              uint64_t request_id = 1,
+                              v1::Collective collective = v1::COLLECTIVE_ALLREDUCE) {
     v1::RankRequest ranked;
     ranked.set_set_rank(rank);
     ranked.set_rank(rank);
     v1::TensorRequest& request = *ranked.mutable_request();
     request.set_request_id(request_id);
     request.set_name(name);
-    request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+    request.set_collective(collective);
     request.set_dtype(v1::DATA_TYPE_FLOAT32);
     request.add_shape(rows);
     return ranked;
   }
 
-  // Node `node` announces `name` in full for its two ranks.
-  void Announce(int node, const std::string& name, int64_t rows = 3, int64_t other_rows = -1) {
+  // Node `node` announces `name` in full for its two ranks (but those that
+  // joined, unless it is the join).
+  void Announce(int node, const std::string& name, int64_t rows = 3, int64_t other_rows = -1,
+                v1::Collective collective = v1::COLLECTIVE_ALLREDUCE) {
     v1::NodeReady ready;
     v1::NodeTensor& tensor = *ready.add_tensors();
     tensor.set_name(name);
-    *tensor.add_ranks() = Rank(2 * node, name, rows);
-    *tensor.add_ranks() = Rank(2 * node + 1, name, other_rows < 0 ? rows : other_rows);
+    for (int32_t rank : {2 * node, 2 * node + 1}) {
+      if (joined_[rank] && collective != v1::COLLECTIVE_JOIN) continue;
+      const int64_t own = rank == 2 * node + 1 && other_rows >= 0 ? other_rows : rows;
+      *tensor.add_ranks() = Rank(rank, name, own, 1, collective);
+    }
     table_.Take(node, ready, sets_, Clock::now());
   }
 
@@ -72,6 +78,7 @@ class GlobalTableTest : public ::testing::Test {
   }
 
   void Join(int node, int32_t rank) {
+    joined_[rank] = true;
     v1::NodeReady ready;
     v1::JoinedRank& joined = *ready.add_joined();
     joined.set_process_set_id(0);
@@ -109,6 +116,7 @@ class GlobalTableTest : public ::testing::Test {
   negotiation::CacheBits bits_;
   negotiation::GlobalTable table_;
   uint64_t applied_ = 0;
+  bool joined_[4] = {};
 };
 
 TEST_F(GlobalTableTest, DecidesOnceEveryNodeAnnouncedAndCachesTheTensor) {
@@ -203,12 +211,57 @@ TEST_F(GlobalTableTest, TensorsReadyTogetherComeInTheOrderTheyWereFirstAnnounced
 TEST_F(GlobalTableTest, JoinedRanksNoLongerHoldAllreduceUpAndItIsNotCached) {
   Join(1, 2);
   Join(1, 3);
+  ASSERT_EQ(Batch().decisions_size(), 1) << "the news that the join began";
   Announce(0, "w");
   const v1::Decisions batch = Batch();
   ASSERT_EQ(batch.decisions_size(), 1);
   EXPECT_EQ(batch.decisions(0).code(), 0);
   EXPECT_EQ(batch.decisions(0).ranks_size(), 2) << "joined ranks are absent";
   EXPECT_FALSE(batch.decisions(0).cache_put());
+}
+
+// Horovod's rule across nodes: once a rank joined, node 0 refuses every
+// collective of the set but allreduce and join as soon as any node announces
+// it (the ranks still at work may disagree on its automatic name, so it must
+// not wait for them), tells every node so that they refuse such submissions
+// themselves, and names the rank that joined first whoever joins after.
+TEST_F(GlobalTableTest, AfterAJoinEveryNodeHearsItAndOnlyAllreduceWaits) {
+  Announce(0, "gather.waiting", 3, -1, v1::COLLECTIVE_ALLGATHER);
+  EXPECT_EQ(table_.TakeBatch(), std::nullopt);
+  Join(1, 3);
+  v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 2);
+  EXPECT_TRUE(batch.decisions(0).join_began());
+  EXPECT_EQ(batch.decisions(0).process_set_id(), 0);
+  EXPECT_EQ(batch.decisions(0).first_joined(), 3);
+  const std::string refused =
+      " cannot run while rank 3 of process set 0 has joined: after a join "
+      "only allreduce carries on";
+  EXPECT_EQ(batch.decisions(1).name(), "gather.waiting");
+  EXPECT_EQ(batch.decisions(1).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_EQ(batch.decisions(1).message(), "allgather of 'gather.waiting'" + refused);
+  EXPECT_EQ(batch.decisions(1).ranks_size(), 2) << "node 0's ranks hear it";
+
+  // Announced after the join, by one node only, under names the others
+  // never use: refused at once. A later join names the first rank still.
+  Join(0, 1);
+  Announce(1, "barrier.one", 3, -1, v1::COLLECTIVE_BARRIER);
+  Announce(0, "gather.zero", 3, -1, v1::COLLECTIVE_ALLGATHER);
+  Announce(0, "w");
+  batch = Batch();
+  EXPECT_THAT(Names(batch), ElementsAre("barrier.one", "gather.zero"));
+  EXPECT_EQ(batch.decisions(0).message(), "barrier" + refused);
+  EXPECT_EQ(batch.decisions(1).message(), "allgather of 'gather.zero'" + refused);
+  Announce(1, "w");
+  EXPECT_THAT(Names(Batch()), ElementsAre("w")) << "allreduce waits and runs";
+
+  // Once the join completes, the set runs everything again.
+  for (int node : {0, 1}) Announce(node, "join", 3, -1, v1::COLLECTIVE_JOIN);
+  batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_EQ(batch.decisions(0).code(), 0);
+  Announce(0, "gather.after", 3, -1, v1::COLLECTIVE_ALLGATHER);
+  EXPECT_EQ(table_.TakeBatch(), std::nullopt) << "waits for node 1 again";
 }
 
 TEST_F(GlobalTableTest, FailAndEndAllFailWaitingTensorsAndEverythingAnnouncedLater) {

@@ -8,10 +8,14 @@ no name is given one is generated from a counter per process set that every
 unnamed call on the set advances, first thing, whether it then succeeds or
 not: the members of a set must make the same unnamed calls on it, in the
 same order. Named calls (such as those some ranks make while others have
-joined) do not count. A name is in use from the call until its handle is
+joined) do not count, and a join ends with every rank counting on from the
+highest count of any (the joined ranks made fewer calls). A name is in use from the call until its handle is
 synchronized; a call under a name in use raises Horovod's ValueError
 (``handles.start``).
 """
+
+import copy
+import itertools
 
 import torch
 
@@ -410,7 +414,30 @@ def join(device=-1) -> int:
         Id of the rank that joined last.
     """
     del device  # the zeros come from the daemon, whatever the device
-    return _client().join(process_set_id(global_process_set))
+    set_id = process_set_id(global_process_set)
+    last = _client().join(set_id)
+    _agree_on_automatic_names(set_id)
+    return last
+
+
+# The allreduce by which a join ends: no name a call can generate starts so.
+_AUTOMATIC_NAMES = '__collective__.join.automatic_names'
+
+
+def _agree_on_automatic_names(set_id):
+    """Every rank of the set goes on from the same automatic name after a join.
+
+    While ranks had joined, the others made unnamed calls the joined ones did
+    not (refused at once, as everything but allreduce is): every rank now
+    counts on from the highest count of any rank, so that the next unnamed
+    call has one name everywhere again.
+    """
+    counters = connection.current().unnamed_calls
+    count = torch.tensor([next(copy.copy(counters[set_id]))], dtype=torch.int64)
+    destination = tensor_args.Destination(count)
+    handle = _reduction_async(_AUTOMATIC_NAMES, [count], [destination], reduce_ops.Max, 1.0, 1.0,
+                              set_id, False, _client().allreduce_async)
+    counters[set_id] = itertools.count(int(handles.synchronize(handle)[0]))
 
 
 def barrier(process_set=global_process_set):
