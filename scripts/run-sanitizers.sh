@@ -6,9 +6,9 @@
 #               of every layer up to the executor (the parsers, shared memory,
 #               negotiation, the collective ops)
 #   build-tsan  ThreadSanitizer: the threaded parts (thread pool, engine,
-#               the client's submission outbox)
-# Any report fails its test. `make sanitize` runs both; README "Testing"
-# says how long they take.
+#               runs across nodes, the client's submission outbox)
+# Any report fails its test. `make sanitize` runs both; README "Sanitizers
+# and fuzzing" says how long they take.
 #   run-sanitizers.sh [asan|tsan|all]
 set -euo pipefail
 which=${1:-all}

@@ -39,7 +39,9 @@ bool InsideAllocation(const CudaWorld& world, const std::byte* at, uint64_t byte
   return false;
 }
 
-void Run(FuzzInput& input) {
+}  // namespace
+
+void FuzzOne(FuzzInput& input) {
   CudaWorld world = MakeCudaWorld();
   // The shadow: the same node again, with a registry of its own that sees
   // the same registrations, to say where an admitted request's ranges lie.
@@ -83,11 +85,4 @@ void Run(FuzzInput& input) {
   devices.Forget(2);
 }
 
-}  // namespace
 }  // namespace collective::fuzz
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  collective::fuzz::FuzzInput input(data, size);
-  collective::fuzz::Run(input);
-  return 0;
-}

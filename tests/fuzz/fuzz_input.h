@@ -76,4 +76,7 @@ class FuzzOutput {
   std::string bytes_;
 };
 
+// What each target does with one input; fuzz_entry.cc hands it libFuzzer's.
+void FuzzOne(FuzzInput& input);
+
 }  // namespace collective::fuzz

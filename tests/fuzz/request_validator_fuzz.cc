@@ -61,11 +61,8 @@ void CheckAccepted(const v1::TensorRequest& request, const daemon::job::RequestL
 }
 
 }  // namespace
-}  // namespace collective::fuzz
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using namespace collective;
-  fuzz::FuzzInput input(data, size);
+void FuzzOne(FuzzInput& input) {
   const uint8_t flags = input.Take<uint8_t>();
   daemon::job::RequestLimits limits;
   limits.cuda = (flags & 1) != 0;
@@ -73,18 +70,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.arena_bytes = input.Take<uint32_t>();
   const std::string_view bytes = input.Rest();
   v1::ClientMessage message;
-  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
+  if (!message.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;
   for (const v1::TensorRequest& request : message.submit().requests()) {
     const absl::Status status = daemon::job::ValidateRequest(request, limits);
     if (status.ok()) {
-      fuzz::CheckAccepted(request, limits);
+      CheckAccepted(request, limits);
       continue;
     }
-    fuzz::Require(status.code() == absl::StatusCode::kInvalidArgument ||
-                      status.code() == absl::StatusCode::kUnimplemented,
-                  "the validator refuses with INVALID_ARGUMENT or UNIMPLEMENTED");
-    fuzz::Require(fuzz::IsUtf8({status.message().data(), status.message().size()}),
-                  "the validator's message is valid UTF-8, so that it reaches the client");
+    Require(status.code() == absl::StatusCode::kInvalidArgument ||
+                status.code() == absl::StatusCode::kUnimplemented,
+            "the validator refuses with INVALID_ARGUMENT or UNIMPLEMENTED");
+    Require(IsUtf8({status.message().data(), status.message().size()}),
+            "the validator's message is valid UTF-8, so that it reaches the client");
   }
-  return 0;
 }
+
+}  // namespace collective::fuzz

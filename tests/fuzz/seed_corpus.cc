@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/text_format.h>
+
 #include "collective/v1/collective.pb.h"
 #include "shm/segment_layout.h"
 #include "shm/submission_ring.h"
@@ -20,82 +22,118 @@
 namespace collective::fuzz {
 namespace {
 
-v1::TensorRequest Data(uint64_t id, const std::string& name, v1::Collective collective,
-                       std::vector<int64_t> shape, uint64_t offset) {
-  v1::TensorRequest request;
-  request.set_request_id(id);
-  request.set_name(name);
-  request.set_collective(collective);
-  request.set_dtype(v1::DATA_TYPE_FLOAT32);
-  uint64_t elements = 1;
-  for (int64_t dim : shape) {
-    request.add_shape(dim);
-    elements *= static_cast<uint64_t>(dim);
-  }
-  request.set_offset(offset);
-  request.set_length(elements * 4);
-  return request;
-}
-
-v1::TensorRequest Control(uint64_t id, const std::string& name, v1::Collective collective) {
-  v1::TensorRequest request;
-  request.set_request_id(id);
-  request.set_name(name);
-  request.set_collective(collective);
-  return request;
+// A message written as text (seeds read best as what they say).
+v1::ClientMessage Parse(const std::string& text) {
+  v1::ClientMessage message;
+  if (!google::protobuf::TextFormat::ParseFromString(text, &message)) std::abort();
+  return message;
 }
 
 // One message of every kind of host request a client submits.
 v1::ClientMessage HostRequests() {
-  v1::ClientMessage message;
-  v1::Submit* submit = message.mutable_submit();
-  v1::TensorRequest allreduce = Data(1, "grad.0", v1::COLLECTIVE_ALLREDUCE, {4, 2}, 0);
-  allreduce.set_op(v1::REDUCE_OP_AVERAGE);
-  allreduce.set_prescale(0.5);
-  *submit->add_requests() = allreduce;
-  *submit->add_requests() = Data(2, "gather", v1::COLLECTIVE_ALLGATHER, {3, 2}, 64);
-  v1::TensorRequest alltoall = Data(3, "a2a", v1::COLLECTIVE_ALLTOALL, {4, 1}, 128);
-  alltoall.add_splits(1);
-  alltoall.add_splits(3);
-  *submit->add_requests() = alltoall;
-  v1::TensorRequest broadcast = Data(4, "params", v1::COLLECTIVE_BROADCAST, {8}, 192);
-  broadcast.set_root_rank(1);
-  broadcast.set_process_set_id(1);
-  *submit->add_requests() = broadcast;
-  v1::TensorRequest scatter = Data(5, "rs", v1::COLLECTIVE_REDUCESCATTER, {4}, 256);
-  scatter.set_op(v1::REDUCE_OP_SUM);
-  scatter.set_group_id(9);
-  scatter.set_group_size(1);
-  *submit->add_requests() = scatter;
-  message.add_released(7);
-  return message;
+  return Parse(R"pb(
+    submit {
+      requests {
+        request_id: 1
+        name: "grad.0"
+        collective: COLLECTIVE_ALLREDUCE
+        op: REDUCE_OP_AVERAGE
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 4, 2 ]
+        offset: 0
+        length: 32
+        prescale: 0.5
+      }
+      requests {
+        request_id: 2
+        name: "gather"
+        collective: COLLECTIVE_ALLGATHER
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 3, 2 ]
+        offset: 64
+        length: 24
+      }
+      requests {
+        request_id: 3
+        name: "a2a"
+        collective: COLLECTIVE_ALLTOALL
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 4, 1 ]
+        offset: 128
+        length: 16
+        splits: [ 1, 3 ]
+      }
+      requests {
+        request_id: 4
+        name: "params"
+        collective: COLLECTIVE_BROADCAST
+        process_set_id: 1
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 8 ]
+        offset: 192
+        length: 32
+        root_rank: 1
+      }
+      requests {
+        request_id: 5
+        name: "rs"
+        collective: COLLECTIVE_REDUCESCATTER
+        op: REDUCE_OP_SUM
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 4 ]
+        offset: 256
+        length: 16
+        group_id: 9
+        group_size: 1
+      }
+    }
+    released: 7
+  )pb");
 }
 
 v1::ClientMessage ControlRequests() {
-  v1::ClientMessage message;
-  v1::Submit* submit = message.mutable_submit();
-  *submit->add_requests() = Control(10, "barrier", v1::COLLECTIVE_BARRIER);
-  *submit->add_requests() = Control(11, "join", v1::COLLECTIVE_JOIN);
-  v1::TensorRequest add = Control(12, "add_set", v1::COLLECTIVE_ADD_PROCESS_SET);
-  add.add_process_set_ranks(0);
-  add.add_process_set_ranks(2);
-  *submit->add_requests() = add;
-  v1::TensorRequest remove = Control(13, "remove_set", v1::COLLECTIVE_REMOVE_PROCESS_SET);
-  remove.set_target_process_set_id(1);
-  *submit->add_requests() = remove;
-  return message;
+  return Parse(R"pb(
+    submit {
+      requests { request_id: 10 name: "barrier" collective: COLLECTIVE_BARRIER }
+      requests { request_id: 11 name: "join" collective: COLLECTIVE_JOIN }
+      requests {
+        request_id: 12
+        name: "add_set"
+        collective: COLLECTIVE_ADD_PROCESS_SET
+        process_set_ranks: [ 0, 2 ]
+      }
+      requests {
+        request_id: 13
+        name: "remove_set"
+        collective: COLLECTIVE_REMOVE_PROCESS_SET
+        target_process_set_id: 1
+      }
+    }
+  )pb");
 }
 
 // A CUDA allreduce of 16 float32 in `allocation`, in place, on event slot
 // `slot`.
 v1::TensorRequest CudaAllreduce(uint64_t id, uint64_t allocation, uint32_t slot) {
-  v1::TensorRequest request = Data(id, "cuda.grad", v1::COLLECTIVE_ALLREDUCE, {16}, 0);
-  request.set_op(v1::REDUCE_OP_SUM);
-  request.set_memory(v1::MEMORY_KIND_CUDA);
-  for (v1::DeviceRange* range : {request.mutable_device_input(), request.mutable_device_output()}) {
-    range->set_allocation_id(allocation);
-    range->set_bytes(64);
-  }
+  v1::ClientMessage message = Parse(R"pb(
+    submit {
+      requests {
+        name: "cuda.grad"
+        collective: COLLECTIVE_ALLREDUCE
+        op: REDUCE_OP_SUM
+        dtype: DATA_TYPE_FLOAT32
+        shape: [ 16 ]
+        length: 64
+        memory: MEMORY_KIND_CUDA
+        device_input { bytes: 64 }
+        device_output { bytes: 64 }
+      }
+    }
+  )pb");
+  v1::TensorRequest request = message.submit().requests(0);
+  request.set_request_id(id);
+  request.mutable_device_input()->set_allocation_id(allocation);
+  request.mutable_device_output()->set_allocation_id(allocation);
   request.set_event_slot(slot);
   request.set_event_sequence(id);
   return request;

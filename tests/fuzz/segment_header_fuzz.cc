@@ -78,7 +78,9 @@ bool Untouched(const std::byte* at, size_t bytes) {
   return true;
 }
 
-void Run(FuzzInput& input) {
+}  // namespace
+
+void FuzzOne(FuzzInput& input) {
   shm::ClientSegment& segment = Segment();
   shm::ClientSegmentHeader& header = *segment.header();
   header.ring_head.store(0);
@@ -157,11 +159,4 @@ void Run(FuzzInput& input) {
   }
 }
 
-}  // namespace
 }  // namespace collective::fuzz
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  collective::fuzz::FuzzInput input(data, size);
-  collective::fuzz::Run(input);
-  return 0;
-}

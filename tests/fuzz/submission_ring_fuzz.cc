@@ -107,14 +107,13 @@ void RoundTrip(FuzzInput& input) {
 }
 
 }  // namespace
-}  // namespace collective::fuzz
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  collective::fuzz::FuzzInput input(data, size);
+void FuzzOne(FuzzInput& input) {
   if ((input.Take<uint8_t>() & 1) == 0) {
-    collective::fuzz::ReadImage(input);
+    ReadImage(input);
   } else {
-    collective::fuzz::RoundTrip(input);
+    RoundTrip(input);
   }
-  return 0;
 }
+
+}  // namespace collective::fuzz
