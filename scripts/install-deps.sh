@@ -30,6 +30,10 @@ case "$profile" in
       pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
       # the deployment tests: systemd-analyze verify, systemd-sysusers
       systemd
+      # make fuzz: clang and libFuzzer's runtime (gcc's own sanitizer
+      # runtimes, for make sanitize, come with build-essential); ccache
+      # keeps the instrumented rebuilds short
+      clang libclang-rt-14-dev ccache
     )
     ;;
   *)

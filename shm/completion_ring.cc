@@ -55,7 +55,9 @@ void RingPublisher::PlaceText(absl::string_view text, CompletionRecord& record) 
   if (RoundUp(bytes, kTextAlignment) > here) text_head_ += to_end;
   std::byte* slot = texts_ + (text_head_ & (text_bytes_ - 1));
   std::memcpy(slot, body.data(), body.size());
-  std::memcpy(slot + body.size(), cut.data(), cut.size());
+  // An uncut text has no mark, and memcpy from its null data is undefined
+  // even for no bytes.
+  if (!cut.empty()) std::memcpy(slot + body.size(), cut.data(), cut.size());
   record.text_bytes = static_cast<uint32_t>(bytes);
   record.text_position = text_head_;
   text_head_ += RoundUp(bytes, kTextAlignment);

@@ -15,7 +15,11 @@
 
 #include "common/half.h"
 
-#if defined(__x86_64__)
+// The AVX2 path is written for gcc (its target pragmas, its names of CPU
+// features); other compilers (clang, in the fuzzing build) take the
+// portable path, which computes the same results.
+#if defined(__x86_64__) && !defined(__clang__)
+#define COLLECTIVE_KERNELS_AVX2 1
 #include <immintrin.h>
 #endif
 
@@ -204,7 +208,7 @@ void ScaledIntegerRange(const ReduceSpec& spec, const void* const* inputs, size_
 // ---------------------------------------------------------------------------
 // AVX2 + F16C. Everything between push_options and pop_options is compiled for
 // those extensions and only runs after the CPU check in Reduce.
-#if defined(__x86_64__)
+#if defined(COLLECTIVE_KERNELS_AVX2)
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
 
@@ -573,12 +577,12 @@ void Reduce(const Job<typename Format::Acc>& job, size_t count) {
 }  // namespace collective::daemon::exec
 
 #pragma GCC pop_options
-#endif  // defined(__x86_64__)
+#endif  // defined(COLLECTIVE_KERNELS_AVX2)
 
 namespace collective::daemon::exec {
 namespace {
 
-#if defined(__x86_64__)
+#if defined(COLLECTIVE_KERNELS_AVX2)
 bool UseAvx2() {
   static const bool supported = [] {
     __builtin_cpu_init();
@@ -606,7 +610,7 @@ void ReduceFormat(const ReduceSpec& spec, std::span<const void* const> inputs, v
     job.has_prescale = spec.prescale != 1.0;
     job.has_factor = factor != 1.0;
   }
-#if defined(__x86_64__)
+#if defined(COLLECTIVE_KERNELS_AVX2)
   if (UseAvx2()) return avx2::Reduce<Format, op>(job, count);
 #endif
   ScalarRange<Format, op>(job, 0, count);
