@@ -11,6 +11,8 @@ daemon completes the first request makes the refusal the same on every
 rank, whatever the timing, so that ranks that catch it stay in step.
 """
 
+import contextlib
+
 from collective.common import connection as connections
 
 # Horovod's text for the same refusal (horovod/common/common.h), raised as
@@ -20,25 +22,31 @@ DUPLICATE_NAME_ERROR = (
     'tensor that is currently being processed.  If you want to request another tensor, use a '
     'different tensor name.')
 
+# What synchronize waits under for CPU calls: nothing to make current.
+_NO_DEVICE = contextlib.nullcontext()
+
 
 class _Pending:
-    __slots__ = ('requests', 'names', 'finish', 'keepalive')
+    __slots__ = ('requests', 'names', 'finish', 'keepalive', 'placement')
 
-    def __init__(self, requests, names, finish, keepalive):
+    def __init__(self, requests, names, finish, keepalive, placement):
         self.requests = requests  # the binding's handles
         self.names = names
         self.finish = finish  # list of Results -> what synchronize returns
         self.keepalive = keepalive
+        self.placement = placement  # a devices.Placement for CUDA tensors, else None
 
 
-def start(names, submit, finish, keepalive):
+def start(names, submit, finish, keepalive, placement=None):
     """Starts one call under ``names`` and returns its handle.
 
     ``submit()`` hands the requests to the binding and returns its request
     handles; it runs only when no name is in use (else ValueError, before
     anything is sent), and the names stay in use until the handle is
     synchronized. ``finish`` makes synchronize's result from the requests'
-    Results; ``keepalive`` is held until then.
+    Results; ``keepalive`` is held until then. ``placement``: the CUDA
+    device of the call's tensors, current while synchronize waits (the
+    wait queues the stream's wait for the result there).
     """
     connection = connections.current()
     names = list(names)
@@ -53,7 +61,9 @@ def start(names, submit, finish, keepalive):
     except BaseException:
         _free_names(connection, handle, names)
         raise
-    connection.pending[handle] = _Pending(requests, names, finish, keepalive)
+    connection.pending[handle] = _Pending(requests, names, finish, keepalive,
+                                          placement if placement is not None and
+                                          placement.is_cuda else None)
     return handle
 
 
@@ -116,13 +126,14 @@ def synchronize(handle):
     results = []
     error = None
     try:
-        # Every request of a group is waited for, also after one failed, so
-        # that none stays outstanding (its name could not be used again).
-        for request in pending.requests:
-            try:
-                results.append(connection.client.wait(request))
-            except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
-                error = error or e
+        with _NO_DEVICE if pending.placement is None else pending.placement.guard():
+            # Every request of a group is waited for, also after one failed, so
+            # that none stays outstanding (its name could not be used again).
+            for request in pending.requests:
+                try:
+                    results.append(connection.client.wait(request))
+                except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
+                    error = error or e
     finally:
         _free_names(connection, handle, pending.names)
     if error is not None:
