@@ -67,11 +67,10 @@ def test_cpu_tensors_run_on_the_cpu_with_the_binding_arguments_unchanged():
     assert placement is devices.CPU
     assert not placement.is_cuda
     assert placement.device is None  # torch.empty's default: the CPU
-    calls = []
-    assert placement.call(lambda *a, **k: calls.append((a, k)) or 'handles', 1, x=2) == 'handles'
-    assert calls == [((1,), {'x': 2})]
-    with placement.guard():
-        pass
+    submit = object()
+    # The binding's own functions, unwrapped: a CPU call costs what it did.
+    assert placement.submitter(submit) is submit
+    assert placement.guarded(submit) is submit
     assert driver.events == []  # no stream asked for, no device made current
     assert _place([]) is devices.CPU
 
@@ -91,15 +90,19 @@ def test_cuda_tensors_carry_their_device_and_the_callers_current_stream():
         calls.append((args, kwargs, list(driver.events)))
         return ['handle']
 
-    assert placement.call(submit, 'names', 'inputs', outputs=[7]) == ['handle']
+    assert placement.submitter(submit)('names', 'inputs', outputs=[7]) == ['handle']
     args, kwargs, events_during_call = calls[0]
     assert args == ('names', 'inputs')
     assert kwargs == {'outputs': [7], 'device': _core.DEVICES['cuda'], 'cuda_stream': 0x5001}
     # The binding runs with the tensors' device current, and only then.
     assert events_during_call[-1] == ('enter', 1)
     assert driver.events[-1] == ('exit', 1)
-    with placement.guard():
+
+    def wait(handle):
         assert driver.events[-1] == ('enter', 1)
+        return f'result of {handle}'
+
+    assert placement.guarded(wait)(3) == 'result of 3'
     assert driver.events[-1] == ('exit', 1)
 
 

@@ -76,9 +76,9 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
     names = _names(base, len(inputs) if grouped else None)
 
     def start():
-        return placement.call(submit, names, [tensor_args.arg(t) for t in inputs],
-                              [d.address for d in destinations], code, float(prescale_factor),
-                              float(postscale_factor), set_id)
+        return placement.submitter(submit)(
+            names, [tensor_args.arg(t) for t in inputs], [d.address for d in destinations],
+            code, float(prescale_factor), float(postscale_factor), set_id)
 
     def finish(_results):
         outputs = [d.finish() for d in destinations]
@@ -210,10 +210,10 @@ def _cuda_allgather_async(base, names, inputs, placement, set_id, grouped):
         for t, rows in zip(inputs, devices.gathered_rows(rows_by_rank)):
             shape = (rows,) + tuple(t.shape[1:]) if t.dim() else (0,)
             outputs.append(torch.empty(shape, dtype=t.dtype, device=placement.device))
-        return placement.call(_client().allgather_async, names,
-                              [tensor_args.arg(t) for t in inputs], set_id,
-                              outputs=[o.data_ptr() for o in outputs],
-                              output_bytes=[o.numel() * o.element_size() for o in outputs])
+        return placement.submitter(_client().allgather_async)(
+            names, [tensor_args.arg(t) for t in inputs], set_id,
+            outputs=[o.data_ptr() for o in outputs],
+            output_bytes=[o.numel() * o.element_size() for o in outputs])
 
     def finish(results):
         for result in results:
@@ -313,8 +313,8 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     destination = tensor_args.Destination(output)
 
     def start():
-        return [placement.call(_client().broadcast_async, base, tensor_args.arg(source),
-                               destination.address, set_root, set_id)]
+        return [placement.submitter(_client().broadcast_async)(
+            base, tensor_args.arg(source), destination.address, set_root, set_id)]
 
     return handles.start([base], start, lambda _results: destination.finish(),
                          (source, destination), placement)
@@ -401,10 +401,11 @@ def _cuda_alltoall_async(base, source, split_list, placement, set_id):
 
     def start():
         client = _client()
+        submit = placement.submitter(client.alltoall_async)
         set_size = client.process_set_size(set_id)
         if not devices.alltoall_splits_acceptable(split_list, source.shape, set_size):
-            return [placement.call(client.alltoall_async, base, tensor_args.arg(source),
-                                   split_list, set_id)]  # refused, with the reason
+            # Without an output: libcollective refuses it, saying what is wrong.
+            return [submit(base, tensor_args.arg(source), split_list, set_id)]
         sends = split_list or devices.even_splits(source.shape[0], set_size)
         splits_by_rank = _exchange(base, sends, set_id)
         received.extend(devices.received_rows(splits_by_rank,
@@ -412,9 +413,9 @@ def _cuda_alltoall_async(base, source, split_list, placement, set_id):
         shape = (sum(received),) + tuple(source.shape[1:]) if source.dim() else (0,)
         outputs.append(torch.empty(shape, dtype=source.dtype, device=placement.device))
         output = outputs[0]
-        return [placement.call(client.alltoall_async, base, tensor_args.arg(source), split_list,
-                               set_id, output=output.data_ptr(),
-                               output_bytes=output.numel() * output.element_size())]
+        return [submit(base, tensor_args.arg(source), split_list, set_id,
+                       output=output.data_ptr(),
+                       output_bytes=output.numel() * output.element_size())]
 
     def finish(results):
         results[0].release()

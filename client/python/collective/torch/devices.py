@@ -14,13 +14,10 @@ the daemon into device memory that must be named when the request is made;
 ``gathered_rows`` and ``received_rows`` say how much from what every rank
 sends, which the caller first exchanges with the other ranks.
 
-The logic here takes tensor-like objects (``.is_cuda`` and ``.device`` with
-``.type`` and ``.index``) and gets streams, device guards and new tensors
-from the functions it is given, so that it is tested without a GPU
-(tests/python/test_devices.py).
+The logic here takes tensor-like objects (``.is_cuda`` and ``.device.index``)
+and gets streams and device guards from the functions it is given (torch's
+by default), so that it is tested without a GPU (tests/python/test_devices.py).
 """
-
-import contextlib
 
 from collective import _core
 
@@ -63,21 +60,33 @@ class Placement:
         """What torch.empty(device=...) takes: None (the default, the CPU) or 'cuda:<index>'."""
         return None if self.index is None else f'cuda:{self.index}'
 
-    def call(self, submit, *args, **kwargs):
-        """``submit(*args)`` for the binding; CUDA adds the device code and stream, and runs it
-        with the device current (libcollective asks the driver for the current context)."""
+    def submitter(self, submit):
+        """``submit`` (a collective of the binding) as this placement calls it: unchanged
+        for the CPU, so that CPU calls cost what they did; for CUDA, with the device code
+        and stream added, and run with the device current (libcollective asks the driver
+        for the current context)."""
         if self.index is None:
-            return submit(*args, **kwargs)
-        with self._guard(self.index):
-            return submit(*args, **kwargs, device=_core.DEVICES['cuda'],
-                          cuda_stream=self.cuda_stream)
+            return submit
 
-    def guard(self):
-        """A context with this device current (nothing for the CPU): waiting for a CUDA
-        result queues the stream's wait, and the default stream is the current device's."""
+        def submit_on_device(*args, **kwargs):
+            with self._guard(self.index):
+                return submit(*args, **kwargs, device=_core.DEVICES['cuda'],
+                              cuda_stream=self.cuda_stream)
+
+        return submit_on_device
+
+    def guarded(self, function):
+        """``function`` run with this device current (unchanged for the CPU): waiting for a
+        CUDA result queues the stream's wait, and the default stream is the current
+        device's."""
         if self.index is None:
-            return contextlib.nullcontext()
-        return self._guard(self.index)
+            return function
+
+        def on_device(*args):
+            with self._guard(self.index):
+                return function(*args)
+
+        return on_device
 
 
 CPU = Placement()

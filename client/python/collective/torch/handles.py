@@ -11,8 +11,6 @@ daemon completes the first request makes the refusal the same on every
 rank, whatever the timing, so that ranks that catch it stay in step.
 """
 
-import contextlib
-
 from collective.common import connection as connections
 
 # Horovod's text for the same refusal (horovod/common/common.h), raised as
@@ -21,9 +19,6 @@ DUPLICATE_NAME_ERROR = (
     'Requested to allreduce, allgather, or broadcast a tensor with the same name as another '
     'tensor that is currently being processed.  If you want to request another tensor, use a '
     'different tensor name.')
-
-# What synchronize waits under for CPU calls: nothing to make current.
-_NO_DEVICE = contextlib.nullcontext()
 
 
 class _Pending:
@@ -123,17 +118,19 @@ def synchronize(handle):
     pending = connection.pending.pop(handle, None)
     if pending is None:
         return None
+    wait = connection.client.wait
+    if pending.placement is not None:
+        wait = pending.placement.guarded(wait)
     results = []
     error = None
     try:
-        with _NO_DEVICE if pending.placement is None else pending.placement.guard():
-            # Every request of a group is waited for, also after one failed, so
-            # that none stays outstanding (its name could not be used again).
-            for request in pending.requests:
-                try:
-                    results.append(connection.client.wait(request))
-                except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
-                    error = error or e
+        # Every request of a group is waited for, also after one failed, so
+        # that none stays outstanding (its name could not be used again).
+        for request in pending.requests:
+            try:
+                results.append(wait(request))
+            except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
+                error = error or e
     finally:
         _free_names(connection, handle, pending.names)
     if error is not None:
