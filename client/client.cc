@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client_core.h"
+#include "client/cuda_driver.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "shm/segment_layout.h"
@@ -111,6 +112,10 @@ uint64_t Client::arena_bytes() const { return core_->arena_bytes(); }
 uint64_t Client::arena_free_bytes() const { return core_->ArenaFreeBytes(); }
 
 bool Client::Poll(Handle handle) { return core_->Poll(handle); }
+
+bool Client::daemon_gpu_path() const { return core_->daemon_gpu_path(); }
+
+absl::Status Client::CudaDriverStatus() { return internal::cuda::LoadDriver().status(); }
 
 absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   ASSIGN_OR_RETURN(internal::FinishedRequest finished, core_->Wait(handle, timeout));

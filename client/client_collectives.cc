@@ -100,14 +100,30 @@ absl::StatusOr<Client::Handle> Client::AllgatherAsync(absl::string_view name,
 absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
     const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
     int32_t process_set) {
-  if (names.size() != inputs.size() || names.empty()) {
+  return GroupedAllgatherAsync(names, inputs, {}, {}, process_set);
+}
+
+absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
+    const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
+    const std::vector<void*>& outputs, const std::vector<size_t>& output_bytes,
+    int32_t process_set) {
+  // No outputs at all: the results are views.
+  const bool views = outputs.empty() && output_bytes.empty();
+  if (names.size() != inputs.size() || names.empty() ||
+      (!views && (outputs.size() != names.size() || output_bytes.size() != names.size()))) {
     return absl::InvalidArgumentError(
-        "a grouped allgather needs one name and input per tensor, and at least one");
+        "a grouped allgather needs one name and input per tensor (and one output with its size, "
+        "if any has one), and at least one tensor");
   }
   std::vector<PreparedRequest> requests;
   for (size_t i = 0; i < names.size(); ++i) {
+    void* const output = views ? nullptr : outputs[i];
     absl::Status checked = NeedsRows("allgather", names[i], inputs[i]);
-    if (checked.ok()) checked = NeedsOutput("allgather", names[i], inputs[i], nullptr);
+    if (checked.ok()) checked = NeedsOutput("allgather", names[i], inputs[i], output);
+    if (checked.ok() && !views && output == nullptr) {
+      checked =
+          absl::InvalidArgumentError(absl::StrCat("allgather of '", names[i], "': output is null"));
+    }
     if (!checked.ok()) {
       internal::Discard(*core_, requests);
       return checked;
@@ -119,6 +135,7 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
       return prepared.status();
     }
     requests.push_back(std::move(*prepared));
+    if (!views) internal::SetOutput(requests.back(), output, output_bytes[i]);
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }
@@ -126,13 +143,10 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
 absl::StatusOr<Client::Handle> Client::AllgatherAsync(absl::string_view name,
                                                       const TensorView& input, void* output,
                                                       size_t output_bytes, int32_t process_set) {
-  RETURN_IF_ERROR(NeedsRows("allgather", name, input));
-  if (output == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("allgather of '", name, "': output is null"));
-  }
-  return SubmitOne(
-      *core_, internal::PrepareData(*core_, v1::COLLECTIVE_ALLGATHER, name, input, process_set),
-      output, output_bytes);
+  ASSIGN_OR_RETURN(
+      std::vector<Handle> handles,
+      GroupedAllgatherAsync({std::string(name)}, {input}, {output}, {output_bytes}, process_set));
+  return handles.front();
 }
 
 absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
@@ -167,7 +181,6 @@ absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
                                                      void* output, size_t output_bytes,
                                                      int32_t process_set) {
   RETURN_IF_ERROR(NeedsRows("alltoall", name, input));
-  RETURN_IF_ERROR(NeedsOutput("alltoall", name, input, output));
   ASSIGN_OR_RETURN(const ProcessSet set, core_->FindProcessSet(process_set));
   const int64_t rows = Rows(input);
   if (splits.empty()) {
@@ -195,6 +208,9 @@ absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
                        "] add up to ", total, " rows, not the first dimension ", rows));
     }
   }
+  // After the splits: a caller that sizes the output from them (collective.torch)
+  // submits bad ones without an output, to hear what is wrong with them.
+  RETURN_IF_ERROR(NeedsOutput("alltoall", name, input, output));
   ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_ALLTOALL,
                                                                    name, input, process_set));
   for (int64_t split : splits) prepared.request.add_splits(split);

@@ -104,6 +104,7 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
       });
   core->allocator_ = shm::ArenaAllocator(core->segment_->arena_bytes(), shm::kDataAlignment);
   core->limits_ = response.limits();
+  core->daemon_gpu_path_ = response.gpu_path();
   core->spin_ = response.topology().local_size() <= UsableCpus() ? kSpin : absl::ZeroDuration();
 
   const v1::Topology& wire = response.topology();

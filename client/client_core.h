@@ -123,6 +123,8 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   absl::StatusOr<v1::TimelineResponse> Timeline(const v1::TimelineRequest& request);
 
   const v1::Limits& limits() const { return limits_; }
+  // Whether the daemon takes CUDA tensors (RegisterResponse.gpu_path).
+  bool daemon_gpu_path() const { return daemon_gpu_path_; }
   absl::Status Leave();
 
   // SessionListener
@@ -179,6 +181,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<shm::RingConsumer> ring_;
   std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;
+  bool daemon_gpu_path_ = false;
   absl::Duration spin_;  // how long a waiter spins before it sleeps
 
   // One submission (or CUDA registration) at a time, from building its

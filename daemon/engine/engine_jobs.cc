@@ -301,6 +301,7 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
     limits->set_fusion_threshold_bytes(config_.fusion_threshold_bytes);
     response.set_epoch(epoch_);
     response.set_daemon_version(COLLECTIVE_VERSION);
+    response.set_gpu_path(gpu_.built());
     for (const auto& [id, set] : job_->process_sets().sets()) {
       if (id == 0) continue;
       v1::ProcessSet* described = response.add_process_sets();

@@ -108,7 +108,7 @@ def test_alltoall_splits_must_be_one_dimensional():
 def test_unsupported_tensors_are_refused():
     with pytest.raises(ValueError, match='not supported'):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
-    with pytest.raises(ValueError, match='CPU tensors only'):
+    with pytest.raises(ValueError, match='CPU and CUDA tensors only'):
         hvd.allreduce(torch.ones(2, device='meta'))
     with pytest.raises(ValueError, match='dense tensors only'):
         hvd.allgather(torch.ones(2, 2).to_sparse())

@@ -185,6 +185,13 @@ class Client {
   int cross_rank() const { return topology_.cross_rank; }
   int cross_size() const { return topology_.cross_size; }
   bool is_homogeneous() const { return topology_.is_homogeneous; }
+  // Whether the daemon takes CUDA tensors: it was built with CUDA and NCCL.
+  bool daemon_gpu_path() const;
+  // OK when this process can hand CUDA tensors to a daemon that takes them:
+  // the NVIDIA driver (libcuda.so.1) loads and has every function
+  // libcollective uses. Otherwise FAILED_PRECONDITION saying what is missing.
+  // Needs no connection; touches no device.
+  static absl::Status CudaDriverStatus();
 
   // A zero-copy buffer in this client's arena. Waits while the arena is full
   // of inputs still in flight; fails if `bytes` exceeds the whole arena.
@@ -225,6 +232,12 @@ class Client {
                                         int32_t process_set = kGlobalProcessSet);
   absl::StatusOr<std::vector<Handle>> GroupedAllgatherAsync(
       const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
+      int32_t process_set = kGlobalProcessSet);
+  // The same into outputs[i], which holds output_bytes[i] (every rank's rows
+  // of tensor i); the form CUDA tensors need.
+  absl::StatusOr<std::vector<Handle>> GroupedAllgatherAsync(
+      const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
+      const std::vector<void*>& outputs, const std::vector<size_t>& output_bytes,
       int32_t process_set = kGlobalProcessSet);
 
   // Broadcast from `root_rank` (counted within the process set). Every rank

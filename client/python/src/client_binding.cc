@@ -84,6 +84,8 @@ void BindClient(py::module_& m) {
       .def_property_readonly("cross_rank", &Client::cross_rank)
       .def_property_readonly("cross_size", &Client::cross_size)
       .def_property_readonly("is_homogeneous", &Client::is_homogeneous)
+      .def_property_readonly("daemon_gpu_path", &Client::daemon_gpu_path,
+                             "Whether the daemon takes CUDA tensors (built with CUDA and NCCL).")
       .def("poll", &Client::Poll, py::arg("handle"), py::call_guard<py::gil_scoped_release>(),
            "True when wait(handle) would not block.")
       .def("wait", &Wait, py::arg("handle"),

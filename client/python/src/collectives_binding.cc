@@ -2,7 +2,9 @@
 // arguments while it holds the GIL, then releases it: submitting copies the
 // input into the arena and may wait for arena space or for the daemon's
 // limit on outstanding requests. Lists of several tensors form a group that
-// the daemon negotiates and runs together.
+// the daemon negotiates and runs together. CUDA tensors are not copied:
+// libcollective orders the daemon's work after what the caller's stream has
+// queued, and wait() makes that stream wait for the result.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,8 +28,9 @@ using Handles = std::vector<Client::Handle>;
 template <auto kSubmit>
 Handles Reduction(Client& client, const std::vector<std::string>& names,
                   const std::vector<TensorArg>& inputs, const std::vector<std::uintptr_t>& outputs,
-                  int op, double prescale, double postscale, int32_t process_set) {
-  const std::vector<TensorView> views = ToTensorViews(inputs);
+                  int op, double prescale, double postscale, int32_t process_set, int device,
+                  std::uintptr_t cuda_stream) {
+  const std::vector<TensorView> views = ToTensorViews(inputs, ToPlacement(device, cuda_stream));
   const std::vector<void*> pointers = ToPointers(outputs);
   const AllreduceOptions options{.op = ToReduceOp(op),
                                  .prescale = prescale,
@@ -37,26 +40,40 @@ Handles Reduction(Client& client, const std::vector<std::string>& names,
   return ValueOrThrow((client.*kSubmit)(names, views, pointers, options), ErrorPhase::kCall);
 }
 
+// Without outputs the results are views the Python layer copies out (CPU);
+// with them (CUDA), the daemon writes every rank's rows there.
 Handles Allgather(Client& client, const std::vector<std::string>& names,
-                  const std::vector<TensorArg>& inputs, int32_t process_set) {
-  const std::vector<TensorView> views = ToTensorViews(inputs);
+                  const std::vector<TensorArg>& inputs, int32_t process_set,
+                  const std::vector<std::uintptr_t>& outputs,
+                  const std::vector<size_t>& output_bytes, int device, std::uintptr_t cuda_stream) {
+  const std::vector<TensorView> views = ToTensorViews(inputs, ToPlacement(device, cuda_stream));
+  const std::vector<void*> pointers = ToPointers(outputs);
   py::gil_scoped_release release;
-  return ValueOrThrow(client.GroupedAllgatherAsync(names, views, process_set), ErrorPhase::kCall);
+  return ValueOrThrow(
+      client.GroupedAllgatherAsync(names, views, pointers, output_bytes, process_set),
+      ErrorPhase::kCall);
 }
 
 Client::Handle Broadcast(Client& client, const std::string& name, const TensorArg& input,
-                         std::uintptr_t output, int root_rank, int32_t process_set) {
-  const TensorView view = ToTensorView(input);
+                         std::uintptr_t output, int root_rank, int32_t process_set, int device,
+                         std::uintptr_t cuda_stream) {
+  const TensorView view = ToTensorView(input, ToPlacement(device, cuda_stream));
   py::gil_scoped_release release;
   return ValueOrThrow(client.BroadcastAsync(name, view, ToPointer(output), root_rank, process_set),
                       ErrorPhase::kCall);
 }
 
+// `output` 0: the result is a view (CPU); otherwise the rows received go
+// there (CUDA).
 Client::Handle Alltoall(Client& client, const std::string& name, const TensorArg& input,
-                        const std::vector<int64_t>& splits, int32_t process_set) {
-  const TensorView view = ToTensorView(input);
+                        const std::vector<int64_t>& splits, int32_t process_set,
+                        std::uintptr_t output, size_t output_bytes, int device,
+                        std::uintptr_t cuda_stream) {
+  const TensorView view = ToTensorView(input, ToPlacement(device, cuda_stream));
   py::gil_scoped_release release;
-  return ValueOrThrow(client.AlltoallAsync(name, view, splits, process_set), ErrorPhase::kCall);
+  return ValueOrThrow(
+      client.AlltoallAsync(name, view, splits, ToPointer(output), output_bytes, process_set),
+      ErrorPhase::kCall);
 }
 
 }  // namespace
@@ -67,21 +84,29 @@ void BindCollectives(py::module_& m) {
   client
       .def("allreduce_async", &Reduction<&Client::GroupedAllreduceAsync>, py::arg("names"),
            py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
-           py::arg("postscale"), py::arg("process_set"),
+           py::arg("postscale"), py::arg("process_set"), py::arg("device") = 0,
+           py::arg("cuda_stream") = 0,
            "Allreduce of each (address, dtype, shape) input into the output at the same "
-           "position; returns one handle per tensor.")
+           "position; returns one handle per tensor. device: the code of the device every "
+           "tensor lies on (DEVICES); cuda_stream: for CUDA, the stream that orders the call.")
       .def("allgather_async", &Allgather, py::arg("names"), py::arg("inputs"),
-           py::arg("process_set"), "Allgather; wait() returns views of the gathered tensors.")
+           py::arg("process_set"), py::arg("outputs") = std::vector<std::uintptr_t>{},
+           py::arg("output_bytes") = std::vector<size_t>{}, py::arg("device") = 0,
+           py::arg("cuda_stream") = 0,
+           "Allgather; without outputs wait() returns views of the gathered tensors, with them "
+           "(which CUDA tensors need) the gathered rows are written there.")
       .def("broadcast_async", &Broadcast, py::arg("name"), py::arg("input"), py::arg("output"),
-           py::arg("root_rank"), py::arg("process_set"),
-           "Broadcast from root_rank, counted within the process set.")
+           py::arg("root_rank"), py::arg("process_set"), py::arg("device") = 0,
+           py::arg("cuda_stream") = 0, "Broadcast from root_rank, counted within the process set.")
       .def("alltoall_async", &Alltoall, py::arg("name"), py::arg("input"), py::arg("splits"),
-           py::arg("process_set"),
-           "Alltoall; wait() returns a view of the rows received and their received_splits.")
+           py::arg("process_set"), py::arg("output") = 0, py::arg("output_bytes") = 0,
+           py::arg("device") = 0, py::arg("cuda_stream") = 0,
+           "Alltoall; without an output wait() returns a view of the rows received and their "
+           "received_splits; with one (which CUDA tensors need) the rows are written there.")
       .def("reducescatter_async", &Reduction<&Client::GroupedReducescatterAsync>, py::arg("names"),
            py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
-           py::arg("postscale"), py::arg("process_set"),
-           "Reducescatter into outputs holding this rank's rows.")
+           py::arg("postscale"), py::arg("process_set"), py::arg("device") = 0,
+           py::arg("cuda_stream") = 0, "Reducescatter into outputs holding this rank's rows.")
       .def(
           "barrier",
           [](Client& self, int32_t process_set) {

@@ -1,6 +1,7 @@
 // collective._core: the Python binding of libcollective. It knows nothing
 // of PyTorch: tensors arrive as (address, dtype code, shape), so one build
 // serves every PyTorch version; collective.torch turns tensors into those.
+#include <string>
 #include <utility>
 
 #include <pybind11/pybind11.h>
@@ -27,6 +28,17 @@ constexpr std::pair<const char*, ReduceOp> kReduceOps[] = {
     {"sum", ReduceOp::kSum}, {"average", ReduceOp::kAverage}, {"min", ReduceOp::kMin},
     {"max", ReduceOp::kMax}, {"product", ReduceOp::kProduct}, {"adasum", ReduceOp::kAdasum}};
 
+constexpr std::pair<const char*, collective::Device> kDevices[] = {
+    {"cpu", collective::Device::kCpu}, {"cuda", collective::Device::kCuda}};
+
+// None when this process can hand CUDA tensors to a daemon that takes them;
+// otherwise why not (no NVIDIA driver, or one too old).
+py::object CudaDriverError() {
+  const absl::Status status = collective::Client::CudaDriverStatus();
+  if (status.ok()) return py::none();
+  return py::str(std::string(status.message()));
+}
+
 // name -> wire code, so that the Python layer never hard-codes the codes.
 template <typename Enum, size_t N>
 py::dict Codes(const std::pair<const char*, Enum> (&table)[N]) {
@@ -47,5 +59,9 @@ PYBIND11_MODULE(_core, m) {
   collective::python::BindBuffer(m);
   m.attr("DTYPES") = Codes(kDataTypes);
   m.attr("REDUCE_OPS") = Codes(kReduceOps);
+  m.attr("DEVICES") = Codes(kDevices);
+  m.def("cuda_driver_error", &CudaDriverError,
+        "None when libcollective can load the NVIDIA driver (libcuda.so.1) with every function "
+        "it uses for CUDA tensors; otherwise the reason it cannot.");
   m.attr("GLOBAL_PROCESS_SET") = collective::kGlobalProcessSet;
 }

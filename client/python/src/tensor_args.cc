@@ -5,20 +5,35 @@
 
 namespace collective::python {
 
-TensorView ToTensorView(const TensorArg& arg) {
+Placement ToPlacement(int device_code, std::uintptr_t cuda_stream) {
+  const auto device = static_cast<Device>(device_code);
+  if (device != Device::kCpu && device != Device::kCuda) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat("unknown device code ", device_code)),
+                      ErrorPhase::kCall);
+  }
+  return Placement{.device = device,
+                   .cuda_stream = device == Device::kCuda ? ToPointer(cuda_stream) : nullptr};
+}
+
+TensorView ToTensorView(const TensorArg& arg, const Placement& placement) {
   const auto& [address, dtype_code, shape] = arg;
   const auto dtype = static_cast<DataType>(dtype_code);
   if (DataTypeSize(dtype) == 0) {
     throw StatusError(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", dtype_code)),
                       ErrorPhase::kCall);
   }
-  return TensorView{.data = ToPointer(address), .dtype = dtype, .shape = shape};
+  return TensorView{.data = ToPointer(address),
+                    .dtype = dtype,
+                    .shape = shape,
+                    .device = placement.device,
+                    .cuda_stream = placement.cuda_stream};
 }
 
-std::vector<TensorView> ToTensorViews(const std::vector<TensorArg>& args) {
+std::vector<TensorView> ToTensorViews(const std::vector<TensorArg>& args,
+                                      const Placement& placement) {
   std::vector<TensorView> views;
   views.reserve(args.size());
-  for (const TensorArg& arg : args) views.push_back(ToTensorView(arg));
+  for (const TensorArg& arg : args) views.push_back(ToTensorView(arg, placement));
   return views;
 }
 

@@ -11,6 +11,7 @@ the same.
 import atexit
 import os
 
+from collective import _core
 from collective.common import connection
 from collective.common import process_sets as sets
 
@@ -119,8 +120,10 @@ def stop_timeline():
 
 
 # What this build offers. Trainers never run MPI, Gloo, NCCL, DDL or oneCCL
-# themselves (the daemon owns the transports), and collective.torch reduces
-# CPU tensors only: the GPU path is not implemented yet.
+# themselves (the daemon owns the transports). CUDA tensors need two things
+# at run time: the NVIDIA driver in this process (libcollective loads
+# libcuda.so.1 when it first sees one; it links no CUDA library) and a
+# daemon built with CUDA and NCCL, which says so when this process joins.
 
 def mpi_enabled():
     """False: this process never runs MPI; collectived owns the transports."""
@@ -149,8 +152,12 @@ def gloo_built():
 
 
 def nccl_built():
-    """False: collective.torch has no GPU path yet."""
-    return False
+    """Whether the daemon this process joined runs CUDA tensors through NCCL: True when it
+    was built with CUDA and NCCL (the GPU path is built with both or neither).
+
+    The daemon's build decides, so this needs ``init()`` (ValueError before it).
+    """
+    return connection.current().client.daemon_gpu_path
 
 
 def ddl_built():
@@ -164,10 +171,24 @@ def ccl_built():
 
 
 def cuda_built():
-    """False: collective.torch has no GPU path yet; CUDA tensors are refused."""
-    return False
+    """Whether collective.torch takes CUDA tensors in this process.
+
+    True when libcollective can load the NVIDIA driver (libcuda.so.1, with
+    every function it uses) and, once ``init()`` has connected, the daemon
+    was built with CUDA and NCCL. Before ``init()`` only the driver is known;
+    ``cuda_driver_error()`` says why the driver cannot be used. Machines
+    without an NVIDIA driver answer False.
+    """
+    if _core.cuda_driver_error() is not None:
+        return False
+    return not connection.is_open() or connection.current().client.daemon_gpu_path
+
+
+def cuda_driver_error():
+    """None when libcollective can load the NVIDIA driver; otherwise why it cannot."""
+    return _core.cuda_driver_error()
 
 
 def rocm_built():
-    """False: collective.torch has no GPU path yet."""
+    """False: collective.torch takes CUDA tensors, not ROCm ones."""
     return False

@@ -33,6 +33,10 @@ class Connection:
         # unnamed calls on it, so they count the same; a count per set keeps
         # calls on other sets, made by other ranks, from shifting it.
         self.unnamed_calls = collections.defaultdict(itertools.count)
+        # The index of the CUDA device whose tensors this process handed over
+        # first: libcollective's client works with that one device only
+        # (see collective.torch.devices). None until then.
+        self.cuda_device = None
 
 
 _lock = threading.Lock()

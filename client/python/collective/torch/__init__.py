@@ -3,7 +3,8 @@
 Start the processes with a launcher (``collectiverun -np 4 python train.py``,
 or mpirun/torchrun with a collectived on the node), call ``hvd.init()``, and
 use the collectives, ``DistributedOptimizer``, ``broadcast_parameters`` and
-the rest as with ``horovod.torch``. CPU tensors only, for now.
+the rest as with ``horovod.torch``, on CPU and CUDA tensors (one GPU per
+process; see ``collective.torch.devices``).
 """
 
 from collective.torch.compression import Compression

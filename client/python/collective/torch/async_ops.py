@@ -12,6 +12,12 @@ joined) do not count, and a join ends with every rank counting on from the
 highest count of any (the joined ranks made fewer calls). A name is in use from the call until its handle is
 synchronized; a call under a name in use raises Horovod's ValueError
 (``handles.start``).
+
+CUDA tensors go to the daemon where they lie, ordered by the caller's current
+stream (``devices``). A CUDA allgather or alltoall first exchanges the
+sizes of what every rank sends, so that its output can be allocated on the
+device; that exchange makes the call return only once every rank of the set
+has made it, so those calls must come in the same order on every rank.
 """
 
 import copy
@@ -21,7 +27,7 @@ import torch
 
 from collective.common import connection
 from collective.common.process_sets import global_process_set, process_set_id, set_rank_of
-from collective.torch import handles, reduce_ops, tensor_args
+from collective.torch import devices, handles, reduce_ops, tensor_args
 from collective.torch.reduce_ops import Average
 
 
@@ -51,23 +57,38 @@ def _client():
     return connection.current().client
 
 
+def _place(what, tensors):
+    return devices.place(what, tensors, connection.current())
+
+
+def _exchange(base, row, set_id):
+    """Every rank's ``row`` of ints (as long on every rank), in set-rank order: the sizes a
+    CUDA allgather or alltoall needs to allocate its output. Blocks until every rank of
+    the set has sent its own; a failure is the HorovodInternalError every rank receives."""
+    client = _client()
+    local = torch.tensor([row], dtype=torch.int64)
+    requests = client.allgather_async([f'{base}#rows'], [tensor_args.arg(local)], set_id)
+    gathered = tensor_args.tensor_from_result(client.wait(requests[0]), torch.int64)
+    return gathered.tolist()
+
+
 def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
-                     set_id, grouped, submit):
+                     set_id, grouped, submit, placement):
     """Submits an allreduce or reducescatter of ``tensors`` into ``destinations``."""
     code = reduce_ops.wire_code(op)
     inputs = [tensor_args.dense(t) for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
 
     def start():
-        return submit(names, [tensor_args.arg(t) for t in inputs],
-                      [d.address for d in destinations], code, float(prescale_factor),
-                      float(postscale_factor), set_id)
+        return placement.submitter(submit)(
+            names, [tensor_args.arg(t) for t in inputs], [d.address for d in destinations],
+            code, float(prescale_factor), float(postscale_factor), set_id)
 
     def finish(_results):
         outputs = [d.finish() for d in destinations]
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.start(names, start, finish, (inputs, destinations))
+    return handles.start(names, start, finish, (inputs, destinations), placement)
 
 
 def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, postscale_factor,
@@ -79,11 +100,12 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
     tensors = list(tensors)
     for t in tensors:
         tensor_args.check(t)
+    placement = _place('grouped_allreduce' if grouped else 'allreduce', tensors)
     if outputs is None:
         outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     destinations = [tensor_args.Destination(o) for o in outputs]
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
-                            set_id, grouped, _client().allreduce_async)
+                            set_id, grouped, _client().allreduce_async, placement)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -167,7 +189,10 @@ def _allgather_async(tensors, name, process_set, grouped):
     base = _base_name('grouped_allgather' if grouped else 'allgather', name, set_id)
     tensors = list(tensors)
     inputs = [tensor_args.dense(t) for t in tensors]
+    placement = _place('grouped_allgather' if grouped else 'allgather', inputs)
     names = _names(base, len(inputs) if grouped else None)
+    if placement.is_cuda:
+        return _cuda_allgather_async(base, names, inputs, placement, set_id, grouped)
     dtypes = [t.dtype for t in inputs]
 
     def start():
@@ -178,6 +203,28 @@ def _allgather_async(tensors, name, process_set, grouped):
         return tuple(outputs) if grouped else outputs[0]
 
     return handles.start(names, start, finish, inputs)
+
+
+def _cuda_allgather_async(base, names, inputs, placement, set_id, grouped):
+    """Allgather into device outputs sized from every rank's first dimensions."""
+    outputs = []
+
+    def start():
+        rows_by_rank = _exchange(base, [t.shape[0] if t.dim() else 0 for t in inputs], set_id)
+        for t, rows in zip(inputs, devices.gathered_rows(rows_by_rank)):
+            shape = (rows,) + tuple(t.shape[1:]) if t.dim() else (0,)
+            outputs.append(torch.empty(shape, dtype=t.dtype, device=placement.device))
+        return placement.submitter(_client().allgather_async)(
+            names, [tensor_args.arg(t) for t in inputs], set_id,
+            outputs=[o.data_ptr() for o in outputs],
+            output_bytes=[o.numel() * o.element_size() for o in outputs])
+
+    def finish(results):
+        for result in results:
+            result.release()
+        return tuple(outputs) if grouped else outputs[0]
+
+    return handles.start(names, start, finish, (inputs, outputs), placement)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -264,16 +311,17 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     base = _base_name('broadcast', name, set_id)
     set_root = set_rank_of(process_set, root_rank)
     source = tensor_args.dense(tensor)
+    placement = _place('broadcast', [source] if output is None else [source, output])
     if output is None:
         output = torch.empty_like(source)
     destination = tensor_args.Destination(output)
 
     def start():
-        return [_client().broadcast_async(base, tensor_args.arg(source), destination.address,
-                                          set_root, set_id)]
+        return [placement.submitter(_client().broadcast_async)(
+            base, tensor_args.arg(source), destination.address, set_root, set_id)]
 
     return handles.start([base], start, lambda _results: destination.finish(),
-                         (source, destination))
+                         (source, destination), placement)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -335,6 +383,9 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     base = _base_name('alltoall', name, set_id)
     split_list = _alltoall_splits(splits)
     source = tensor_args.dense(tensor)
+    placement = _place('alltoall', [source])
+    if placement.is_cuda:
+        return _cuda_alltoall_async(base, source, split_list, placement, set_id)
 
     def start():
         return [_client().alltoall_async(base, tensor_args.arg(source), split_list, set_id)]
@@ -347,7 +398,37 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return handles.start([base], start, finish, source)
 
 
-def _reducescatter_destinations(tensors, set_id):
+def _cuda_alltoall_async(base, source, split_list, placement, set_id):
+    """Alltoall into a device output sized from the rows every rank sends this one."""
+    received = []
+    outputs = []
+
+    def start():
+        client = _client()
+        submit = placement.submitter(client.alltoall_async)
+        set_size = client.process_set_size(set_id)
+        if not devices.alltoall_splits_acceptable(split_list, source.shape, set_size):
+            # Without an output: libcollective refuses it, saying what is wrong.
+            return [submit(base, tensor_args.arg(source), split_list, set_id)]
+        sends = split_list or devices.even_splits(source.shape[0], set_size)
+        splits_by_rank = _exchange(base, sends, set_id)
+        received.extend(devices.received_rows(splits_by_rank,
+                                              client.process_set_rank(set_id)))
+        shape = (sum(received),) + tuple(source.shape[1:]) if source.dim() else (0,)
+        outputs.append(torch.empty(shape, dtype=source.dtype, device=placement.device))
+        output = outputs[0]
+        return [submit(base, tensor_args.arg(source), split_list, set_id,
+                       output=output.data_ptr(),
+                       output_bytes=output.numel() * output.element_size())]
+
+    def finish(results):
+        results[0].release()
+        return outputs[0], torch.tensor(received, dtype=torch.int32)
+
+    return handles.start([base], start, finish, (source, outputs), placement)
+
+
+def _reducescatter_destinations(tensors, set_id, placement):
     """Outputs for this rank's rows: the first (rows mod size) ranks of the set get one more."""
     client = _client()
     set_size = client.process_set_size(set_id)
@@ -355,10 +436,12 @@ def _reducescatter_destinations(tensors, set_id):
     outputs = []
     for t in tensors:
         if t.dim() == 0:
-            outputs.append(torch.empty(0, dtype=t.dtype))  # refused by the daemon's client, by name
+            # refused by the daemon's client, by name
+            outputs.append(torch.empty(0, dtype=t.dtype, device=placement.device))
             continue
         rows = t.shape[0] // set_size + (1 if set_rank < t.shape[0] % set_size else 0)
-        outputs.append(torch.empty((rows,) + tuple(t.shape[1:]), dtype=t.dtype))
+        outputs.append(torch.empty((rows,) + tuple(t.shape[1:]), dtype=t.dtype,
+                                   device=placement.device))
     return [tensor_args.Destination(o) for o in outputs]
 
 
@@ -369,9 +452,10 @@ def _reducescatter_async(tensors, name, op, process_set, prescale_factor, postsc
     tensors = list(tensors)
     for t in tensors:
         tensor_args.check(t)
-    destinations = _reducescatter_destinations(tensors, set_id)
+    placement = _place('grouped_reducescatter' if grouped else 'reducescatter', tensors)
+    destinations = _reducescatter_destinations(tensors, set_id, placement)
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
-                            set_id, grouped, _client().reducescatter_async)
+                            set_id, grouped, _client().reducescatter_async, placement)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,

@@ -22,23 +22,26 @@ DUPLICATE_NAME_ERROR = (
 
 
 class _Pending:
-    __slots__ = ('requests', 'names', 'finish', 'keepalive')
+    __slots__ = ('requests', 'names', 'finish', 'keepalive', 'placement')
 
-    def __init__(self, requests, names, finish, keepalive):
+    def __init__(self, requests, names, finish, keepalive, placement):
         self.requests = requests  # the binding's handles
         self.names = names
         self.finish = finish  # list of Results -> what synchronize returns
         self.keepalive = keepalive
+        self.placement = placement  # a devices.Placement for CUDA tensors, else None
 
 
-def start(names, submit, finish, keepalive):
+def start(names, submit, finish, keepalive, placement=None):
     """Starts one call under ``names`` and returns its handle.
 
     ``submit()`` hands the requests to the binding and returns its request
     handles; it runs only when no name is in use (else ValueError, before
     anything is sent), and the names stay in use until the handle is
     synchronized. ``finish`` makes synchronize's result from the requests'
-    Results; ``keepalive`` is held until then.
+    Results; ``keepalive`` is held until then. ``placement``: the CUDA
+    device of the call's tensors, current while synchronize waits (the
+    wait queues the stream's wait for the result there).
     """
     connection = connections.current()
     names = list(names)
@@ -53,7 +56,9 @@ def start(names, submit, finish, keepalive):
     except BaseException:
         _free_names(connection, handle, names)
         raise
-    connection.pending[handle] = _Pending(requests, names, finish, keepalive)
+    connection.pending[handle] = _Pending(requests, names, finish, keepalive,
+                                          placement if placement is not None and
+                                          placement.is_cuda else None)
     return handle
 
 
@@ -113,6 +118,9 @@ def synchronize(handle):
     pending = connection.pending.pop(handle, None)
     if pending is None:
         return None
+    wait = connection.client.wait
+    if pending.placement is not None:
+        wait = pending.placement.guarded(wait)
     results = []
     error = None
     try:
@@ -120,7 +128,7 @@ def synchronize(handle):
         # that none stays outstanding (its name could not be used again).
         for request in pending.requests:
             try:
-                results.append(connection.client.wait(request))
+                results.append(wait(request))
             except Exception as e:  # noqa: BLE001 (re-raised below, the first one)
                 error = error or e
     finally:

@@ -92,7 +92,7 @@ class _SyncBatchNormFunction(Function):
         count = input.numel() // channels
         mean = x.sum(reduce_dims) / max(count, 1)
         var = (x - _channel_view(mean, x.dim())).square().sum(reduce_dims) / max(count, 1)
-        local = torch.cat([torch.tensor([float(count)], dtype=torch.float64),
+        local = torch.cat([torch.tensor([float(count)], dtype=torch.float64, device=x.device),
                            mean.double(), var.double()]).unsqueeze(0)
         gathered = allgather(local, name='sync_batch_norm.stats', process_set=process_set)
 

@@ -2,7 +2,8 @@
 
 The binding never links libtorch; it reads and writes memory at the
 addresses given here, so every tensor it sees must be a dense, contiguous
-CPU tensor that stays alive until its request completes (see handles.py).
+CPU or CUDA tensor that stays alive until its request completes (see
+handles.py; where CUDA tensors lie and which stream orders them: devices.py).
 """
 
 import torch
@@ -32,9 +33,9 @@ def check(tensor):
     """Raises ValueError unless the daemon can take ``tensor``."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f'expected a torch.Tensor, got {type(tensor).__name__}')
-    if tensor.device.type != 'cpu':
-        raise ValueError(f'collective.torch handles CPU tensors only; this tensor is on '
-                         f'{tensor.device} (the GPU path is not implemented yet)')
+    if tensor.device.type not in ('cpu', 'cuda'):
+        raise ValueError(f'collective.torch handles CPU and CUDA tensors only; this tensor is '
+                         f'on {tensor.device}')
     if tensor.layout != torch.strided:
         raise ValueError(f'collective.torch handles dense tensors only, not {tensor.layout}')
     if not supported(tensor.dtype):
