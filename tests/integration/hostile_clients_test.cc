@@ -5,7 +5,6 @@
 // stays responsive to everyone else and that what it gives up returns.
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -74,28 +73,6 @@ absl::Duration CpuTimeOf(pid_t pid) {
     return absl::InfiniteDuration();
   }
   return absl::Seconds(static_cast<double>(user + system) / ::sysconf(_SC_CLK_TCK));
-}
-
-// The daemon's resident memory in KiB, from /proc/<pid>/status.
-int64_t ResidentKib(pid_t pid) {
-  std::ifstream file(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(file, line)) {
-    if (!absl::StartsWith(line, "VmRSS:")) continue;
-    int64_t kib = 0;
-    const std::vector<std::string> words = absl::StrSplit(line.substr(6), ' ', absl::SkipEmpty());
-    if (!words.empty() && absl::SimpleAtoi(words[0], &kib)) return kib;
-  }
-  return -1;
-}
-
-size_t OpenDescriptors(pid_t pid) {
-  size_t count = 0;
-  for ([[maybe_unused]] const auto& entry :
-       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
-    ++count;
-  }
-  return count;
 }
 
 bool SetDescriptorLimit(pid_t pid, rlim_t limit) {
