@@ -1,8 +1,10 @@
 #include "daemon/service/silent_connections.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace collective::daemon::service {
@@ -33,13 +35,21 @@ std::vector<int> SilentConnections::TakeSpoken(const pollfd* polled, size_t coun
   std::vector<Held> waiting;
   for (size_t i = 0; i < held_.size(); ++i) {
     const short events = i < count ? polled[i].revents : 0;
-    if ((events & POLLIN) != 0) {
-      spoken.push_back(held_[i].fd);
-    } else if (events != 0) {
-      // Hung up or failed before saying anything: nothing for gRPC to serve.
-      ::close(held_[i].fd);
-    } else {
+    if (events == 0) {
       waiting.push_back(std::move(held_[i]));
+      continue;
+    }
+    // A peer that hung up is readable too (end of file): only a byte says
+    // that it spoke.
+    char first = 0;
+    const ssize_t peeked = ::recv(held_[i].fd, &first, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (peeked > 0) {
+      spoken.push_back(held_[i].fd);
+    } else if (peeked < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      waiting.push_back(std::move(held_[i]));
+    } else {
+      // Gone, or failed, before saying anything: nothing for gRPC to serve.
+      ::close(held_[i].fd);
     }
   }
   held_ = std::move(waiting);

@@ -44,7 +44,7 @@ class SilentConnections {
   void AppendPollFds(std::vector<pollfd>& fds) const;
   // `polled` are the entries AppendPollFds appended, after poll. Returns the
   // descriptors of the connections that spoke (the caller takes them);
-  // closes those that hung up without a word.
+  // closes those that hung up or failed without a word.
   std::vector<int> TakeSpoken(const pollfd* polled, size_t count);
   // Closes the connections whose deadline has passed; returns them.
   std::vector<Held> CloseExpired(Clock::time_point now);
