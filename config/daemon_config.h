@@ -33,6 +33,8 @@ struct DaemonConfig {
   std::vector<uint32_t> allowed_uids;
   // Peers whose primary gid is listed are allowed too.
   std::vector<uint32_t> allowed_gids;
+  // A new connection that sends nothing for this long is closed.
+  double silent_connection_timeout_seconds = 10.0;
 
   // "info" or "info,coord=debug,rpc=trace" (see common/logging.h).
   std::string log_level = "info";

@@ -279,6 +279,10 @@ std::vector<Knob> BuildTable() {
                             "Uids allowed to connect besides the daemon's own uid and root."),
                  Uint32List(COLLECTIVE_KNOB(allowed_gids),
                             "Peers whose primary gid is listed here may connect too."),
+                 Seconds(COLLECTIVE_KNOB(silent_connection_timeout_seconds), 3600.0,
+                         "A new connection that sends nothing for this long is closed (clients "
+                         "speak at once); until then it waits outside the RPC server, with at "
+                         "most a quarter of the daemon's descriptors held by such connections."),
              });
   AddSection(table, "Logging",
              {

@@ -40,7 +40,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
                                                       engine::Engine::StopRequest stop) {
   // The socket first: a second daemon on the same socket (and, likely, the
   // same metrics address) is refused for the socket, which says more.
-  auto listener = service::UnixListener::Bind({config.socket, config.socket_group});
+  auto listener =
+      service::UnixListener::Bind({.socket_path = config.socket,
+                                   .socket_group = config.socket_group,
+                                   .silent_timeout = std::chrono::milliseconds(static_cast<int64_t>(
+                                       config.silent_connection_timeout_seconds * 1000))});
   if (!listener.ok()) return listener.status();
   std::unique_ptr<observe::MetricsHttpServer> metrics_http;
   if (!config.metrics_listen.empty()) {

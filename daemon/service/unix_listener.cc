@@ -91,11 +91,14 @@ absl::StatusOr<int> TakeLock(const std::string& socket_path) {
 
 }  // namespace
 
-UnixListener::UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd)
+UnixListener::UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd,
+                           std::chrono::milliseconds silent_timeout)
     : socket_path_(std::move(socket_path)),
       listen_fd_(listen_fd),
       lock_fd_(lock_fd),
-      stop_fd_(stop_fd) {}
+      stop_fd_(stop_fd),
+      silent_timeout_(silent_timeout),
+      silent_(silent_timeout) {}
 
 absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const Options& options) {
   const std::string& path = options.socket_path;
@@ -136,7 +139,8 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const Options& 
 
   std::move(release_lock).Cancel();
   std::move(close_socket).Cancel();
-  return std::unique_ptr<UnixListener>(new UnixListener(path, fd, *lock_fd, stop_fd));
+  return std::unique_ptr<UnixListener>(
+      new UnixListener(path, fd, *lock_fd, stop_fd, options.silent_timeout));
 }
 
 UnixListener::~UnixListener() {
@@ -166,15 +170,15 @@ bool UnixListener::AwaitStopFor(std::chrono::milliseconds delay) {
   return ::poll(&stop, 1, static_cast<int>(delay.count())) > 0;
 }
 
-std::string UnixListener::TakeSuppressed(uid_t uid) {
-  const uint64_t suppressed = std::exchange(refusals_[uid].suppressed, 0);
+std::string UnixListener::TakeSuppressed(uid_t uid, Closure why) {
+  const uint64_t suppressed = std::exchange(refusals_[{uid, why}].suppressed, 0);
   return suppressed == 0 ? ""
                          : absl::StrCat(" (", suppressed, " more refused since the last report)");
 }
 
-bool UnixListener::NoteRefusal(uid_t uid) {
+bool UnixListener::NoteRefusal(uid_t uid, Closure why) {
   const auto now = std::chrono::steady_clock::now();
-  auto [it, first] = refusals_.try_emplace(uid, RefusalLog{now, 0});
+  auto [it, first] = refusals_.try_emplace({uid, why}, RefusalLog{now, 0});
   if (!first && now - it->second.logged < kRefusalLogInterval) {
     ++it->second.suppressed;
     return false;
@@ -184,47 +188,58 @@ bool UnixListener::NoteRefusal(uid_t uid) {
 }
 
 void UnixListener::AcceptLoop(grpc::Server* server, const job::PeerPolicy* policy) {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-  // While descriptors (or kernel memory) run out, accept fails until some
-  // connection closes; retrying at once would spin a core and flood the log.
-  // Pending connections wait in the listen backlog meanwhile.
-  std::chrono::milliseconds backoff{0};
-  uint64_t failed_accepts = 0;
+  std::vector<pollfd> fds;
   while (true) {
-    if (::poll(fds, 2, -1) < 0) {
+    fds = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    silent_.AppendPollFds(fds);
+    const int timeout = silent_.MillisecondsToNextDeadline(std::chrono::steady_clock::now());
+    if (::poll(fds.data(), fds.size(), timeout) < 0) {
       if (errno == EINTR) continue;
       log::Rpc().error("poll on the listening socket failed: {}", std::strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
-    // gRPC requires the handed-over socket to be non-blocking.
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      const int error = errno;
-      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
-        if (failed_accepts++ == 0) {
-          log::Rpc().error(
-              "accept failed: {}; new connections wait until descriptors are free (retrying "
-              "every {} ms at most; this is logged once until an accept succeeds)",
-              std::strerror(error), kMaxAcceptBackoff.count());
-        }
-        backoff = std::min(kMaxAcceptBackoff, std::max(kMinAcceptBackoff, backoff * 2));
-        if (AwaitStopFor(backoff)) return;
-      } else if (error != EINTR && error != EAGAIN && error != ECONNABORTED) {
-        log::Rpc().warn("accept failed: {}", std::strerror(error));
-      }
-      continue;
+    for (const int fd : silent_.TakeSpoken(fds.data() + 2, fds.size() - 2)) {
+      grpc::AddInsecureChannelFromFd(server, fd);
     }
-    if (failed_accepts > 0) {
-      log::Rpc().warn("accepting connections again after {} failed accepts", failed_accepts);
-      failed_accepts = 0;
-      backoff = std::chrono::milliseconds{0};
-    }
-    HandOver(server, policy, fd);
+    CloseSilent();
+    if (fds[0].revents != 0 && !AcceptOne(policy)) return;
   }
 }
 
-void UnixListener::HandOver(grpc::Server* server, const job::PeerPolicy* policy, int fd) {
+bool UnixListener::AcceptOne(const job::PeerPolicy* policy) {
+  // gRPC requires the handed-over socket to be non-blocking.
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    const int error = errno;
+    // While descriptors (or kernel memory) run out, accept fails until some
+    // connection closes; retrying at once would spin a core and flood the
+    // log. Pending connections wait in the listen backlog meanwhile.
+    if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+      if (failed_accepts_++ == 0) {
+        log::Rpc().error(
+            "accept failed: {}; new connections wait until descriptors are free (retrying "
+            "every {} ms at most; this is logged once until an accept succeeds)",
+            std::strerror(error), kMaxAcceptBackoff.count());
+      }
+      backoff_ = std::min(kMaxAcceptBackoff, std::max(kMinAcceptBackoff, backoff_ * 2));
+      return !AwaitStopFor(backoff_);
+    }
+    if (error != EINTR && error != EAGAIN && error != ECONNABORTED) {
+      log::Rpc().warn("accept failed: {}", std::strerror(error));
+    }
+    return true;
+  }
+  if (failed_accepts_ > 0) {
+    log::Rpc().warn("accepting connections again after {} failed accepts", failed_accepts_);
+    failed_accepts_ = 0;
+    backoff_ = std::chrono::milliseconds{0};
+  }
+  Admit(policy, fd);
+  return true;
+}
+
+void UnixListener::Admit(const job::PeerPolicy* policy, int fd) {
   auto peer = job::ReadPeerCredentials(fd);
   if (!peer.ok()) {
     log::Rpc().warn("dropping a connection: {}", peer.status().message());
@@ -259,7 +274,30 @@ void UnixListener::HandOver(grpc::Server* server, const job::PeerPolicy* policy,
     connections_.Add(fd, peer->uid);
   }
   log::Rpc().debug("connection from {}", peer->ToString());
-  grpc::AddInsecureChannelFromFd(server, fd);
+  // Until it speaks, gRPC would keep it for ever: held here with a deadline.
+  // Silent connections, root's too, get at most a uid's share of the
+  // descriptors; past it the oldest goes.
+  const std::optional<SilentConnections::Held> evicted = silent_.Hold(
+      fd, peer->uid, peer->ToString(), ConnectionsPerUidLimit(), std::chrono::steady_clock::now());
+  if (evicted.has_value() && NoteRefusal(evicted->uid, Closure::kSilentTooMany)) {
+    log::Rpc().warn(
+        "connection from {} closed before its deadline: {} connections had sent nothing, the most "
+        "that may wait at once (a quarter of the daemon's descriptor limit){}",
+        evicted->peer, silent_.size(), TakeSuppressed(evicted->uid, Closure::kSilentTooMany));
+  }
+}
+
+void UnixListener::CloseSilent() {
+  for (const SilentConnections::Held& held :
+       silent_.CloseExpired(std::chrono::steady_clock::now())) {
+    if (NoteRefusal(held.uid, Closure::kSilentTooLong)) {
+      log::Rpc().warn(
+          "connection from {} closed: it sent nothing within {} s of connecting "
+          "(silent_connection_timeout_seconds){}",
+          held.peer, std::chrono::duration<double>(silent_timeout_).count(),
+          TakeSuppressed(held.uid, Closure::kSilentTooLong));
+    }
+  }
 }
 
 }  // namespace collective::daemon::service

@@ -1,8 +1,9 @@
 // The daemon's Unix socket: one owner per socket path (a lock file), safe
 // permissions, and an accept loop that reads each peer's credentials and
-// hands the connection to the gRPC server, closing at once those of refused
-// peers and of users over their share of descriptors. Bind, Start and Stop
-// run on the daemon's main thread; everything else on the accept thread.
+// hands the connection to the gRPC server once it speaks, closing at once
+// those of refused peers and of users over their share of descriptors, and
+// those that stay silent past a deadline. Bind, Start and Stop run on the
+// daemon's main thread; everything else on the accept thread.
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include <grpcpp/server.h>
 
@@ -18,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/job/peer_credentials.h"
 #include "daemon/service/connection_table.h"
+#include "daemon/service/silent_connections.h"
 
 namespace collective::daemon::service {
 
@@ -28,6 +31,9 @@ class UnixListener {
     // Group given to the socket file (name or number); empty keeps the
     // daemon's own group.
     std::string socket_group;
+    // How long a new connection may stay silent before it is closed
+    // (silent_connection_timeout_seconds).
+    std::chrono::milliseconds silent_timeout{10000};
   };
 
   // Takes `<socket>.lock` (failing with a message naming the daemon that
@@ -41,7 +47,8 @@ class UnixListener {
   UnixListener& operator=(const UnixListener&) = delete;
 
   // Accepts connections until Stop. Connections of peers that `policy`
-  // refuses are closed at once (logged, at most once a minute per uid).
+  // refuses are closed at once, and those that send nothing within the
+  // silent timeout when it passes (logged, at most once a minute per uid).
   void Start(grpc::Server* server, const job::PeerPolicy* policy);
 
   // Stops accepting and removes the socket file. The lock is held until
@@ -49,18 +56,28 @@ class UnixListener {
   void Stop();
 
  private:
-  UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd);
+  UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd,
+               std::chrono::milliseconds silent_timeout);
   void AcceptLoop(grpc::Server* server, const job::PeerPolicy* policy);
-  // Hands `fd` to gRPC, or closes it (refused peer, or its uid over its
-  // share).
-  void HandOver(grpc::Server* server, const job::PeerPolicy* policy, int fd);
+  // Accepts one connection, if accept succeeds; false when Stop was called
+  // while it backed off.
+  bool AcceptOne(const job::PeerPolicy* policy);
+  // Holds `fd` until it speaks, or closes it (refused peer, or its uid over
+  // its share).
+  void Admit(const job::PeerPolicy* policy, int fd);
+  // Closes the held connections whose deadline passed, logging them.
+  void CloseSilent();
   // Waits up to `delay`; true if Stop was called.
   bool AwaitStopFor(std::chrono::milliseconds delay);
-  // Whether to log a refusal of `uid` now; else counts it as suppressed.
-  bool NoteRefusal(uid_t uid);
+  // Why the accept loop closes a connection: each kind is logged (and
+  // counted) on its own.
+  enum class Closure { kRefused, kSilentTooMany, kSilentTooLong };
+  // Whether to log a closure of `uid`'s connection now; else counts it as
+  // suppressed.
+  bool NoteRefusal(uid_t uid, Closure why = Closure::kRefused);
   // " (N more refused since the last report)" for `uid`, or "" if none; the
   // count starts again.
-  std::string TakeSuppressed(uid_t uid);
+  std::string TakeSuppressed(uid_t uid, Closure why = Closure::kRefused);
 
   // Backoff while accept fails for want of descriptors or memory: doubling
   // from the first to the second. Constants, not knobs: they bound how long
@@ -81,8 +98,13 @@ class UnixListener {
   int stop_fd_;  // eventfd that ends the accept loop
   std::thread thread_;
   std::atomic<bool> stopped_{false};
+  const std::chrono::milliseconds silent_timeout_;
   ConnectionTable connections_;
-  absl::flat_hash_map<uid_t, RefusalLog> refusals_;
+  SilentConnections silent_;
+  // Failed accepts since the last success, and the current backoff.
+  uint64_t failed_accepts_ = 0;
+  std::chrono::milliseconds backoff_{0};
+  absl::flat_hash_map<std::pair<uid_t, Closure>, RefusalLog> refusals_;
 };
 
 }  // namespace collective::daemon::service

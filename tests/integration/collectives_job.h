@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "tests/integration/daemon_process.h"
 
 namespace collective::testing {
@@ -40,6 +42,21 @@ inline void RunJob(Job& job, const std::vector<std::string>& flags, int clients,
   ASSERT_TRUE(workers.ok()) << workers.status();
   job.workers = std::move(*workers);
   job.failures = WaitForWorkers(job.workers, timeout);
+}
+
+// Waits until every worker has printed `line` (its stdout is a file the test
+// reads while it runs), or fails the test at the deadline.
+inline void AwaitSaid(std::vector<Subprocess>& workers, const std::string& line,
+                      absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (size_t rank = 0; rank < workers.size(); ++rank) {
+    while (!absl::StrContains(workers[rank].Stdout(), line)) {
+      ASSERT_LT(absl::Now(), deadline) << "rank " << rank << " never said '" << line
+                                       << "'; its stderr: " << workers[rank].Stderr();
+      ASSERT_FALSE(workers[rank].Wait(absl::Milliseconds(5)).has_value())
+          << "rank " << rank << " exited: " << workers[rank].Stderr();
+    }
+  }
 }
 
 // Stops the daemon: it must exit 0 and leave no segment behind.

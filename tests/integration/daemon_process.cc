@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <signal.h>
 #include <sys/stat.h>
@@ -11,7 +12,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "collective/v1/collective.grpc.pb.h"
 #include "shm/segment_names.h"
 
@@ -124,6 +128,29 @@ std::vector<std::string> SegmentsOf(const std::string& socket) {
     if (name.rfind(prefix, 0) == 0) found.push_back(name);
   }
   return found;
+}
+
+int64_t ResidentKib(pid_t pid) {
+  std::ifstream file(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(file, line)) {
+    if (!absl::StartsWith(line, "VmRSS:")) continue;
+    int64_t kib = 0;
+    // "VmRSS:\t   1234 kB"
+    const std::vector<std::string> words =
+        absl::StrSplit(line.substr(6), absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (!words.empty() && absl::SimpleAtoi(words[0], &kib)) return kib;
+  }
+  return -1;
+}
+
+size_t OpenDescriptors(pid_t pid) {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/fd"))) {
+    ++count;
+  }
+  return count;
 }
 
 std::vector<std::string> DaemonProcess::Segments() const { return SegmentsOf(socket_); }

@@ -3,6 +3,8 @@
 // stopped with SIGTERM. Also: starting client worker processes against it.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
@@ -97,6 +99,11 @@ absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout);
 std::vector<std::string> SegmentsOf(const std::string& socket);
 // The Status RPC of the daemon on `socket`.
 absl::StatusOr<v1::StatusResponse> QueryStatus(const std::string& socket);
+
+// What a process holds, from /proc/<pid>: its resident memory in KiB (-1
+// if it cannot be read) and its open descriptors (for leak checks).
+int64_t ResidentKib(pid_t pid);
+size_t OpenDescriptors(pid_t pid);
 
 // For AwaitStatus: whether tensor `name` is pending with exactly
 // `ready_ranks` ranks submitted (so a job is known to block on it).

@@ -40,20 +40,6 @@ std::vector<std::string> FailureFlags() {
           "--heartbeat-interval-ms", "100"};
 }
 
-// Waits until every worker has printed `line` (its stdout is a file the test
-// reads while it runs), or fails the test at the deadline.
-void AwaitSaid(std::vector<Subprocess>& workers, const std::string& line, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  for (size_t rank = 0; rank < workers.size(); ++rank) {
-    while (!absl::StrContains(workers[rank].Stdout(), line)) {
-      ASSERT_LT(absl::Now(), deadline) << "rank " << rank << " never said '" << line
-                                       << "'; its stderr: " << workers[rank].Stderr();
-      ASSERT_FALSE(workers[rank].Wait(absl::Milliseconds(5)).has_value())
-          << "rank " << rank << " exited: " << workers[rank].Stderr();
-    }
-  }
-}
-
 struct LoopJob {
   std::unique_ptr<MpiDaemons> daemons;
   std::vector<Subprocess> workers;

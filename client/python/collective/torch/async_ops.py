@@ -520,8 +520,7 @@ def _agree_on_automatic_names(set_id):
     count = torch.tensor([next(copy.copy(counters[set_id]))], dtype=torch.int64)
     destination = tensor_args.Destination(count)
     handle = _reduction_async(_AUTOMATIC_NAMES, [count], [destination], reduce_ops.Max, 1.0, 1.0,
-                              set_id, False, _client().allreduce_async,
-                              _place('allreduce', [count]))
+                              set_id, False, _client().allreduce_async, devices.CPU)
     counters[set_id] = itertools.count(int(handles.synchronize(handle)[0]))
 
 
