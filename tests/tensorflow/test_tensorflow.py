@@ -1,0 +1,133 @@
+"""collective.tensorflow's ops against values computed by hand: each rank contributes tensors
+derived from its rank, so every result is known in closed form. Eagerly and inside
+tf.function; gradients; an error from the daemon on every rank."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import collective.tensorflow as hvd
+
+
+def _ranks():
+    return np.arange(hvd.size(), dtype=np.float64)
+
+
+def test_basics():
+    assert hvd.is_initialized()
+    assert 0 <= hvd.rank() < hvd.size()
+    assert 0 <= hvd.local_rank() < hvd.local_size()
+    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
+    assert not hvd.mpi_built() and not hvd.gloo_built()
+
+
+@pytest.mark.parametrize('dtype', [tf.float32, tf.float64, tf.int32, tf.int64, tf.float16])
+def test_allreduce_ops(dtype):
+    value = tf.fill([2, 3], tf.cast(hvd.rank() + 1, dtype))
+    values = _ranks() + 1
+    expected = {hvd.Sum: values.sum(), hvd.Min: values.min(), hvd.Max: values.max(),
+                hvd.Product: values.prod()}
+    for op, want in expected.items():
+        result = hvd.allreduce(value, op=op)
+        assert result.dtype == dtype and result.shape == (2, 3)
+        np.testing.assert_allclose(result.numpy(), np.full((2, 3), want))
+    if dtype.is_floating:
+        average = hvd.allreduce(value)
+        np.testing.assert_allclose(average.numpy(), np.full((2, 3), values.mean()), rtol=1e-3)
+
+
+def test_allreduce_scale_factors_and_fp16_compression():
+    value = tf.fill([5], float(hvd.rank() + 1))
+    result = hvd.allreduce(value, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    np.testing.assert_allclose(result.numpy(), np.full(5, (_ranks() + 1).sum()))
+    compressed = hvd.allreduce(value, op=hvd.Sum, compression=hvd.Compression.fp16)
+    assert compressed.dtype == tf.float32
+    np.testing.assert_allclose(compressed.numpy(), np.full(5, (_ranks() + 1).sum()))
+
+
+def test_adasum_is_refused():
+    with pytest.raises(NotImplementedError, match='Adasum'):
+        hvd.allreduce(tf.ones([2]), op=hvd.Adasum)
+
+
+def test_allgather_of_uneven_rows():
+    rank = hvd.rank()
+    tensor = tf.fill([rank + 1, 2], rank)
+    gathered = hvd.allgather(tensor)
+    expected = np.concatenate([np.full((r + 1, 2), r) for r in range(hvd.size())])
+    np.testing.assert_array_equal(gathered.numpy(), expected)
+
+
+def test_broadcast_from_last_rank():
+    root = hvd.size() - 1
+    result = hvd.broadcast(tf.fill([3], float(hvd.rank())), root_rank=root)
+    np.testing.assert_array_equal(result.numpy(), np.full(3, float(root)))
+
+
+def test_alltoall_with_splits():
+    size, rank = hvd.size(), hvd.rank()
+    # Rank r sends j + 1 rows of value 10 r + j to rank j.
+    splits = [j + 1 for j in range(size)]
+    rows = np.concatenate([np.full(j + 1, 10 * rank + j) for j in range(size)]).astype(np.int32)
+    received, received_splits = hvd.alltoall(tf.constant(rows), splits=splits)
+    np.testing.assert_array_equal(received_splits.numpy(), [rank + 1] * size)
+    np.testing.assert_array_equal(
+        received.numpy(), np.concatenate([np.full(rank + 1, 10 * r + rank) for r in range(size)]))
+
+
+def test_ops_inside_tf_function():
+    size, rank = hvd.size(), hvd.rank()
+
+    @tf.function
+    def step(x):
+        summed = hvd.allreduce(x, op=hvd.Sum)
+        gathered = hvd.allgather(tf.reshape(x[:1], [1]))
+        root = hvd.broadcast(x, root_rank=0)
+        return summed, gathered, root
+
+    for call in range(2):  # the traced function runs twice under the same names
+        x = tf.constant([rank + call, 1.0 + call])
+        summed, gathered, root = step(x)
+        np.testing.assert_allclose(summed.numpy(), [(_ranks() + call).sum(), size * (1.0 + call)])
+        np.testing.assert_allclose(gathered.numpy(), _ranks() + call)
+        np.testing.assert_allclose(root.numpy(), [call, 1.0 + call])
+        assert summed.shape == (2,)
+
+
+def test_gradients_of_the_ops():
+    size, rank = hvd.size(), hvd.rank()
+    x = tf.Variable(tf.fill([2], float(rank + 1)))
+    weights = tf.constant([1.0, 2.0]) * (rank + 1)
+    with tf.GradientTape(persistent=True) as tape:
+        reduced = tf.reduce_sum(hvd.allreduce(x, op=hvd.Sum) * weights)
+        gathered = tf.reduce_sum(hvd.allgather(x) * tf.tile(weights, [size]))
+    # d/dx of sum(allreduce(x) * w_r) is the sum of every rank's w.
+    np.testing.assert_allclose(tape.gradient(reduced, x).numpy(),
+                               np.array([1.0, 2.0]) * (_ranks() + 1).sum())
+    # Allgather: the average over ranks of the gradient, then this rank's rows.
+    np.testing.assert_allclose(tape.gradient(gathered, x).numpy(),
+                               np.array([1.0, 2.0]) * (_ranks() + 1).mean())
+
+
+def test_distributed_gradient_tape_averages_and_broadcast_variables():
+    rank = hvd.rank()
+    v = tf.Variable([float(rank), 2.0 * rank])
+    hvd.broadcast_variables([v], root_rank=0)
+    np.testing.assert_array_equal(v.numpy(), [0.0, 0.0])
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * (rank + 1))
+    tape = hvd.DistributedGradientTape(tape)
+    (gradient,) = tape.gradient(loss, [v])
+    np.testing.assert_allclose(gradient.numpy(), np.full(2, (_ranks() + 1).mean()))
+
+
+def test_mismatched_shapes_fail_on_every_rank_and_the_job_goes_on():
+    if hvd.size() < 2:
+        pytest.skip('needs at least 2 ranks')
+    tensor = tf.ones([3 if hvd.rank() == 0 else 4])
+    with pytest.raises(tf.errors.OpError, match="Mismatched allreduce tensor shapes for "
+                                                "'allreduce.shape.mismatch'") as raised:
+        hvd.allreduce(tensor, name='shape.mismatch')
+    assert "collective allreduce of 'allreduce.shape.mismatch' failed" in raised.value.message
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([3]), op=hvd.Sum).numpy(),
+                                  [hvd.size()] * 3)
