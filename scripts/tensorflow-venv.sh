@@ -24,7 +24,7 @@ rm -rf "$venv"
 /usr/bin/python3 -m venv "$venv"
 log=$build_dir/tf-venv.log
 echo "tensorflow-venv: installing $(grep -v '^#' "$requirements" | tr '\n' ' ')into $venv" >&2
-if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q \
+if ! "$venv/bin/python" -m pip install --disable-pip-version-check -q --retries 2 \
     -r "$requirements" >"$log" 2>&1; then
   rm -rf "$venv"
   echo "tensorflow-venv: pip could not install TensorFlow (see $log); collective.tensorflow will not be built and its tests will be skipped." >&2

@@ -109,6 +109,43 @@ def test_gradients_of_the_ops():
                                np.array([1.0, 2.0]) * (_ranks() + 1).mean())
 
 
+def test_broadcast_and_alltoall_gradients_inside_tf_function():
+    size, rank = hvd.size(), hvd.rank()
+
+    @tf.function
+    def gradients(x):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            broadcast = tf.reduce_sum(hvd.broadcast(x, root_rank=0) * (rank + 1))
+            # Row j goes to rank j, which weighs what came from rank r by 10 r + j.
+            received, _ = hvd.alltoall(x, splits=[1] * size)
+            weights = tf.constant([10.0 * r + rank for r in range(size)])
+            alltoall = tf.reduce_sum(received * weights)
+        return tape.gradient(broadcast, x), tape.gradient(alltoall, x)
+
+    broadcast_grad, alltoall_grad = gradients(tf.fill([size], float(rank)))
+    # Broadcast: the average of every rank's gradient on the root, zeros elsewhere.
+    root_share = (_ranks() + 1).mean() if rank == 0 else 0.0
+    np.testing.assert_allclose(broadcast_grad.numpy(), np.full(size, root_share))
+    # Alltoall: this rank's row j went to rank j, which weighed it by 10 rank + j.
+    np.testing.assert_allclose(alltoall_grad.numpy(), [10.0 * rank + j for j in range(size)])
+
+
+def test_sparse_gradients_are_gathered_or_made_dense():
+    size, rank = hvd.size(), hvd.rank()
+    expected = np.zeros([size, 2])
+    for r in range(size):
+        expected[r] = (r + 1) / size
+    for sparse_as_dense in (False, True):
+        table = tf.Variable(tf.zeros([size, 2]))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, [rank]) * (rank + 1))
+        tape = hvd.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense)
+        (gradient,) = tape.gradient(loss, [table])
+        assert isinstance(gradient, tf.IndexedSlices) != sparse_as_dense
+        np.testing.assert_allclose(tf.convert_to_tensor(gradient).numpy(), expected)
+
+
 def test_distributed_gradient_tape_averages_and_broadcast_variables():
     rank = hvd.rank()
     v = tf.Variable([float(rank), 2.0 * rank])
@@ -131,3 +168,13 @@ def test_mismatched_shapes_fail_on_every_rank_and_the_job_goes_on():
     assert "collective allreduce of 'allreduce.shape.mismatch' failed" in raised.value.message
     np.testing.assert_array_equal(hvd.allreduce(tf.ones([3]), op=hvd.Sum).numpy(),
                                   [hvd.size()] * 3)
+
+
+def test_ops_fail_between_shutdown_and_init():
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+    with pytest.raises(tf.errors.FailedPreconditionError, match='not initialized'):
+        hvd.allreduce(tf.ones([2]), op=hvd.Sum, name='after.shutdown')
+    hvd.init()
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy(),
+                                  [hvd.size()] * 2)
