@@ -171,6 +171,11 @@ def test_mismatched_shapes_fail_on_every_rank_and_the_job_goes_on():
 
 
 def test_ops_fail_between_shutdown_and_init():
+    # A second init() changes nothing but lends the client to the ops again:
+    # giving back the first loan must leave the connection open.
+    hvd.init()
+    np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy(),
+                                  [hvd.size()] * 2)
     hvd.shutdown()
     assert not hvd.is_initialized()
     with pytest.raises(tf.errors.FailedPreconditionError, match='not initialized'):
