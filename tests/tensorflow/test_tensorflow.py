@@ -36,6 +36,39 @@ def test_allreduce_ops(dtype):
         np.testing.assert_allclose(average.numpy(), np.full((2, 3), values.mean()), rtol=1e-3)
 
 
+_EVERY_DTYPE = [tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
+                tf.bfloat16, tf.float32, tf.float64, tf.bool]
+
+
+def test_every_dtype_travels_intact():
+    size, rank = hvd.size(), hvd.rank()
+    # 0 on even ranks, 1 on odd ones: a value every dtype, bool included, holds.
+    for dtype in _EVERY_DTYPE:
+        mine = tf.cast(tf.fill([2], rank % 2), dtype)
+        gathered = hvd.allgather(mine)
+        assert gathered.dtype == dtype
+        np.testing.assert_array_equal(
+            tf.cast(gathered, tf.float64).numpy(), np.repeat(np.arange(size) % 2, 2))
+        root = hvd.broadcast(mine, root_rank=1 % size)
+        np.testing.assert_array_equal(tf.cast(root, tf.float64).numpy(), [(1 % size) % 2] * 2)
+        if dtype != tf.bool:
+            largest = hvd.allreduce(mine, op=hvd.Max)
+            np.testing.assert_array_equal(tf.cast(largest, tf.float64).numpy(),
+                                          [min(size - 1, 1)] * 2)
+
+
+def test_shape_functions():
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    def ops(x):
+        received, received_splits = hvd.alltoall(x, splits=tf.ones([hvd.size()], tf.int32))
+        return hvd.allreduce(x), hvd.allgather(x), hvd.broadcast(x, 0), received, received_splits
+
+    shapes = [output.shape.as_list() for output in ops.get_concrete_function().outputs]
+    assert shapes == [[None, 3], [None, 3], [None, 3], [None, 3], [None]]
+    with pytest.raises(ValueError, match='rank'):
+        tf.function(lambda: hvd.allgather(tf.constant(1.0))).get_concrete_function()
+
+
 def test_allreduce_scale_factors_and_fp16_compression():
     value = tf.fill([5], float(hvd.rank() + 1))
     result = hvd.allreduce(value, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)

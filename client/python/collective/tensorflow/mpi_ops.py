@@ -33,9 +33,9 @@ from collective.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum
 _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_ops.so')
 if not os.path.exists(_LIBRARY):
     raise ImportError(
-        f'collective.tensorflow: its op library {_LIBRARY} was not built: the build found no '
-        'TensorFlow in build/tf-venv (scripts/tensorflow-venv.sh makes it; see README '
-        '"TensorFlow")')
+        f'collective.tensorflow: its op library {_LIBRARY} is missing. It is built only when '
+        'the build finds TensorFlow in build/tf-venv (scripts/tensorflow-venv.sh makes it), '
+        'and `cmake --install` does not install it yet; see README "TensorFlow".')
 _OPS = tf.load_op_library(_LIBRARY)
 # The same library through ctypes, for the one function that is no op: lending
 # collective._core's client to the kernels.
