@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -142,43 +143,54 @@ class CollectiveKernel : public AsyncOpKernel {
   }
 
  protected:
+  // Starts `count` requests, filling their handles.
   using Start = std::function<int(collective_client_t*, collective_handle_t*)>;
-  using Finish = std::function<absl::Status(OpKernelContext*, const Completion&)>;
+  // Fills the outputs of request `index` from its completed result.
+  using Finish = std::function<absl::Status(OpKernelContext*, const Completion&, int index)>;
 
-  const char* tensor_name() const { return tensor_name_.c_str(); }
+  const std::string& tensor_name() const { return tensor_name_; }
   int32_t process_set() const { return process_set_; }
 
-  // Checks the input's dtype and fills `view`; false (with the op failed and
-  // done) for one the daemon lacks.
-  bool Describe(OpKernelContext* context, const DoneCallback& done, InputView* view) {
-    if (view->SetDataType(context->input(0).dtype())) return true;
+  // Checks input `index`'s dtype and fills `view`; false (with the op failed
+  // and done) for one the daemon lacks.
+  bool Describe(OpKernelContext* context, const DoneCallback& done, int index, InputView* view) {
+    if (view->SetDataType(context->input(index).dtype())) return true;
     context->SetStatus(absl::InvalidArgumentError(
         "collective " + kind_ + " of '" + tensor_name_ + "': the daemon has no " +
-        ::tensorflow::DataTypeString(context->input(0).dtype()) + " tensors."));
+        ::tensorflow::DataTypeString(context->input(index).dtype()) + " tensors."));
     done();
     return false;
   }
 
-  // Starts the request with `start` and returns; `finish` fills the outputs
-  // from the completed request on the completion thread, then `done` runs.
-  void Run(OpKernelContext* context, DoneCallback done, const Start& start, Finish finish) {
+  // Starts the requests with `start` and returns; on the completion thread,
+  // `finish` fills the outputs of each completed request, and once the last
+  // has completed the op takes the first error, if any, and `done` runs.
+  void Run(OpKernelContext* context, DoneCallback done, int count, const Start& start,
+           Finish finish) {
     absl::Status failed;
     const bool initialized = OpSession::WithCurrent([&](OpSession& session) {
-      collective_handle_t handle = 0;
-      const int code = start(session.client(), &handle);
+      std::vector<collective_handle_t> handles(static_cast<size_t>(count));
+      const int code = start(session.client(), handles.data());
       if (code != 0) {
         failed = Error(code, collective_last_error());
         return;
       }
-      session.Submit(
-          handle, [this, context, done, finish = std::move(finish)](const Completion& completion) {
-            if (completion.code != 0) {
-              context->SetStatus(Error(completion.code, completion.message));
-            } else {
-              context->SetStatus(finish(context, completion));
-            }
-            done();
-          });
+      // Touched by the completion thread only.
+      struct Outcome {
+        int remaining;
+        absl::Status status;
+      };
+      auto outcome = std::make_shared<Outcome>(Outcome{count, absl::OkStatus()});
+      for (int i = 0; i < count; ++i) {
+        session.Submit(handles[static_cast<size_t>(i)], [this, context, done, finish, outcome,
+                                                         i](const Completion& completion) {
+          outcome->status.Update(completion.code != 0 ? Error(completion.code, completion.message)
+                                                      : finish(context, completion, i));
+          if (--outcome->remaining > 0) return;
+          context->SetStatus(outcome->status);
+          done();
+        });
+      }
     });
     // `done` runs outside WithCurrent's lock: TensorFlow may start the next
     // kernel from it.
@@ -218,20 +230,76 @@ class AllreduceKernel : public CollectiveKernel {
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
     InputView view(input);
-    if (!Describe(context, done, &view)) return;
+    if (!Describe(context, done, 0, &view)) return;
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
     // The daemon's result is copied straight into the output (in Wait).
     void* out =
         output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
     Run(
-        context, std::move(done),
+        context, std::move(done), 1,
         [&](collective_client_t* client, collective_handle_t* handle) {
-          return collective_allreduce_tensor_async(client, tensor_name(), view.get(), out, op_,
-                                                   prescale_, postscale_, process_set(), handle);
+          return collective_allreduce_tensor_async(client, tensor_name().c_str(), view.get(), out,
+                                                   op_, prescale_, postscale_, process_set(),
+                                                   handle);
         },
-        [output](OpKernelContext*, const Completion& completion) {
+        [output](OpKernelContext*, const Completion& completion, int) {
           CopyOut(completion, output);
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  collective_op_t op_ = COLLECTIVE_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+// Allreduce of several tensors that the daemon negotiates and runs
+// together; member i is named '<tensor_name>_<i+1>of<N>', as
+// collective.torch names the members of a group.
+class GroupedAllreduceKernel : public CollectiveKernel {
+ public:
+  explicit GroupedAllreduceKernel(OpKernelConstruction* context)
+      : CollectiveKernel(context, "grouped allreduce") {
+    int64_t op = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
+    op_ = static_cast<collective_op_t>(op);
+    OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const int count = context->num_inputs();
+    std::vector<InputView> views;
+    views.reserve(static_cast<size_t>(count));
+    std::vector<collective_tensor_t> inputs;
+    std::vector<std::string> names;
+    std::vector<const char*> name_pointers;
+    std::vector<void*> outputs;
+    std::vector<Tensor*> output_tensors;
+    for (int i = 0; i < count; ++i) {
+      views.emplace_back(context->input(i));
+      if (!Describe(context, done, i, &views.back())) return;
+      inputs.push_back(*views.back().get());
+      names.push_back(tensor_name() + "_" + std::to_string(i + 1) + "of" + std::to_string(count));
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(context, context->allocate_output(i, context->input(i).shape(), &output),
+                           done);
+      output_tensors.push_back(output);
+      outputs.push_back(output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data())
+                                                  : nullptr);
+    }
+    for (const std::string& name : names) name_pointers.push_back(name.c_str());
+    Run(
+        context, std::move(done), count,
+        [&](collective_client_t* client, collective_handle_t* handles) {
+          return collective_grouped_allreduce_async(client, count, name_pointers.data(),
+                                                    inputs.data(), outputs.data(), op_, prescale_,
+                                                    postscale_, process_set(), handles);
+        },
+        [output_tensors](OpKernelContext*, const Completion& completion, int index) {
+          CopyOut(completion, output_tensors[static_cast<size_t>(index)]);
           return absl::OkStatus();
         });
   }
@@ -249,14 +317,14 @@ class AllgatherKernel : public CollectiveKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     InputView view(context->input(0));
-    if (!Describe(context, done, &view)) return;
+    if (!Describe(context, done, 0, &view)) return;
     Run(
-        context, std::move(done),
+        context, std::move(done), 1,
         [&](collective_client_t* client, collective_handle_t* handle) {
-          return collective_allgather_async(client, tensor_name(), view.get(), process_set(),
-                                            handle);
+          return collective_allgather_async(client, tensor_name().c_str(), view.get(),
+                                            process_set(), handle);
         },
-        [](OpKernelContext* ctx, const Completion& completion) {
+        [](OpKernelContext* ctx, const Completion& completion, int) {
           TensorShape shape;
           TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
           Tensor* output = nullptr;
@@ -278,18 +346,18 @@ class BroadcastKernel : public CollectiveKernel {
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
     InputView view(input);
-    if (!Describe(context, done, &view)) return;
+    if (!Describe(context, done, 0, &view)) return;
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
     void* out =
         output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
     Run(
-        context, std::move(done),
+        context, std::move(done), 1,
         [&](collective_client_t* client, collective_handle_t* handle) {
-          return collective_broadcast_async(client, tensor_name(), view.get(), out, root_rank_,
-                                            process_set(), handle);
+          return collective_broadcast_async(client, tensor_name().c_str(), view.get(), out,
+                                            root_rank_, process_set(), handle);
         },
-        [output](OpKernelContext*, const Completion& completion) {
+        [output](OpKernelContext*, const Completion& completion, int) {
           CopyOut(completion, output);
           return absl::OkStatus();
         });
@@ -305,17 +373,17 @@ class AlltoallKernel : public CollectiveKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     InputView view(context->input(0));
-    if (!Describe(context, done, &view)) return;
+    if (!Describe(context, done, 0, &view)) return;
     const auto given = context->input(1).flat<int32_t>();
     const std::vector<int64_t> splits(given.data(), given.data() + given.size());
     Run(
-        context, std::move(done),
+        context, std::move(done), 1,
         [&](collective_client_t* client, collective_handle_t* handle) {
-          return collective_alltoall_async(client, tensor_name(), view.get(),
+          return collective_alltoall_async(client, tensor_name().c_str(), view.get(),
                                            splits.empty() ? nullptr : splits.data(),
                                            static_cast<int>(splits.size()), process_set(), handle);
         },
-        [set = process_set()](OpKernelContext* ctx, const Completion& completion) {
+        [set = process_set()](OpKernelContext* ctx, const Completion& completion, int) {
           TensorShape shape;
           TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
           Tensor* output = nullptr;
@@ -335,6 +403,8 @@ class AlltoallKernel : public CollectiveKernel {
 
 REGISTER_KERNEL_BUILDER(Name("CollectiveAllreduce").Device(::tensorflow::DEVICE_CPU),
                         AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
+                        GroupedAllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveAllgather").Device(::tensorflow::DEVICE_CPU),
                         AllgatherKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveBroadcast").Device(::tensorflow::DEVICE_CPU),

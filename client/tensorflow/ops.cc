@@ -36,6 +36,22 @@ REGISTER_OP("CollectiveAllreduce")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("The reduction (a collective::ReduceOp) of `tensor` over the process set's ranks.");
 
+REGISTER_OP("CollectiveGroupedAllreduce")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("CollectiveAllreduce of each tensor, negotiated and run together as one group.");
+
 REGISTER_OP("CollectiveAllgather")
     .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
     .Attr("tensor_name: string = ''")

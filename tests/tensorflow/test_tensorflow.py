@@ -78,6 +78,23 @@ def test_allreduce_scale_factors_and_fp16_compression():
     np.testing.assert_allclose(compressed.numpy(), np.full(5, (_ranks() + 1).sum()))
 
 
+def test_grouped_allreduce_and_its_gradient():
+    size, rank = hvd.size(), hvd.rank()
+    tensors = [tf.Variable(tf.fill([n], float(rank + n))) for n in (1, 2, 3)]
+    with tf.GradientTape() as tape:
+        reduced = hvd.grouped_allreduce(tensors, op=hvd.Sum)
+        loss = tf.add_n([tf.reduce_sum(r) * (rank + 1) for r in reduced])
+    for n, r in zip((1, 2, 3), reduced):
+        np.testing.assert_allclose(r.numpy(), np.full(n, (_ranks() + n).sum()))
+    # Each member's gradient is the sum over ranks of rank + 1.
+    for n, gradient in zip((1, 2, 3), tape.gradient(loss, tensors)):
+        np.testing.assert_allclose(gradient.numpy(), np.full(n, (_ranks() + 1).sum()))
+    mismatch = [tf.ones([2]), tf.ones([3 + (rank == 0 and size > 1)])]
+    if size > 1:
+        with pytest.raises(tf.errors.OpError, match='Mismatched'):
+            hvd.grouped_allreduce(mismatch)
+
+
 def test_adasum_is_refused():
     with pytest.raises(NotImplementedError, match='Adasum'):
         hvd.allreduce(tf.ones([2]), op=hvd.Adasum)

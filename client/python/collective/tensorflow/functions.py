@@ -6,7 +6,7 @@ import tensorflow as tf
 from collective.common import reduce_ops
 from collective.common.process_sets import global_process_set
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.mpi_ops import _allreduce, allgather, broadcast
+from collective.tensorflow.mpi_ops import _allreduce, _grouped_allreduce, allgather, broadcast
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
@@ -35,6 +35,31 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
     reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
     return compression.decompress(reduced, context)
+
+
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """Horovod's ``grouped_allreduce``: ``allreduce`` of each tensor, negotiated and run as one
+    group. The dense tensors must share a dtype (after compression); ``tf.IndexedSlices`` are
+    gathered one by one, as ``allreduce`` does."""
+    del device_dense, device_sparse
+    op = reduce_ops.resolve_op(op, average)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    results = [allreduce(t, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, process_set=process_set)
+               if isinstance(t, tf.IndexedSlices) else None for t in tensors]
+    if dense:
+        compressed = [compression.compress(tensors[i]) for i in dense]
+        reduced = _grouped_allreduce([c for c, _ in compressed], op=op,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, process_set=process_set)
+        for i, r, (_, context) in zip(dense, reduced, compressed):
+            results[i] = compression.decompress(r, context)
+    return results
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):

@@ -81,6 +81,29 @@ def _allreduce_grad(op, grad):
         process_set_id=op.get_attr('process_set_id'))
 
 
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    """The grouped allreduce op itself: tensors of one dtype, negotiated and run together."""
+    set_id = _set_id(process_set)
+    return _OPS.collective_grouped_allreduce(
+        tensors, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        tensor_name=connection.call_name('grouped_allreduce', name, set_id),
+        process_set_id=set_id)
+
+
+@ops.RegisterGradient('CollectiveGroupedAllreduce')
+def _grouped_allreduce_grad(op, *grads):
+    """Horovod's: the same grouped allreduce of the gradients."""
+    set_id = op.get_attr('process_set_id')
+    return _OPS.collective_grouped_allreduce(
+        list(grads), reduce_op=op.get_attr('reduce_op'),
+        prescale_factor=op.get_attr('prescale_factor'),
+        postscale_factor=op.get_attr('postscale_factor'),
+        tensor_name=connection.call_name('grouped_allreduce', None, set_id),
+        process_set_id=set_id)
+
+
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Every rank's ``tensor`` concatenated in rank order along the first dimension, which may
     differ per rank. ``ignore_name_scope`` is accepted for Horovod's sake: names never carry
