@@ -13,6 +13,7 @@ traced (inside ``tf.function``), counted per process set, so every rank must
 make or trace the same unnamed calls in the same order, as in Horovod.
 """
 
+import atexit
 import ctypes
 import os
 
@@ -44,11 +45,20 @@ _ATTACH.argtypes = [ctypes.c_size_t]
 _ATTACH.restype = None
 
 
+_detach_registered = False
+
+
 def init(comm=None, process_sets=None):
     """Horovod's ``init``: connects to collectived (``collective.common.basics.init``) and lends
     the connection to the TensorFlow ops."""
+    global _detach_registered
     basics.init(comm=comm, process_sets=process_sets)
     _ATTACH(connection.current().client.address)
+    if not _detach_registered:
+        # Registered after basics' own exit handler, so it runs first: the
+        # ops give the client back before it closes.
+        atexit.register(_ATTACH, 0)
+        _detach_registered = True
 
 
 def shutdown():
