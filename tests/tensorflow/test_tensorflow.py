@@ -73,6 +73,8 @@ def test_allreduce_scale_factors_and_fp16_compression():
     value = tf.fill([5], float(hvd.rank() + 1))
     result = hvd.allreduce(value, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
     np.testing.assert_allclose(result.numpy(), np.full(5, (_ranks() + 1).sum()))
+    scalar = hvd.allreduce(tf.constant(float(hvd.rank())), op=hvd.Sum)
+    assert scalar.shape == () and scalar.numpy() == _ranks().sum()
     compressed = hvd.allreduce(value, op=hvd.Sum, compression=hvd.Compression.fp16)
     assert compressed.dtype == tf.float32
     np.testing.assert_allclose(compressed.numpy(), np.full(5, (_ranks() + 1).sum()))
@@ -102,9 +104,11 @@ def test_adasum_is_refused():
 
 def test_allgather_of_uneven_rows():
     rank = hvd.rank()
-    tensor = tf.fill([rank + 1, 2], rank)
+    # Rank r gives r rows: rank 0 none at all.
+    tensor = tf.fill([rank, 2], rank)
     gathered = hvd.allgather(tensor)
-    expected = np.concatenate([np.full((r + 1, 2), r) for r in range(hvd.size())])
+    expected = np.concatenate([np.full((r, 2), r) for r in range(hvd.size())])
+    assert gathered.shape == (hvd.size() * (hvd.size() - 1) // 2, 2)
     np.testing.assert_array_equal(gathered.numpy(), expected)
 
 
