@@ -212,6 +212,29 @@ def test_distributed_gradient_tape_averages_and_broadcast_variables():
     np.testing.assert_allclose(gradient.numpy(), np.full(2, (_ranks() + 1).mean()))
 
 
+def test_ops_and_gradients_on_a_process_set():
+    size, rank = hvd.size(), hvd.rank()
+    members = np.arange(0, size, 2)
+    evens = hvd.add_process_set([int(m) for m in members])
+    try:
+        if rank % 2 == 0:
+            x = tf.Variable([float(rank)])
+            with tf.GradientTape() as tape:
+                gathered = hvd.allgather(x, process_set=evens)
+                loss = tf.reduce_sum(gathered) * (rank + 1)
+            np.testing.assert_array_equal(gathered.numpy(), members)
+            # The gradient averaged over the set's members, this rank's row of it.
+            np.testing.assert_allclose(tape.gradient(loss, x).numpy(), [(members + 1).mean()])
+            # root_rank is a global rank, as in Horovod.
+            last = hvd.broadcast(tf.constant([float(rank)]), root_rank=int(members[-1]),
+                                 process_set=evens)
+            np.testing.assert_array_equal(last.numpy(), [members[-1]])
+            summed = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, process_set=evens)
+            np.testing.assert_array_equal(summed.numpy(), [len(members)])
+    finally:
+        hvd.remove_process_set(evens)
+
+
 def test_mismatched_shapes_fail_on_every_rank_and_the_job_goes_on():
     if hvd.size() < 2:
         pytest.skip('needs at least 2 ranks')
