@@ -74,12 +74,10 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return None if tf.executing_eagerly() else tf.group(*assignments)
 
 
-class _DistributedGradientTape(tf.GradientTape):
-    """A GradientTape whose ``gradient`` returns gradients allreduced over the process set."""
+class GradientReducer:
+    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce each gradient."""
 
-    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set,
-                 persistent=False, watch_accessed_variables=True):
-        super().__init__(persistent=persistent, watch_accessed_variables=watch_accessed_variables)
+    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
@@ -94,11 +92,7 @@ class _DistributedGradientTape(tf.GradientTape):
             self._prescale = 1.0 / gradient_predivide_factor
             self._postscale = gradient_predivide_factor / process_set.size()
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
-        gradients = super().gradient(target, sources, output_gradients, **kwargs)
-        return tf.nest.map_structure(self._reduce, gradients) if gradients is not None else None
-
-    def _reduce(self, gradient):
+    def __call__(self, gradient):
         if gradient is None:
             return None
         if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
@@ -106,6 +100,25 @@ class _DistributedGradientTape(tf.GradientTape):
         return allreduce(gradient, op=self._op, compression=self._compression,
                          prescale_factor=self._prescale, postscale_factor=self._postscale,
                          process_set=self._process_set)
+
+
+def check_no_groups(num_groups, groups):
+    """Grouping gradients (Horovod's num_groups and groups) is not built yet."""
+    if num_groups or groups is not None:
+        raise NotImplementedError('collective.tensorflow does not group gradient allreduces '
+                                  'yet: leave num_groups and groups unset.')
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A GradientTape whose ``gradient`` returns gradients allreduced over the process set."""
+
+    def __init__(self, reducer, persistent=False, watch_accessed_variables=True):
+        super().__init__(persistent=persistent, watch_accessed_variables=watch_accessed_variables)
+        self._reducer = reducer
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        gradients = super().gradient(target, sources, output_gradients, **kwargs)
+        return tf.nest.map_structure(self._reducer, gradients) if gradients is not None else None
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)
@@ -117,14 +130,13 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa
     ``num_groups``/``groups`` (grouped allreduce) are not built yet and must be left unset.
     """
     del device_dense, device_sparse
-    if num_groups or groups is not None:
-        raise NotImplementedError('collective.tensorflow does not group gradient allreduces '
-                                  'yet: leave num_groups and groups unset.')
-    tape = _DistributedGradientTape(compression, sparse_as_dense, op,
-                                    gradient_predivide_factor, process_set,
-                                    persistent=gradtape._persistent,  # noqa: SLF001 (Horovod too)
-                                    watch_accessed_variables=gradtape._watch_accessed_variables)
-    # The recording so far is the wrapped tape's: take it over, as Horovod does.
+    check_no_groups(num_groups, groups)
+    reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
+                              process_set)
+    # The wrapped tape's settings and recording so far are taken over, as Horovod does.
+    tape = _DistributedGradientTape(
+        reducer, persistent=gradtape._persistent,  # noqa: SLF001
+        watch_accessed_variables=gradtape._watch_accessed_variables)  # noqa: SLF001
     tape._tape = gradtape._tape  # noqa: SLF001
     tape._recording = gradtape._recording  # noqa: SLF001
     return tape
