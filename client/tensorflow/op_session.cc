@@ -1,6 +1,7 @@
 #include "op_session.h"
 
 #include <cstdint>
+#include <shared_mutex>
 #include <utility>
 
 namespace collective::tensorflow {
