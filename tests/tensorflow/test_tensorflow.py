@@ -163,6 +163,17 @@ def test_gradients_of_the_ops():
                                np.array([1.0, 2.0]) * (_ranks() + 1).mean())
 
 
+@pytest.mark.parametrize('op', [hvd.Sum, hvd.Average])
+def test_allreduce_gradient_agrees_with_tf_test_compute_gradient(op):
+    # Every rank perturbs the same element at the same time, so the numeric Jacobian is that
+    # of the same allreduce everywhere: size * I for Sum, I for Average.
+    x = tf.constant([1.0, 2.0, 3.0], dtype=tf.float64) * (hvd.rank() + 1)
+    theoretical, numerical = tf.test.compute_gradient(lambda t: hvd.allreduce(t, op=op), [x])
+    scale = hvd.size() if op == hvd.Sum else 1.0
+    np.testing.assert_allclose(theoretical[0], scale * np.eye(3))
+    np.testing.assert_allclose(numerical[0], scale * np.eye(3), rtol=1e-6)
+
+
 def test_broadcast_and_alltoall_gradients_inside_tf_function():
     size, rank = hvd.size(), hvd.rank()
 
