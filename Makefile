@@ -42,8 +42,11 @@ build: deps
 	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# TensorFlow is not in Debian: the pinned one of scripts/tensorflow-requirements.txt
+# goes into $(BUILD_DIR)/tf-venv (once; downloads are cached in ~/.cache/pip).
 deps:
 	@./scripts/install-deps.sh
+	@./scripts/tensorflow-venv.sh $(BUILD_DIR)
 
 # The performance report of the foundation issue: collectived against plain
 # MPI_Allreduce with the same processes.

@@ -21,6 +21,9 @@ struct collective_client {
   // (a view) until collective_release.
   absl::flat_hash_set<collective_handle_t> view_handles;
   absl::flat_hash_map<collective_handle_t, collective::Result> views;
+  // collective_borrow: `client` belongs to C++ code elsewhere, and closing
+  // this handle must not close it.
+  bool borrowed = false;
 };
 
 namespace {
@@ -145,10 +148,21 @@ int collective_connect(const collective_options_t* options, collective_client_t*
   return 0;
 }
 
+collective_client_t* collective_borrow(void* cpp_client) {
+  auto* handle = new collective_client{
+      std::unique_ptr<collective::Client>(static_cast<collective::Client*>(cpp_client)),
+      {},
+      {},
+      {}};
+  handle->borrowed = true;
+  return handle;
+}
+
 void collective_close(collective_client_t* client) {
   if (client == nullptr) return;
   client->views.clear();
   client->buffers.clear();
+  if (client->borrowed) static_cast<void>(client->client.release());
   delete client;
 }
 

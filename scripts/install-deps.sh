@@ -28,6 +28,8 @@ case "$profile" in
       libgtest-dev libgmock-dev libbenchmark-dev
       # Python binding and its tests
       pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+      # collective.tensorflow: the venv scripts/tensorflow-venv.sh makes
+      python3-venv
       # the deployment tests: systemd-analyze verify, systemd-sysusers
       systemd
       # make fuzz: clang and libFuzzer's runtime (gcc's own sanitizer

@@ -71,6 +71,12 @@ const char* collective_last_error(void);
 int collective_connect(const collective_options_t* options, collective_client_t** client);
 /* Leaves the job and frees the client (and its buffers and views). */
 void collective_close(collective_client_t* client);
+/* A handle over a collective::Client that C++ code owns (`cpp_client` is a
+ * collective::Client*), for a plugin that shares its process's connection
+ * through the C ABI (the TensorFlow ops share collective._core's). Its
+ * collective_close frees the handle and leaves the client connected; the
+ * owner must keep the client open until then. */
+collective_client_t* collective_borrow(void* cpp_client);
 
 int collective_rank(const collective_client_t* client);
 int collective_size(const collective_client_t* client);

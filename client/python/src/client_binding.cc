@@ -77,6 +77,10 @@ void BindClient(py::module_& m) {
                   "Registers with the daemon and waits until the whole job has formed. Unset "
                   "arguments come from the environment (COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID, "
                   "COLLECTIVE_LOCAL_RANK/SIZE, ...).")
+      .def_property_readonly(
+          "address", [](Client& self) { return reinterpret_cast<std::uintptr_t>(&self); },
+          "The collective::Client* itself, which a plugin sharing this connection through the "
+          "C ABI passes to collective_borrow (collective.tensorflow's ops do).")
       .def_property_readonly("rank", &Client::rank)
       .def_property_readonly("size", &Client::size)
       .def_property_readonly("local_rank", &Client::local_rank)

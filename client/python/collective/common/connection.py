@@ -81,3 +81,18 @@ def current():
     if connection is None:
         raise ValueError(_NOT_INITIALIZED)
     return connection
+
+
+def call_name(kind, name, set_id):
+    """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'.
+
+    Unnamed calls on a process set other than the global one (id 0) carry its
+    id ('<kind>.noname.<set id>.<n>'): a name is in use on this rank whatever
+    the set, and the sets count their unnamed calls separately.
+    """
+    if name:
+        return f'{kind}.{name}'
+    number = next(current().unnamed_calls[set_id])
+    if set_id == 0:
+        return f'{kind}.noname.{number}'
+    return f'{kind}.noname.{set_id}.{number}'

@@ -27,23 +27,12 @@ import torch
 
 from collective.common import connection
 from collective.common.process_sets import global_process_set, process_set_id, set_rank_of
-from collective.torch import devices, handles, reduce_ops, tensor_args
-from collective.torch.reduce_ops import Average
+from collective.common import reduce_ops
+from collective.common.reduce_ops import Average
+from collective.torch import devices, handles, tensor_args
 
 
-def _base_name(kind, name, set_id):
-    """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'.
-
-    Unnamed calls on a process set other than the global one carry its id
-    ('<kind>.noname.<set id>.<n>'): a name is in use on this rank whatever
-    the set, and the sets count their unnamed calls separately.
-    """
-    if name:
-        return f'{kind}.{name}'
-    number = next(connection.current().unnamed_calls[set_id])
-    if set_id == global_process_set.process_set_id:
-        return f'{kind}.noname.{number}'
-    return f'{kind}.noname.{set_id}.{number}'
+_base_name = connection.call_name
 
 
 def _names(base, count=None):

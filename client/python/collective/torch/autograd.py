@@ -18,9 +18,10 @@ backward is itself differentiable.
 import torch
 
 from collective.common import basics
-from collective.torch import async_ops, reduce_ops
+from collective.common import reduce_ops
+from collective.common.reduce_ops import Average, Sum
+from collective.torch import async_ops
 from collective.torch.handles import synchronize
-from collective.torch.reduce_ops import Average, Sum
 
 
 class HorovodAllreduce(torch.autograd.Function):

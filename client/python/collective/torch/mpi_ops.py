@@ -13,7 +13,7 @@ from collective.common.basics import (ccl_built, cross_rank, cross_size, cuda_bu
 from collective.common.exceptions import HorovodInternalError
 from collective.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                             remove_process_set)
-from collective.torch import reduce_ops
+from collective.common import reduce_ops
 # The autograd functions, by the names horovod.torch.mpi_ops gives them.
 from collective.torch.autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,
                                        HorovodBroadcast, HorovodGroupedAllgather,
@@ -27,7 +27,7 @@ from collective.torch.async_ops import (allgather_async, allreduce_, allreduce_a
                                         join, reducescatter_async, sparse_allreduce_async)
 from collective.torch.compression import Compression
 from collective.torch.handles import poll, synchronize
-from collective.torch.reduce_ops import Adasum, Average, Max, Min, Product, Sum
+from collective.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum
 
 # Horovod's helper: the op meant by `op` and the deprecated `average` flag.
 handle_average_backwards_compatibility = reduce_ops.resolve_op

@@ -1,0 +1,20 @@
+"""Horovod's TensorFlow 2 API over collectived: ``import collective.tensorflow as hvd``.
+
+Start the processes with a launcher (``collectiverun -np 4 python train.py``),
+call ``hvd.init()``, and use the collectives, ``broadcast_variables`` and
+``DistributedGradientTape`` as with ``horovod.tensorflow``, eagerly or inside
+``tf.function``, on CPU tensors. The ops are TensorFlow ops with
+asynchronous kernels (see ``mpi_ops``); what is not built yet is listed in
+README "TensorFlow".
+"""
+
+from collective.tensorflow.compression import Compression
+from collective.tensorflow.functions import (DistributedGradientTape, allreduce,
+                                             broadcast_variables, grouped_allreduce)
+from collective.tensorflow.mpi_ops import *  # noqa: F401,F403  (see mpi_ops.__all__)
+from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
+
+__all__ = list(_mpi_ops_all) + [
+    'Compression', 'DistributedGradientTape', 'allreduce', 'broadcast_variables',
+    'grouped_allreduce',
+]

@@ -1,0 +1,142 @@
+"""Horovod's TensorFlow helpers above the ops: ``allreduce`` with its options,
+``broadcast_variables``, and ``DistributedGradientTape``."""
+
+import tensorflow as tf
+
+from collective.common import reduce_ops
+from collective.common.process_sets import global_process_set
+from collective.tensorflow.compression import Compression
+from collective.tensorflow.mpi_ops import _allreduce, _grouped_allreduce, allgather, broadcast
+
+
+def allreduce(tensor, average=None, device_dense='', device_sparse='',
+              compression=Compression.none, op=None, prescale_factor=1.0, postscale_factor=1.0,
+              name=None, process_set=global_process_set, ignore_name_scope=False):
+    """Horovod's ``allreduce``: ``op`` (Average unless said otherwise) of ``tensor`` over the
+    ranks of ``process_set``.
+
+    A ``tf.IndexedSlices`` is gathered, as Horovod does: its values and indices from every rank
+    (values divided by the set's size for Average). Devices are CPU only: the arguments that
+    name devices are accepted and ignored. Adasum raises NotImplementedError.
+    """
+    del device_dense, device_sparse, ignore_name_scope
+    op = reduce_ops.resolve_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        if op not in (reduce_ops.Average, reduce_ops.Sum):
+            raise NotImplementedError('Only Average and Sum are supported for tf.IndexedSlices, '
+                                      'as in Horovod.')
+        values = allgather(tensor.values, process_set=process_set)
+        indices = allgather(tensor.indices, process_set=process_set)
+        if op == reduce_ops.Average:
+            values = values / process_set.size()
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    reduce_ops.wire_code(op)  # refuses Adasum before anything is sent
+    compressed, context = compression.compress(tensor)
+    reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, process_set=process_set)
+    return compression.decompress(reduced, context)
+
+
+def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
+                      compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """Horovod's ``grouped_allreduce``: ``allreduce`` of each tensor, negotiated and run as one
+    group. The dense tensors must share a dtype (after compression); ``tf.IndexedSlices`` are
+    gathered one by one, as ``allreduce`` does."""
+    del device_dense, device_sparse
+    op = reduce_ops.resolve_op(op, average)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    results = [allreduce(t, op=op, prescale_factor=prescale_factor,
+                         postscale_factor=postscale_factor, process_set=process_set)
+               if isinstance(t, tf.IndexedSlices) else None for t in tensors]
+    if dense:
+        compressed = [compression.compress(tensors[i]) for i in dense]
+        reduced = _grouped_allreduce([c for c, _ in compressed], op=op,
+                                     prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, process_set=process_set)
+        for i, r, (_, context) in zip(dense, reduced, compressed):
+            results[i] = compression.decompress(r, context)
+    return results
+
+
+def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
+    """Assigns to every variable its value on ``root_rank``. ``inplace`` (Horovod's in-place
+    broadcast op) is accepted; the value is assigned from the broadcast's output either way.
+
+    Returns the group of assignments (inside ``tf.function``) or None (eagerly).
+    """
+    del inplace
+    assignments = [var.assign(broadcast(var, root_rank, process_set=process_set))
+                   for var in variables]
+    return None if tf.executing_eagerly() else tf.group(*assignments)
+
+
+class GradientReducer:
+    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce each gradient."""
+
+    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
+        self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
+        self._op = op
+        self._process_set = process_set
+        # Horovod: with Average, divide by the factor before and by size/factor after the sum.
+        self._prescale = 1.0
+        self._postscale = 1.0
+        if gradient_predivide_factor != 1.0:
+            if op != reduce_ops.Average:
+                raise ValueError('gradient_predivide_factor not supported with op != Average')
+            self._op = reduce_ops.Sum
+            self._prescale = 1.0 / gradient_predivide_factor
+            self._postscale = gradient_predivide_factor / process_set.size()
+
+    def __call__(self, gradient):
+        if gradient is None:
+            return None
+        if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
+            gradient = tf.convert_to_tensor(gradient)
+        return allreduce(gradient, op=self._op, compression=self._compression,
+                         prescale_factor=self._prescale, postscale_factor=self._postscale,
+                         process_set=self._process_set)
+
+
+def check_no_groups(num_groups, groups):
+    """Grouping gradients (Horovod's num_groups and groups) is not built yet."""
+    if num_groups or groups is not None:
+        raise NotImplementedError('collective.tensorflow does not group gradient allreduces '
+                                  'yet: leave num_groups and groups unset.')
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A GradientTape whose ``gradient`` returns gradients allreduced over the process set."""
+
+    def __init__(self, reducer, persistent=False, watch_accessed_variables=True):
+        super().__init__(persistent=persistent, watch_accessed_variables=watch_accessed_variables)
+        self._reducer = reducer
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        gradients = super().gradient(target, sources, output_gradients, **kwargs)
+        return tf.nest.map_structure(self._reducer, gradients) if gradients is not None else None
+
+
+def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)
+                            compression=Compression.none, sparse_as_dense=False,
+                            op=reduce_ops.Average, gradient_predivide_factor=1.0, num_groups=0,
+                            groups=None, process_set=global_process_set):
+    """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns.
+
+    ``num_groups``/``groups`` (grouped allreduce) are not built yet and must be left unset.
+    """
+    del device_dense, device_sparse
+    check_no_groups(num_groups, groups)
+    reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
+                              process_set)
+    # The wrapped tape's settings and recording so far are taken over, as Horovod does.
+    tape = _DistributedGradientTape(
+        reducer, persistent=gradtape._persistent,  # noqa: SLF001
+        watch_accessed_variables=gradtape._watch_accessed_variables)  # noqa: SLF001
+    tape._tape = gradtape._tape  # noqa: SLF001
+    tape._recording = gradtape._recording  # noqa: SLF001
+    return tape

@@ -1,0 +1,205 @@
+"""Horovod's ``horovod.tensorflow.mpi_ops`` over collectived: the collectives as TensorFlow ops.
+
+The ops live in ``_ops.so``, built against the TensorFlow of the build
+tree's virtual environment (client/tensorflow). Their kernels are
+asynchronous: they hand the tensor to libcollective and return TensorFlow's
+thread at once; libcollective's completion finishes them. They share this
+process's one connection (``collective.common.connection``) with
+``collective.torch``: ``init()`` lends its client to the op library, and
+``shutdown()`` takes it back before closing it.
+
+Names: an unnamed call gets '<kind>.noname.<n>' when it is made (eagerly) or
+traced (inside ``tf.function``), counted per process set, so every rank must
+make or trace the same unnamed calls in the same order, as in Horovod.
+"""
+
+import atexit
+import ctypes
+import os
+
+import tensorflow as tf
+from tensorflow.python.framework import ops
+
+from collective.common import basics, connection, reduce_ops
+from collective.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
+                                      gloo_built, gloo_enabled, is_homogeneous, is_initialized,
+                                      local_rank, local_size, mpi_built, mpi_enabled,
+                                      mpi_threads_supported, nccl_built, rank, rocm_built, size,
+                                      start_timeline, stop_timeline)
+from collective.common.exceptions import HorovodInternalError
+from collective.common.process_sets import (ProcessSet, add_process_set, global_process_set,
+                                            process_set_id, remove_process_set, set_rank_of)
+from collective.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum
+
+_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_ops.so')
+if not os.path.exists(_LIBRARY):
+    raise ImportError(
+        f'collective.tensorflow: its op library {_LIBRARY} is missing. It is built only when '
+        'the build finds TensorFlow in build/tf-venv (scripts/tensorflow-venv.sh makes it), '
+        'and `cmake --install` does not install it yet; see README "TensorFlow".')
+_OPS = tf.load_op_library(_LIBRARY)
+# The same library through ctypes, for the one function that is no op: lending
+# collective._core's client to the kernels.
+_ATTACH = ctypes.CDLL(_LIBRARY).collective_tensorflow_attach
+_ATTACH.argtypes = [ctypes.c_size_t]
+_ATTACH.restype = None
+
+
+_detach_registered = False
+
+
+def init(comm=None, process_sets=None):
+    """Horovod's ``init``: connects to collectived (``collective.common.basics.init``) and lends
+    the connection to the TensorFlow ops."""
+    global _detach_registered
+    basics.init(comm=comm, process_sets=process_sets)
+    _ATTACH(connection.current().client.address)
+    if not _detach_registered:
+        # Registered after basics' own exit handler, so it runs first: the
+        # ops give the client back before it closes.
+        atexit.register(_ATTACH, 0)
+        _detach_registered = True
+
+
+def shutdown():
+    """Leaves the job. Ops still running finish first; ops run afterwards fail until ``init()``."""
+    _ATTACH(0)
+    basics.shutdown()
+
+
+def _set_id(process_set):
+    return process_set_id(process_set)
+
+
+def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """The allreduce op itself: ``op`` over the ranks of ``process_set``, with the scale factors."""
+    set_id = _set_id(process_set)
+    return _OPS.collective_allreduce(
+        tensor, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        tensor_name=connection.call_name('allreduce', name, set_id), process_set_id=set_id)
+
+
+@ops.RegisterGradient('CollectiveAllreduce')
+def _allreduce_grad(op, grad):
+    """Horovod's: the same allreduce (op and factors) of the gradient."""
+    return _OPS.collective_allreduce(
+        grad, reduce_op=op.get_attr('reduce_op'), prescale_factor=op.get_attr('prescale_factor'),
+        postscale_factor=op.get_attr('postscale_factor'),
+        tensor_name=connection.call_name('allreduce', None, op.get_attr('process_set_id')),
+        process_set_id=op.get_attr('process_set_id'))
+
+
+def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    """The grouped allreduce op itself: tensors of one dtype, negotiated and run together."""
+    set_id = _set_id(process_set)
+    return _OPS.collective_grouped_allreduce(
+        tensors, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        tensor_name=connection.call_name('grouped_allreduce', name, set_id),
+        process_set_id=set_id)
+
+
+@ops.RegisterGradient('CollectiveGroupedAllreduce')
+def _grouped_allreduce_grad(op, *grads):
+    """Horovod's: the same grouped allreduce of the gradients."""
+    set_id = op.get_attr('process_set_id')
+    return _OPS.collective_grouped_allreduce(
+        list(grads), reduce_op=op.get_attr('reduce_op'),
+        prescale_factor=op.get_attr('prescale_factor'),
+        postscale_factor=op.get_attr('postscale_factor'),
+        tensor_name=connection.call_name('grouped_allreduce', None, set_id),
+        process_set_id=set_id)
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
+    """Every rank's ``tensor`` concatenated in rank order along the first dimension, which may
+    differ per rank. ``ignore_name_scope`` is accepted for Horovod's sake: names never carry
+    TensorFlow's scopes here."""
+    del ignore_name_scope
+    set_id = _set_id(process_set)
+    return _OPS.collective_allgather(
+        tensor, tensor_name=connection.call_name('allgather', name, set_id), process_set_id=set_id)
+
+
+def _process_set_of(set_id):
+    """A ProcessSet for an op's process_set_id attribute (gradients know only the id)."""
+    if set_id == global_process_set.process_set_id:
+        return global_process_set
+    for known_id, ranks in connection.current().client.process_sets():
+        if known_id == set_id:
+            known = ProcessSet(ranks)
+            known.process_set_id = set_id
+            return known
+    raise ValueError(f'process set {set_id} does not exist any more')
+
+
+@ops.RegisterGradient('CollectiveAllgather')
+def _allgather_grad(op, grad):
+    """Horovod's: the average of the gradient over the set, of which this rank's rows."""
+    process_set = _process_set_of(op.get_attr('process_set_id'))
+    grad = _allreduce(grad, op=Average, process_set=process_set)
+    rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
+    all_rows = tf.reshape(allgather(rows, process_set=process_set), [process_set.size()])
+    return tf.split(grad, num_or_size_splits=all_rows, axis=0)[process_set.rank()]
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
+    """The ``tensor`` of ``root_rank`` (a global rank, as in Horovod) on every rank of the set."""
+    del ignore_name_scope
+    set_id = _set_id(process_set)
+    return _OPS.collective_broadcast(
+        tensor, root_rank=set_rank_of(process_set, root_rank),
+        tensor_name=connection.call_name('broadcast', name, set_id), process_set_id=set_id)
+
+
+@ops.RegisterGradient('CollectiveBroadcast')
+def _broadcast_grad(op, grad):
+    """Horovod's: the average of the gradient over the set on the root, zeros elsewhere."""
+    process_set = _process_set_of(op.get_attr('process_set_id'))
+    reduced = _allreduce(grad, op=Average, process_set=process_set)
+    if process_set.rank() != op.get_attr('root_rank'):
+        return reduced * 0
+    return reduced
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
+    """``splits[j]`` rows of ``tensor`` (by default an even share) go to rank j of the set.
+
+    Returns the rows received in rank order and, when ``splits`` was given, also how many
+    came from each rank (Horovod's ``received_splits``).
+    """
+    del ignore_name_scope
+    set_id = _set_id(process_set)
+    given = (tf.constant([], dtype=tf.int32) if splits is None
+             else tf.cast(tf.convert_to_tensor(splits), tf.int32))
+    received, received_splits = _OPS.collective_alltoall(
+        tensor, given, tensor_name=connection.call_name('alltoall', name, set_id),
+        process_set_id=set_id)
+    return (received, received_splits) if splits is not None else received
+
+
+@ops.RegisterGradient('CollectiveAlltoall')
+def _alltoall_grad(op, grad, grad_received_splits):
+    """Horovod's: the gradient's rows sent back where they came from; splits have none."""
+    del grad_received_splits
+    set_id = op.get_attr('process_set_id')
+    returned, _ = _OPS.collective_alltoall(
+        grad, op.outputs[1], tensor_name=connection.call_name('alltoall', None, set_id),
+        process_set_id=set_id)
+    return [returned, None]
+
+
+__all__ = [
+    'init', 'shutdown', 'is_initialized', 'size', 'local_size', 'cross_size', 'rank',
+    'local_rank', 'cross_rank', 'is_homogeneous', 'mpi_threads_supported', 'mpi_enabled',
+    'mpi_built', 'gloo_enabled', 'gloo_built', 'nccl_built', 'ddl_built', 'ccl_built',
+    'cuda_built', 'rocm_built', 'start_timeline', 'stop_timeline', 'HorovodInternalError',
+    'ProcessSet', 'add_process_set', 'remove_process_set', 'global_process_set',
+    'Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product',
+    'allgather', 'broadcast', 'alltoall',
+]

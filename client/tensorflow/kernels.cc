@@ -1,0 +1,416 @@
+// The asynchronous CPU kernels of collective.tensorflow's ops. ComputeAsync
+// submits the request (libcollective copies the input into the arena) and
+// returns TensorFlow's thread at once; the session's completion thread then
+// copies the result into the op's output and calls `done`. An error from the
+// daemon, which every rank of the collective receives, becomes the op's
+// status with the daemon's message and the same code.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collective/collective.h"
+#include "op_session.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace collective::tensorflow {
+namespace {
+
+using ::tensorflow::AsyncOpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// TensorFlow's dtypes as libcollective's; false for one the daemon lacks
+// (the ops' type lists admit none such).
+bool ToDataType(::tensorflow::DataType dtype, collective_dtype_t* out) {
+  switch (dtype) {
+    case ::tensorflow::DT_UINT8:
+      *out = COLLECTIVE_UINT8;
+      return true;
+    case ::tensorflow::DT_INT8:
+      *out = COLLECTIVE_INT8;
+      return true;
+    case ::tensorflow::DT_UINT16:
+      *out = COLLECTIVE_UINT16;
+      return true;
+    case ::tensorflow::DT_INT16:
+      *out = COLLECTIVE_INT16;
+      return true;
+    case ::tensorflow::DT_INT32:
+      *out = COLLECTIVE_INT32;
+      return true;
+    case ::tensorflow::DT_INT64:
+      *out = COLLECTIVE_INT64;
+      return true;
+    case ::tensorflow::DT_HALF:
+      *out = COLLECTIVE_FLOAT16;
+      return true;
+    case ::tensorflow::DT_BFLOAT16:
+      *out = COLLECTIVE_BFLOAT16;
+      return true;
+    case ::tensorflow::DT_FLOAT:
+      *out = COLLECTIVE_FLOAT32;
+      return true;
+    case ::tensorflow::DT_DOUBLE:
+      *out = COLLECTIVE_FLOAT64;
+      return true;
+    case ::tensorflow::DT_BOOL:
+      *out = COLLECTIVE_BOOL;
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A TensorFlow tensor as the C ABI describes it; keeps the shape it points
+// to.
+class InputView {
+ public:
+  explicit InputView(const Tensor& tensor) {
+    for (int d = 0; d < tensor.dims(); ++d) shape_.push_back(tensor.dim_size(d));
+    view_.data = tensor.tensor_data().data();
+    view_.shape = shape_.data();
+    view_.ndims = static_cast<int>(shape_.size());
+  }
+  // False for a dtype the daemon lacks.
+  bool SetDataType(::tensorflow::DataType dtype) { return ToDataType(dtype, &view_.dtype); }
+  const collective_tensor_t* get() const { return &view_; }
+
+ private:
+  std::vector<int64_t> shape_;
+  collective_tensor_t view_{};
+};
+
+// The result's shape from a completed view (allgather and alltoall learn
+// their first dimension here).
+absl::Status ResultShape(const Completion& completion, TensorShape* shape) {
+  int64_t dims[::tensorflow::TensorShape::MaxDimensions()];
+  int count = 0;
+  if (collective_result_shape(completion.client, completion.handle, dims,
+                              ::tensorflow::TensorShape::MaxDimensions(), &count) != 0) {
+    return absl::InternalError(collective_last_error());
+  }
+  if (count > ::tensorflow::TensorShape::MaxDimensions()) {
+    return absl::InternalError("The daemon's result has more dimensions than TensorFlow allows.");
+  }
+  return TensorShape::BuildTensorShape(absl::Span<const int64_t>(dims, count), shape);
+}
+
+// An alltoall's rows received from each rank of process set `set`.
+absl::Status ReceivedSplits(const Completion& completion, int32_t set,
+                            std::vector<int64_t>* received) {
+  int size = 0;
+  if (collective_process_set_size(completion.client, set, &size) != 0) {
+    return absl::InternalError(collective_last_error());
+  }
+  received->resize(static_cast<size_t>(size));
+  int count = 0;
+  if (collective_received_splits(completion.client, completion.handle, received->data(), size,
+                                 &count) != 0) {
+    return absl::InternalError(collective_last_error());
+  }
+  received->resize(static_cast<size_t>(std::min(count, size)));
+  return absl::OkStatus();
+}
+
+// Copies a view result into `output` unless the daemon wrote it there.
+void CopyOut(const Completion& completion, Tensor* output) {
+  void* data = const_cast<char*>(output->tensor_data().data());
+  const size_t bytes = std::min(completion.bytes, output->tensor_data().size());
+  if (completion.view != nullptr && completion.view != data && bytes > 0) {
+    std::memcpy(data, completion.view, bytes);
+  }
+}
+
+// What every kernel shares: the tensor's name and process set, and starting
+// a request and finishing it from the completion thread.
+class CollectiveKernel : public AsyncOpKernel {
+ public:
+  CollectiveKernel(OpKernelConstruction* context, std::string kind)
+      : AsyncOpKernel(context), kind_(std::move(kind)) {
+    OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+    int64_t process_set = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set));
+    process_set_ = static_cast<int32_t>(process_set);
+    if (tensor_name_.empty()) tensor_name_ = name();
+  }
+
+ protected:
+  // Starts `count` requests, filling their handles.
+  using Start = std::function<int(collective_client_t*, collective_handle_t*)>;
+  // Fills the outputs of request `index` from its completed result.
+  using Finish = std::function<absl::Status(OpKernelContext*, const Completion&, int index)>;
+
+  const std::string& tensor_name() const { return tensor_name_; }
+  int32_t process_set() const { return process_set_; }
+
+  // Checks input `index`'s dtype and fills `view`; false (with the op failed
+  // and done) for one the daemon lacks.
+  bool Describe(OpKernelContext* context, const DoneCallback& done, int index, InputView* view) {
+    if (view->SetDataType(context->input(index).dtype())) return true;
+    context->SetStatus(absl::InvalidArgumentError(
+        "collective " + kind_ + " of '" + tensor_name_ + "': the daemon has no " +
+        ::tensorflow::DataTypeString(context->input(index).dtype()) + " tensors."));
+    done();
+    return false;
+  }
+
+  // Starts the requests with `start` and returns; on the completion thread,
+  // `finish` fills the outputs of each completed request, and once the last
+  // has completed the op takes the first error, if any, and `done` runs.
+  void Run(OpKernelContext* context, DoneCallback done, int count, const Start& start,
+           Finish finish) {
+    absl::Status failed;
+    const bool initialized = OpSession::WithCurrent([&](OpSession& session) {
+      std::vector<collective_handle_t> handles(static_cast<size_t>(count));
+      const int code = start(session.client(), handles.data());
+      if (code != 0) {
+        failed = Error(code, collective_last_error());
+        return;
+      }
+      // Touched by the completion thread only.
+      struct Outcome {
+        int remaining;
+        absl::Status status;
+      };
+      auto outcome = std::make_shared<Outcome>(Outcome{count, absl::OkStatus()});
+      for (int i = 0; i < count; ++i) {
+        session.Submit(handles[static_cast<size_t>(i)], [this, context, done, finish, outcome,
+                                                         i](const Completion& completion) {
+          outcome->status.Update(completion.code != 0 ? Error(completion.code, completion.message)
+                                                      : finish(context, completion, i));
+          if (--outcome->remaining > 0) return;
+          context->SetStatus(outcome->status);
+          done();
+        });
+      }
+    });
+    // `done` runs outside WithCurrent's lock: TensorFlow may start the next
+    // kernel from it.
+    if (!initialized) {
+      failed = absl::FailedPreconditionError(
+          "collective " + kind_ + " of '" + tensor_name_ +
+          "': collective.tensorflow is not initialized; call collective.tensorflow.init() "
+          "before running its ops.");
+    }
+    if (!failed.ok()) {
+      context->SetStatus(failed);
+      done();
+    }
+  }
+
+ private:
+  absl::Status Error(int code, const std::string& message) const {
+    return absl::Status(static_cast<absl::StatusCode>(code),
+                        "collective " + kind_ + " of '" + tensor_name_ + "' failed: " + message);
+  }
+
+  std::string kind_;
+  std::string tensor_name_;
+  int32_t process_set_ = 0;
+};
+
+class AllreduceKernel : public CollectiveKernel {
+ public:
+  explicit AllreduceKernel(OpKernelConstruction* context) : CollectiveKernel(context, "allreduce") {
+    int64_t op = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
+    op_ = static_cast<collective_op_t>(op);
+    OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    InputView view(input);
+    if (!Describe(context, done, 0, &view)) return;
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
+    // The daemon's result is copied straight into the output (in Wait).
+    void* out =
+        output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
+    Run(
+        context, std::move(done), 1,
+        [&](collective_client_t* client, collective_handle_t* handle) {
+          return collective_allreduce_tensor_async(client, tensor_name().c_str(), view.get(), out,
+                                                   op_, prescale_, postscale_, process_set(),
+                                                   handle);
+        },
+        [output](OpKernelContext*, const Completion& completion, int) {
+          CopyOut(completion, output);
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  collective_op_t op_ = COLLECTIVE_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+// Allreduce of several tensors that the daemon negotiates and runs
+// together; member i is named '<tensor_name>_<i+1>of<N>', as
+// collective.torch names the members of a group.
+class GroupedAllreduceKernel : public CollectiveKernel {
+ public:
+  explicit GroupedAllreduceKernel(OpKernelConstruction* context)
+      : CollectiveKernel(context, "grouped allreduce") {
+    int64_t op = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
+    op_ = static_cast<collective_op_t>(op);
+    OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
+    OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const int count = context->num_inputs();
+    std::vector<InputView> views;
+    views.reserve(static_cast<size_t>(count));
+    std::vector<collective_tensor_t> inputs;
+    std::vector<std::string> names;
+    std::vector<const char*> name_pointers;
+    std::vector<void*> outputs;
+    std::vector<Tensor*> output_tensors;
+    for (int i = 0; i < count; ++i) {
+      views.emplace_back(context->input(i));
+      if (!Describe(context, done, i, &views.back())) return;
+      inputs.push_back(*views.back().get());
+      names.push_back(tensor_name() + "_" + std::to_string(i + 1) + "of" + std::to_string(count));
+      Tensor* output = nullptr;
+      OP_REQUIRES_OK_ASYNC(context, context->allocate_output(i, context->input(i).shape(), &output),
+                           done);
+      output_tensors.push_back(output);
+      outputs.push_back(output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data())
+                                                  : nullptr);
+    }
+    for (const std::string& name : names) name_pointers.push_back(name.c_str());
+    Run(
+        context, std::move(done), count,
+        [&](collective_client_t* client, collective_handle_t* handles) {
+          return collective_grouped_allreduce_async(client, count, name_pointers.data(),
+                                                    inputs.data(), outputs.data(), op_, prescale_,
+                                                    postscale_, process_set(), handles);
+        },
+        [output_tensors](OpKernelContext*, const Completion& completion, int index) {
+          CopyOut(completion, output_tensors[static_cast<size_t>(index)]);
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  collective_op_t op_ = COLLECTIVE_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+class AllgatherKernel : public CollectiveKernel {
+ public:
+  explicit AllgatherKernel(OpKernelConstruction* context)
+      : CollectiveKernel(context, "allgather") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    InputView view(context->input(0));
+    if (!Describe(context, done, 0, &view)) return;
+    Run(
+        context, std::move(done), 1,
+        [&](collective_client_t* client, collective_handle_t* handle) {
+          return collective_allgather_async(client, tensor_name().c_str(), view.get(),
+                                            process_set(), handle);
+        },
+        [](OpKernelContext* ctx, const Completion& completion, int) {
+          TensorShape shape;
+          TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
+          Tensor* output = nullptr;
+          TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &output));
+          CopyOut(completion, output);
+          return absl::OkStatus();
+        });
+  }
+};
+
+class BroadcastKernel : public CollectiveKernel {
+ public:
+  explicit BroadcastKernel(OpKernelConstruction* context) : CollectiveKernel(context, "broadcast") {
+    int64_t root_rank = 0;
+    OP_REQUIRES_OK(context, context->GetAttr("root_rank", &root_rank));
+    root_rank_ = static_cast<int>(root_rank);
+  }
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    const Tensor& input = context->input(0);
+    InputView view(input);
+    if (!Describe(context, done, 0, &view)) return;
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
+    void* out =
+        output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
+    Run(
+        context, std::move(done), 1,
+        [&](collective_client_t* client, collective_handle_t* handle) {
+          return collective_broadcast_async(client, tensor_name().c_str(), view.get(), out,
+                                            root_rank_, process_set(), handle);
+        },
+        [output](OpKernelContext*, const Completion& completion, int) {
+          CopyOut(completion, output);
+          return absl::OkStatus();
+        });
+  }
+
+ private:
+  int root_rank_ = 0;
+};
+
+class AlltoallKernel : public CollectiveKernel {
+ public:
+  explicit AlltoallKernel(OpKernelConstruction* context) : CollectiveKernel(context, "alltoall") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    InputView view(context->input(0));
+    if (!Describe(context, done, 0, &view)) return;
+    const auto given = context->input(1).flat<int32_t>();
+    const std::vector<int64_t> splits(given.data(), given.data() + given.size());
+    Run(
+        context, std::move(done), 1,
+        [&](collective_client_t* client, collective_handle_t* handle) {
+          return collective_alltoall_async(client, tensor_name().c_str(), view.get(),
+                                           splits.empty() ? nullptr : splits.data(),
+                                           static_cast<int>(splits.size()), process_set(), handle);
+        },
+        [set = process_set()](OpKernelContext* ctx, const Completion& completion, int) {
+          TensorShape shape;
+          TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
+          Tensor* output = nullptr;
+          TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &output));
+          CopyOut(completion, output);
+          std::vector<int64_t> received;
+          TF_RETURN_IF_ERROR(ReceivedSplits(completion, set, &received));
+          Tensor* splits_out = nullptr;
+          const auto count = static_cast<int64_t>(received.size());
+          TF_RETURN_IF_ERROR(ctx->allocate_output(1, TensorShape({count}), &splits_out));
+          auto flat = splits_out->flat<int32_t>();
+          for (int64_t i = 0; i < count; ++i) flat(i) = static_cast<int32_t>(received[i]);
+          return absl::OkStatus();
+        });
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("CollectiveAllreduce").Device(::tensorflow::DEVICE_CPU),
+                        AllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
+                        GroupedAllreduceKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveAllgather").Device(::tensorflow::DEVICE_CPU),
+                        AllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveBroadcast").Device(::tensorflow::DEVICE_CPU),
+                        BroadcastKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveAlltoall").Device(::tensorflow::DEVICE_CPU),
+                        AlltoallKernel);
+
+}  // namespace
+}  // namespace collective::tensorflow

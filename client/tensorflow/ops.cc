@@ -1,0 +1,94 @@
+// The TensorFlow ops of collective.tensorflow and their shape functions
+// (registered when the library loads; kernels.cc has the kernels). Every op
+// names its tensor across ranks with `tensor_name` (the node's name when
+// empty) and runs within the process set `process_set_id`.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace collective::tensorflow {
+namespace {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+// The input's shape with the first dimension left to the run: what each rank
+// contributes (allgather) or receives (alltoall) is known only then.
+absl::Status FirstDimensionUnknown(InferenceContext* c) {
+  ShapeHandle input;
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &input));
+  ShapeHandle output;
+  TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
+  c->set_output(0, output);
+  return absl::OkStatus();
+}
+
+REGISTER_OP("CollectiveAllreduce")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("reduced: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("The reduction (a collective::ReduceOp) of `tensor` over the process set's ranks.");
+
+REGISTER_OP("CollectiveGroupedAllreduce")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("reduced: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
+      return absl::OkStatus();
+    })
+    .Doc("CollectiveAllreduce of each tensor, negotiated and run together as one group.");
+
+REGISTER_OP("CollectiveAllgather")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("gathered: T")
+    .SetShapeFn(FirstDimensionUnknown)
+    .Doc("Every rank's `tensor`, concatenated in rank order along the first dimension.");
+
+REGISTER_OP("CollectiveBroadcast")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr("root_rank: int")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("broadcast: T")
+    .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+    .Doc("The `tensor` of root_rank (counted within the process set) on every rank.");
+
+REGISTER_OP("CollectiveAlltoall")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Input("splits: int32")
+    .Output("received: T")
+    .Output("received_splits: int32")
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(FirstDimensionUnknown(c));
+      ShapeHandle splits;
+      TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(1), 1, &splits));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc(
+        "splits[j] rows of `tensor` go to rank j of the process set (an empty splits: "
+        "evenly); returns the rows received, in rank order, and how many came from each rank.");
+
+}  // namespace
+}  // namespace collective::tensorflow
