@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import torch
 
+from collective.torch.adasum_optimizer import adasum_optimizer
 from collective.torch.compression import Compression
 from collective.torch.grad_buckets import GradientBuckets
 from collective.torch.handles import discard
@@ -27,6 +28,7 @@ from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_
 from collective.torch.mpi_ops import synchronize, size
 from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
+from collective.torch.reduce_ops import check_adasum
 from collective.torch.object_collectives import broadcast_object
 
 _TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times '
@@ -436,7 +438,12 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     if backward_passes_per_step <= 0:
         raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
-        raise NotImplementedError('op=Adasum is not supported by collectived; use Average or Sum.')
+        # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod.
+        if process_set != global_process_set:
+            raise NotImplementedError('Adasum does not support non-global process sets yet.')
+        check_adasum([], size())
+        return adasum_optimizer(optimizer, named_parameters, compression,
+                                backward_passes_per_step, _DistributedOptimizer._name_parameters)
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed.',
                       DeprecationWarning)
