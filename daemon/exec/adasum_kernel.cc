@@ -8,21 +8,10 @@
 #include <vector>
 
 #include "common/half.h"
+#include "daemon/exec/raw_memory.h"
 
 namespace collective::daemon::exec {
 namespace {
-
-template <typename T>
-T LoadRaw(const void* base, size_t i) {
-  T value;
-  std::memcpy(&value, static_cast<const char*>(base) + i * sizeof(T), sizeof(T));
-  return value;
-}
-
-template <typename T>
-void StoreRaw(void* base, size_t i, T value) {
-  std::memcpy(static_cast<char*>(base) + i * sizeof(T), &value, sizeof(T));
-}
 
 // How one element is widened and narrowed, and the precision a level's
 // linear combination is computed in.

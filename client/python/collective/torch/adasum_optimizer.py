@@ -14,12 +14,9 @@ from contextlib import contextmanager
 
 import torch
 
+from collective.torch.grad_hooks import hook_last_pass
 from collective.torch.handles import discard
 from collective.torch.mpi_ops import Adasum, allreduce_async_, synchronize
-
-_TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times '
-                    'before call to step(). Increase backward_passes_per_step to '
-                    'accumulate gradients locally.')
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -39,18 +36,10 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         self._handles = {}  # parameter -> (handle, compression context)
         self._grad_accs = []  # keeps the hooked accumulators alive
         for p in self._params:
-            grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-            grad_acc.register_hook(self._make_hook(p))
-            self._grad_accs.append(grad_acc)
+            hook_last_pass(p, self._allreduce_delay, self._last_pass_done, self._grad_accs)
 
-    def _make_hook(self, p):
-        def hook(*_):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(_TOO_MANY_PASSES)
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
-                self._handles[p] = self._delta_allreduce_async(p)
-        return hook
+    def _last_pass_done(self, p):
+        self._handles[p] = self._delta_allreduce_async(p)
 
     def _delta_allreduce_async(self, p):
         """Steps the wrapped optimizer on ``p`` alone, turns ``p`` into the change it made and
