@@ -33,7 +33,9 @@ uint64_t Count(const negotiation::ReadyTensor& tensor) {
 class AdasumAllreduce final : public CollectiveOp {
  public:
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
-    if (tensor.across_nodes) {
+    // Node 0 decides with every rank's request and the set's span; each
+    // node runs with its own part and the span.
+    if (tensor.span != nullptr) {
       const job::SetSpan& span = Span(tensor);
       for (int32_t count : span.count) {
         if (count != span.count.front()) {
@@ -68,7 +70,9 @@ class AdasumAllreduce final : public CollectiveOp {
     int32_t first = 0;
     int32_t count = tensor.set_size;
     std::byte* out = slot;
-    if (tensor.across_nodes) {
+    // Node 0 decides with every rank's request and the set's span; each
+    // node runs with its own part and the span.
+    if (tensor.span != nullptr) {
       const job::SetSpan& span = Span(tensor);
       first = span.first[span.index];
       count = span.count[span.index];
