@@ -70,8 +70,13 @@ absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective col
 absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collective collective,
                                                  absl::string_view name, const TensorView& input,
                                                  const AllreduceOptions& options, ProcessSet* set) {
-  if (options.op == ReduceOp::kAdasum) {
-    return absl::UnimplementedError("the adasum reduce op is not implemented");
+  if (options.op == ReduceOp::kAdasum && input.dtype != DataType::kFloat16 &&
+      input.dtype != DataType::kBFloat16 && input.dtype != DataType::kFloat32 &&
+      input.dtype != DataType::kFloat64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name,
+                     "': Adasum is defined for floating-point tensors (float16, bfloat16, float32 "
+                     "and float64) only"));
   }
   if (input.dtype == DataType::kBool && options.op != ReduceOp::kMin &&
       options.op != ReduceOp::kMax) {

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/half.h"
+#include "daemon/exec/raw_memory.h"
 
 // The AVX2 path is written for gcc (its target pragmas, its names of CPU
 // features); other compilers (clang, in the fuzzing build) take the
@@ -42,19 +43,7 @@ struct Job {
 
 // ---------------------------------------------------------------------------
 // Scalar formats: how one element is loaded into and stored from its
-// accumulator. memcpy keeps unaligned buffers (arbitrary arena offsets) legal.
-
-template <typename T>
-T LoadRaw(const void* base, size_t i) {
-  T value;
-  std::memcpy(&value, static_cast<const char*>(base) + i * sizeof(T), sizeof(T));
-  return value;
-}
-
-template <typename T>
-void StoreRaw(void* base, size_t i, T value) {
-  std::memcpy(static_cast<char*>(base) + i * sizeof(T), &value, sizeof(T));
-}
+// accumulator (exec/raw_memory.h keeps unaligned buffers legal).
 
 template <typename T>
 struct Plain {  // integers, float32, float64: reduced in their own type

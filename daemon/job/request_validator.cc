@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/tensor_shape.h"
+#include "daemon/exec/adasum_kernel.h"
 #include "daemon/exec/reduce_kernels.h"
 
 namespace collective::daemon::job {
@@ -106,15 +107,26 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", ReduceOpName(op)));
   }
   if (op == v1::REDUCE_OP_ADASUM) {
-    return absl::UnimplementedError("the adasum reduce op is not implemented");
-  }
-  if (collective == v1::COLLECTIVE_REDUCESCATTER && op != v1::REDUCE_OP_SUM &&
-      op != v1::REDUCE_OP_AVERAGE) {
+    if (collective != v1::COLLECTIVE_ALLREDUCE) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the adasum reduce op applies to allreduce, not ", CollectiveName(collective)));
+    }
+    if (!exec::IsAdasumType(dtype)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reduce op adasum is not defined for ", DataTypeName(dtype),
+                       " tensors (it supports float16, bfloat16, float32 and float64)"));
+    }
+    if (request.memory() != v1::MEMORY_KIND_HOST) {
+      return absl::UnimplementedError(
+          "the adasum reduce op is implemented for host tensors only; copy a CUDA tensor to the "
+          "host to combine it with Adasum");
+    }
+  } else if (collective == v1::COLLECTIVE_REDUCESCATTER && op != v1::REDUCE_OP_SUM &&
+             op != v1::REDUCE_OP_AVERAGE) {
     return absl::InvalidArgumentError(absl::StrCat(
         "reducescatter supports the sum and average reduce ops, not ", ReduceOpName(op)));
-  }
-  const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
-  if (!exec::IsReducible(dtype, kernel_op)) {
+  } else if (const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
+             !exec::IsReducible(dtype, kernel_op)) {
     return absl::InvalidArgumentError(absl::StrCat("reduce op ", ReduceOpName(op),
                                                    " is not defined for ", DataTypeName(dtype),
                                                    " tensors (bool supports min and max)"));

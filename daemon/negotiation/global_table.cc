@@ -7,17 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "daemon/job/set_span.h"
 #include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
 namespace {
 
-// A ReadyTensor of every rank's request, for the checks.
-ReadyTensor Everyone(const v1::Decision& decision, int32_t set_size) {
+// A ReadyTensor of every rank's request, for the checks, with how the set
+// lies on the nodes (no group: the checks only read the counts).
+ReadyTensor Everyone(const v1::Decision& decision, const job::ProcessSet& set,
+                     const job::NodeLayout& layout) {
   ReadyTensor tensor;
   tensor.name = decision.name();
   tensor.process_set_id = decision.process_set_id();
-  tensor.set_size = set_size;
+  tensor.set_size = set.size();
+  tensor.span = job::SpanOf(set, layout);
   for (const v1::RankRequest& rank : decision.ranks()) {
     tensor.submissions.push_back(Submission{.client = nullptr,
                                             .set_rank = rank.set_rank(),
@@ -202,7 +206,7 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
       set == nullptr
           ? absl::NotFoundError(absl::StrCat("process set ", key.first, " was removed while '",
                                              key.second, "' was pending"))
-          : check_(Everyone(decision, set->size()));
+          : check_(Everyone(decision, *set, layout_));
   decision.set_code(static_cast<int32_t>(status.code()));
   decision.set_message(std::string(status.message()));
   if (entry.collective == v1::COLLECTIVE_JOIN) {

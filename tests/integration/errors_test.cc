@@ -119,7 +119,8 @@ TEST(ArgumentErrorTest, ClientLibraryRefusesAtTheCall) {
     EXPECT_EQ(worker.Stdout(),
               "bool-sum: INVALID_ARGUMENT: tensor 'flags': bool tensors support only the min and "
               "max reduce ops\n"
-              "adasum: UNIMPLEMENTED: the adasum reduce op is not implemented\n"
+              "adasum-int: INVALID_ARGUMENT: tensor 'counts': Adasum is defined for "
+              "floating-point tensors (float16, bfloat16, float32 and float64) only\n"
               "empty-name: INVALID_ARGUMENT: the tensor name is empty\n"
               "negative-dim: INVALID_ARGUMENT: tensor 'grad': negative dimension -2\n"
               "long-name: INVALID_ARGUMENT: tensor name of 17 bytes exceeds the limit of 16\n"

@@ -88,7 +88,6 @@ struct MalformedCase {
 std::vector<MalformedCase> MalformedCases() {
   using v1::TensorRequest;
   const auto invalid = absl::StatusCode::kInvalidArgument;
-  const auto unimplemented = absl::StatusCode::kUnimplemented;
   constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
   constexpr double kInf = std::numeric_limits<double>::infinity();
   return {
@@ -153,10 +152,13 @@ std::vector<MalformedCase> MalformedCases() {
        },
        invalid,
        {"only allreduce, allgather and reducescatter can be grouped, not broadcast"}},
-      {"Adasum",
-       [](TensorRequest& r) { r.set_op(v1::REDUCE_OP_ADASUM); },
-       unimplemented,
-       {"adasum reduce op is not implemented"}},
+      {"AdasumOfIntegers",
+       [](TensorRequest& r) {
+         r.set_op(v1::REDUCE_OP_ADASUM);
+         r.set_dtype(v1::DATA_TYPE_INT32);
+       },
+       invalid,
+       {"reduce op adasum is not defined for int32 tensors"}},
       {"BoolWithSum",
        [](TensorRequest& r) {
          r.set_dtype(v1::DATA_TYPE_BOOL);

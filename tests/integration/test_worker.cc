@@ -366,6 +366,7 @@ int BadArgs(const Args&) {
   auto client = ConnectOrDie();
   std::vector<float> floats(4, 1.0f);
   std::vector<uint8_t> bools(4, 1);
+  std::vector<int32_t> ints(4, 1);
   const TensorView good{floats.data(), DataType::kFloat32, {4}};
   struct BadCase {
     std::string label;
@@ -375,7 +376,7 @@ int BadArgs(const Args&) {
   };
   const std::vector<BadCase> cases = {
       {"bool-sum", "flags", {bools.data(), DataType::kBool, {4}}, {.op = ReduceOp::kSum}},
-      {"adasum", "grad", good, {.op = ReduceOp::kAdasum}},
+      {"adasum-int", "counts", {ints.data(), DataType::kInt32, {4}}, {.op = ReduceOp::kAdasum}},
       {"empty-name", "", good, {}},
       {"negative-dim", "grad", {floats.data(), DataType::kFloat32, {2, -2}}, {}},
       {"long-name", std::string(17, 'n'), good, {}},

@@ -155,14 +155,6 @@ def test_allreduce_with_fp16_compression():
     assert torch.equal(result, expected_reduction(_ranks(), (8,), torch.float32, hvd.Sum))
 
 
-def test_adasum_is_refused_not_summed():
-    tensor = torch.ones(4)
-    with pytest.raises(NotImplementedError, match='Adasum'):
-        hvd.allreduce(tensor, op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match='Adasum'):
-        hvd.grouped_allreduce_([tensor], op=hvd.Adasum)
-
-
 def test_arena_buffer_is_a_tensor_the_daemon_reads_in_place():
     client = connection.current().client
     buffer = client.allocate(16 * 4)

@@ -19,7 +19,7 @@ BELOW = {
     "service": {"job", "negotiation", "exec", "gpu", "world", "observe", "engine"},
 }
 # The kernels are a leaf library (collective_kernels) every layer may use.
-LEAF = {"daemon/exec/reduce_kernels.h"}
+LEAF = {"daemon/exec/reduce_kernels.h", "daemon/exec/adasum_kernel.h"}
 ONLY_IN = {
     re.compile(r"#include\s*<mpi\.h>"): {"world"},
     re.compile(r"#include\s*<grpcpp/"): {"service", "."},

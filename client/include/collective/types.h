@@ -27,7 +27,7 @@ enum class ReduceOp : int32_t {
   kMin = 3,
   kMax = 4,
   kProduct = 5,
-  kAdasum = 6,  // not implemented; refused with a clear error
+  kAdasum = 6,  // Horovod's Adasum: allreduce of floating-point host tensors
 };
 
 // Where a tensor's data lies. Values are those of the wire's MemoryKind.

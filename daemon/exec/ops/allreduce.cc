@@ -13,16 +13,27 @@
 namespace collective::daemon::exec::ops {
 namespace {
 
+// Adasum has an op of its own (ops/adasum.cc); fusion joins only tensors of
+// one op.
+bool IsAdasum(const negotiation::ReadyTensor& tensor) {
+  return tensor.request().op() == v1::REDUCE_OP_ADASUM;
+}
+
 class Allreduce final : public CollectiveOp {
  public:
-  absl::Status Check(const negotiation::ReadyTensor&) const override { return absl::OkStatus(); }
+  absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
+    if (IsAdasum(tensor)) return AdasumAllreduceOp().Check(tensor);
+    return absl::OkStatus();
+  }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
+    if (IsAdasum(tensor)) return AdasumAllreduceOp().SlotBytes(tensor);
     return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
   }
 
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
+    if (IsAdasum(tensor)) return AdasumAllreduceOp().AddWork(tensor, slot, work);
     AddReduction(tensor, slot, work);
   }
 
@@ -34,6 +45,7 @@ class Allreduce final : public CollectiveOp {
 
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
+    if (IsAdasum(tensor)) return AdasumAllreduceOp().AddTransfers(tensor, slot, stage);
     const v1::TensorRequest& request = tensor.request();
     const uint64_t count = request.length() / ElementSize(request.dtype());
     AddCombination(tensor, slot, count, stage);
@@ -48,6 +60,7 @@ class Allreduce final : public CollectiveOp {
                        const PlanContext& context,
                        std::vector<CrossNodeStage>& stages) const override {
     const negotiation::ReadyTensor& head = batch.tensors.front();
+    if (IsAdasum(head)) return AdasumAllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
     const uint64_t element = ElementSize(head.request().dtype());
     const uint64_t total = batch.bytes / element;
     const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);

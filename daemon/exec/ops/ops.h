@@ -13,6 +13,8 @@ const CollectiveOp& ReducescatterOp();
 const CollectiveOp& AllgatherOp();
 const CollectiveOp& BroadcastOp();
 const CollectiveOp& AlltoallOp();
+// The allreduce op's delegate for op=Adasum (ops/adasum.cc).
+const CollectiveOp& AdasumAllreduceOp();
 
 // A reduction's kernel spec: AVERAGE becomes SUM divided by the set's size
 // (joined ranks count, as in Horovod).

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/dtype.h"
+#include "daemon/exec/adasum_kernel.h"
 
 namespace collective::daemon::exec::ops {
 
@@ -37,6 +38,17 @@ void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std
   }
 }
 
+void WorkList::AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
+                         uint64_t count) {
+  bytes_ += count * ElementSize(spec.dtype) * (inputs.size() + 1);
+  Piece piece;
+  piece.spec = spec;
+  piece.inputs = inputs;
+  piece.out = out;
+  piece.count = count;
+  pieces_.push_back(std::move(piece));
+}
+
 void WorkList::Run(size_t index) const {
   const Piece& piece = pieces_[index];
   if (piece.copy) {
@@ -44,6 +56,15 @@ void WorkList::Run(size_t index) const {
     return;
   }
   absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());
+  if (piece.spec.op == v1::REDUCE_OP_ADASUM) {
+    // The zeros buffer is only kPieceBytes long; the kernel reads null as zeros.
+    for (const void*& input : inputs) {
+      if (input == zeros_) input = nullptr;
+    }
+    exec::Adasum(piece.spec.dtype, inputs, piece.out, piece.count, piece.spec.prescale,
+                 piece.spec.postscale);
+    return;
+  }
   exec::Reduce(piece.spec, inputs, piece.out, piece.count);
 }
 

@@ -29,6 +29,10 @@ class WorkList {
   void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes);
   void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
                  uint64_t count);
+  // One piece however large: Adasum's coefficients need the whole tensor's
+  // dot products (spec.op is REDUCE_OP_ADASUM; divisor 1).
+  void AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
+                 uint64_t count);
 
   size_t size() const { return pieces_.size(); }
   uint64_t bytes() const { return bytes_; }

@@ -45,6 +45,21 @@ TEST_P(MultiNodePythonTest, ThePytestSuitePassesOnEveryRankOfEveryNode) {
   EXPECT_EQ(WaitForWorkers(*workers, absl::Minutes(4)), "");
 }
 
+// Adasum across nodes needs as many ranks on every node, which neither
+// world above has: its tests on 2 nodes of 2 ranks each, where the daemons
+// combine the nodes' partial results.
+TEST(MultiNodeAdasumTest, TheAdasumTestsPassOnTwoNodesOfTwoRanks) {
+  ASSERT_EQ(setenv("PYTHONPATH", PYTHON_PACKAGE_DIR, 1), 0);
+  ASSERT_EQ(setenv("PYTHONDONTWRITEBYTECODE", "1", 1), 0);
+  auto daemons = MpiDaemons::Start({.nodes = 2, .btl = "vader,self", .daemon_flags = {}});
+  ASSERT_TRUE(daemons.ok()) << daemons.status();
+  auto workers = (*daemons)->StartWorkers(
+      PYTHON_EXECUTABLE, {2, 2},
+      {"-m", "pytest", "-q", "-p", "no:cacheprovider", PYTHON_TESTS_DIR "/test_adasum.py"});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(WaitForWorkers(*workers, absl::Minutes(4)), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, MultiNodePythonTest,
                          ::testing::Values(PythonCase{{1, 2}, "tcp,self"},
                                            PythonCase{{2, 1, 1}, "vader,self"}),

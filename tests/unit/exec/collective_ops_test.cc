@@ -248,6 +248,67 @@ TEST_F(CollectiveOpsTest, AllreduceAppliesTheScaleFactors) {
   EXPECT_THAT(ResultOf<float>(tensor, 0), ElementsAre(2, 4));
 }
 
+TEST_F(CollectiveOpsTest, AllreduceAdasumPairsNeighboursFirst) {
+  // ((0,1),(2,3)): Adasum((1,0),(1,0)) = (1,0); Adasum((0,1),(2,2)) =
+  // 0·(0,1) + 7/8·(2,2); then 1/8·(1,0) + 6/7·(1.75,1.75) = (1.625, 1.5).
+  // Pairing (0,2),(1,3) instead would give (1.375, 1.375).
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 4);
+  const auto adasum = [](v1::TensorRequest& r) { r.set_op(v1::REDUCE_OP_ADASUM); };
+  Submit(tensor, 0, v1::DATA_TYPE_FLOAT64, {2}, std::vector<double>{1, 0}, adasum);
+  Submit(tensor, 1, v1::DATA_TYPE_FLOAT64, {2}, std::vector<double>{1, 0}, adasum);
+  Submit(tensor, 2, v1::DATA_TYPE_FLOAT64, {2}, std::vector<double>{0, 1}, adasum);
+  Submit(tensor, 3, v1::DATA_TYPE_FLOAT64, {2}, std::vector<double>{2, 2}, adasum);
+  ASSERT_NO_FATAL_FAILURE(Run(tensor));
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_THAT(ResultOf<double>(tensor, i), ElementsAre(::testing::DoubleNear(1.625, 1e-12),
+                                                         ::testing::DoubleNear(1.5, 1e-12)));
+  }
+}
+
+TEST_F(CollectiveOpsTest, AllreduceAdasumCountsJoinedRanksAsZeros) {
+  // Set rank 3 has joined: Adasum((0,1), 0) = (0,1), and the orthogonal
+  // halves then add up.
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 4);
+  const auto adasum = [](v1::TensorRequest& r) { r.set_op(v1::REDUCE_OP_ADASUM); };
+  Submit(tensor, 0, v1::DATA_TYPE_FLOAT32, {2}, Floats({1, 0}), adasum);
+  Submit(tensor, 1, v1::DATA_TYPE_FLOAT32, {2}, Floats({1, 0}), adasum);
+  Submit(tensor, 2, v1::DATA_TYPE_FLOAT32, {2}, Floats({0, 1}), adasum);
+  ASSERT_NO_FATAL_FAILURE(Run(tensor));
+  EXPECT_THAT(ResultOf<float>(tensor, 0), ElementsAre(1, 1));
+}
+
+TEST_F(CollectiveOpsTest, AllreduceAdasumRefusesSizesOtherThanPowersOfTwoAndUnevenNodes) {
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 3);
+  const auto adasum = [](v1::TensorRequest& r) { r.set_op(v1::REDUCE_OP_ADASUM); };
+  for (int32_t rank = 0; rank < 3; ++rank) {
+    Submit(tensor, rank, v1::DATA_TYPE_FLOAT32, {2}, Floats({1, 2}), adasum);
+  }
+  absl::Status status = Check(tensor);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(status.message(),
+            "tensor 'w': Adasum needs a power-of-two number of ranks (it pairs rank r with r ^ 1, "
+            "r ^ 2, ... as Horovod does, and Horovod refuses other sizes too); the process set "
+            "has 3");
+
+  // Across nodes, every node must hold as many of the set's ranks.
+  auto span = std::make_shared<job::SetSpan>();
+  span->nodes = {0, 1};
+  span->first = {0, 2};
+  span->count = {2, 1};
+  tensor.span = span;
+  tensor.across_nodes = true;
+  status = Check(tensor);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(status.message(),
+            "tensor 'w': Adasum across nodes needs every node to hold the same number of the "
+            "set's ranks, so that Horovod's pairing of rank r with r ^ 1, r ^ 2, ... combines each "
+            "node's ranks before it combines nodes; the nodes hold 2, 1 ranks");
+  span->count = {2, 2};
+  span->first = {0, 2};
+  tensor.set_size = 4;
+  EXPECT_TRUE(Check(tensor).ok()) << Check(tensor);
+}
+
 TEST_F(CollectiveOpsTest, AllreduceOfAnEmptyTensorTakesNoSpace) {
   negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 2);
   Submit(tensor, 0, v1::DATA_TYPE_FLOAT32, {0, 3}, Floats({}));

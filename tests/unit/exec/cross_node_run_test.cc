@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "common/dtype.h"
+#include "daemon/exec/adasum_kernel.h"
 #include "daemon/exec/executor.h"
 #include "daemon/exec/fusion.h"
 #include "daemon/exec/ops/collective_op.h"
@@ -218,6 +219,53 @@ TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
     }
   }
   EXPECT_EQ(fabric_.abandoned(), 0);
+}
+
+// Adasum across nodes is the tree one node would build over every rank:
+// each node's ranks first, then the nodes' partial results in node order —
+// the same operations, so the same bits.
+TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
+  for (const std::vector<int32_t>& local_sizes :
+       {std::vector<int32_t>{2, 2}, std::vector<int32_t>{1, 1, 1, 1},
+        std::vector<int32_t>{2, 2, 2, 2}}) {
+    SCOPED_TRACE(local_sizes.size());
+    nodes_.clear();
+    first_.clear();
+    offsets_.clear();
+    Form(local_sizes);
+    const auto adasum = [](v1::TensorRequest& request) {
+      request.set_op(v1::REDUCE_OP_ADASUM);
+      request.set_postscale(0.5);
+    };
+    const auto value = [](int32_t tensor) {
+      return [tensor](int32_t rank, int64_t i) {
+        return static_cast<float>(((rank + 1) * (i + tensor + 3) * 7919) % 23) - 11.0f;
+      };
+    };
+    AddTensor(
+        "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 9; }, 7, value(0), adasum);
+    AddTensor(
+        "b", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 1; }, 5, value(1), adasum);
+    RunAll(/*chunk_bytes=*/256);
+    EXPECT_EQ(stages_, 2u) << "one stage per tensor: its coefficients need all of it";
+    for (size_t t = 0; t < 2; ++t) {
+      const int64_t count = t == 0 ? 63 : 5;
+      std::vector<std::vector<float>> inputs(static_cast<size_t>(set_size_));
+      std::vector<const void*> pointers;
+      for (int32_t rank = 0; rank < set_size_; ++rank) {
+        for (int64_t i = 0; i < count; ++i) inputs[rank].push_back(value(t)(rank, i));
+        pointers.push_back(inputs[rank].data());
+      }
+      std::vector<float> expected(static_cast<size_t>(count));
+      Adasum(v1::DATA_TYPE_FLOAT32, pointers, expected.data(), expected.size(), 1.0, 0.5);
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+        for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+          EXPECT_EQ(ResultOf(n, t, local), expected) << "node " << n << " tensor " << t;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(CrossNodeRunTest, BroadcastReachesEveryNodeFromTheRootsNode) {

@@ -13,6 +13,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/dtype.h"
+
 namespace collective::daemon::job {
 namespace {
 
@@ -471,8 +473,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "unknown reduce op unspecified"},
         FieldCase{"UnknownOp", [](auto& r) { r.set_op(static_cast<v1::ReduceOp>(-3)); }, kInvalid,
                   "unknown reduce op unknown(-3)"},
-        FieldCase{"Adasum", [](auto& r) { r.set_op(v1::REDUCE_OP_ADASUM); }, kUnimplemented,
-                  "the adasum reduce op is not implemented"},
+        FieldCase{"AdasumOfIntegers",
+                  [](auto& r) {
+                    r.set_op(v1::REDUCE_OP_ADASUM);
+                    r.set_dtype(v1::DATA_TYPE_INT32);
+                  },
+                  kInvalid,
+                  "reduce op adasum is not defined for int32 tensors (it supports float16, "
+                  "bfloat16, float32 and float64)"},
         FieldCase{"NanPrescale",
                   [](auto& r) { r.set_prescale(std::numeric_limits<double>::quiet_NaN()); },
                   kInvalid, "prescale nan is not a finite number"},
@@ -589,7 +597,7 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
                     r.set_op(v1::REDUCE_OP_ADASUM);
                   },
-                  kUnimplemented, "the adasum reduce op is not implemented"},
+                  kInvalid, "the adasum reduce op applies to allreduce, not reducescatter"},
         FieldCase{"ReducescatterBoolSum",
                   [](auto& r) {
                     r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
@@ -733,6 +741,26 @@ TEST(RequestValidatorTest, EmptyArenaAdmitsOnlyEmptyTensors) {
 // --- CUDA tensors ------------------------------------------------------------------
 
 // Valid() as a CUDA tensor: input and output in registered allocations.
+TEST(RequestValidatorTest, AcceptsAdasumAllreducesOfFloatingPointHostTensors) {
+  for (v1::DataType dtype : {v1::DATA_TYPE_FLOAT16, v1::DATA_TYPE_BFLOAT16, v1::DATA_TYPE_FLOAT32,
+                             v1::DATA_TYPE_FLOAT64}) {
+    v1::TensorRequest request = Valid();
+    request.set_op(v1::REDUCE_OP_ADASUM);
+    request.set_dtype(dtype);
+    request.set_length(4 * ElementSize(dtype));
+    request.set_prescale(0.5);
+    request.set_postscale(2);
+    EXPECT_TRUE(Validate(request).ok()) << dtype << ": " << Validate(request);
+  }
+  v1::TensorRequest boolean = Valid();
+  boolean.set_op(v1::REDUCE_OP_ADASUM);
+  boolean.set_dtype(v1::DATA_TYPE_BOOL);
+  boolean.set_length(4);
+  EXPECT_EQ(Reason(Validate(boolean)),
+            "reduce op adasum is not defined for bool tensors (it supports float16, bfloat16, "
+            "float32 and float64)");
+}
+
 v1::TensorRequest ValidCuda() {
   v1::TensorRequest request = Valid();
   request.set_offset(0);
@@ -747,6 +775,16 @@ job::RequestLimits CudaLimits() {
   job::RequestLimits limits = Limits();
   limits.cuda = true;
   return limits;
+}
+
+TEST(RequestValidatorTest, RefusesAdasumOfCudaTensors) {
+  v1::TensorRequest request = ValidCuda();
+  request.set_op(v1::REDUCE_OP_ADASUM);
+  const absl::Status status = Validate(request, CudaLimits());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Reason(status),
+            "the adasum reduce op is implemented for host tensors only; copy a CUDA tensor to the "
+            "host to combine it with Adasum");
 }
 
 TEST(RequestValidatorTest, AcceptsCudaTensorsOfEveryDataCollective) {

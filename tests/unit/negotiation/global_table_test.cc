@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
@@ -331,6 +332,41 @@ TEST(GlobalTableAgreementTest, ACachedGroupAgreesWithTheSameGroupAnnouncedInFull
   ASSERT_EQ(second->decisions_size(), 1);
   EXPECT_EQ(second->decisions(0).code(), 0) << second->decisions(0).message();
   EXPECT_FALSE(second->decisions(0).from_cache()) << "node 1 announced in full";
+}
+
+// Node 0's checks see how the set lies on the nodes (Adasum across nodes
+// needs as many ranks on every node): refused here unless it is 2 + 2.
+absl::Status SpanIsTwoByTwo(const negotiation::ReadyTensor& everyone) {
+  if (everyone.span == nullptr) return absl::InternalError("no span");
+  const job::SetSpan& span = *everyone.span;
+  if (span.count != std::vector<int32_t>{2, 2} || span.first != std::vector<int32_t>{0, 2}) {
+    return absl::InternalError(absl::StrCat("span counts ", absl::StrJoin(span.count, ",")));
+  }
+  return absl::OkStatus();
+}
+
+TEST(GlobalTableSpanTest, TheChecksSeeHowTheSetLiesOnTheNodes) {
+  const job::ProcessSetTable sets(4);
+  negotiation::ResponseCache cache(8);
+  negotiation::CacheBits bits(8, 2);
+  negotiation::GlobalTable table(TwoByTwo(), &SpanIsTwoByTwo, cache, bits);
+  for (int node : {0, 1}) {
+    v1::NodeReady ready;
+    v1::NodeTensor& tensor = *ready.add_tensors();
+    tensor.set_name("w");
+    for (int32_t rank : {2 * node, 2 * node + 1}) {
+      v1::RankRequest& ranked = *tensor.add_ranks();
+      ranked.set_set_rank(rank);
+      ranked.set_rank(rank);
+      ranked.mutable_request()->set_name("w");
+      ranked.mutable_request()->set_collective(v1::COLLECTIVE_ALLREDUCE);
+    }
+    table.Take(node, ready, sets, Clock::now());
+  }
+  std::optional<v1::Decisions> batch = table.TakeBatch();
+  ASSERT_TRUE(batch.has_value());
+  ASSERT_EQ(batch->decisions_size(), 1);
+  EXPECT_EQ(batch->decisions(0).code(), 0) << batch->decisions(0).message();
 }
 
 TEST_F(GlobalTableTest, WaitingNamesTheRanksThatHaveNotSubmitted) {

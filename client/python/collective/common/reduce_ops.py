@@ -15,6 +15,7 @@ Product = 5
 _WIRE_CODES = {
     Average: _core.REDUCE_OPS['average'],
     Sum: _core.REDUCE_OPS['sum'],
+    Adasum: _core.REDUCE_OPS['adasum'],
     Min: _core.REDUCE_OPS['min'],
     Max: _core.REDUCE_OPS['max'],
     Product: _core.REDUCE_OPS['product'],
@@ -35,11 +36,23 @@ def resolve_op(op, average):
 
 
 def wire_code(op):
-    """The daemon's code for ``op``; Adasum is refused rather than silently summed."""
-    if op == Adasum:
-        raise NotImplementedError('The Adasum reduce op is not implemented by collectived; '
-                                  'use Average or Sum')
+    """The daemon's code for ``op``."""
     try:
         return _WIRE_CODES[op]
     except (KeyError, TypeError):
-        raise ValueError(f'Unknown reduce op {op!r}: use Average, Sum, Min, Max or Product') from None
+        raise ValueError(f'Unknown reduce op {op!r}: use Average, Sum, Adasum, Min, Max or '
+                         'Product') from None
+
+
+def check_adasum(tensors, set_size):
+    """Horovod's refusal of an Adasum allreduce over a set whose size is not a power of two
+    (it pairs rank r with r ^ 1, r ^ 2, ...), raised before anything is submitted, and of
+    CUDA tensors, which the daemon combines on the host only. (libcollective refuses
+    integer tensors; the daemon checks everything again for every rank.)"""
+    if set_size < 1 or set_size & (set_size - 1):
+        raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
+    for tensor in tensors:
+        if tensor.device.type != 'cpu':
+            raise NotImplementedError(
+                'Adasum in collectived combines host tensors only; move the tensor to the CPU '
+                '(Horovod without NCCL copies it there too)')

@@ -19,19 +19,18 @@ from contextlib import contextmanager
 
 import torch
 
+from collective.torch.adasum_optimizer import adasum_optimizer
 from collective.torch.compression import Compression
 from collective.torch.grad_buckets import GradientBuckets
+from collective.torch.grad_hooks import hook_last_pass
 from collective.torch.handles import discard
 from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_,
                                       sparse_allreduce_async)
 from collective.torch.mpi_ops import synchronize, size
 from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
+from collective.torch.reduce_ops import check_adasum
 from collective.torch.object_collectives import broadcast_object
-
-_TOO_MANY_PASSES = ('Gradients were computed more than backward_passes_per_step times '
-                    'before call to step(). Increase backward_passes_per_step to '
-                    'accumulate gradients locally.')
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -115,25 +114,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group:
                 self._p_to_group[p] = group
                 self._allreduce_delay[p] = self.backward_passes_per_step
-                # The accumulator that writes p.grad; its hook runs once the
-                # gradient of this backward pass is complete.
-                grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                grad_acc.register_hook(self._make_hook(p))
-                self._grad_accs.append(grad_acc)
+                hook_last_pass(p, self._allreduce_delay, self._last_pass_done,
+                               self._grad_accs)
 
-    def _make_hook(self, p):
-        def hook(*_):
-            if self._allreduce_delay[p] <= 0:
-                raise AssertionError(_TOO_MANY_PASSES)
-            assert not p.grad.requires_grad
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] > 0:
-                return
-            group = self._p_to_group[p]
-            self._ready_counts[group] += 1
-            if self._ready_counts[group] == len(group):
-                self._handles[group] = self._allreduce_group_async(group)
-        return hook
+    def _last_pass_done(self, p):
+        group = self._p_to_group[p]
+        self._ready_counts[group] += 1
+        if self._ready_counts[group] == len(group):
+            self._handles[group] = self._allreduce_group_async(group)
 
     def _scale_factors(self):
         """Splits Average's division between before and after the sum."""
@@ -436,7 +424,12 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     if backward_passes_per_step <= 0:
         raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
-        raise NotImplementedError('op=Adasum is not supported by collectived; use Average or Sum.')
+        # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod.
+        if process_set != global_process_set:
+            raise NotImplementedError('Adasum does not support non-global process sets yet.')
+        check_adasum([], size())
+        return adasum_optimizer(optimizer, named_parameters, compression,
+                                backward_passes_per_step, _DistributedOptimizer._name_parameters)
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` and will be removed.',
                       DeprecationWarning)

@@ -1,0 +1,205 @@
+"""op=hvd.Adasum: allreduce, grouped allreduce and DistributedOptimizer against a reference of
+Horovod's formula, and the refusals: Horovod's (sizes that are not powers of two, integer
+tensors) and collectived's own (nodes holding different numbers of ranks, in
+multinode_python_test).
+
+The reference combines the ranks' inputs as a binary tree, neighbours first, in float64 with
+each level rounded to the tensor's dtype: Adasum(a, b) = (1 - a·b/2‖a‖²) a + (1 - a·b/2‖b‖²) b,
+a coefficient being 1 when its vector's ‖·‖² is below 1e-8.
+"""
+
+import pytest
+import torch
+
+import collective.torch as hvd
+from rank_tensors import FLOAT_DTYPES
+
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5,
+             torch.float64: 1e-12}
+
+
+def _power_of_two():
+    return hvd.size() & (hvd.size() - 1) == 0
+
+
+def _supported():
+    # Across nodes, every node must hold as many ranks as the others.
+    return _power_of_two() and hvd.is_homogeneous()
+
+
+def _refused():
+    """The error an Adasum allreduce of the global set raises where it is not supported."""
+    if not _power_of_two():
+        return pytest.raises(NotImplementedError, match='non-power of 2 ranks')
+    # The daemon's refusal (UNIMPLEMENTED), on every rank.
+    return pytest.raises(NotImplementedError,
+                         match='Adasum across nodes needs every node to hold the same number')
+
+
+def _adasum_pair(a, b, dtype):
+    dot, a_norm, b_norm = torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)
+    a_coeff = 1.0 if a_norm < 1e-8 else 1.0 - dot / (2 * a_norm)
+    b_coeff = 1.0 if b_norm < 1e-8 else 1.0 - dot / (2 * b_norm)
+    return (a_coeff * a + b_coeff * b).to(dtype).double()
+
+
+def reference_adasum(vectors, dtype):
+    """Adasum of a list of tensors, halves first, each level rounded to ``dtype``."""
+    if len(vectors) == 1:
+        return vectors[0].double().flatten()
+    half = len(vectors) // 2
+    return _adasum_pair(reference_adasum(vectors[:half], dtype),
+                        reference_adasum(vectors[half:], dtype), dtype)
+
+
+def rank_vector(rank, shape, dtype, seed=0):
+    """Rank ``rank``'s input: a shared direction scaled by the rank plus the rank's own noise,
+    so that the Adasum coefficients are far from 1 and depend on the pairing order."""
+    shared = torch.Generator().manual_seed(1000 + seed)
+    own = torch.Generator().manual_seed(rank * 7919 + seed)
+    base = torch.randn(shape, generator=shared, dtype=torch.float64)
+    noise = torch.randn(shape, generator=own, dtype=torch.float64)
+    return ((1 + 0.5 * rank) * base + noise).to(dtype)
+
+
+def _expected(shape, dtype, seed=0, prescale=1.0):
+    inputs = [rank_vector(r, shape, dtype, seed) for r in range(hvd.size())]
+    if prescale != 1.0:
+        inputs = [(prescale * t.double()).to(dtype) for t in inputs]
+    return reference_adasum(inputs, dtype).reshape(shape)
+
+
+def _assert_close(result, expected, dtype):
+    scale = max(expected.abs().max().item(), 1e-30)
+    error = (result.double() - expected).abs().max().item()
+    assert error <= TOLERANCE[dtype] * scale, (dtype, error, scale)
+
+
+@pytest.mark.parametrize('dtype', FLOAT_DTYPES, ids=str)
+def test_allreduce_adasum_matches_the_formula(dtype):
+    for shape in [(1,), (17,), (5, 3), (64, 33)]:
+        tensor = rank_vector(hvd.rank(), shape, dtype)
+        before = tensor.clone()
+        if not _supported():
+            with _refused():
+                hvd.allreduce(tensor, op=hvd.Adasum, name=f'adasum.{shape}')
+            continue
+        result = hvd.allreduce(tensor, op=hvd.Adasum, name=f'adasum.{shape}')
+        assert result.dtype == dtype and result.shape == tensor.shape
+        assert torch.equal(tensor, before), 'allreduce modified its input'
+        _assert_close(result, _expected(shape, dtype), dtype)
+
+
+def test_adasum_is_not_a_sum_or_an_average():
+    if not _supported():
+        pytest.skip('Adasum needs a power-of-two number of ranks, as many on every node')
+    tensor = rank_vector(hvd.rank(), (32,), torch.float64)
+    result = hvd.allreduce(tensor, op=hvd.Adasum)
+    total = hvd.allreduce(tensor, op=hvd.Sum)
+    average = hvd.allreduce(tensor, op=hvd.Average)
+    assert not torch.allclose(result, total) and not torch.allclose(result, average)
+    # Equal inputs give themselves back: Adasum(a, a) = a.
+    same = rank_vector(0, (32,), torch.float64)
+    assert torch.allclose(hvd.allreduce(same, op=hvd.Adasum), same, rtol=1e-12, atol=0)
+
+
+def test_grouped_adasum_combines_each_tensor_on_its_own():
+    # The tensors are fused into one buffer; the dot products must still be
+    # each tensor's, not the fused buffer's.
+    if not _supported():
+        with _refused():
+            hvd.grouped_allreduce([torch.ones(3)], op=hvd.Adasum)
+        return
+    shapes = [(7,), (4, 5), (129,)]
+    tensors = [rank_vector(hvd.rank(), s, torch.float32, seed=i) for i, s in enumerate(shapes)]
+    results = hvd.grouped_allreduce(tensors, op=hvd.Adasum, name='grouped.adasum')
+    for i, (shape, result) in enumerate(zip(shapes, results)):
+        _assert_close(result, _expected(shape, torch.float32, seed=i), torch.float32)
+
+    in_place = [t.clone() for t in tensors]
+    hvd.grouped_allreduce_(in_place, op=hvd.Adasum, name='grouped.adasum_')
+    for i, (shape, result) in enumerate(zip(shapes, in_place)):
+        _assert_close(result, _expected(shape, torch.float32, seed=i), torch.float32)
+
+
+def test_adasum_scale_factors_and_in_place():
+    if not _supported():
+        pytest.skip('Adasum needs a power-of-two number of ranks, as many on every node')
+    tensor = rank_vector(hvd.rank(), (40,), torch.float64)
+    result = hvd.allreduce(tensor, op=hvd.Adasum, prescale_factor=0.5, postscale_factor=3.0)
+    _assert_close(result, 3.0 * _expected((40,), torch.float64, prescale=0.5), torch.float64)
+    hvd.allreduce_(tensor, op=hvd.Adasum)
+    _assert_close(tensor, _expected((40,), torch.float64), torch.float64)
+
+
+@pytest.mark.parametrize('dtype', [torch.int32, torch.int64, torch.uint8], ids=str)
+def test_adasum_refuses_integer_tensors(dtype):
+    # The size is judged first, as in Horovod.
+    refusal = (pytest.raises(ValueError, match='Adasum is defined for floating-point tensors')
+               if _power_of_two() else _refused())
+    with refusal:
+        hvd.allreduce(torch.ones(4, dtype=dtype), op=hvd.Adasum)
+
+
+def test_adasum_optimizer_applies_the_adasum_of_every_rank_update():
+    model = torch.nn.Linear(6, 1, bias=False, dtype=torch.float64)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    start = model.weight.detach().clone()
+    lr = 0.1
+    if not _power_of_two():
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                     named_parameters=model.named_parameters(), op=hvd.Adasum)
+        return
+    if not _supported():
+        pytest.skip('Adasum across nodes needs as many ranks on every node')
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr),
+                                         named_parameters=model.named_parameters(),
+                                         op=hvd.Adasum)
+
+    def batch(rank):
+        g = torch.Generator().manual_seed(rank + 11)
+        return torch.randn(8, 6, generator=g, dtype=torch.float64), \
+            torch.randn(8, 1, generator=g, dtype=torch.float64)
+
+    x, y = batch(hvd.rank())
+    optimizer.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+    # Every rank's SGD delta -lr * grad, combined by Adasum, added to the start.
+    deltas = []
+    for rank in range(hvd.size()):
+        w = start.clone().requires_grad_()
+        xr, yr = batch(rank)
+        torch.nn.functional.mse_loss(xr @ w.t(), yr).backward()
+        deltas.append(-lr * w.grad)
+    expected = start.flatten() + reference_adasum(deltas, torch.float64)
+    _assert_close(model.weight.detach().flatten(), expected, torch.float64)
+
+
+def test_adasum_optimizer_converges():
+    if not _supported():
+        pytest.skip('Adasum needs a power-of-two number of ranks, as many on every node')
+    torch.manual_seed(5)
+    true_w = torch.tensor([[1.5, -2.0, 0.5, 3.0]])
+    model = torch.nn.Linear(4, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                                         named_parameters=model.named_parameters(),
+                                         op=hvd.Adasum)
+    data = torch.Generator().manual_seed(100 + hvd.rank())
+    first_loss = None
+    for _ in range(150):
+        x = torch.randn(16, 4, generator=data)
+        y = x @ true_w.t() + 0.7
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        first_loss = first_loss if first_loss is not None else loss.item()
+    assert loss.item() < 1e-3 * first_loss, (first_loss, loss.item())
+    assert torch.allclose(model.weight.detach(), true_w, atol=1e-2)
+    # Every rank holds the same weights.
+    gathered = hvd.allgather(model.weight.detach())
+    assert torch.equal(gathered, model.weight.detach().repeat(hvd.size(), 1))
