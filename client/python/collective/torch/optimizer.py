@@ -29,7 +29,7 @@ from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_
 from collective.torch.mpi_ops import synchronize, size
 from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
-from collective.torch.reduce_ops import check_adasum
+from collective.common.reduce_ops import check_adasum
 from collective.torch.object_collectives import broadcast_object
 
 
