@@ -97,9 +97,31 @@ def test_grouped_allreduce_and_its_gradient():
             hvd.grouped_allreduce(mismatch)
 
 
-def test_adasum_is_refused():
-    with pytest.raises(NotImplementedError, match='Adasum'):
-        hvd.allreduce(tf.ones([2]), op=hvd.Adasum)
+def _adasum(a, b):
+    dot, aa, bb = float(a @ b), float(a @ a), float(b @ b)
+    return (1 - dot / (2 * aa)) * a + (1 - dot / (2 * bb)) * b
+
+
+def test_adasum_of_a_power_of_two_ranks_or_refused():
+    # Rank r gives (r + 1, r * r + 1, 1): no two ranks' vectors are parallel.
+    def vector(r):
+        return np.array([r + 1.0, r * r + 1.0, 1.0])
+
+    size = hvd.size()
+    if size & (size - 1):
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.allreduce(tf.constant(vector(hvd.rank())), op=hvd.Adasum)
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.grouped_allreduce([tf.constant(vector(hvd.rank()))], op=hvd.Adasum)
+        return
+    # Horovod's tree: neighbours first, then the pairs' results, and so on.
+    level = [vector(r) for r in range(size)]
+    while len(level) > 1:
+        level = [_adasum(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    result = hvd.allreduce(tf.constant(vector(hvd.rank()), dtype=tf.float64), op=hvd.Adasum)
+    np.testing.assert_allclose(result.numpy(), level[0], rtol=1e-12)
+    # Not the plain sum: Adasum is what ran.
+    assert size == 1 or not np.allclose(result.numpy(), sum(vector(r) for r in range(size)))
 
 
 def test_allgather_of_uneven_rows():

@@ -44,13 +44,18 @@ def wire_code(op):
                          'Product') from None
 
 
-def check_adasum(tensors, set_size):
+def check_adasum_ranks(set_size):
     """Horovod's refusal of an Adasum allreduce over a set whose size is not a power of two
-    (it pairs rank r with r ^ 1, r ^ 2, ...), raised before anything is submitted, and of
-    CUDA tensors, which the daemon combines on the host only. (libcollective refuses
-    integer tensors; the daemon checks everything again for every rank.)"""
+    (it pairs rank r with r ^ 1, r ^ 2, ...), raised before anything is submitted. (The
+    daemon checks everything again for every rank; libcollective refuses integer tensors.)"""
     if set_size < 1 or set_size & (set_size - 1):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
+
+
+def check_adasum(tensors, set_size):
+    """``check_adasum_ranks``, and the refusal of CUDA tensors, which the daemon combines on
+    the host only (torch tensors)."""
+    check_adasum_ranks(set_size)
     for tensor in tensors:
         if tensor.device.type != 'cpu':
             raise NotImplementedError(

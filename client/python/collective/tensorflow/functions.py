@@ -17,7 +17,8 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
 
     A ``tf.IndexedSlices`` is gathered, as Horovod does: its values and indices from every rank
     (values divided by the set's size for Average). Devices are CPU only: the arguments that
-    name devices are accepted and ignored. Adasum raises NotImplementedError.
+    name devices are accepted and ignored. Adasum combines host tensors of a set whose size is
+    a power of two (else NotImplementedError, as Horovod).
     """
     del device_dense, device_sparse, ignore_name_scope
     op = reduce_ops.resolve_op(op, average)
@@ -30,7 +31,8 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
         if op == reduce_ops.Average:
             values = values / process_set.size()
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
-    reduce_ops.wire_code(op)  # refuses Adasum before anything is sent
+    if op == reduce_ops.Adasum:
+        reduce_ops.check_adasum_ranks(process_set.size())
     compressed, context = compression.compress(tensor)
     reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
@@ -48,6 +50,8 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     tensors = list(tensors)
     if not tensors:
         return []
+    if op == reduce_ops.Adasum:
+        reduce_ops.check_adasum_ranks(process_set.size())
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     results = [allreduce(t, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
