@@ -4,6 +4,7 @@
 // fuzzers start from inputs that pass the parsers and go deep. Run by
 // `make fuzz-corpus`; the files are checked in.
 //   fuzz-seed-corpus DIR
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -179,7 +180,8 @@ std::string RingImage(const std::vector<v1::ClientMessage>& messages, uint64_t s
   header->submit_head.store(start);
   header->submit_tail.store(start);
   std::vector<std::byte> ring(kRingBytes);
-  shm::SubmissionWriter writer(header.get(), ring.data(), kRingBytes);
+  std::atomic<uint32_t> doorbell{0};  // never rung: nothing sleeps on it here
+  shm::SubmissionWriter writer(header.get(), ring.data(), kRingBytes, &doorbell);
   for (const v1::ClientMessage& message : messages) {
     const std::string bytes = message.SerializeAsString();
     if (!writer.TryPush(bytes.data(), bytes.size())) std::abort();

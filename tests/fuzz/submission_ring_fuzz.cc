@@ -12,6 +12,7 @@
 // even byte pushes the blob that follows through the client's writer, an odd
 // one pops a record through the reader. Every payload pushed comes out
 // unchanged and in order.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -75,7 +76,8 @@ void RoundTrip(FuzzInput& input) {
   const uint64_t start = input.Take<uint64_t>() & ~(shm::kSubmitAlignment - 1);
   ring.header->submit_head.store(start);
   ring.header->submit_tail.store(start);
-  shm::SubmissionWriter writer(ring.header.get(), ring.bytes.get(), kRingBytes);
+  std::atomic<uint32_t> doorbell{0};  // the job's doorbell word: never rung here
+  shm::SubmissionWriter writer(ring.header.get(), ring.bytes.get(), kRingBytes, &doorbell);
   shm::SubmissionReader reader(ring.header.get(), ring.bytes.get(), kRingBytes);
   std::deque<std::string> in_flight;
   std::string payload;
