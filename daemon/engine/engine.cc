@@ -15,6 +15,10 @@
 namespace collective::daemon::engine {
 namespace {
 
+// How often the engine looks whether a registered client that has not yet
+// opened its session is still alive (only during that short window).
+constexpr auto kAttachLivenessPoll = std::chrono::milliseconds(100);
+
 size_t ReduceThreads(uint32_t configured) {
   if (configured != 0) return configured;
   const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
@@ -206,7 +210,7 @@ Clock::time_point Engine::NextTimer() const {
   }
   for (const auto& member : job_->members()) {
     if (member && !member->attached() && member->live()) {
-      next = std::min(next, member->attach_deadline);
+      next = std::min({next, member->attach_deadline, Clock::now() + kAttachLivenessPoll});
     }
   }
   return next;
@@ -242,15 +246,20 @@ void Engine::RunTimers(Clock::time_point now) {
     return;
   }
   for (const auto& member : job_->members()) {
-    if (!member || member->attached() || !member->live() || now < member->attach_deadline) {
-      continue;
-    }
+    if (!member || member->attached() || !member->live()) continue;
+    // Between its registration's answer and its session, a client's death
+    // closes nothing the daemon holds: look for it, so that the other ranks
+    // hear of it now rather than at the deadline.
+    const bool ended = job::PeerProcessEnded(member->peer.pid);
+    if (!ended && now < member->attach_deadline) continue;
     member->gone = true;
     member->segment->Unlink();
     FailJob(absl::UnavailableError(
-        absl::StrCat(job::DescribeMember(*member), " registered with job '", job_->id(),
-                     "' but did not open its session within ", config_.register_timeout_seconds,
-                     " s; the job cannot continue")));
+        ended ? absl::StrCat(job::DescribeMember(*member), " registered with job '", job_->id(),
+                             "' but exited before opening its session; the job cannot continue")
+              : absl::StrCat(job::DescribeMember(*member), " registered with job '", job_->id(),
+                             "' but did not open its session within ",
+                             config_.register_timeout_seconds, " s; the job cannot continue")));
   }
   MaybeTearDownJob();
 }

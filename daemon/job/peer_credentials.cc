@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +28,24 @@ absl::StatusOr<PeerCredentials> ReadPeerCredentials(int fd) {
         absl::StrCat("cannot read peer credentials of socket ", fd, ": ", std::strerror(errno)));
   }
   return PeerCredentials{credentials.pid, credentials.uid, credentials.gid};
+}
+
+bool PeerProcessEnded(pid_t pid) {
+  if (pid <= 0) return false;
+  const std::string path = absl::StrCat("/proc/", pid, "/stat");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT;
+  char buffer[512];
+  const ssize_t got = ::read(fd, buffer, sizeof(buffer) - 1);
+  ::close(fd);
+  if (got <= 0) return false;
+  // "pid (comm) state ...": comm may hold spaces and parentheses, so the
+  // state follows the last ')'.
+  const std::string_view line(buffer, static_cast<size_t>(got));
+  const size_t close = line.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= line.size()) return false;
+  const char state = line[close + 2];
+  return state == 'Z' || state == 'X';
 }
 
 PeerPolicy::PeerPolicy(uid_t daemon_uid, std::vector<uint32_t> allowed_uids,

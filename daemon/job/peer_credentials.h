@@ -22,6 +22,12 @@ struct PeerCredentials {
 // Reads SO_PEERCRED from a connected Unix socket.
 absl::StatusOr<PeerCredentials> ReadPeerCredentials(int fd);
 
+// Whether the process `pid` (as this daemon's pid namespace sees it) has
+// exited: no /proc entry, or a zombie its parent has not reaped yet. False
+// when it cannot tell (pid 0: a peer in a pid namespace the daemon cannot
+// see), so that only a death seen for certain fails a job early.
+bool PeerProcessEnded(pid_t pid);
+
 // Root and the daemon's own uid are always allowed; so are the listed uids,
 // and peers whose primary gid is listed.
 class PeerPolicy {

@@ -41,8 +41,9 @@ inline job::PeerCredentials Self() { return {::getpid(), ::geteuid(), ::getegid(
 
 class FakeRegisterCall final : public job::RegisterCall {
  public:
-  FakeRegisterCall(uint64_t id, v1::RegisterRequest request)
-      : id_(id), request_(std::move(request)) {}
+  // `peer`: who the daemon sees on the other end (this process by default).
+  FakeRegisterCall(uint64_t id, v1::RegisterRequest request, job::PeerCredentials peer = Self())
+      : id_(id), request_(std::move(request)), peer_(peer) {}
 
   uint64_t id() const override { return id_; }
   const v1::RegisterRequest& request() const override { return request_; }
@@ -73,7 +74,7 @@ class FakeRegisterCall final : public job::RegisterCall {
  private:
   const uint64_t id_;
   const v1::RegisterRequest request_;
-  const job::PeerCredentials peer_ = Self();
+  const job::PeerCredentials peer_;
   std::mutex mutex_;
   std::condition_variable done_;
   int finishes_ = 0;
@@ -188,7 +189,8 @@ class EngineHarness : public ::testing::Test {
 
   std::shared_ptr<FakeRegisterCall> Register(int32_t local_rank, int32_t local_size,
                                              const std::string& job_id = "",
-                                             const std::vector<Ranks>& static_sets = {}) {
+                                             const std::vector<Ranks>& static_sets = {},
+                                             pid_t peer_pid = ::getpid()) {
     v1::RegisterRequest request;
     request.set_job_id(job_id);
     for (const Ranks& ranks : static_sets) {
@@ -199,7 +201,8 @@ class EngineHarness : public ::testing::Test {
     request.set_local_size(local_size);
     request.set_pid(::getpid());
     request.set_layout_version(shm::kLayoutVersion);
-    auto call = std::make_shared<FakeRegisterCall>(next_call_id_++, request);
+    auto call = std::make_shared<FakeRegisterCall>(
+        next_call_id_++, request, job::PeerCredentials{peer_pid, ::geteuid(), ::getegid()});
     EXPECT_TRUE(engine_->Post(engine::RegisterEvent{call}));
     return call;
   }

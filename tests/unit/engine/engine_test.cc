@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -311,6 +314,37 @@ TEST_F(EngineTest, AClientThatNeverAttachesFailsTheJobAtTheDeadline) {
             absl::StrCat("rank 1 (pid ", ::getpid(),
                          ") registered with job 'default' but did not open its session within "
                          "0.3 s; the job cannot continue"));
+}
+
+TEST_F(EngineTest, AClientThatDiesBeforeAttachingFailsTheJobAtOnce) {
+  // The deadline is an hour away: only the death can fail the job in time.
+  config_.register_timeout_seconds = 3600;
+  Start();
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  TestClient alive;
+  alive.call = Register(0, 2);
+  const auto gone = Register(1, 2, "", {}, dead);
+  for (FakeRegisterCall* call : {alive.call.get(), gone.get()}) {
+    const auto registered = call->Await();
+    ASSERT_TRUE(registered.has_value() && registered->ok());
+  }
+  // The living rank opens its session, and hears why the job failed,
+  // whether that happened before or after it attached.
+  alive.link = std::make_shared<FakeSessionLink>();
+  v1::ClientMessage attach;
+  attach.mutable_attach()->set_client_id(alive.call->response().client_id());
+  attach.mutable_attach()->set_session_token(alive.call->response().session_token());
+  Post(alive.link, attach);
+  const auto job_failed = alive.link->NextOf(v1::DaemonMessage::kJobFailed);
+  ASSERT_TRUE(job_failed.has_value());
+  EXPECT_EQ(job_failed->job_failed().code(), static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_EQ(job_failed->job_failed().message(),
+            absl::StrCat("rank 1 (pid ", dead,
+                         ") registered with job 'default' but exited before opening its "
+                         "session; the job cannot continue"));
 }
 
 TEST_F(EngineTest, CancelledRegistrationLeavesTheJobForming) {
