@@ -30,43 +30,30 @@ using ::tensorflow::TensorShape;
 // TensorFlow's dtypes as libcollective's; false for one the daemon lacks
 // (the ops' type lists admit none such).
 bool ToDataType(::tensorflow::DataType dtype, collective_dtype_t* out) {
-  switch (dtype) {
-    case ::tensorflow::DT_UINT8:
-      *out = COLLECTIVE_UINT8;
+  struct Pair {
+    ::tensorflow::DataType tensorflow;
+    collective_dtype_t collective;
+  };
+  static constexpr Pair kPairs[] = {
+      {::tensorflow::DT_UINT8, COLLECTIVE_UINT8},
+      {::tensorflow::DT_INT8, COLLECTIVE_INT8},
+      {::tensorflow::DT_UINT16, COLLECTIVE_UINT16},
+      {::tensorflow::DT_INT16, COLLECTIVE_INT16},
+      {::tensorflow::DT_INT32, COLLECTIVE_INT32},
+      {::tensorflow::DT_INT64, COLLECTIVE_INT64},
+      {::tensorflow::DT_HALF, COLLECTIVE_FLOAT16},
+      {::tensorflow::DT_BFLOAT16, COLLECTIVE_BFLOAT16},
+      {::tensorflow::DT_FLOAT, COLLECTIVE_FLOAT32},
+      {::tensorflow::DT_DOUBLE, COLLECTIVE_FLOAT64},
+      {::tensorflow::DT_BOOL, COLLECTIVE_BOOL},
+  };
+  for (const Pair& pair : kPairs) {
+    if (pair.tensorflow == dtype) {
+      *out = pair.collective;
       return true;
-    case ::tensorflow::DT_INT8:
-      *out = COLLECTIVE_INT8;
-      return true;
-    case ::tensorflow::DT_UINT16:
-      *out = COLLECTIVE_UINT16;
-      return true;
-    case ::tensorflow::DT_INT16:
-      *out = COLLECTIVE_INT16;
-      return true;
-    case ::tensorflow::DT_INT32:
-      *out = COLLECTIVE_INT32;
-      return true;
-    case ::tensorflow::DT_INT64:
-      *out = COLLECTIVE_INT64;
-      return true;
-    case ::tensorflow::DT_HALF:
-      *out = COLLECTIVE_FLOAT16;
-      return true;
-    case ::tensorflow::DT_BFLOAT16:
-      *out = COLLECTIVE_BFLOAT16;
-      return true;
-    case ::tensorflow::DT_FLOAT:
-      *out = COLLECTIVE_FLOAT32;
-      return true;
-    case ::tensorflow::DT_DOUBLE:
-      *out = COLLECTIVE_FLOAT64;
-      return true;
-    case ::tensorflow::DT_BOOL:
-      *out = COLLECTIVE_BOOL;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
 
 // A TensorFlow tensor as the C ABI describes it; keeps the shape it points

@@ -7,33 +7,7 @@
 
 import tensorflow as tf
 
-
-class Compressor:
-    """Interface for compressing and decompressing a given tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        """Compresses a tensor and returns it with the context needed to decompress it."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Decompresses the tensor with the given context."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Default no-op compression."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor unmodified."""
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Returns the tensor unmodified."""
-        return tensor
+from collective.common.compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class FP16Compressor(Compressor):
