@@ -204,15 +204,27 @@ class CollectiveKernel : public AsyncOpKernel {
   int32_t process_set_ = 0;
 };
 
-class AllreduceKernel : public CollectiveKernel {
- public:
-  explicit AllreduceKernel(OpKernelConstruction* context) : CollectiveKernel(context, "allreduce") {
+// A kernel of a reduction: its reduce op and scale factors, from the op's
+// attributes.
+class ReductionKernel : public CollectiveKernel {
+ protected:
+  ReductionKernel(OpKernelConstruction* context, std::string kind)
+      : CollectiveKernel(context, std::move(kind)) {
     int64_t op = 0;
     OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
     op_ = static_cast<collective_op_t>(op);
     OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
     OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
   }
+
+  collective_op_t op_ = COLLECTIVE_SUM;
+  float prescale_ = 1.0f;
+  float postscale_ = 1.0f;
+};
+
+class AllreduceKernel : public ReductionKernel {
+ public:
+  explicit AllreduceKernel(OpKernelConstruction* context) : ReductionKernel(context, "allreduce") {}
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const Tensor& input = context->input(0);
@@ -235,26 +247,15 @@ class AllreduceKernel : public CollectiveKernel {
           return absl::OkStatus();
         });
   }
-
- private:
-  collective_op_t op_ = COLLECTIVE_SUM;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
 };
 
 // Allreduce of several tensors that the daemon negotiates and runs
 // together; member i is named '<tensor_name>_<i+1>of<N>', as
 // collective.torch names the members of a group.
-class GroupedAllreduceKernel : public CollectiveKernel {
+class GroupedAllreduceKernel : public ReductionKernel {
  public:
   explicit GroupedAllreduceKernel(OpKernelConstruction* context)
-      : CollectiveKernel(context, "grouped allreduce") {
-    int64_t op = 0;
-    OP_REQUIRES_OK(context, context->GetAttr("reduce_op", &op));
-    op_ = static_cast<collective_op_t>(op);
-    OP_REQUIRES_OK(context, context->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(context, context->GetAttr("postscale_factor", &postscale_));
-  }
+      : ReductionKernel(context, "grouped allreduce") {}
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const int count = context->num_inputs();
@@ -290,11 +291,6 @@ class GroupedAllreduceKernel : public CollectiveKernel {
           return absl::OkStatus();
         });
   }
-
- private:
-  collective_op_t op_ = COLLECTIVE_SUM;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
 };
 
 class AllgatherKernel : public CollectiveKernel {
