@@ -295,7 +295,13 @@ std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role,
     args.insert(args.end(), {"--reduce-op", ReduceOpName(options.reduce_op)});
   }
   if (role == Role::kClient) {
-    args.insert(args.end(), {"--placement", PlacementName(placement)});
+    // A worker's own parser reads CUDA placement from --device, as the
+    // launcher's did (--placement names host placements only).
+    if (placement == Placement::kCuda) {
+      args.insert(args.end(), {"--device", "cuda"});
+    } else {
+      args.insert(args.end(), {"--placement", PlacementName(placement)});
+    }
   }
   if (mode == BenchMode::kResnet) args.insert(args.end(), {"--workload", options.workload});
   return args;

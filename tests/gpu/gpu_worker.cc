@@ -118,11 +118,13 @@ class Worker {
         Cuda(cudaMemsetAsync(buffer.data(), 0, buffer.bytes(), stream_), "cudaMemsetAsync"));
     const TensorView tensor = OnDevice(buffer, DataType::kFloat32, {1024});
     RETURN_IF_ERROR(client_.Allreduce("before", tensor, nullptr));
+    // The last rank dies before it submits "during", its mapping and events
+    // from "before" still open, while the others wait in "during". (Dying
+    // just after submitting would race: a submission the daemon already has
+    // may legitimately complete.)
+    if (rank() == size() - 1) std::raise(SIGKILL);
     auto handle = client_.AllreduceAsync("during", tensor, nullptr);
     if (!handle.ok()) return handle.status();
-    if (rank() == size() - 1) {
-      std::raise(SIGKILL);  // mid-operation, mappings and events open
-    }
     const auto result = client_.Wait(*handle, absl::Seconds(120));
     if (result.ok()) {
       return absl::InternalError("the allreduce completed although a rank died");

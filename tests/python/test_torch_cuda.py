@@ -56,8 +56,9 @@ def test_allreduce_sums_on_the_device(dtype):
     tensor = _rank_tensor(hvd.rank(), (17, 5), dtype)
     summed = hvd.allreduce(tensor, op=hvd.Sum, name=f'cuda.sum.{dtype}')
     assert summed.device == tensor.device and summed.dtype == dtype
-    expected = sum(_rank_tensor(r, (17, 5), torch.float64).cpu() for r in range(size))
-    assert torch.equal(summed.cpu().double(), expected.to(dtype).double())
+    # Each rank's input as that rank made it (uint8 takes absolute values).
+    expected = sum(_rank_tensor(r, (17, 5), dtype).cpu().double() for r in range(size))
+    assert torch.equal(summed.cpu().double(), expected)
 
 
 @pytest.mark.parametrize('op', ['Average', 'Min', 'Max', 'Product'])

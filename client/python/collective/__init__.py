@@ -6,4 +6,17 @@ daemon negotiates, fuses and reduces them, and the results come back the same
 way. ``collective._core`` is the binding of libcollective underneath.
 """
 
-from collective._core import __version__  # noqa: F401  (the build's version, set by CMake)
+
+# collective._core is loaded by the framework packages, after the framework:
+# PyTorch wheels (and TensorFlow) carry their own protobuf, whose C++ objects
+# the dynamic loader shares process-wide with the first protobuf loaded
+# (GNU unique symbols, RTLD_LOCAL or not). libcollective's protobuf loaded
+# first makes `import torch` abort ("free(): invalid pointer"); loaded after,
+# both work. So nothing here loads it at import.
+
+
+def __getattr__(name):
+    if name == '__version__':  # the build's version, set by CMake
+        from collective._core import __version__
+        return __version__
+    raise AttributeError(f"module 'collective' has no attribute {name!r}")

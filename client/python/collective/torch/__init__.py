@@ -7,6 +7,9 @@ the rest as with ``horovod.torch``, on CPU and CUDA tensors (one GPU per
 process; see ``collective.torch.devices``).
 """
 
+# torch before collective._core (see collective/__init__.py).
+import torch  # noqa: F401  isort:skip
+
 from collective.torch.compression import Compression
 from collective.torch.functions import broadcast_optimizer_state, broadcast_parameters
 from collective.torch.mpi_ops import *  # noqa: F401,F403  (the collectives: see mpi_ops.__all__)
