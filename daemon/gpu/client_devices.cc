@@ -5,7 +5,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/gpu/mps.h"
 
 namespace collective::daemon::gpu {
 namespace {
@@ -57,6 +59,7 @@ absl::Status ClientDevices::Register(uint64_t client_id, const v1::RegisterCuda&
     client.device = *device;
     client.uuid = message.device_uuid();
     existing = clients_.emplace(client_id, std::move(client)).first;
+    WarnOnceWithoutMps();
   } else if (!message.device_uuid().empty() && message.device_uuid() != existing->second.uuid) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the client registered CUDA device ", UuidText(existing->second.uuid),
@@ -224,6 +227,17 @@ absl::Status ClientDevices::EventsFailure(uint64_t client) const {
 EventPool* ClientDevices::Events(uint64_t client) {
   auto it = clients_.find(client);
   return it == clients_.end() ? nullptr : &it->second.events;
+}
+
+void ClientDevices::WarnOnceWithoutMps() {
+  if (mps_checked_) return;
+  mps_checked_ = true;
+  if (MpsRunning()) return;
+  log::Nccl().warn(
+      "CUDA MPS is not running (no {}): the GPU time-slices between this daemon's CUDA context "
+      "and each client's, which adds a few hundred microseconds per client sharing the GPU to "
+      "every collective; start it with `nvidia-cuda-mps-control -d` (README, GPU tensors)",
+      MpsControlPipe());
 }
 
 }  // namespace collective::daemon::gpu

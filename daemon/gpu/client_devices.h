@@ -59,6 +59,10 @@ class ClientDevices {
   absl::Status EventsFailure(uint64_t client) const;
 
  private:
+  // The first client's device registration says, in the log, when MPS is
+  // not running (daemon/gpu/mps.h says what that costs).
+  void WarnOnceWithoutMps();
+
   struct Allocation {
     std::string handle;
     Mapping mapping;
@@ -84,6 +88,7 @@ class ClientDevices {
   absl::flat_hash_map<uint64_t, Client> clients_;
   // Clients whose device could not be registered, and why.
   absl::flat_hash_map<uint64_t, absl::Status> device_failures_;
+  bool mps_checked_ = false;
 };
 
 }  // namespace collective::daemon::gpu
