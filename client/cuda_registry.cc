@@ -57,6 +57,9 @@ absl::Status CudaRegistry::CheckContext() const {
 
 absl::StatusOr<v1::DeviceRange> CudaRegistry::Locate(const void* pointer, uint64_t bytes,
                                                      v1::RegisterCuda& pending) {
+  // An empty tensor (PyTorch gives it no memory: its pointer may be null)
+  // names no allocation; the daemon reads and writes none of it.
+  if (bytes == 0) return v1::DeviceRange();
   RETURN_IF_ERROR(CheckContext());
   cuda::DevicePointer base = 0;
   size_t size = 0;

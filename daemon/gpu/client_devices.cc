@@ -181,6 +181,8 @@ std::vector<int> ClientDevices::Devices() const {
 
 absl::StatusOr<std::byte*> ClientDevices::Resolve(uint64_t client_id, const v1::DeviceRange& range,
                                                   uint64_t bytes, absl::string_view what) const {
+  // An empty range names no allocation: nothing is read or written there.
+  if (range.allocation_id() == 0 && bytes == 0) return nullptr;
   auto client = clients_.find(client_id);
   if (client == clients_.end()) {
     if (auto failed = device_failures_.find(client_id); failed != device_failures_.end()) {

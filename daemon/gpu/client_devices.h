@@ -47,7 +47,8 @@ class ClientDevices {
 
   // Where `bytes` bytes at range.offset of the client's allocation
   // range.allocation_id lie in the daemon; `what` ("input", "output") names
-  // the range in errors.
+  // the range in errors. An empty range without an allocation (id 0, an
+  // empty tensor's) resolves to null.
   absl::StatusOr<std::byte*> Resolve(uint64_t client, const v1::DeviceRange& range, uint64_t bytes,
                                      absl::string_view what) const;
   // The IPC handle of a registered allocation (to hold it while a batch

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <iterator>
+#include <vector>
 
 #include "daemon/gpu/device_ops.h"
 
@@ -16,8 +18,14 @@ absl::StatusOr<std::byte*> DeviceIssue::Scratch(int index, uint64_t bytes) {
 }
 
 absl::Status DeviceIssue::Copy(int index, const std::vector<DeviceCopy>& copies) const {
-  if (copies.empty()) return absl::OkStatus();
-  return backend_.Copy(ordinal(index), copies);
+  // Empty tensors' copies (whose ends may be null: no allocation) move
+  // nothing; they are left out.
+  std::vector<DeviceCopy> moving;
+  moving.reserve(copies.size());
+  std::copy_if(copies.begin(), copies.end(), std::back_inserter(moving),
+               [](const DeviceCopy& copy) { return copy.bytes > 0; });
+  if (moving.empty()) return absl::OkStatus();
+  return backend_.Copy(ordinal(index), moving);
 }
 
 absl::Status DeviceIssue::FreeScratch() {

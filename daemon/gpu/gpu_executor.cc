@@ -185,6 +185,7 @@ absl::StatusOr<std::vector<DeviceTensor>> GpuExecutor::Resolve(const exec::Fused
       resolved.members.push_back(member);
       for (uint64_t id :
            {request.device_input().allocation_id(), request.device_output().allocation_id()}) {
+        if (id == 0) continue;  // an empty range: no mapping to hold
         flight.handles.push_back(*devices_->HandleOf(client, id));
       }
     }

@@ -165,17 +165,22 @@ absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& 
     return absl::InvalidArgumentError(
         "offset applies to host tensors; a CUDA tensor's input is device_input");
   }
-  if (request.device_input().allocation_id() == 0) {
+  // An empty range needs no allocation (allocation 0 names none).
+  if (request.device_input().allocation_id() == 0 && request.length() > 0) {
     return absl::InvalidArgumentError(
         "a CUDA tensor needs device_input in a registered CUDA allocation");
   }
-  if (request.device_output().allocation_id() == 0) {
+  // An allreduce's, broadcast's or allgather's result holds at least the
+  // rank's own input; an alltoall's or reducescatter's share may be empty.
+  const bool whole_result =
+      collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_BROADCAST;
+  const bool holds_input = whole_result || collective == v1::COLLECTIVE_ALLGATHER;
+  if (request.device_output().allocation_id() == 0 &&
+      (request.device_output().bytes() > 0 || (holds_input && request.length() > 0))) {
     return absl::InvalidArgumentError(
         absl::StrCat("a CUDA tensor needs device_output (", CollectiveName(collective),
                      " writes each rank's result into it; it may be the input)"));
   }
-  const bool whole_result =
-      collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_BROADCAST;
   if (whole_result && request.device_output().bytes() < request.length()) {
     return absl::InvalidArgumentError(
         absl::StrCat("device_output holds ", request.device_output().bytes(), " bytes; the ",

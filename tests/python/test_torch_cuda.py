@@ -115,6 +115,29 @@ def test_grouped_allreduce_and_its_in_place_form():
     assert [t.tolist() for t in tensors] == [[float(n * size)] * n for n in (1, 7, 300)]
 
 
+def test_zero_length_tensors_on_the_device():
+    # Empty CUDA tensors have no allocation to register; every collective
+    # still completes with the shapes the CPU path gives, on the device.
+    size, rank = hvd.size(), hvd.rank()
+    empty = torch.empty(0, 3, device=_device())
+    for out in (hvd.allreduce(empty, name='cuda.empty.allreduce'),
+                hvd.allreduce_(torch.empty(0, device=_device()), name='cuda.empty.allreduce_'),
+                hvd.allgather(empty, name='cuda.empty.allgather'),
+                hvd.broadcast(empty, 0, name='cuda.empty.broadcast'),
+                hvd.alltoall(empty, name='cuda.empty.alltoall'),
+                hvd.reducescatter(empty, name='cuda.empty.reducescatter')):
+        assert out.device == _device() and out.numel() == 0 and out.shape[1:] == empty.shape[1:]
+    # Empty beside non-empty: in one group, and as one rank's allgather share.
+    outs = hvd.grouped_allreduce([torch.empty(0, device=_device()),
+                                  torch.ones(2, device=_device())], op=hvd.Sum,
+                                 name='cuda.empty.grouped')
+    assert outs[0].shape == (0,) and outs[1].tolist() == [float(size)] * 2
+    rows = torch.full((rank, 2), float(rank), device=_device())  # rank 0 sends none
+    gathered = hvd.allgather(rows, name='cuda.empty.uneven')
+    assert gathered.tolist() == [[float(r)] * 2 for r in range(size) for _ in range(r)]
+    _job_goes_on()
+
+
 def test_the_callers_stream_orders_the_collective():
     # A long kernel, then the write the allreduce must see, both on a side
     # stream: the daemon may read the input only once the stream got there.

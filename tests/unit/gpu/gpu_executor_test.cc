@@ -266,6 +266,58 @@ TEST_P(GpuCollectivesTest, AllgatherConcatenatesUnevenRowsInRankOrder) {
   }
 }
 
+TEST_P(GpuCollectivesTest, EmptyTensorsNeedNoAllocation) {
+  // Rank 0's allgather share is empty (no allocation: id 0), the others send
+  // r rows of 2 float32; and an allreduce of empty tensors, with no
+  // allocation on either side, fused with a non-empty one.
+  std::vector<float> expected;
+  for (size_t r = 1; r < job_.size(); ++r) {
+    for (size_t i = 0; i < 2 * r; ++i) expected.push_back(static_cast<float>(100 * r + i));
+  }
+  const uint64_t total = expected.size() * sizeof(float);
+  std::vector<v1::TensorRequest> gathers, empties, ones;
+  std::vector<uint64_t> outputs, one_outputs;
+  for (size_t r = 0; r < job_.size(); ++r) {
+    const uint64_t bytes = 2 * r * sizeof(float);
+    const uint64_t input = r == 0 ? 0 : job_.Memory(r, bytes);
+    for (size_t i = 0; r > 0 && i < 2 * r; ++i) {
+      reinterpret_cast<float*>(job_.Data(r, input))[i] = static_cast<float>(100 * r + i);
+    }
+    outputs.push_back(job_.Memory(r, total));
+    gathers.push_back(job_.Request(r, v1::COLLECTIVE_ALLGATHER, "rows", v1::DATA_TYPE_FLOAT32,
+                                   {static_cast<int64_t>(r), 2}, bytes, input, outputs.back(),
+                                   total));
+  }
+  ASSERT_TRUE(job_.Run({job_.Ready("rows", Ranks(), gathers)}).status.ok());
+  for (size_t r = 0; r < job_.size(); ++r) {
+    EXPECT_EQ(CompareBitwise(v1::DATA_TYPE_FLOAT32, expected.data(), job_.Data(r, outputs[r]),
+                             expected.size()),
+              "")
+        << "rank " << r;
+  }
+  for (size_t r = 0; r < job_.size(); ++r) {
+    v1::TensorRequest empty =
+        job_.Request(r, v1::COLLECTIVE_ALLREDUCE, "empty", v1::DATA_TYPE_FLOAT32, {0}, 0, 0, 0, 0);
+    empty.set_op(v1::REDUCE_OP_SUM);
+    empties.push_back(empty);
+    const uint64_t one = job_.Memory(r, sizeof(float));
+    *reinterpret_cast<float*>(job_.Data(r, one)) = 1.0F;
+    one_outputs.push_back(one);
+    v1::TensorRequest request =
+        job_.Request(r, v1::COLLECTIVE_ALLREDUCE, "one", v1::DATA_TYPE_FLOAT32, {1}, sizeof(float),
+                     one, one, sizeof(float));
+    request.set_op(v1::REDUCE_OP_SUM);
+    ones.push_back(request);
+  }
+  ASSERT_TRUE(job_.Run({job_.Ready("empty", Ranks(), empties), job_.Ready("one", Ranks(), ones)})
+                  .status.ok());
+  for (size_t r = 0; r < job_.size(); ++r) {
+    EXPECT_EQ(*reinterpret_cast<float*>(job_.Data(r, one_outputs[r])),
+              static_cast<float>(job_.size()))
+        << "rank " << r;
+  }
+}
+
 TEST_P(GpuCollectivesTest, AlltoallSendsEachRankItsRows) {
   // Rank r sends (r + j) % 3 rows of 2 float64 to rank j; element values
   // name the sender, receiver and position.

@@ -833,6 +833,17 @@ TEST(RequestValidatorTest, CudaTensorsNameTheirInputAndOutput) {
   *host.mutable_device_output() = ValidCuda().device_output();
   EXPECT_EQ(Reason(Validate(host, CudaLimits())),
             "device_input and device_output apply to CUDA tensors");
+  v1::TensorRequest empty = ValidCuda();  // an empty tensor names no allocation
+  empty.set_shape(0, 0);
+  empty.set_length(0);
+  empty.clear_device_input();
+  empty.clear_device_output();
+  EXPECT_TRUE(Validate(empty, CudaLimits()).ok());
+  v1::TensorRequest unbacked = ValidCuda();  // but an output with bytes needs one
+  unbacked.mutable_device_output()->set_allocation_id(0);
+  EXPECT_EQ(Reason(Validate(unbacked, CudaLimits())),
+            "a CUDA tensor needs device_output (allreduce writes each rank's result into it; it "
+            "may be the input)");
   v1::TensorRequest unknown = ValidCuda();
   unknown.set_memory(static_cast<v1::MemoryKind>(7));
   EXPECT_EQ(Reason(Validate(unknown, CudaLimits())), "unknown memory kind 7");
