@@ -1,5 +1,6 @@
 #include "daemon/daemon.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -63,6 +64,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
   grpc::ServerBuilder builder;
   builder.RegisterService(&daemon->service_);
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  // A connection that spoke HTTP/2 and then started no call (or has none
+  // left) goes after the same silence as one that never spoke: gRPC would
+  // keep it, and its descriptor, for ever. Clients hold a call while they
+  // are in a job, and a gRPC channel reconnects for its next call.
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::max(1.0, config.silent_connection_timeout_seconds * 1000)));
   daemon->server_ = builder.BuildAndStart();
   if (daemon->server_ == nullptr) {
     daemon->engine_.Shutdown("the gRPC server did not start");

@@ -266,6 +266,30 @@ TEST_F(HostileClientsTest, SilentConnectionsAreBoundedAndTimedOut) {
   EXPECT_EQ(StopAndCheck(daemon), "");
 }
 
+TEST_F(HostileClientsTest, ConnectionsThatSpokeAndFellSilentAreClosed) {
+  // Past the listener (they said the HTTP/2 preface), so gRPC holds them:
+  // its idle limit, the silent timeout, ends them.
+  auto started = StartDaemon({"--silent-connection-timeout-seconds", "1"});
+  ASSERT_TRUE(started.ok()) << started.status();
+  DaemonProcess& daemon = **started;
+  const sockaddr_un address = AddressOf(daemon.socket());
+  constexpr int kSilent = 20;
+  std::vector<int> silent;
+  for (int i = 0; i < kSilent; ++i) {
+    const int fd = ConnectAndFallSilent(address);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+    silent.push_back(fd);
+  }
+  // A client in a job is not idle: it holds its session call throughout.
+  auto clients = RawClient::JoinJob(daemon.socket(), 2);
+  ASSERT_TRUE(clients.ok()) << clients.status();
+  EXPECT_EQ(AwaitClosed(silent.data(), kSilent, kSilent, 60000), kSilent);
+  for (const int fd : silent) ::close(fd);
+  EXPECT_EQ(CheckAllreduce({(*clients)[0].get(), (*clients)[1].get()}, 1, "after-idle"), "");
+  for (auto& client : *clients) EXPECT_TRUE(client->Leave().ok());
+  EXPECT_EQ(StopAndCheck(daemon), "");
+}
+
 TEST_F(HostileClientsTest, RefusedUidIsClosedAtAccept) {
   auto started = StartDaemon();
   ASSERT_TRUE(started.ok()) << started.status();
