@@ -2,6 +2,8 @@
 // (registered when the library loads; kernels.cc has the kernels). Every op
 // names its tensor across ranks with `tensor_name` (the node's name when
 // empty) and runs within the process set `process_set_id`.
+#include <string>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -21,6 +23,22 @@ absl::Status FirstDimensionUnknown(InferenceContext* c) {
   ShapeHandle output;
   TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
   c->set_output(0, output);
+  return absl::OkStatus();
+}
+
+// FirstDimensionUnknown for every input of a grouped op; `op` names it in
+// the error for a scalar, in Horovod's words.
+absl::Status EachFirstDimensionUnknown(InferenceContext* c, const char* op) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    if (c->RankKnown(c->input(i)) && c->Rank(c->input(i)) == 0) {
+      return absl::InvalidArgumentError(std::string(op) + " does not support scalar inputs.");
+    }
+    ShapeHandle input;
+    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &input));
+    ShapeHandle output;
+    TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
+    c->set_output(i, output);
+  }
   return absl::OkStatus();
 }
 
@@ -89,6 +107,50 @@ REGISTER_OP("CollectiveAlltoall")
     .Doc(
         "splits[j] rows of `tensor` go to rank j of the process set (an empty splits: "
         "evenly); returns the rows received, in rank order, and how many came from each rank.");
+
+REGISTER_OP("CollectiveGroupedAllgather")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr("N: int >= 1")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("gathered: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveGroupedAllgather");
+    })
+    .Doc("CollectiveAllgather of each tensor, negotiated and run together as one group.");
+
+// Reducescatter: the first dimension of the reduced tensor is divided among
+// the set's ranks (the first rows-mod-size ranks get one row more), which
+// the shape function leaves to the run, as Horovod's does.
+REGISTER_OP("CollectiveReducescatter")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveReducescatter");
+    })
+    .Doc("This rank's rows of the reduction (Sum or Average) of `tensor` over the set's ranks.");
+
+REGISTER_OP("CollectiveGroupedReducescatter")
+    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr("N: int >= 1")
+    .Attr("reduce_op: int")
+    .Attr("prescale_factor: float = 1.0")
+    .Attr("postscale_factor: float = 1.0")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("scattered: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveGroupedReducescatter");
+    })
+    .Doc("CollectiveReducescatter of each tensor, negotiated and run together as one group.");
 
 }  // namespace
 }  // namespace collective::tensorflow

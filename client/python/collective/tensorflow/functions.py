@@ -6,7 +6,9 @@ import tensorflow as tf
 from collective.common import reduce_ops
 from collective.common.process_sets import global_process_set
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.mpi_ops import _allreduce, _grouped_allreduce, allgather, broadcast
+from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
+                                           _grouped_reducescatter, _reducescatter, allgather,
+                                           broadcast)
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
@@ -64,6 +66,40 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
         for i, r, (_, context) in zip(dense, reduced, compressed):
             results[i] = compression.decompress(r, context)
     return results
+
+
+def reducescatter(tensor, device_dense='', compression=Compression.none, op=reduce_ops.Average,
+                  name=None, process_set=global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's ``reducescatter``: ``op`` (Average or Sum) of ``tensor`` over the ranks of
+    ``process_set``, of which this rank keeps its rows. The first dimension is divided as
+    Horovod divides it: the first (rows mod size) ranks of the set get one row more.
+    Differentiable (the gradient is an allgather)."""
+    del device_dense, ignore_name_scope
+    if isinstance(tensor, tf.IndexedSlices):
+        raise NotImplementedError('reducescatter does not support tf.IndexedSlices.')
+    compressed, context = compression.compress(tensor)
+    scattered = _reducescatter(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                               postscale_factor=postscale_factor, process_set=process_set)
+    return compression.decompress(scattered, context)
+
+
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none,
+                          op=reduce_ops.Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's ``grouped_reducescatter``: ``reducescatter`` of each tensor, negotiated and
+    run as one group; the tensors must share a dtype (after compression)."""
+    del device_dense
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        raise NotImplementedError('grouped_reducescatter does not support tf.IndexedSlices.')
+    compressed = [compression.compress(t) for t in tensors]
+    scattered = _grouped_reducescatter([c for c, _ in compressed], op=op,
+                                       prescale_factor=prescale_factor,
+                                       postscale_factor=postscale_factor, process_set=process_set)
+    return [compression.decompress(s, context) for s, (_, context) in zip(scattered, compressed)]
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
