@@ -134,7 +134,10 @@ class CollectiveKernel : public AsyncOpKernel {
  public:
   CollectiveKernel(OpKernelConstruction* context, std::string kind)
       : AsyncOpKernel(context), kind_(std::move(kind)) {
-    OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+    // Barrier and join have no tensor: their node's name says which.
+    if (context->HasAttr("tensor_name")) {
+      OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+    }
     int64_t process_set = 0;
     OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set));
     process_set_ = static_cast<int32_t>(process_set);
@@ -219,19 +222,39 @@ class CollectiveKernel : public AsyncOpKernel {
     });
     // `done` runs outside WithCurrent's lock: TensorFlow may start the next
     // kernel from it.
-    if (!initialized) {
-      failed = absl::FailedPreconditionError(
-          "collective " + kind_ + " of '" + tensor_name_ +
-          "': collective.tensorflow is not initialized; call collective.tensorflow.init() "
-          "before running its ops.");
-    }
+    if (!initialized) failed = NotInitialized();
     if (!failed.ok()) {
       context->SetStatus(failed);
       done();
     }
   }
 
+  // Makes the blocking `call` (barrier, join) on the completion thread, in
+  // its place among the requests submitted before; a code other than 0 from
+  // it fails the op with the C ABI's error. Then `done` runs.
+  void RunCall(OpKernelContext* context, DoneCallback done,
+               std::function<int(collective_client_t*)> call) {
+    const bool initialized = OpSession::WithCurrent([&](OpSession& session) {
+      session.Call([this, context, done, call](collective_client_t* client) {
+        const int code = call(client);
+        if (code != 0) context->SetStatus(Error(code, collective_last_error()));
+        done();
+      });
+    });
+    if (!initialized) {
+      context->SetStatus(NotInitialized());
+      done();
+    }
+  }
+
  private:
+  absl::Status NotInitialized() const {
+    return absl::FailedPreconditionError(
+        "collective " + kind_ + " of '" + tensor_name_ +
+        "': collective.tensorflow is not initialized; call collective.tensorflow.init() "
+        "before running its ops.");
+  }
+
   absl::Status Error(int code, const std::string& message) const {
     return absl::Status(static_cast<absl::StatusCode>(code),
                         "collective " + kind_ + " of '" + tensor_name_ + "' failed: " + message);
@@ -463,6 +486,35 @@ class GroupedReducescatterKernel : public ReducescatterKernel {
       : ReducescatterKernel(context, true) {}
 };
 
+class BarrierKernel : public CollectiveKernel {
+ public:
+  explicit BarrierKernel(OpKernelConstruction* context) : CollectiveKernel(context, "barrier") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    RunCall(context, std::move(done), [set = process_set()](collective_client_t* client) {
+      return collective_barrier(client, set);
+    });
+  }
+};
+
+// Join: the scalar output is the rank of the set that joined last, counted
+// within the set.
+class JoinKernel : public CollectiveKernel {
+ public:
+  explicit JoinKernel(OpKernelConstruction* context) : CollectiveKernel(context, "join") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, TensorShape({}), &output), done);
+    RunCall(context, std::move(done), [set = process_set(), output](collective_client_t* client) {
+      int last_rank = -1;
+      const int code = collective_join(client, set, &last_rank);
+      output->scalar<int32_t>()() = last_rank;
+      return code;
+    });
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("CollectiveAllreduce").Device(::tensorflow::DEVICE_CPU),
                         AllreduceKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedAllreduce").Device(::tensorflow::DEVICE_CPU),
@@ -473,6 +525,8 @@ REGISTER_KERNEL_BUILDER(Name("CollectiveBroadcast").Device(::tensorflow::DEVICE_
                         BroadcastKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveAlltoall").Device(::tensorflow::DEVICE_CPU),
                         AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveBarrier").Device(::tensorflow::DEVICE_CPU), BarrierKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveJoin").Device(::tensorflow::DEVICE_CPU), JoinKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedAllgather").Device(::tensorflow::DEVICE_CPU),
                         GroupedAllgatherKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveReducescatter").Device(::tensorflow::DEVICE_CPU),

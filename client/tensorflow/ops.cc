@@ -152,5 +152,22 @@ REGISTER_OP("CollectiveGroupedReducescatter")
     })
     .Doc("CollectiveReducescatter of each tensor, negotiated and run together as one group.");
 
+// Barrier and join: stateful, so that TensorFlow neither prunes them from a
+// graph nor merges two of them.
+REGISTER_OP("CollectiveBarrier")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Returns once every rank of the process set has reached its barrier.");
+
+REGISTER_OP("CollectiveJoin")
+    .Attr("process_set_id: int = 0")
+    .Output("last_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(
+        "This rank has finished its data: until every rank of the set joins, its allreduces "
+        "contribute zeros. Returns the rank (within the set) that joined last.");
+
 }  // namespace
 }  // namespace collective::tensorflow

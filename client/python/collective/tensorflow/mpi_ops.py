@@ -14,7 +14,9 @@ make or trace the same unnamed calls in the same order, as in Horovod.
 """
 
 import atexit
+import copy
 import ctypes
+import itertools
 import os
 
 import tensorflow as tf
@@ -270,6 +272,43 @@ def _alltoall_grad(op, grad, grad_received_splits):
     return [returned, None]
 
 
+def barrier(process_set=global_process_set):
+    """Horovod's ``barrier``: returns once every rank of ``process_set`` has reached it.
+
+    An op: eagerly it has run when this returns; inside ``tf.function`` it runs in program
+    order with the function's other stateful ops (TensorFlow's automatic control
+    dependencies). Returns None, as Horovod's.
+    """
+    _OPS.collective_barrier(process_set_id=_set_id(process_set))
+
+
+# The allreduce by which an eager join ends (collective.torch's too): no name
+# a call can generate starts so.
+_AUTOMATIC_NAMES = '__collective__.join.automatic_names'
+
+
+def join(process_set=global_process_set):
+    """Horovod's ``join``: this rank has finished its data. Until every rank of the set has
+    joined, its allreduces contribute zeros (averages still divide by the set's size); other
+    collectives are refused.
+
+    Returns an int32 scalar tensor: the (global) rank that joined last. Eagerly, every rank
+    of the set then counts its unnamed calls on from the same number again, as in
+    ``collective.torch``: a joined rank skipped those the others made.
+    """
+    set_id = _set_id(process_set)
+    last = _OPS.collective_join(process_set_id=set_id)
+    if set_id != global_process_set.process_set_id:
+        last = tf.gather(tf.constant(process_set.ranks, dtype=tf.int32), last)
+    if tf.executing_eagerly():
+        counters = connection.current().unnamed_calls
+        count = tf.constant([next(copy.copy(counters[set_id]))], dtype=tf.int64)
+        agreed = _OPS.collective_allreduce(count, reduce_op=reduce_ops.wire_code(Max),
+                                           tensor_name=_AUTOMATIC_NAMES, process_set_id=set_id)
+        counters[set_id] = itertools.count(int(agreed[0]))
+    return last
+
+
 __all__ = [
     'init', 'shutdown', 'is_initialized', 'size', 'local_size', 'cross_size', 'rank',
     'local_rank', 'cross_rank', 'is_homogeneous', 'mpi_threads_supported', 'mpi_enabled',
@@ -277,5 +316,5 @@ __all__ = [
     'cuda_built', 'rocm_built', 'start_timeline', 'stop_timeline', 'HorovodInternalError',
     'ProcessSet', 'add_process_set', 'remove_process_set', 'global_process_set',
     'Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product',
-    'allgather', 'grouped_allgather', 'broadcast', 'alltoall',
+    'allgather', 'grouped_allgather', 'broadcast', 'alltoall', 'barrier', 'join',
 ]
