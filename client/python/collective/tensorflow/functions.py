@@ -1,9 +1,11 @@
 """Horovod's TensorFlow helpers above the ops: ``allreduce`` with its options,
 ``broadcast_variables``, and ``DistributedGradientTape``."""
 
+import pickle
+
 import tensorflow as tf
 
-from collective.common import reduce_ops
+from collective.common import basics, reduce_ops
 from collective.common.process_sets import global_process_set
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
@@ -112,6 +114,59 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     assignments = [var.assign(broadcast(var, root_rank, process_set=process_set))
                    for var in variables]
     return None if tf.executing_eagerly() else tf.group(*assignments)
+
+
+def _to_numpy(tensor, session):
+    """The value of ``tensor``: eagerly its own, in a TF1 graph what ``session`` (by default
+    the default session) computes for it."""
+    if tf.executing_eagerly():
+        return tensor.numpy()
+    return (session or tf.compat.v1.get_default_session()).run(tensor)
+
+
+def _serialize(obj):
+    """``obj`` pickled into a uint8 tensor (the standard library's pickle: Horovod's
+    cloudpickle is not in Debian, as for ``collective.torch``)."""
+    return tf.constant(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
+                       dtype=tf.uint8)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
+    """Horovod's ``broadcast_object``: the object of ``root_rank`` (a global rank) on every
+    rank of ``process_set``, pickled, its length broadcast first.
+
+    Only the root's ``obj`` matters. ``name`` defaults to 'broadcast_object': unlike Horovod's
+    (the object's type name) it does not depend on what the other ranks pass, often None.
+    ``session``: for a TF1 graph, the session that runs the broadcasts.
+    """
+    name = name or 'broadcast_object'
+    is_root = basics.rank() == root_rank
+    payload = _serialize(obj) if is_root else None
+    length = tf.constant([int(payload.shape[0]) if is_root else 0], dtype=tf.int64)
+    length = _to_numpy(broadcast(length, root_rank, name=name + '.sz', process_set=process_set),
+                       session)
+    if not is_root:
+        payload = tf.zeros([int(length[0])], dtype=tf.uint8)
+    received = _to_numpy(broadcast(payload, root_rank, name=name + '.t', process_set=process_set),
+                         session)
+    return obj if is_root else pickle.loads(received.tobytes())
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Horovod's ``allgather_object``: the list of every rank's ``obj`` in the rank order of
+    ``process_set``, pickled, the lengths gathered first. ``name`` defaults to
+    'allgather_object'; ``session`` as for ``broadcast_object``."""
+    name = name or 'allgather_object'
+    payload = _serialize(obj)
+    lengths = _to_numpy(allgather(tf.constant([int(payload.shape[0])], dtype=tf.int64),
+                                  name=name + '.sz', process_set=process_set), session)
+    gathered = _to_numpy(allgather(payload, name=name + '.t', process_set=process_set), session)
+    starts = [0]
+    for length in lengths:
+        starts.append(starts[-1] + int(length))
+    return [pickle.loads(gathered[start:end].tobytes())
+            for start, end in zip(starts[:-1], starts[1:])]
 
 
 class GradientReducer:
