@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from collective.common import basics, reduce_ops
 from collective.common.process_sets import global_process_set
+from collective.tensorflow import gradient_groups
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
                                            _grouped_reducescatter, _reducescatter, allgather,
@@ -170,13 +171,16 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
 
 
 class GradientReducer:
-    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce each gradient."""
+    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce the gradients:
+    one by one, or in Horovod's ``groups`` (see ``gradient_groups``)."""
 
-    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
+    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set,
+                 groups=None):
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._process_set = process_set
+        self._groups = groups
         # Horovod: with Average, divide by the factor before and by size/factor after the sum.
         self._prescale = 1.0
         self._postscale = 1.0
@@ -187,21 +191,37 @@ class GradientReducer:
             self._prescale = 1.0 / gradient_predivide_factor
             self._postscale = gradient_predivide_factor / process_set.size()
 
+    def _prepared(self, gradient):
+        if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+        return gradient
+
     def __call__(self, gradient):
         if gradient is None:
             return None
-        if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
-        return allreduce(gradient, op=self._op, compression=self._compression,
+        return allreduce(self._prepared(gradient), op=self._op, compression=self._compression,
                          prescale_factor=self._prescale, postscale_factor=self._postscale,
                          process_set=self._process_set)
 
-
-def check_no_groups(num_groups, groups):
-    """Grouping gradients (Horovod's num_groups and groups) is not built yet."""
-    if num_groups or groups is not None:
-        raise NotImplementedError('collective.tensorflow does not group gradient allreduces '
-                                  'yet: leave num_groups and groups unset.')
+    def reduce_all(self, gradients, variables):
+        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each."""
+        if self._groups is None:
+            return [self(gradient) for gradient in gradients]
+        gradients = [None if g is None else self._prepared(g) for g in gradients]
+        reduced = [None] * len(gradients)
+        for group in gradient_groups.split_indices(self._groups, gradients, variables):
+            # A grouped allreduce takes one dtype: a group of several is reduced per dtype.
+            by_dtype = {}
+            for i in group:
+                by_dtype.setdefault(gradients[i].dtype, []).append(i)
+            for indices in by_dtype.values():
+                results = grouped_allreduce(
+                    [gradients[i] for i in indices], op=self._op, compression=self._compression,
+                    prescale_factor=self._prescale, postscale_factor=self._postscale,
+                    process_set=self._process_set)
+                for i, result in zip(indices, results):
+                    reduced[i] = result
+        return reduced
 
 
 class _DistributedGradientTape(tf.GradientTape):
@@ -213,21 +233,22 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         gradients = super().gradient(target, sources, output_gradients, **kwargs)
-        return tf.nest.map_structure(self._reducer, gradients) if gradients is not None else None
+        if gradients is None:
+            return None
+        reduced = self._reducer.reduce_all(tf.nest.flatten(gradients), tf.nest.flatten(sources))
+        return tf.nest.pack_sequence_as(gradients, reduced)
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)
                             compression=Compression.none, sparse_as_dense=False,
                             op=reduce_ops.Average, gradient_predivide_factor=1.0, num_groups=0,
                             groups=None, process_set=global_process_set):
-    """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns.
-
-    ``num_groups``/``groups`` (grouped allreduce) are not built yet and must be left unset.
-    """
+    """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns, one by
+    one or, with ``groups`` (a count, or lists of the sources' variables), as grouped
+    allreduces."""
     del device_dense, device_sparse
-    check_no_groups(num_groups, groups)
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set)
+                              process_set, gradient_groups.resolve_groups(num_groups, groups))
     # The wrapped tape's settings and recording so far are taken over, as Horovod does.
     tape = _DistributedGradientTape(
         reducer, persistent=gradtape._persistent,  # noqa: SLF001
