@@ -78,20 +78,16 @@ def test_tape_groups_inside_tf_function_with_a_missing_gradient():
         np.testing.assert_allclose(gradient.numpy(), np.full(variable.shape, total))
 
 
-def test_tape_groups_on_a_process_set():
-    size, rank = hvd.size(), hvd.rank()
-    members = [r for r in range(size) if r % 2 == 0]
-    evens = hvd.add_process_set(members)
-    try:
-        if rank in members:
-            variables = _variables()[:2]
-            gradients = _tape_gradients(variables, groups=1, process_set=evens)
-            mean = np.mean(np.array(members) + 1.0)
-            for i, (gradient, variable) in enumerate(zip(gradients, variables)):
-                np.testing.assert_allclose(gradient.numpy(), np.full(variable.shape,
-                                                                      (i + 1) * mean))
-    finally:
-        hvd.remove_process_set(evens)
+def test_tape_groups_on_a_process_set(evens):
+    rank = hvd.rank()
+    members = evens.ranks
+    if rank in members:
+        variables = _variables()[:2]
+        gradients = _tape_gradients(variables, groups=1, process_set=evens)
+        mean = np.mean(np.array(members) + 1.0)
+        for i, (gradient, variable) in enumerate(zip(gradients, variables)):
+            np.testing.assert_allclose(gradient.numpy(), np.full(variable.shape,
+                                                                  (i + 1) * mean))
 
 
 def test_num_groups_is_deprecated_and_bad_groups_are_refused_as_in_horovod():

@@ -88,36 +88,32 @@ def test_barrier_waits_for_a_late_rank_eagerly_and_inside_tf_function():
         shutil.rmtree(directory)
 
 
-def test_barrier_and_join_on_a_process_set():
-    size, rank = hvd.size(), hvd.rank()
-    members = [r for r in range(size) if r % 2 == 0]
-    evens = hvd.add_process_set(members)
-    try:
-        if rank in members:
-            hvd.barrier(process_set=evens)
-            if rank == members[0]:
-                last = hvd.join(process_set=evens)
-            else:
-                summed = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name='set.join.sum',
-                                       process_set=evens)
-                np.testing.assert_array_equal(summed.numpy(), [len(members) - 1] * 2)
-                last = hvd.join(process_set=evens)
-            # A global rank, as every rank argument here.
-            assert int(last) in members
-            if len(members) > 1:
-                assert int(last) != members[0]
-            gathered = hvd.allgather(tf.reshape(last, [1]), process_set=evens)
-            np.testing.assert_array_equal(gathered.numpy(), [int(last)] * len(members))
+def test_barrier_and_join_on_a_process_set(evens):
+    rank = hvd.rank()
+    members = evens.ranks
+    if rank in members:
+        hvd.barrier(process_set=evens)
+        if rank == members[0]:
+            last = hvd.join(process_set=evens)
         else:
-            # Not a member: refused on this rank, with the client's reason.
-            with pytest.raises(tf.errors.InvalidArgumentError,
-                               match=f'rank {rank} is not a member of process set') as raised:
-                hvd.barrier(process_set=evens)
-            assert 'collective barrier of' in raised.value.message
-            with pytest.raises(tf.errors.InvalidArgumentError, match='is not a member'):
-                hvd.join(process_set=evens)
-    finally:
-        hvd.remove_process_set(evens)
+            summed = hvd.allreduce(tf.ones([2]), op=hvd.Sum, name='set.join.sum',
+                                   process_set=evens)
+            np.testing.assert_array_equal(summed.numpy(), [len(members) - 1] * 2)
+            last = hvd.join(process_set=evens)
+        # A global rank, as every rank argument here.
+        assert int(last) in members
+        if len(members) > 1:
+            assert int(last) != members[0]
+        gathered = hvd.allgather(tf.reshape(last, [1]), process_set=evens)
+        np.testing.assert_array_equal(gathered.numpy(), [int(last)] * len(members))
+    else:
+        # Not a member: refused on this rank, with the client's reason.
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=f'rank {rank} is not a member of process set') as raised:
+            hvd.barrier(process_set=evens)
+        assert 'collective barrier of' in raised.value.message
+        with pytest.raises(tf.errors.InvalidArgumentError, match='is not a member'):
+            hvd.join(process_set=evens)
 
 
 def test_barrier_and_join_fail_between_shutdown_and_init():

@@ -55,24 +55,20 @@ def test_in_a_tf1_graph_with_a_session():
     assert gathered == [{'r': r} for r in range(size)]
 
 
-def test_on_a_process_set():
+def test_on_a_process_set(evens):
     size, rank = hvd.size(), hvd.rank()
-    members = [r for r in range(size) if r % 2 == 0]
-    evens = hvd.add_process_set(members)
-    try:
-        if rank in members:
-            last = members[-1]
-            got = hvd.broadcast_object(_object_of(rank) if rank == last else None,
-                                       root_rank=last, process_set=evens)
-            _assert_equal_objects(got, _object_of(last))
-            assert hvd.allgather_object(rank * 10, process_set=evens) == \
-                [m * 10 for m in members]
-            if size > 1:
-                # root_rank is a global rank, which must be a member of the set.
-                with pytest.raises(ValueError, match='rank 1 is not a member'):
-                    hvd.broadcast_object('x', root_rank=1, process_set=evens)
-    finally:
-        hvd.remove_process_set(evens)
+    members = evens.ranks
+    if rank in members:
+        last = members[-1]
+        got = hvd.broadcast_object(_object_of(rank) if rank == last else None,
+                                   root_rank=last, process_set=evens)
+        _assert_equal_objects(got, _object_of(last))
+        assert hvd.allgather_object(rank * 10, process_set=evens) == \
+            [m * 10 for m in members]
+        if size > 1:
+            # root_rank is a global rank, which must be a member of the set.
+            with pytest.raises(ValueError, match='rank 1 is not a member'):
+                hvd.broadcast_object('x', root_rank=1, process_set=evens)
 
 
 def test_disagreeing_roots_fail_on_every_rank():

@@ -182,32 +182,28 @@ def test_grouped_gradients():
     np.testing.assert_allclose(gradients[1].numpy(), np.full((rank + 1, 3), mean))
 
 
-def test_on_a_process_set():
-    size, rank = hvd.size(), hvd.rank()
-    members = [r for r in range(size) if r % 2 == 0]
-    evens = hvd.add_process_set(members)
-    try:
-        if rank % 2 == 0:
-            set_rank, set_size = members.index(rank), len(members)
-            rows = 2 * set_size + 1
-            mine = tf.constant(_contribution(rank, rows))
-            want = sum(_contribution(r, rows) for r in members)
-            result = hvd.reducescatter(mine, op=hvd.Sum, process_set=evens)
-            np.testing.assert_allclose(result.numpy(), want[_own_rows(rows, set_size, set_rank)])
-            grouped = hvd.grouped_reducescatter([mine], op=hvd.Sum, process_set=evens)
-            np.testing.assert_allclose(grouped[0].numpy(),
-                                       want[_own_rows(rows, set_size, set_rank)])
-            gathered = hvd.grouped_allgather([tf.constant([[float(rank)]])], process_set=evens)
-            np.testing.assert_array_equal(gathered[0].numpy(), np.array(members, float)[:, None])
-            x = tf.Variable(tf.ones([rows, 1]))
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(hvd.reducescatter(x, process_set=evens)) * (rank + 1)
-            expected = np.concatenate([
-                np.full(_own_rows(rows, set_size, i).stop - _own_rows(rows, set_size, i).start,
-                        float(r + 1)) for i, r in enumerate(members)])
-            np.testing.assert_allclose(tape.gradient(loss, x).numpy()[:, 0], expected)
-    finally:
-        hvd.remove_process_set(evens)
+def test_on_a_process_set(evens):
+    rank = hvd.rank()
+    members = evens.ranks
+    if rank % 2 == 0:
+        set_rank, set_size = members.index(rank), len(members)
+        rows = 2 * set_size + 1
+        mine = tf.constant(_contribution(rank, rows))
+        want = sum(_contribution(r, rows) for r in members)
+        result = hvd.reducescatter(mine, op=hvd.Sum, process_set=evens)
+        np.testing.assert_allclose(result.numpy(), want[_own_rows(rows, set_size, set_rank)])
+        grouped = hvd.grouped_reducescatter([mine], op=hvd.Sum, process_set=evens)
+        np.testing.assert_allclose(grouped[0].numpy(),
+                                   want[_own_rows(rows, set_size, set_rank)])
+        gathered = hvd.grouped_allgather([tf.constant([[float(rank)]])], process_set=evens)
+        np.testing.assert_array_equal(gathered[0].numpy(), np.array(members, float)[:, None])
+        x = tf.Variable(tf.ones([rows, 1]))
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(hvd.reducescatter(x, process_set=evens)) * (rank + 1)
+        expected = np.concatenate([
+            np.full(_own_rows(rows, set_size, i).stop - _own_rows(rows, set_size, i).start,
+                    float(r + 1)) for i, r in enumerate(members)])
+        np.testing.assert_allclose(tape.gradient(loss, x).numpy()[:, 0], expected)
 
 
 def test_errors_from_the_daemon_on_every_rank():
