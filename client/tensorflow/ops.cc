@@ -15,6 +15,23 @@ using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 
+// The dtypes of libcollective that TensorFlow has; reductions take every one
+// but bool.
+constexpr char kEveryType[] =
+    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}";
+constexpr char kReducibleTypes[] =
+    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}";
+
+// The attributes of every reduction op (allreduce and reducescatter, alone or
+// grouped) after its dtype and count. A macro: REGISTER_OP's chain of calls
+// takes no function.
+#define COLLECTIVE_REDUCTION_ATTRS()         \
+  Attr("reduce_op: int")                     \
+      .Attr("prescale_factor: float = 1.0")  \
+      .Attr("postscale_factor: float = 1.0") \
+      .Attr("tensor_name: string = ''")      \
+      .Attr("process_set_id: int = 0")
+
 // The input's shape with the first dimension left to the run: what each rank
 // contributes (allgather) or receives (alltoall) is known only then.
 absl::Status FirstDimensionUnknown(InferenceContext* c) {
@@ -43,25 +60,17 @@ absl::Status EachFirstDimensionUnknown(InferenceContext* c, const char* op) {
 }
 
 REGISTER_OP("CollectiveAllreduce")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .Attr(kReducibleTypes)
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("The reduction (a collective::ReduceOp) of `tensor` over the process set's ranks.");
 
 REGISTER_OP("CollectiveGroupedAllreduce")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr(kReducibleTypes)
     .Attr("N: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensors: N * T")
     .Output("reduced: N * T")
     .SetShapeFn([](InferenceContext* c) {
@@ -71,7 +80,7 @@ REGISTER_OP("CollectiveGroupedAllreduce")
     .Doc("CollectiveAllreduce of each tensor, negotiated and run together as one group.");
 
 REGISTER_OP("CollectiveAllgather")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
@@ -80,7 +89,7 @@ REGISTER_OP("CollectiveAllgather")
     .Doc("Every rank's `tensor`, concatenated in rank order along the first dimension.");
 
 REGISTER_OP("CollectiveBroadcast")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
@@ -90,7 +99,7 @@ REGISTER_OP("CollectiveBroadcast")
     .Doc("The `tensor` of root_rank (counted within the process set) on every rank.");
 
 REGISTER_OP("CollectiveAlltoall")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
@@ -109,7 +118,7 @@ REGISTER_OP("CollectiveAlltoall")
         "evenly); returns the rows received, in rank order, and how many came from each rank.");
 
 REGISTER_OP("CollectiveGroupedAllgather")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("N: int >= 1")
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
@@ -124,12 +133,8 @@ REGISTER_OP("CollectiveGroupedAllgather")
 // the set's ranks (the first rows-mod-size ranks get one row more), which
 // the shape function leaves to the run, as Horovod's does.
 REGISTER_OP("CollectiveReducescatter")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .Attr(kReducibleTypes)
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensor: T")
     .Output("scattered: T")
     .SetShapeFn([](InferenceContext* c) {
@@ -138,13 +143,9 @@ REGISTER_OP("CollectiveReducescatter")
     .Doc("This rank's rows of the reduction (Sum or Average) of `tensor` over the set's ranks.");
 
 REGISTER_OP("CollectiveGroupedReducescatter")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr(kReducibleTypes)
     .Attr("N: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensors: N * T")
     .Output("scattered: N * T")
     .SetShapeFn([](InferenceContext* c) {
@@ -168,6 +169,8 @@ REGISTER_OP("CollectiveJoin")
     .Doc(
         "This rank has finished its data: until every rank of the set joins, its allreduces "
         "contribute zeros. Returns the rank (within the set) that joined last.");
+
+#undef COLLECTIVE_REDUCTION_ATTRS
 
 }  // namespace
 }  // namespace collective::tensorflow
