@@ -130,6 +130,10 @@ def test_scalars_are_refused_by_the_shape_function_as_horovod_does():
                        match='CollectiveGroupedReducescatter does not support scalar inputs'):
         tf.function(lambda: hvd.grouped_reducescatter(
             [tf.ones([2]), tf.constant(1.0)])).get_concrete_function()
+    # Eagerly no shape function runs: libcollective refuses it, on every rank alike.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match='needs a tensor of at least one dimension'):
+        hvd.reducescatter(tf.constant(1.0), name='scalar')
     with pytest.raises(NotImplementedError, match='tf.IndexedSlices'):
         hvd.reducescatter(tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0])))
 
