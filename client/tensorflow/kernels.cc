@@ -116,13 +116,28 @@ void CopyOut(const Completion& completion, Tensor* output) {
   }
 }
 
+// Output `index` shaped as the completed view result and filled from it: the
+// results whose first dimension only the run knows (allgather, alltoall,
+// reducescatter).
+absl::Status OutputFromView(OpKernelContext* context, const Completion& completion, int index) {
+  TensorShape shape;
+  TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
+  Tensor* output = nullptr;
+  TF_RETURN_IF_ERROR(context->allocate_output(index, shape, &output));
+  CopyOut(completion, output);
+  return absl::OkStatus();
+}
+
 // What every kernel shares: the tensor's name and process set, and starting
 // a request and finishing it from the completion thread.
 class CollectiveKernel : public AsyncOpKernel {
  public:
   CollectiveKernel(OpKernelConstruction* context, std::string kind)
       : AsyncOpKernel(context), kind_(std::move(kind)) {
-    OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+    // Barrier and join have no tensor: their node's name says which.
+    if (context->HasAttr("tensor_name")) {
+      OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+    }
     int64_t process_set = 0;
     OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set));
     process_set_ = static_cast<int32_t>(process_set);
@@ -147,6 +162,32 @@ class CollectiveKernel : public AsyncOpKernel {
         ::tensorflow::DataTypeString(context->input(index).dtype()) + " tensors."));
     done();
     return false;
+  }
+
+  // The inputs of a grouped op as the C ABI takes them, member i named
+  // '<tensor_name>_<i+1>of<N>' as collective.torch and Horovod name the
+  // members of a group.
+  struct Group {
+    std::vector<InputView> views;
+    std::vector<collective_tensor_t> inputs;
+    std::vector<std::string> names;
+    std::vector<const char*> name_pointers;
+  };
+
+  // Fills `group` from every input; false (with the op failed and done) as
+  // Describe.
+  bool DescribeGroup(OpKernelContext* context, const DoneCallback& done, Group* group) {
+    const int count = context->num_inputs();
+    group->views.reserve(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      group->views.emplace_back(context->input(i));
+      if (!Describe(context, done, i, &group->views.back())) return false;
+      group->inputs.push_back(*group->views.back().get());
+      group->names.push_back(tensor_name_ + "_" + std::to_string(i + 1) + "of" +
+                             std::to_string(count));
+    }
+    for (const std::string& member : group->names) group->name_pointers.push_back(member.c_str());
+    return true;
   }
 
   // Starts the requests with `start` and returns; on the completion thread,
@@ -181,19 +222,39 @@ class CollectiveKernel : public AsyncOpKernel {
     });
     // `done` runs outside WithCurrent's lock: TensorFlow may start the next
     // kernel from it.
-    if (!initialized) {
-      failed = absl::FailedPreconditionError(
-          "collective " + kind_ + " of '" + tensor_name_ +
-          "': collective.tensorflow is not initialized; call collective.tensorflow.init() "
-          "before running its ops.");
-    }
+    if (!initialized) failed = NotInitialized();
     if (!failed.ok()) {
       context->SetStatus(failed);
       done();
     }
   }
 
+  // Makes the blocking `call` (barrier, join) on the completion thread, in
+  // its place among the requests submitted before; a code other than 0 from
+  // it fails the op with the C ABI's error. Then `done` runs.
+  void RunCall(OpKernelContext* context, DoneCallback done,
+               std::function<int(collective_client_t*)> call) {
+    const bool initialized = OpSession::WithCurrent([&](OpSession& session) {
+      session.Call([this, context, done, call](collective_client_t* client) {
+        const int code = call(client);
+        if (code != 0) context->SetStatus(Error(code, collective_last_error()));
+        done();
+      });
+    });
+    if (!initialized) {
+      context->SetStatus(NotInitialized());
+      done();
+    }
+  }
+
  private:
+  absl::Status NotInitialized() const {
+    return absl::FailedPreconditionError(
+        "collective " + kind_ + " of '" + tensor_name_ +
+        "': collective.tensorflow is not initialized; call collective.tensorflow.init() "
+        "before running its ops.");
+  }
+
   absl::Status Error(int code, const std::string& message) const {
     return absl::Status(static_cast<absl::StatusCode>(code),
                         "collective " + kind_ + " of '" + tensor_name_ + "' failed: " + message);
@@ -250,8 +311,7 @@ class AllreduceKernel : public ReductionKernel {
 };
 
 // Allreduce of several tensors that the daemon negotiates and runs
-// together; member i is named '<tensor_name>_<i+1>of<N>', as
-// collective.torch names the members of a group.
+// together.
 class GroupedAllreduceKernel : public ReductionKernel {
  public:
   explicit GroupedAllreduceKernel(OpKernelConstruction* context)
@@ -259,18 +319,11 @@ class GroupedAllreduceKernel : public ReductionKernel {
 
   void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
     const int count = context->num_inputs();
-    std::vector<InputView> views;
-    views.reserve(static_cast<size_t>(count));
-    std::vector<collective_tensor_t> inputs;
-    std::vector<std::string> names;
-    std::vector<const char*> name_pointers;
+    Group group;
+    if (!DescribeGroup(context, done, &group)) return;
     std::vector<void*> outputs;
     std::vector<Tensor*> output_tensors;
     for (int i = 0; i < count; ++i) {
-      views.emplace_back(context->input(i));
-      if (!Describe(context, done, i, &views.back())) return;
-      inputs.push_back(*views.back().get());
-      names.push_back(tensor_name() + "_" + std::to_string(i + 1) + "of" + std::to_string(count));
       Tensor* output = nullptr;
       OP_REQUIRES_OK_ASYNC(context, context->allocate_output(i, context->input(i).shape(), &output),
                            done);
@@ -278,13 +331,12 @@ class GroupedAllreduceKernel : public ReductionKernel {
       outputs.push_back(output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data())
                                                   : nullptr);
     }
-    for (const std::string& name : names) name_pointers.push_back(name.c_str());
     Run(
         context, std::move(done), count,
         [&](collective_client_t* client, collective_handle_t* handles) {
-          return collective_grouped_allreduce_async(client, count, name_pointers.data(),
-                                                    inputs.data(), outputs.data(), op_, prescale_,
-                                                    postscale_, process_set(), handles);
+          return collective_grouped_allreduce_async(client, count, group.name_pointers.data(),
+                                                    group.inputs.data(), outputs.data(), op_,
+                                                    prescale_, postscale_, process_set(), handles);
         },
         [output_tensors](OpKernelContext*, const Completion& completion, int index) {
           CopyOut(completion, output_tensors[static_cast<size_t>(index)]);
@@ -307,14 +359,7 @@ class AllgatherKernel : public CollectiveKernel {
           return collective_allgather_async(client, tensor_name().c_str(), view.get(),
                                             process_set(), handle);
         },
-        [](OpKernelContext* ctx, const Completion& completion, int) {
-          TensorShape shape;
-          TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
-          Tensor* output = nullptr;
-          TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &output));
-          CopyOut(completion, output);
-          return absl::OkStatus();
-        });
+        OutputFromView);
   }
 };
 
@@ -367,11 +412,7 @@ class AlltoallKernel : public CollectiveKernel {
                                            static_cast<int>(splits.size()), process_set(), handle);
         },
         [set = process_set()](OpKernelContext* ctx, const Completion& completion, int) {
-          TensorShape shape;
-          TF_RETURN_IF_ERROR(ResultShape(completion, &shape));
-          Tensor* output = nullptr;
-          TF_RETURN_IF_ERROR(ctx->allocate_output(0, shape, &output));
-          CopyOut(completion, output);
+          TF_RETURN_IF_ERROR(OutputFromView(ctx, completion, 0));
           std::vector<int64_t> received;
           TF_RETURN_IF_ERROR(ReceivedSplits(completion, set, &received));
           Tensor* splits_out = nullptr;
@@ -381,6 +422,96 @@ class AlltoallKernel : public CollectiveKernel {
           for (int64_t i = 0; i < count; ++i) flat(i) = static_cast<int32_t>(received[i]);
           return absl::OkStatus();
         });
+  }
+};
+
+class GroupedAllgatherKernel : public CollectiveKernel {
+ public:
+  explicit GroupedAllgatherKernel(OpKernelConstruction* context)
+      : CollectiveKernel(context, "grouped allgather") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    Group group;
+    if (!DescribeGroup(context, done, &group)) return;
+    const int count = context->num_inputs();
+    Run(
+        context, std::move(done), count,
+        [&](collective_client_t* client, collective_handle_t* handles) {
+          return collective_grouped_allgather_async(client, count, group.name_pointers.data(),
+                                                    group.inputs.data(), process_set(), handles);
+        },
+        OutputFromView);
+  }
+};
+
+// Reducescatter, alone or grouped: the daemon returns each tensor's rows for
+// this rank as a view, whose shape says how many.
+class ReducescatterKernel : public ReductionKernel {
+ public:
+  explicit ReducescatterKernel(OpKernelConstruction* context)
+      : ReducescatterKernel(context, false) {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    Group group;
+    if (!DescribeGroup(context, done, &group)) return;
+    const int count = context->num_inputs();
+    const std::vector<void*> views(static_cast<size_t>(count), nullptr);
+    Run(
+        context, std::move(done), count,
+        [&](collective_client_t* client, collective_handle_t* handles) {
+          if (!grouped_) {
+            return collective_reducescatter_async(client, tensor_name().c_str(),
+                                                  group.inputs.data(), nullptr, op_, prescale_,
+                                                  postscale_, process_set(), handles);
+          }
+          return collective_grouped_reducescatter_async(
+              client, count, group.name_pointers.data(), group.inputs.data(), views.data(), op_,
+              prescale_, postscale_, process_set(), handles);
+        },
+        OutputFromView);
+  }
+
+ protected:
+  ReducescatterKernel(OpKernelConstruction* context, bool grouped)
+      : ReductionKernel(context, grouped ? "grouped reducescatter" : "reducescatter"),
+        grouped_(grouped) {}
+
+ private:
+  const bool grouped_;
+};
+
+class GroupedReducescatterKernel : public ReducescatterKernel {
+ public:
+  explicit GroupedReducescatterKernel(OpKernelConstruction* context)
+      : ReducescatterKernel(context, true) {}
+};
+
+class BarrierKernel : public CollectiveKernel {
+ public:
+  explicit BarrierKernel(OpKernelConstruction* context) : CollectiveKernel(context, "barrier") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    RunCall(context, std::move(done), [set = process_set()](collective_client_t* client) {
+      return collective_barrier(client, set);
+    });
+  }
+};
+
+// Join: the scalar output is the rank of the set that joined last, counted
+// within the set.
+class JoinKernel : public CollectiveKernel {
+ public:
+  explicit JoinKernel(OpKernelConstruction* context) : CollectiveKernel(context, "join") {}
+
+  void ComputeAsync(OpKernelContext* context, DoneCallback done) override {
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, TensorShape({}), &output), done);
+    RunCall(context, std::move(done), [set = process_set(), output](collective_client_t* client) {
+      int last_rank = -1;
+      const int code = collective_join(client, set, &last_rank);
+      output->scalar<int32_t>()() = last_rank;
+      return code;
+    });
   }
 };
 
@@ -394,6 +525,14 @@ REGISTER_KERNEL_BUILDER(Name("CollectiveBroadcast").Device(::tensorflow::DEVICE_
                         BroadcastKernel);
 REGISTER_KERNEL_BUILDER(Name("CollectiveAlltoall").Device(::tensorflow::DEVICE_CPU),
                         AlltoallKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveBarrier").Device(::tensorflow::DEVICE_CPU), BarrierKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveJoin").Device(::tensorflow::DEVICE_CPU), JoinKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedAllgather").Device(::tensorflow::DEVICE_CPU),
+                        GroupedAllgatherKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveReducescatter").Device(::tensorflow::DEVICE_CPU),
+                        ReducescatterKernel);
+REGISTER_KERNEL_BUILDER(Name("CollectiveGroupedReducescatter").Device(::tensorflow::DEVICE_CPU),
+                        GroupedReducescatterKernel);
 
 }  // namespace
 }  // namespace collective::tensorflow

@@ -26,9 +26,17 @@ OpSession::~OpSession() {
 }
 
 void OpSession::Submit(collective_handle_t handle, std::function<void(const Completion&)> finish) {
+  Push({handle, std::move(finish), nullptr});
+}
+
+void OpSession::Call(std::function<void(collective_client_t*)> call) {
+  Push({0, nullptr, std::move(call)});
+}
+
+void OpSession::Push(Pending pending) {
   {
     std::lock_guard lock(mutex_);
-    pending_.push_back({handle, std::move(finish)});
+    pending_.push_back(std::move(pending));
   }
   pending_added_.notify_one();
 }
@@ -42,6 +50,10 @@ void OpSession::Run() {
       if (pending_.empty()) return;  // stopping, with every request finished
       next = std::move(pending_.front());
       pending_.pop_front();
+    }
+    if (next.call) {
+      next.call(client_);
+      continue;
     }
     Completion completion;
     completion.client = client_;

@@ -8,9 +8,9 @@
 // unit.
 //
 // Threads: Attach and Detach run on the Python thread of init() and
-// shutdown(); WithCurrent and Submit on TensorFlow's kernel threads (and on
-// the completion thread, where TensorFlow starts a kernel from `done`);
-// completions run on the session's own completion thread.
+// shutdown(); WithCurrent, Submit and Call on TensorFlow's kernel threads
+// (and on the completion thread, where TensorFlow starts a kernel from
+// `done`); completions and calls run on the session's own completion thread.
 #pragma once
 
 #include <condition_variable>
@@ -55,6 +55,11 @@ class OpSession {
   // submitted it, whatever order this thread waits in. A view result is
   // released after `finish` returns.
   void Submit(collective_handle_t handle, std::function<void(const Completion&)> finish);
+  // Runs `call` on the completion thread after the requests submitted
+  // before it have finished: the C ABI's blocking collectives (barrier,
+  // join), which thus keep their place among the ops and never hold
+  // TensorFlow's threads.
+  void Call(std::function<void(collective_client_t*)> call);
 
   // Runs `use` with the session of the current init() and returns true, or
   // returns false before init() and after shutdown(). Attach and Detach wait
@@ -65,10 +70,13 @@ class OpSession {
   static void Attach(std::unique_ptr<OpSession> session);
 
  private:
+  // A request to wait for and finish, or a call to make.
   struct Pending {
-    collective_handle_t handle;
+    collective_handle_t handle = 0;
     std::function<void(const Completion&)> finish;
+    std::function<void(collective_client_t*)> call;
   };
+  void Push(Pending pending);
   void Run();
 
   collective_client_t* const client_;

@@ -2,6 +2,8 @@
 // (registered when the library loads; kernels.cc has the kernels). Every op
 // names its tensor across ranks with `tensor_name` (the node's name when
 // empty) and runs within the process set `process_set_id`.
+#include <string>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -12,6 +14,23 @@ namespace {
 using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
+
+// The dtypes of libcollective that TensorFlow has; reductions take every one
+// but bool.
+constexpr char kEveryType[] =
+    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}";
+constexpr char kReducibleTypes[] =
+    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}";
+
+// The attributes of every reduction op (allreduce and reducescatter, alone or
+// grouped) after its dtype and count. A macro: REGISTER_OP's chain of calls
+// takes no function.
+#define COLLECTIVE_REDUCTION_ATTRS()         \
+  Attr("reduce_op: int")                     \
+      .Attr("prescale_factor: float = 1.0")  \
+      .Attr("postscale_factor: float = 1.0") \
+      .Attr("tensor_name: string = ''")      \
+      .Attr("process_set_id: int = 0")
 
 // The input's shape with the first dimension left to the run: what each rank
 // contributes (allgather) or receives (alltoall) is known only then.
@@ -24,26 +43,34 @@ absl::Status FirstDimensionUnknown(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// FirstDimensionUnknown for every input of a grouped op; `op` names it in
+// the error for a scalar, in Horovod's words.
+absl::Status EachFirstDimensionUnknown(InferenceContext* c, const char* op) {
+  for (int i = 0; i < c->num_inputs(); ++i) {
+    if (c->RankKnown(c->input(i)) && c->Rank(c->input(i)) == 0) {
+      return absl::InvalidArgumentError(std::string(op) + " does not support scalar inputs.");
+    }
+    ShapeHandle input;
+    TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &input));
+    ShapeHandle output;
+    TF_RETURN_IF_ERROR(c->ReplaceDim(input, 0, c->UnknownDim(), &output));
+    c->set_output(i, output);
+  }
+  return absl::OkStatus();
+}
+
 REGISTER_OP("CollectiveAllreduce")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .Attr(kReducibleTypes)
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensor: T")
     .Output("reduced: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
     .Doc("The reduction (a collective::ReduceOp) of `tensor` over the process set's ranks.");
 
 REGISTER_OP("CollectiveGroupedAllreduce")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}")
+    .Attr(kReducibleTypes)
     .Attr("N: int >= 1")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_REDUCTION_ATTRS()
     .Input("tensors: N * T")
     .Output("reduced: N * T")
     .SetShapeFn([](InferenceContext* c) {
@@ -53,7 +80,7 @@ REGISTER_OP("CollectiveGroupedAllreduce")
     .Doc("CollectiveAllreduce of each tensor, negotiated and run together as one group.");
 
 REGISTER_OP("CollectiveAllgather")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
@@ -62,7 +89,7 @@ REGISTER_OP("CollectiveAllgather")
     .Doc("Every rank's `tensor`, concatenated in rank order along the first dimension.");
 
 REGISTER_OP("CollectiveBroadcast")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("root_rank: int")
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
@@ -72,7 +99,7 @@ REGISTER_OP("CollectiveBroadcast")
     .Doc("The `tensor` of root_rank (counted within the process set) on every rank.");
 
 REGISTER_OP("CollectiveAlltoall")
-    .Attr("T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}")
+    .Attr(kEveryType)
     .Attr("tensor_name: string = ''")
     .Attr("process_set_id: int = 0")
     .Input("tensor: T")
@@ -89,6 +116,61 @@ REGISTER_OP("CollectiveAlltoall")
     .Doc(
         "splits[j] rows of `tensor` go to rank j of the process set (an empty splits: "
         "evenly); returns the rows received, in rank order, and how many came from each rank.");
+
+REGISTER_OP("CollectiveGroupedAllgather")
+    .Attr(kEveryType)
+    .Attr("N: int >= 1")
+    .Attr("tensor_name: string = ''")
+    .Attr("process_set_id: int = 0")
+    .Input("tensors: N * T")
+    .Output("gathered: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveGroupedAllgather");
+    })
+    .Doc("CollectiveAllgather of each tensor, negotiated and run together as one group.");
+
+// Reducescatter: the first dimension of the reduced tensor is divided among
+// the set's ranks (the first rows-mod-size ranks get one row more), which
+// the shape function leaves to the run, as Horovod's does.
+REGISTER_OP("CollectiveReducescatter")
+    .Attr(kReducibleTypes)
+    .COLLECTIVE_REDUCTION_ATTRS()
+    .Input("tensor: T")
+    .Output("scattered: T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveReducescatter");
+    })
+    .Doc("This rank's rows of the reduction (Sum or Average) of `tensor` over the set's ranks.");
+
+REGISTER_OP("CollectiveGroupedReducescatter")
+    .Attr(kReducibleTypes)
+    .Attr("N: int >= 1")
+    .COLLECTIVE_REDUCTION_ATTRS()
+    .Input("tensors: N * T")
+    .Output("scattered: N * T")
+    .SetShapeFn([](InferenceContext* c) {
+      return EachFirstDimensionUnknown(c, "CollectiveGroupedReducescatter");
+    })
+    .Doc("CollectiveReducescatter of each tensor, negotiated and run together as one group.");
+
+// Barrier and join: stateful, so that TensorFlow neither prunes them from a
+// graph nor merges two of them.
+REGISTER_OP("CollectiveBarrier")
+    .Attr("process_set_id: int = 0")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs)
+    .Doc("Returns once every rank of the process set has reached its barrier.");
+
+REGISTER_OP("CollectiveJoin")
+    .Attr("process_set_id: int = 0")
+    .Output("last_rank: int32")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .Doc(
+        "This rank has finished its data: until every rank of the set joins, its allreduces "
+        "contribute zeros. Returns the rank (within the set) that joined last.");
+
+#undef COLLECTIVE_REDUCTION_ATTRS
 
 }  // namespace
 }  // namespace collective::tensorflow

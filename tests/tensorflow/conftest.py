@@ -24,3 +24,11 @@ def _deadline():
     faulthandler.dump_traceback_later(_TEST_DEADLINE_S, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def evens():
+    """The process set of the even ranks (every rank makes it), removed after the test."""
+    process_set = hvd.add_process_set([r for r in range(hvd.size()) if r % 2 == 0])
+    yield process_set
+    hvd.remove_process_set(process_set)

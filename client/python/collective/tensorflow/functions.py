@@ -1,12 +1,17 @@
 """Horovod's TensorFlow helpers above the ops: ``allreduce`` with its options,
 ``broadcast_variables``, and ``DistributedGradientTape``."""
 
+import pickle
+
 import tensorflow as tf
 
-from collective.common import reduce_ops
+from collective.common import basics, reduce_ops
 from collective.common.process_sets import global_process_set
+from collective.tensorflow import gradient_groups
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.mpi_ops import _allreduce, _grouped_allreduce, allgather, broadcast
+from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
+                                           _grouped_reducescatter, _reducescatter, allgather,
+                                           broadcast)
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
@@ -66,6 +71,40 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     return results
 
 
+def reducescatter(tensor, device_dense='', compression=Compression.none, op=reduce_ops.Average,
+                  name=None, process_set=global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's ``reducescatter``: ``op`` (Average or Sum) of ``tensor`` over the ranks of
+    ``process_set``, of which this rank keeps its rows. The first dimension is divided as
+    Horovod divides it: the first (rows mod size) ranks of the set get one row more.
+    Differentiable (the gradient is an allgather)."""
+    del device_dense, ignore_name_scope
+    if isinstance(tensor, tf.IndexedSlices):
+        raise NotImplementedError('reducescatter does not support tf.IndexedSlices.')
+    compressed, context = compression.compress(tensor)
+    scattered = _reducescatter(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                               postscale_factor=postscale_factor, process_set=process_set)
+    return compression.decompress(scattered, context)
+
+
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none,
+                          op=reduce_ops.Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's ``grouped_reducescatter``: ``reducescatter`` of each tensor, negotiated and
+    run as one group; the tensors must share a dtype (after compression)."""
+    del device_dense
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    if any(isinstance(t, tf.IndexedSlices) for t in tensors):
+        raise NotImplementedError('grouped_reducescatter does not support tf.IndexedSlices.')
+    compressed = [compression.compress(t) for t in tensors]
+    scattered = _grouped_reducescatter([c for c, _ in compressed], op=op,
+                                       prescale_factor=prescale_factor,
+                                       postscale_factor=postscale_factor, process_set=process_set)
+    return [compression.decompress(s, context) for s, (_, context) in zip(scattered, compressed)]
+
+
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Assigns to every variable its value on ``root_rank``. ``inplace`` (Horovod's in-place
     broadcast op) is accepted; the value is assigned from the broadcast's output either way.
@@ -78,14 +117,70 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return None if tf.executing_eagerly() else tf.group(*assignments)
 
 
-class GradientReducer:
-    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce each gradient."""
+def _to_numpy(tensor, session):
+    """The value of ``tensor``: eagerly its own, in a TF1 graph what ``session`` (by default
+    the default session) computes for it."""
+    if tf.executing_eagerly():
+        return tensor.numpy()
+    return (session or tf.compat.v1.get_default_session()).run(tensor)
 
-    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set):
+
+def _serialize(obj):
+    """``obj`` pickled into a uint8 tensor (the standard library's pickle: Horovod's
+    cloudpickle is not in Debian, as for ``collective.torch``)."""
+    return tf.constant(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
+                       dtype=tf.uint8)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None,
+                     process_set=global_process_set):
+    """Horovod's ``broadcast_object``: the object of ``root_rank`` (a global rank) on every
+    rank of ``process_set``, pickled, its length broadcast first.
+
+    Only the root's ``obj`` matters. ``name`` defaults to 'broadcast_object': unlike Horovod's
+    (the object's type name) it does not depend on what the other ranks pass, often None.
+    ``session``: for a TF1 graph, the session that runs the broadcasts.
+    """
+    name = name or 'broadcast_object'
+    is_root = basics.rank() == root_rank
+    payload = _serialize(obj) if is_root else None
+    length = tf.constant([int(payload.shape[0]) if is_root else 0], dtype=tf.int64)
+    length = _to_numpy(broadcast(length, root_rank, name=name + '.sz', process_set=process_set),
+                       session)
+    if not is_root:
+        payload = tf.zeros([int(length[0])], dtype=tf.uint8)
+    received = _to_numpy(broadcast(payload, root_rank, name=name + '.t', process_set=process_set),
+                         session)
+    return obj if is_root else pickle.loads(received.tobytes())
+
+
+def allgather_object(obj, session=None, name=None, process_set=global_process_set):
+    """Horovod's ``allgather_object``: the list of every rank's ``obj`` in the rank order of
+    ``process_set``, pickled, the lengths gathered first. ``name`` defaults to
+    'allgather_object'; ``session`` as for ``broadcast_object``."""
+    name = name or 'allgather_object'
+    payload = _serialize(obj)
+    lengths = _to_numpy(allgather(tf.constant([int(payload.shape[0])], dtype=tf.int64),
+                                  name=name + '.sz', process_set=process_set), session)
+    gathered = _to_numpy(allgather(payload, name=name + '.t', process_set=process_set), session)
+    starts = [0]
+    for length in lengths:
+        starts.append(starts[-1] + int(length))
+    return [pickle.loads(gathered[start:end].tobytes())
+            for start, end in zip(starts[:-1], starts[1:])]
+
+
+class GradientReducer:
+    """How DistributedGradientTape and Keras' DistributedOptimizer allreduce the gradients:
+    one by one, or in Horovod's ``groups`` (see ``gradient_groups``)."""
+
+    def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set,
+                 groups=None):
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._process_set = process_set
+        self._groups = groups
         # Horovod: with Average, divide by the factor before and by size/factor after the sum.
         self._prescale = 1.0
         self._postscale = 1.0
@@ -96,21 +191,37 @@ class GradientReducer:
             self._prescale = 1.0 / gradient_predivide_factor
             self._postscale = gradient_predivide_factor / process_set.size()
 
+    def _prepared(self, gradient):
+        if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
+            return tf.convert_to_tensor(gradient)
+        return gradient
+
     def __call__(self, gradient):
         if gradient is None:
             return None
-        if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
-        return allreduce(gradient, op=self._op, compression=self._compression,
+        return allreduce(self._prepared(gradient), op=self._op, compression=self._compression,
                          prescale_factor=self._prescale, postscale_factor=self._postscale,
                          process_set=self._process_set)
 
-
-def check_no_groups(num_groups, groups):
-    """Grouping gradients (Horovod's num_groups and groups) is not built yet."""
-    if num_groups or groups is not None:
-        raise NotImplementedError('collective.tensorflow does not group gradient allreduces '
-                                  'yet: leave num_groups and groups unset.')
+    def reduce_all(self, gradients, variables):
+        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each."""
+        if self._groups is None:
+            return [self(gradient) for gradient in gradients]
+        gradients = [None if g is None else self._prepared(g) for g in gradients]
+        reduced = [None] * len(gradients)
+        for group in gradient_groups.split_indices(self._groups, gradients, variables):
+            # A grouped allreduce takes one dtype: a group of several is reduced per dtype.
+            by_dtype = {}
+            for i in group:
+                by_dtype.setdefault(gradients[i].dtype, []).append(i)
+            for indices in by_dtype.values():
+                results = grouped_allreduce(
+                    [gradients[i] for i in indices], op=self._op, compression=self._compression,
+                    prescale_factor=self._prescale, postscale_factor=self._postscale,
+                    process_set=self._process_set)
+                for i, result in zip(indices, results):
+                    reduced[i] = result
+        return reduced
 
 
 class _DistributedGradientTape(tf.GradientTape):
@@ -122,21 +233,22 @@ class _DistributedGradientTape(tf.GradientTape):
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         gradients = super().gradient(target, sources, output_gradients, **kwargs)
-        return tf.nest.map_structure(self._reducer, gradients) if gradients is not None else None
+        if gradients is None:
+            return None
+        reduced = self._reducer.reduce_all(tf.nest.flatten(gradients), tf.nest.flatten(sources))
+        return tf.nest.pack_sequence_as(gradients, reduced)
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)
                             compression=Compression.none, sparse_as_dense=False,
                             op=reduce_ops.Average, gradient_predivide_factor=1.0, num_groups=0,
                             groups=None, process_set=global_process_set):
-    """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns.
-
-    ``num_groups``/``groups`` (grouped allreduce) are not built yet and must be left unset.
-    """
+    """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns, one by
+    one or, with ``groups`` (a count, or lists of the sources' variables), as grouped
+    allreduces."""
     del device_dense, device_sparse
-    check_no_groups(num_groups, groups)
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set)
+                              process_set, gradient_groups.resolve_groups(num_groups, groups))
     # The wrapped tape's settings and recording so far are taken over, as Horovod does.
     tape = _DistributedGradientTape(
         reducer, persistent=gradtape._persistent,  # noqa: SLF001

@@ -14,7 +14,9 @@ make or trace the same unnamed calls in the same order, as in Horovod.
 """
 
 import atexit
+import copy
 import ctypes
+import itertools
 import os
 
 import tensorflow as tf
@@ -71,14 +73,21 @@ def _set_id(process_set):
     return process_set_id(process_set)
 
 
+def _reduction(kind, tensors, name, op, prescale_factor, postscale_factor, process_set):
+    """The reduction op ``collective_<kind>`` (allreduce or reducescatter, grouped or not) of
+    ``tensors``: ``op`` over the ranks of ``process_set``, with the scale factors."""
+    set_id = _set_id(process_set)
+    return getattr(_OPS, 'collective_' + kind)(
+        tensors, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor),
+        tensor_name=connection.call_name(kind, name, set_id), process_set_id=set_id)
+
+
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """The allreduce op itself: ``op`` over the ranks of ``process_set``, with the scale factors."""
-    set_id = _set_id(process_set)
-    return _OPS.collective_allreduce(
-        tensor, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor),
-        tensor_name=connection.call_name('allreduce', name, set_id), process_set_id=set_id)
+    return _reduction('allreduce', tensor, name, op, prescale_factor, postscale_factor,
+                      process_set)
 
 
 @ops.RegisterGradient('CollectiveAllreduce')
@@ -94,12 +103,8 @@ def _allreduce_grad(op, grad):
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     """The grouped allreduce op itself: tensors of one dtype, negotiated and run together."""
-    set_id = _set_id(process_set)
-    return _OPS.collective_grouped_allreduce(
-        tensors, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor),
-        tensor_name=connection.call_name('grouped_allreduce', name, set_id),
-        process_set_id=set_id)
+    return _reduction('grouped_allreduce', tensors, name, op, prescale_factor, postscale_factor,
+                      process_set)
 
 
 @ops.RegisterGradient('CollectiveGroupedAllreduce')
@@ -136,14 +141,87 @@ def _process_set_of(set_id):
     raise ValueError(f'process set {set_id} does not exist any more')
 
 
+def _own_rows(grads, inputs, process_set):
+    """Each of ``grads`` (allgathered shapes) cut down to the rows ``inputs`` gave on this rank:
+    one allgather of every input's row count tells where they lie."""
+    rows = tf.stack([tf.shape(t, out_type=tf.int64)[0] for t in inputs])
+    all_rows = tf.reshape(allgather(rows, process_set=process_set),
+                          [process_set.size(), len(inputs)])
+    return [tf.split(grad, num_or_size_splits=all_rows[:, i], axis=0)[process_set.rank()]
+            for i, grad in enumerate(grads)]
+
+
 @ops.RegisterGradient('CollectiveAllgather')
 def _allgather_grad(op, grad):
     """Horovod's: the average of the gradient over the set, of which this rank's rows."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
     grad = _allreduce(grad, op=Average, process_set=process_set)
-    rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-    all_rows = tf.reshape(allgather(rows, process_set=process_set), [process_set.size()])
-    return tf.split(grad, num_or_size_splits=all_rows, axis=0)[process_set.rank()]
+    return _own_rows([grad], op.inputs, process_set)[0]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """``allgather`` of each tensor (one dtype), negotiated and run together as one group; the
+    first dimension of each may differ per rank."""
+    del ignore_name_scope
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    set_id = _set_id(process_set)
+    return _OPS.collective_grouped_allgather(
+        tensors, tensor_name=connection.call_name('grouped_allgather', name, set_id),
+        process_set_id=set_id)
+
+
+@ops.RegisterGradient('CollectiveGroupedAllgather')
+def _grouped_allgather_grad(op, *grads):
+    """Horovod's: the grouped average of the gradients over the set, of each this rank's rows."""
+    process_set = _process_set_of(op.get_attr('process_set_id'))
+    averaged = _grouped_allreduce(list(grads), op=Average, process_set=process_set)
+    return _own_rows(averaged, op.inputs, process_set)
+
+
+def _reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                   process_set=global_process_set):
+    """The reducescatter op itself: this rank's rows of ``op`` (Sum or Average) over the set."""
+    return _reduction('reducescatter', tensor, name, op, prescale_factor, postscale_factor,
+                      process_set)
+
+
+def _grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
+                           postscale_factor=1.0, process_set=global_process_set):
+    """The grouped reducescatter op itself: tensors of one dtype, negotiated and run together."""
+    return _reduction('grouped_reducescatter', tensors, name, op, prescale_factor,
+                      postscale_factor, process_set)
+
+
+def _reducescatter_grad_scale(op, process_set):
+    """Horovod's: a Sum's gradient is the allgathered gradient times the set's size, an
+    Average's the allgathered gradient itself; both times the scale factors."""
+    scale = op.get_attr('prescale_factor') * op.get_attr('postscale_factor')
+    if op.get_attr('reduce_op') == reduce_ops.wire_code(Sum):
+        scale *= process_set.size()
+    return scale
+
+
+def _scaled(tensor, scale):
+    return tensor if scale == 1.0 else tensor * tf.cast(scale, tensor.dtype)
+
+
+@ops.RegisterGradient('CollectiveReducescatter')
+def _reducescatter_grad(op, grad):
+    """Horovod's: the allgather of the (scaled) gradient."""
+    process_set = _process_set_of(op.get_attr('process_set_id'))
+    return allgather(_scaled(grad, _reducescatter_grad_scale(op, process_set)),
+                     process_set=process_set)
+
+
+@ops.RegisterGradient('CollectiveGroupedReducescatter')
+def _grouped_reducescatter_grad(op, *grads):
+    """Horovod's: the grouped allgather of the (scaled) gradients."""
+    process_set = _process_set_of(op.get_attr('process_set_id'))
+    scale = _reducescatter_grad_scale(op, process_set)
+    return grouped_allgather([_scaled(g, scale) for g in grads], process_set=process_set)
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
@@ -194,6 +272,43 @@ def _alltoall_grad(op, grad, grad_received_splits):
     return [returned, None]
 
 
+def barrier(process_set=global_process_set):
+    """Horovod's ``barrier``: returns once every rank of ``process_set`` has reached it.
+
+    An op: eagerly it has run when this returns; inside ``tf.function`` it runs in program
+    order with the function's other stateful ops (TensorFlow's automatic control
+    dependencies). Returns None, as Horovod's.
+    """
+    _OPS.collective_barrier(process_set_id=_set_id(process_set))
+
+
+# The allreduce by which an eager join ends (collective.torch's too): no name
+# a call can generate starts so.
+_AUTOMATIC_NAMES = '__collective__.join.automatic_names'
+
+
+def join(process_set=global_process_set):
+    """Horovod's ``join``: this rank has finished its data. Until every rank of the set has
+    joined, its allreduces contribute zeros (averages still divide by the set's size); other
+    collectives are refused.
+
+    Returns an int32 scalar tensor: the (global) rank that joined last. Eagerly, every rank
+    of the set then counts its unnamed calls on from the same number again, as in
+    ``collective.torch``: a joined rank skipped those the others made.
+    """
+    set_id = _set_id(process_set)
+    last = _OPS.collective_join(process_set_id=set_id)
+    if set_id != global_process_set.process_set_id:
+        last = tf.gather(tf.constant(process_set.ranks, dtype=tf.int32), last)
+    if tf.executing_eagerly():
+        counters = connection.current().unnamed_calls
+        count = tf.constant([next(copy.copy(counters[set_id]))], dtype=tf.int64)
+        agreed = _OPS.collective_allreduce(count, reduce_op=reduce_ops.wire_code(Max),
+                                           tensor_name=_AUTOMATIC_NAMES, process_set_id=set_id)
+        counters[set_id] = itertools.count(int(agreed[0]))
+    return last
+
+
 __all__ = [
     'init', 'shutdown', 'is_initialized', 'size', 'local_size', 'cross_size', 'rank',
     'local_rank', 'cross_rank', 'is_homogeneous', 'mpi_threads_supported', 'mpi_enabled',
@@ -201,5 +316,5 @@ __all__ = [
     'cuda_built', 'rocm_built', 'start_timeline', 'stop_timeline', 'HorovodInternalError',
     'ProcessSet', 'add_process_set', 'remove_process_set', 'global_process_set',
     'Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product',
-    'allgather', 'broadcast', 'alltoall',
+    'allgather', 'grouped_allgather', 'broadcast', 'alltoall', 'barrier', 'join',
 ]

@@ -1,5 +1,6 @@
 """Horovod's Keras ``DistributedOptimizer``: the wrapped optimizer, whose
-``apply_gradients`` first allreduces the gradients over the process set.
+``apply_gradients`` first allreduces the gradients over the process set (in ``groups`` if
+asked, after ``backward_passes_per_step`` local passes if asked).
 
 ``model.fit`` (``minimize``) and custom loops that call ``apply_gradients``
 both pass through it. The optimizer keeps its own class name and config.
@@ -8,7 +9,9 @@ both pass through it. The optimizer keeps its own class name and config.
 from collective.common import reduce_ops
 from collective.common.process_sets import global_process_set
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.functions import GradientReducer, check_no_groups
+from collective.tensorflow.functions import GradientReducer
+from collective.tensorflow.gradient_groups import resolve_groups
+from collective.tensorflow.keras.gradient_aggregation import LocalGradientAggregator
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',  # noqa: N802
@@ -18,21 +21,26 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True):
     """Horovod's: a copy of ``optimizer`` (from its config) that allreduces gradients before
-    applying them. Gradient accumulation (``backward_passes_per_step`` > 1) and grouping are
-    not built yet."""
-    del name, device_dense, device_sparse, average_aggregated_gradients, scale_local_gradients
-    if backward_passes_per_step != 1:
-        raise NotImplementedError('collective.tensorflow.keras does not accumulate gradients '
-                                  'locally yet: leave backward_passes_per_step at 1.')
-    check_no_groups(num_groups, groups)
+    applying them: one by one, or in ``groups`` (a count, or lists of variables); with
+    ``backward_passes_per_step`` > 1, the local sums of that many passes (see
+    ``gradient_aggregation``)."""
+    del name, device_dense, device_sparse, scale_local_gradients
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set)
+                              process_set, resolve_groups(num_groups, groups))
+    aggregator = (LocalGradientAggregator(backward_passes_per_step, average_aggregated_gradients,
+                                          sparse_as_dense)
+                  if backward_passes_per_step > 1 else None)
     base = optimizer.__class__
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        grads_and_vars = list(grads_and_vars)
-        reduced = [(reducer(gradient), variable) for gradient, variable in grads_and_vars]
-        return base.apply_gradients(self, reduced, *args, **kwargs)
+        pairs = list(grads_and_vars)
+        gradients, variables = [g for g, _ in pairs], [v for _, v in pairs]
+        if aggregator is None:
+            reduced = reducer.reduce_all(gradients, variables)
+            return base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
+        return aggregator.apply(
+            self, gradients, variables, reducer.reduce_all,
+            lambda reduced: base.apply_gradients(self, reduced, *args, **kwargs))
 
     distributed = type(base.__name__, (base,), {
         'apply_gradients': apply_gradients,
