@@ -203,3 +203,16 @@ def test_adasum_optimizer_converges():
     # Every rank holds the same weights.
     gathered = hvd.allgather(model.weight.detach())
     assert torch.equal(gathered, model.weight.detach().repeat(hvd.size(), 1))
+
+
+def test_adasum_on_a_process_set_is_refused_at_the_call(static_process_sets):
+    # Horovod: NotImplementedError before anything is submitted, whatever the set's size.
+    evens, _ = static_process_sets
+    if evens.included():
+        with pytest.raises(NotImplementedError, match='non-global process sets'):
+            hvd.allreduce(torch.ones(2), op=hvd.Adasum, process_set=evens)
+        with pytest.raises(NotImplementedError, match='non-global process sets'):
+            hvd.grouped_allreduce([torch.ones(1)], op=hvd.Adasum, process_set=evens)
+        # Nothing was submitted: the set still runs a plain allreduce.
+        total = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=evens)
+        assert total.tolist() == [float(evens.size())]

@@ -293,3 +293,15 @@ def test_ops_fail_between_shutdown_and_init():
     hvd.init()
     np.testing.assert_array_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy(),
                                   [hvd.size()] * 2)
+
+
+def test_adasum_on_a_process_set_is_refused_at_the_call(evens):
+    # Horovod: NotImplementedError before anything is submitted, whatever the set's size.
+    if evens.included():
+        with pytest.raises(NotImplementedError, match='non-global process sets'):
+            hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Adasum, process_set=evens)
+        with pytest.raises(NotImplementedError, match='non-global process sets'):
+            hvd.grouped_allreduce([tf.constant([1.0])], op=hvd.Adasum, process_set=evens)
+        # Nothing was submitted: the set still runs a plain allreduce.
+        total = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, process_set=evens)
+        assert total.numpy().tolist() == [float(evens.size())]

@@ -44,18 +44,22 @@ def wire_code(op):
                          'Product') from None
 
 
-def check_adasum_ranks(set_size):
-    """Horovod's refusal of an Adasum allreduce over a set whose size is not a power of two
-    (it pairs rank r with r ^ 1, r ^ 2, ...), raised before anything is submitted. (The
-    daemon checks everything again for every rank; libcollective refuses integer tensors.)"""
+def check_adasum_ranks(process_set):
+    """Horovod's refusals of an Adasum allreduce, raised at the call before anything is
+    submitted: over a process set other than the global one, and over a set whose size is not
+    a power of two (it pairs rank r with r ^ 1, r ^ 2, ...). (The daemon checks everything
+    again for every rank; libcollective refuses integer tensors.)"""
+    if process_set.process_set_id != _core.GLOBAL_PROCESS_SET:
+        raise NotImplementedError('Adasum does not support non-global process sets yet.')
+    set_size = process_set.size()
     if set_size < 1 or set_size & (set_size - 1):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
 
 
-def check_adasum(tensors, set_size):
+def check_adasum(tensors, process_set):
     """``check_adasum_ranks``, and the refusal of CUDA tensors, which the daemon combines on
     the host only (torch tensors)."""
-    check_adasum_ranks(set_size)
+    check_adasum_ranks(process_set)
     for tensor in tensors:
         if tensor.device.type != 'cpu':
             raise NotImplementedError(

@@ -90,7 +90,7 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
     for t in tensors:
         tensor_args.check(t)
     if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum(tensors, process_set.size())
+        reduce_ops.check_adasum(tensors, process_set)
     placement = _place('grouped_allreduce' if grouped else 'allreduce', tensors)
     if outputs is None:
         outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]

@@ -425,9 +425,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
         raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
         # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod.
-        if process_set != global_process_set:
-            raise NotImplementedError('Adasum does not support non-global process sets yet.')
-        check_adasum([], size())
+        check_adasum([], process_set)
         return adasum_optimizer(optimizer, named_parameters, compression,
                                 backward_passes_per_step, _DistributedOptimizer._name_parameters)
     if num_groups != 0:
