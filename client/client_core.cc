@@ -183,12 +183,12 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     if (left_) return refuse(absl::FailedPreconditionError("this client has left its job"));
     if (!session_failure_.ok()) return refuse(session_failure_);
     if (!job_failure_.ok()) return refuse(job_failure_);
-    absl::flat_hash_set<absl::string_view> names;
+    absl::flat_hash_set<SetName> names;
     for (const PreparedRequest& prepared : requests) {
-      const std::string& name = prepared.request.name();
+      SetName name{prepared.request.process_set_id(), prepared.request.name()};
       if (outstanding_names_.contains(name) || !names.insert(name).second) {
         return refuse(absl::AlreadyExistsError(absl::StrCat(
-            "tensor '", name,
+            "tensor '", name.second,
             "' is already outstanding on this rank; a name can be submitted again only after "
             "its collective has completed")));
       }
@@ -254,7 +254,8 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
   next_request_id_ += count;
   for (size_t i = 0; i < count; ++i) {
     PreparedRequest& prepared = requests[i];
-    const std::string& name = message.submit().requests(static_cast<int>(i)).name();
+    const v1::TensorRequest& sent = message.submit().requests(static_cast<int>(i));
+    SetName name{sent.process_set_id(), sent.name()};
     outstanding_names_.insert(name);
     ++in_flight_;
     requests_.emplace(ids[i], Pending{.name = name,

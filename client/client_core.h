@@ -133,8 +133,12 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   void OnSessionEnded(absl::Status status) override;
 
  private:
+  // A tensor's name within its process set: names are unique per set (as
+  // in Horovod, whose sets queue their tensors apart).
+  using SetName = std::pair<int32_t, std::string>;
+
   struct Pending {
-    std::string name;
+    SetName name;
     uint64_t staging = kNoStaging;
     void* output = nullptr;
     uint64_t output_capacity = 0;
@@ -195,7 +199,7 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   shm::ArenaAllocator allocator_{0, shm::kDataAlignment};
   uint64_t next_request_id_ = 1;
   absl::flat_hash_map<uint64_t, Pending> requests_;
-  absl::flat_hash_set<std::string> outstanding_names_;
+  absl::flat_hash_set<SetName> outstanding_names_;
   size_t in_flight_ = 0;  // submitted, no record yet
   absl::Status job_failure_;
   absl::Status session_failure_;

@@ -167,6 +167,21 @@ def test_unnamed_calls_on_different_sets_do_not_collide(static_process_sets):
     assert hvd.synchronize(on_set).tolist() == [len(mine.ranks)] * 2
 
 
+def test_one_name_on_two_sets_at_once(static_process_sets):
+    # As in Horovod, whose sets queue their tensors apart: a name in use on
+    # one set is free on another; on the same set it is still refused.
+    evens, odds = static_process_sets
+    mine = evens if evens.included() else odds
+    on_set = hvd.allreduce_async(torch.ones(2), name='names.shared', op=hvd.Sum,
+                                 process_set=mine)
+    on_job = hvd.allreduce_async(torch.ones(2), name='names.shared', op=hvd.Sum)
+    with pytest.raises(ValueError) as refused:
+        hvd.allreduce_async(torch.ones(2), name='names.shared', op=hvd.Sum, process_set=mine)
+    assert str(refused.value) == HOROVOD_DUPLICATE_NAME
+    assert hvd.synchronize(on_job).tolist() == [hvd.size()] * 2
+    assert hvd.synchronize(on_set).tolist() == [len(mine.ranks)] * 2
+
+
 def test_optimizer_load_state_dict_mid_flight_frees_the_names(two_ranks):
     model = torch.nn.Linear(3, 1).double()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -23,7 +23,7 @@ class Connection:
         # handle -> pending call (see collective.torch.handles).
         self.pending = {}
         self.handle_ids = itertools.count()
-        # name -> handle of the call that holds it, from its submission until
+        # (process set id, name) -> handle of the call that holds it, from its submission until
         # it is synchronized (see collective.torch.handles). Guarded by
         # names_lock: hooks of a backward pass may submit from other threads.
         self.names_in_use = {}
@@ -87,8 +87,8 @@ def call_name(kind, name, set_id):
     """The daemon's name for one call: Horovod's '<kind>.<name>' or '<kind>.noname.<n>'.
 
     Unnamed calls on a process set other than the global one (id 0) carry its
-    id ('<kind>.noname.<set id>.<n>'): a name is in use on this rank whatever
-    the set, and the sets count their unnamed calls separately.
+    id ('<kind>.noname.<set id>.<n>'): the sets count their unnamed calls
+    separately, and the names stay distinct in logs and the timeline.
     """
     if name:
         return f'{kind}.{name}'

@@ -77,7 +77,7 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
         outputs = [d.finish() for d in destinations]
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.start(names, start, finish, (inputs, destinations), placement)
+    return handles.start(set_id, names, start, finish, (inputs, destinations), placement)
 
 
 def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, postscale_factor,
@@ -193,7 +193,7 @@ def _allgather_async(tensors, name, process_set, grouped):
         outputs = [tensor_args.tensor_from_result(r, dtype) for r, dtype in zip(results, dtypes)]
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.start(names, start, finish, inputs)
+    return handles.start(set_id, names, start, finish, inputs)
 
 
 def _cuda_allgather_async(base, names, inputs, placement, set_id, grouped):
@@ -215,7 +215,7 @@ def _cuda_allgather_async(base, names, inputs, placement, set_id, grouped):
             result.release()
         return tuple(outputs) if grouped else outputs[0]
 
-    return handles.start(names, start, finish, (inputs, outputs), placement)
+    return handles.start(set_id, names, start, finish, (inputs, outputs), placement)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -311,7 +311,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
         return [placement.submitter(_client().broadcast_async)(
             base, tensor_args.arg(source), destination.address, set_root, set_id)]
 
-    return handles.start([base], start, lambda _results: destination.finish(),
+    return handles.start(set_id, [base], start, lambda _results: destination.finish(),
                          (source, destination), placement)
 
 
@@ -386,7 +386,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         received = torch.tensor(result.received_splits, dtype=torch.int32)
         return tensor_args.tensor_from_result(result, source.dtype), received
 
-    return handles.start([base], start, finish, source)
+    return handles.start(set_id, [base], start, finish, source)
 
 
 def _cuda_alltoall_async(base, source, split_list, placement, set_id):
@@ -416,7 +416,7 @@ def _cuda_alltoall_async(base, source, split_list, placement, set_id):
         results[0].release()
         return outputs[0], torch.tensor(received, dtype=torch.int32)
 
-    return handles.start([base], start, finish, (source, outputs), placement)
+    return handles.start(set_id, [base], start, finish, (source, outputs), placement)
 
 
 def _reducescatter_destinations(tensors, set_id, placement):

@@ -32,19 +32,20 @@ class _Pending:
         self.placement = placement  # a devices.Placement for CUDA tensors, else None
 
 
-def start(names, submit, finish, keepalive, placement=None):
-    """Starts one call under ``names`` and returns its handle.
+def start(set_id, names, submit, finish, keepalive, placement=None):
+    """Starts one call under ``names`` on process set ``set_id`` and returns its handle.
 
     ``submit()`` hands the requests to the binding and returns its request
-    handles; it runs only when no name is in use (else ValueError, before
-    anything is sent), and the names stay in use until the handle is
-    synchronized. ``finish`` makes synchronize's result from the requests'
+    handles; it runs only when no name is in use on that set (else ValueError,
+    before anything is sent; as in Horovod, whose sets queue their tensors
+    apart, another set may use the same name), and the names stay in use until
+    the handle is synchronized. ``finish`` makes synchronize's result from the requests'
     Results; ``keepalive`` is held until then. ``placement``: the CUDA
     device of the call's tensors, current while synchronize waits (the
     wait queues the stream's wait for the result there).
     """
     connection = connections.current()
-    names = list(names)
+    names = [(set_id, name) for name in names]
     with connection.names_lock:
         if any(name in connection.names_in_use for name in names):
             raise ValueError(DUPLICATE_NAME_ERROR)
