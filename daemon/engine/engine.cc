@@ -57,6 +57,7 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string m
       pool_(ReduceThreads(config.reduce_threads)),
       executor_(pool_),
       stop_(std::move(stop)),
+      across_(config_, across_host_, executor_, pool_, transport_, [this] { doorbell_.Ring(); }),
       stalls_(config.stall_check_seconds, config.stall_shutdown_seconds),
       metrics_(std::move(metrics_url)),
       systemd_status_(config.socket),
@@ -141,7 +142,7 @@ void Engine::Loop() {
     }
     worked = PollWorld() || worked;
     worked = DrainSubmissionRings() || worked;
-    worked = AdvanceCrossNode() || worked;
+    worked = across_.Advance() || worked;
     if (RunReady()) {
       worked = true;
       if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
@@ -268,11 +269,12 @@ std::vector<negotiation::WaitingTensor> Engine::AllWaiting(bool with_announced) 
   const job::NodeLayout& layout = job_->layout();
   std::vector<negotiation::WaitingTensor> local = coordinator_->Waiting(
       job_->process_sets(), [&](int32_t rank) { return layout.IsLocal(rank); });
-  if (negotiator_ == nullptr) return local;
+  const AcrossNodes::View view = across_.view();
+  if (!view.active()) return local;
   // Node 0 knows which nodes announced a tensor; this node's own table
   // knows which of its ranks submitted one it has not announced.
   std::vector<negotiation::WaitingTensor> waiting =
-      negotiator_->Waiting(job_->process_sets(), Clock::now());
+      view.Waiting(job_->process_sets(), Clock::now());
   for (negotiation::WaitingTensor& mine : local) {
     auto across =
         std::find_if(waiting.begin(), waiting.end(), [&](const negotiation::WaitingTensor& w) {
@@ -288,16 +290,8 @@ std::vector<negotiation::WaitingTensor> Engine::AllWaiting(bool with_announced) 
     }
     std::sort(across->ready_ranks.begin(), across->ready_ranks.end());
   }
-  if (with_announced && !negotiator_->coordinator()) {
-    for (const auto& [key, tensor] : announced_) {
-      negotiation::WaitingTensor announced{.process_set_id = key.first,
-                                           .name = key.second,
-                                           .collective = tensor.request().collective(),
-                                           .first_at = tensor.first_at,
-                                           .across_nodes = true};
-      for (const negotiation::Submission& submission : tensor.submissions) {
-        announced.ready_ranks.push_back(submission.rank);
-      }
+  if (with_announced && !view.coordinator()) {
+    for (negotiation::WaitingTensor& announced : view.Announced()) {
       waiting.push_back(std::move(announced));
     }
   }
@@ -306,14 +300,15 @@ std::vector<negotiation::WaitingTensor> Engine::AllWaiting(bool with_announced) 
 }
 
 void Engine::ReportPartialToNodeZero(Clock::time_point now) {
-  if (negotiator_ == nullptr || negotiator_->coordinator() || !stalls_.enabled()) return;
+  if (!across_.view().active() || across_.view().coordinator() || !stalls_.enabled()) return;
   const job::NodeLayout& layout = job_->layout();
   std::vector<v1::PartialTensor> partial;
   for (const negotiation::WaitingTensor& waiting : coordinator_->Waiting(
            job_->process_sets(), [&](int32_t rank) { return layout.IsLocal(rank); })) {
     const job::ProcessSet* set = job_->process_sets().Find(waiting.process_set_id);
     // Half the stall time: node 0 knows by the time its own check fires.
-    if (set == nullptr || !SpansNodes(*set) || now - waiting.first_at < stalls_.check_after() / 2) {
+    if (set == nullptr || !across_.SpansNodes(*set) ||
+        now - waiting.first_at < stalls_.check_after() / 2) {
       continue;
     }
     v1::PartialTensor& tensor = partial.emplace_back();
@@ -324,7 +319,7 @@ void Engine::ReportPartialToNodeZero(Clock::time_point now) {
   }
   if (partial.empty() && !reported_partial_) return;
   reported_partial_ = !partial.empty();
-  negotiator_->ReportPartial(std::move(partial));
+  across_.ReportPartial(std::move(partial));
 }
 
 void Engine::CheckStalls(Clock::time_point now) {
@@ -335,8 +330,7 @@ void Engine::CheckStalls(Clock::time_point now) {
     const absl::Status why = absl::DeadlineExceededError(stalls_.ShutdownMessage(stalled));
     std::vector<negotiation::PendingTensor> failed =
         coordinator_->TakeTensor(stalled.process_set_id, stalled.name);
-    const bool across =
-        negotiator_ != nullptr && negotiator_->Fail(stalled.process_set_id, stalled.name, why);
+    const bool across = across_.FailStalled(stalled.process_set_id, stalled.name, why);
     if (failed.empty() && !across) continue;
     const log::ScopedContext about({.tensor = stalled.name});
     log::Coord().error("{}", why.message());
@@ -423,9 +417,7 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
       AbortFormation(status);
     } else {
       // Transfers this daemon began with the others will not finish.
-      if (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value()) {
-        BreakWorld(status, /*abandon_mpi=*/true);
-      }
+      if (across_.view().unfinished()) BreakWorld(status, /*abandon_mpi=*/true);
       FailJob(status);
       for (const auto& member : job_->members()) {
         if (member && member->link) member->link->Close(status);
@@ -450,7 +442,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
   response.set_metrics_url(metrics_.url());
   response.set_uptime_seconds(std::chrono::duration<double>(now - started_).count());
   *response.mutable_totals() = totals_;
-  if (negotiator_ != nullptr) negotiator_->AddTo(*response.mutable_totals());
+  across_.view().AddTo(*response.mutable_totals());
   v1::GpuStatus* gpu = response.mutable_gpu();
   gpu->set_built(gpu_.built());
   gpu->set_open_ipc_mappings(gpu_.open_mappings());
@@ -493,7 +485,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
     DescribePending(now, response);
     for (int32_t rank : coordinator_->Joined(0)) response.add_joined_ranks(rank);
   }
-  if (negotiator_ != nullptr) negotiator_->Describe(response.mutable_negotiation());
+  if (across_.view().active()) across_.view().Describe(response.mutable_negotiation());
   if (job_->state() != job::JobState::kForming) {
     for (const auto& [id, set] : job_->process_sets().sets()) {
       v1::ProcessSet* described = response.add_process_sets();

@@ -13,12 +13,15 @@
 // teardown), engine_requests.cc (the submission rings, completion records,
 // releases), engine_collectives.cc (ready tensors, control collectives,
 // fusion, local execution, and CompleteBatch: the one way a batch completes,
-// whatever ran it), engine_world.cc (the world of daemons: formation,
-// negotiation and execution across nodes through the seams of
-// negotiation/control_link.h and exec/node_transport.h, failures of other
-// nodes) and engine_gpu.cc (CUDA registrations, batches of CUDA tensors, the
-// GPU's completions and health). ready_check.h is the one check of a ready
-// tensor, here and on node 0 across nodes.
+// whatever ran it), engine_world.cc (the world of daemons: formation across
+// nodes, looking for the other daemons' messages, completing cross-node
+// batches, failures of other nodes) and engine_gpu.cc (CUDA registrations,
+// batches of CUDA tensors, the GPU's completions and health). The job's
+// cross-node state is one object, AcrossNodes (across_nodes.h: negotiation
+// with node 0 and the decided batches, through the seams of
+// negotiation/control_link.h and exec/node_transport.h), which the loop
+// drives and status and metrics read through its view. ready_check.h is the
+// one check of a ready tensor, here and on node 0 across nodes.
 #pragma once
 
 #include <chrono>
@@ -37,6 +40,7 @@
 #include "absl/status/status.h"
 #include "collective/v1/status.pb.h"
 #include "config/daemon_config.h"
+#include "daemon/engine/across_nodes.h"
 #include "daemon/engine/engine_doorbell.h"
 #include "daemon/engine/engine_events.h"
 #include "daemon/exec/cross_node_run.h"
@@ -48,14 +52,12 @@
 #include "daemon/gpu/gpu_executor.h"
 #include "daemon/job/job.h"
 #include "daemon/negotiation/coordinator.h"
-#include "daemon/negotiation/negotiator.h"
 #include "daemon/negotiation/stall_inspector.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
 #include "daemon/observe/timeline.h"
 #include "daemon/world/mpi_transport.h"
 #include "daemon/world/node_exchange.h"
-#include "daemon/world/set_communicators.h"
 #include "daemon/world/world.h"
 #include "shm/segment_names.h"
 
@@ -200,25 +202,10 @@ class Engine {
   // An exchange that cannot complete any more: kept for MPI, and the world
   // cannot form later jobs.
   void AbandonExchange(const absl::Status& why);
-  // Ranks of `set` on this node.
-  int32_t LocalMembers(const job::ProcessSet& set) const;
-  bool SpansNodes(const job::ProcessSet& set) const;
-  // A tensor ready on this node whose set spans nodes goes to the
-  // negotiator (true) to wait for node 0's decision.
-  bool AnnounceIfAcrossNodes(negotiation::ReadyTensor& tensor);
-  // A local rank of a set that spans nodes joined: node 0 must know.
-  void AnnounceJoin(const job::ProcessSet& set, int32_t set_rank);
-  // Carries out one batch of node 0's decisions, in order.
-  void Decide(v1::Decisions decisions);
-  // The tensor a decision names, as this node runs it: its announced local
-  // part, or (every local member having joined) one with no submissions.
-  std::optional<negotiation::ReadyTensor> DecidedTensor(
-      const v1::Decision& decision, bool& from_cache,
-      const negotiation::ResponseCache::Entry*& cached);
-  // Runs the cross-node batches, one at a time, in decision order; true if
-  // any progressed.
-  bool AdvanceCrossNode();
-  void FinishCrossNode(absl::Status status);
+  // A cross-node batch ended (`status`: its transfers' outcome): it
+  // completes like any other.
+  void FinishCrossNode(exec::FusedBatch batch, exec::Executor::Outcome outcome,
+                       std::unique_ptr<exec::CrossNodeRun> cross, absl::Status status);
   // Another node's word on the job, or its silence.
   void OnJobEvent(int from, const v1::JobEvent& event);
   // Tells the other nodes that the job failed or ended here.
@@ -232,8 +219,24 @@ class Engine {
   void RequestStop();
   // The job's cross-node state, at teardown.
   void EndWorldJob();
-  // "node 1 (host-b, ranks 2-3)".
-  std::string DescribeNode(int node) const;
+  // What AcrossNodes asks of the engine (engine_world.cc).
+  class CrossNodeHost final : public AcrossNodes::Host {
+   public:
+    explicit CrossNodeHost(Engine& engine) : engine_(engine) {}
+    job::Job* job() override;
+    void RefuseAfterJoin(int32_t process_set_id, int32_t first_joined) override;
+    void FailTensor(const negotiation::ReadyTensor& tensor, const absl::Status& why) override;
+    void Negotiated(const negotiation::ReadyTensor& tensor) override;
+    void RunControl(const negotiation::ReadyTensor& tensor) override;
+    void RunOnDevice(std::vector<exec::FusedBatch> batches) override;
+    void Finished(exec::FusedBatch batch, exec::Executor::Outcome outcome,
+                  std::unique_ptr<exec::CrossNodeRun> run, absl::Status status) override;
+    void BreakAndFail(const absl::Status& why) override;
+    void MaybeTearDown() override;
+
+   private:
+    Engine& engine_;
+  };
 
   // engine_collectives.cc
   // Runs what is ready; true if anything ran.
@@ -310,20 +313,12 @@ class Engine {
   absl::Status world_broken_;                                    // why no job can form any more
   bool stop_requested_ = false;
   int world_exit_code_ = 0;  // 3 when MPI had to be abandoned
-  // A job across nodes: its communicators, negotiation, the tensors
-  // announced to node 0 (by process set and name) awaiting its decision,
-  // and the batches decided, run one at a time in order.
-  std::unique_ptr<world::SetCommunicators> set_comms_;
-  std::unique_ptr<negotiation::Negotiator> negotiator_;
-  std::map<std::pair<int32_t, std::string>, negotiation::ReadyTensor> announced_;
-  std::deque<exec::FusedBatch> cross_queue_;
-  struct ActiveCrossRun {
-    exec::FusedBatch batch;
-    exec::Executor::Outcome outcome;
-    std::unique_ptr<exec::CrossNodeRun> run;
-  };
-  std::optional<ActiveCrossRun> cross_active_;
+  // A job across nodes: its communicators, negotiation, announced tensors
+  // and decided batches.
+  CrossNodeHost across_host_{*this};
+  AcrossNodes across_;
   bool reported_partial_ = false;  // node 0 holds a non-empty partial report
+  // Until then, the negotiation moved: look for the next message often.
   Clock::time_point fast_poll_until_{};
 
   // Job state: engine thread only.

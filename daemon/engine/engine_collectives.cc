@@ -26,7 +26,10 @@ bool Engine::RunReady() {
   bool ran = !ready.empty();
   std::vector<negotiation::ReadyTensor> data;
   for (negotiation::ReadyTensor& tensor : ready) {
-    if (AnnounceIfAcrossNodes(tensor)) continue;
+    if (across_.Announce(tensor)) {
+      KeepPollingFast();
+      continue;
+    }
     RecordNegotiation(tensor);
     if (absl::Status status = CheckReady(tensor, CheckScope::kThisNode); !status.ok()) {
       const log::ScopedContext about({.tensor = tensor.name});
@@ -90,15 +93,13 @@ void Engine::RunControl(const negotiation::ReadyTensor& tensor) {
         return;
       }
       const job::ProcessSet& added = *job_->process_sets().Find(*id);
-      if (set_comms_ != nullptr) {
-        // Every node runs this decision at the same point of the order: the
-        // set's nodes create its communicator together.
-        if (absl::Status made = set_comms_->Add(added); !made.ok()) {
-          FailTensor(tensor, made);
-          FailJob(absl::UnavailableError(absl::StrCat("process set ", *id, " of job '", job_->id(),
-                                                      "' across nodes: ", made.message())));
-          return;
-        }
+      // Across nodes, every node runs this decision at the same point of
+      // the order: the set's nodes create its communicator together.
+      if (absl::Status made = across_.AddSet(added); !made.ok()) {
+        FailTensor(tensor, made);
+        FailJob(absl::UnavailableError(absl::StrCat("process set ", *id, " of job '", job_->id(),
+                                                    "' across nodes: ", made.message())));
+        return;
       }
       log::Coord().info("job '{}': process set {} {} added", job_->id(), *id,
                         job::RanksString(added.ranks));
@@ -113,7 +114,7 @@ void Engine::RunControl(const negotiation::ReadyTensor& tensor) {
       }
       FailSubmissions(coordinator_->TakePending(id),
                       absl::CancelledError(absl::StrCat("process set ", id, " was removed")));
-      if (set_comms_ != nullptr) set_comms_->Remove(id);
+      across_.RemoveSet(id);
       log::Coord().info("job '{}': process set {} removed", job_->id(), id);
       CompleteControl(tensor, id);
       return;

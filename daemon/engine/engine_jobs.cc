@@ -436,27 +436,10 @@ void Engine::FailUndecided(const absl::Status& why) {
   deferred_.clear();
   FailReady(std::move(local), why);
   // Node 0 fails what it still waits for, now and when announced later.
-  if (negotiator_ != nullptr && negotiator_->coordinator()) negotiator_->EndAll(why);
+  across_.Fail(why);
 }
 
-void Engine::AbandonDecided(const absl::Status& why) {
-  std::vector<negotiation::ReadyTensor> ready;
-  for (auto& [key, tensor] : announced_) ready.push_back(std::move(tensor));
-  announced_.clear();
-  for (exec::FusedBatch& batch : cross_queue_) {
-    for (negotiation::ReadyTensor& tensor : batch.tensors) ready.push_back(std::move(tensor));
-  }
-  cross_queue_.clear();
-  if (cross_active_.has_value()) {
-    for (negotiation::ReadyTensor& tensor : cross_active_->batch.tensors)
-      ready.push_back(std::move(tensor));
-    // MPI keeps the run's buffers (its result block, the arenas it reads)
-    // and requests: they are the process's until it exits.
-    (void)cross_active_->run.release();
-    cross_active_.reset();
-  }
-  FailReady(std::move(ready), why);
-}
+void Engine::AbandonDecided(const absl::Status& why) { FailReady(across_.Abandon(), why); }
 
 void Engine::EndJob(const absl::Status& why, Origin origin) {
   const bool first = job_->failure().ok();
@@ -492,7 +475,7 @@ void Engine::FailJob(const absl::Status& why, Origin origin) {
 void Engine::MaybeTearDownJob() {
   if (job_ == nullptr || job_->state() == job::JobState::kForming || !job_->finished()) return;
   // A job across nodes first finishes what node 0 decided (see FailJob).
-  if (!announced_.empty() || !cross_queue_.empty() || cross_active_.has_value()) return;
+  if (across_.view().unfinished()) return;
   observe::ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();

@@ -163,7 +163,7 @@ void Engine::OnSubmit(job::ClientRecord& client, v1::TensorRequest& request) {
     CompleteWithError(client, request_id, status);
     return;
   }
-  const int32_t local_members = LocalMembers(*set);
+  const int32_t local_members = across_.LocalMembers(*set);
   const bool join = request.collective() == v1::COLLECTIVE_JOIN;
   client.outstanding[request_id] = request.length();
   client.bytes_submitted += request.length();
@@ -182,9 +182,9 @@ void Engine::OnSubmit(job::ClientRecord& client, v1::TensorRequest& request) {
   if (join) {
     // Across nodes node 0 says when the set begins refusing (Decide), so
     // that every node names the same first rank.
-    if (!SpansNodes(*set)) FailRefused(coordinator_->RefuseAfterJoin(set_id, set_rank));
+    if (!across_.SpansNodes(*set)) FailRefused(coordinator_->RefuseAfterJoin(set_id, set_rank));
     coordinator_->Join(set_id, set_rank, set->size());
-    AnnounceJoin(*set, set_rank);
+    across_.AnnounceJoin(*set, set_rank);
   }
 }
 
