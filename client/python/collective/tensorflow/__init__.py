@@ -10,14 +10,15 @@ README "TensorFlow".
 
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (DistributedGradientTape, allgather_object,
-                                             allreduce, broadcast_object, broadcast_variables,
+                                             allreduce, broadcast_, broadcast_object,
+                                             broadcast_variables,
                                              grouped_allreduce, grouped_reducescatter,
                                              reducescatter)
 from collective.tensorflow.mpi_ops import *  # noqa: F401,F403  (see mpi_ops.__all__)
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 
 __all__ = list(_mpi_ops_all) + [
-    'Compression', 'DistributedGradientTape', 'allgather_object', 'allreduce',
+    'Compression', 'DistributedGradientTape', 'allgather_object', 'allreduce', 'broadcast_',
     'broadcast_object', 'broadcast_variables',
     'grouped_allreduce', 'grouped_reducescatter', 'reducescatter',
 ]

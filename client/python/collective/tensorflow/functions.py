@@ -117,6 +117,26 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     return None if tf.executing_eagerly() else tf.group(*assignments)
 
 
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Horovod's in-place broadcast: every variable of ``variables`` (one, or a list) takes its
+    value on ``root_rank``. Returns the broadcast values, one tensor per variable.
+
+    Each variable's value is broadcast by the broadcast op (named after ``name`` and the
+    variable's position, so that every rank pairs them alike) and assigned to it; eagerly
+    the variables hold the new values on return, inside ``tf.function`` once the returned
+    tensors are computed.
+    """
+    if isinstance(variables, tf.Variable):
+        variables = [variables]
+    values = []
+    for index, var in enumerate(variables):
+        value = broadcast(var, root_rank, name=f'{name}.{index}' if name else None,
+                          process_set=process_set)
+        with tf.control_dependencies([var.assign(value)]):
+            values.append(tf.identity(value))
+    return values
+
+
 def _to_numpy(tensor, session):
     """The value of ``tensor``: eagerly its own, in a TF1 graph what ``session`` (by default
     the default session) computes for it."""
