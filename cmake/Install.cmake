@@ -118,6 +118,18 @@ if(TARGET collective_python_core)
     COMPONENT python FILES_MATCHING PATTERN "*.py")
   install(TARGETS collective collective_proto LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     COMPONENT python NAMELINK_SKIP)
+  # collective.tensorflow's op library, where it was built: libcollective of
+  # the same prefix, then the TensorFlow it was built against (the op
+  # library is tied to that TensorFlow's version).
+  if(TARGET collective_tensorflow_ops)
+    file(RELATIVE_PATH tensorflow_to_libdir
+      "/${COLLECTIVE_PYTHON_INSTALL_DIR}/collective/tensorflow" "/${CMAKE_INSTALL_LIBDIR}")
+    get_target_property(tensorflow_rpath collective_tensorflow_ops INSTALL_RPATH)
+    set_target_properties(collective_tensorflow_ops PROPERTIES
+      INSTALL_RPATH "$ORIGIN/${tensorflow_to_libdir};${tensorflow_rpath}")
+    install(TARGETS collective_tensorflow_ops
+      LIBRARY DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}/collective/tensorflow COMPONENT python)
+  endif()
   collective_install_manifest(python)
 endif()
 

@@ -1,6 +1,6 @@
 """Installs the collective package the two documented ways and imports it from there.
 
-Run by ctest (python_install) as: install_check.py BUILD_DIR
+Run by ctest (python_install) as: install_check.py BUILD_DIR [TENSORFLOW_PYTHON]
 
 1. ``cmake --install BUILD --component python --prefix TMP``: the extension
    must load the libcollective installed in TMP (its RUNPATH is relative to
@@ -8,6 +8,10 @@ Run by ctest (python_install) as: install_check.py BUILD_DIR
 2. ``pip install --no-build-isolation --no-deps --target TMP BUILD/python``:
    the package as built; its extension keeps finding the build tree's
    libcollective (RUNPATH of the build). Skipped where pip is not installed.
+
+With TENSORFLOW_PYTHON (the build has collective.tensorflow's op library),
+that interpreter also imports collective.tensorflow from the cmake install:
+its op library from the installed package, libcollective from the prefix.
 
 Each import runs in a fresh interpreter that sees only the installed copy.
 """
@@ -20,10 +24,21 @@ import sys
 import tempfile
 
 _PROBE = '''
-import json, collective._core, collective.torch
+import json, collective.torch, collective._core
 libraries = sorted({line.split()[-1] for line in open('/proc/self/maps')
                     if 'libcollective' in line and '.so' in line})
 print(json.dumps({'core': collective._core.__file__, 'libraries': libraries}))
+'''
+
+_TENSORFLOW_PROBE = '''
+import json, os
+os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+import collective.tensorflow
+libraries = sorted({line.split()[-1] for line in open('/proc/self/maps')
+                    if ('libcollective' in line or '_ops.so' in line) and '.so' in line})
+ops = [path for path in libraries if path.endswith('_ops.so')]
+print(json.dumps({'core': ops[0] if ops else '',
+                  'libraries': [path for path in libraries if 'libcollective' in path]}))
 '''
 
 
@@ -35,18 +50,19 @@ def _run(command, **kwargs):
     return completed.stdout
 
 
-def _probe(package_dir):
+def _probe(package_dir, python=sys.executable, probe=_PROBE):
     """What a fresh interpreter loads when the package comes from `package_dir`."""
     environment = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'LD_LIBRARY_PATH')}
     environment['PYTHONPATH'] = package_dir
-    output = _run([sys.executable, '-c', _PROBE], env=environment, cwd=package_dir)
+    output = _run([python, '-c', probe], env=environment, cwd=package_dir)
     return json.loads(output.strip().splitlines()[-1])
 
 
-def _expect(loaded, package_dir, library_dir):
-    core_dir = os.path.realpath(os.path.dirname(loaded['core']))
-    if core_dir != os.path.realpath(os.path.join(package_dir, 'collective')):
-        sys.exit(f'collective._core came from {loaded["core"]}, not from {package_dir}')
+def _expect(loaded, package_dir, library_dir, extension_dir='collective'):
+    core_dir = os.path.realpath(os.path.dirname(loaded['core'])) if loaded['core'] else ''
+    if core_dir != os.path.realpath(os.path.join(package_dir, extension_dir)):
+        sys.exit(f'the extension came from {loaded["core"] or "nowhere"}, not from '
+                 f'{os.path.join(package_dir, extension_dir)}')
     libraries = [os.path.realpath(p) for p in loaded['libraries']]
     if not libraries or any(os.path.dirname(p) != os.path.realpath(library_dir)
                             for p in libraries):
@@ -69,6 +85,11 @@ def main():
         libdir = _directory_of(prefix, 'libcollective.so.0')
         _expect(_probe(package_dir), package_dir, libdir)
         print(f'cmake --install: the package in {package_dir} loads libcollective from {libdir}')
+        if len(sys.argv) > 2:
+            loaded = _probe(package_dir, python=sys.argv[2], probe=_TENSORFLOW_PROBE)
+            _expect(loaded, package_dir, libdir, os.path.join('collective', 'tensorflow'))
+            print(f'cmake --install: collective.tensorflow loads {loaded["core"]} and '
+                  f'libcollective from {libdir}')
 
     if subprocess.run([sys.executable, '-m', 'pip', '--version'],
                       capture_output=True).returncode != 0:
