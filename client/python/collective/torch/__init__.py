@@ -10,6 +10,7 @@ process; see ``collective.torch.devices``).
 # torch before collective._core (see collective/__init__.py).
 import torch  # noqa: F401  isort:skip
 
+from collective.torch.arena import empty, zeros
 from collective.torch.compression import Compression
 from collective.torch.functions import broadcast_optimizer_state, broadcast_parameters
 from collective.torch.mpi_ops import *  # noqa: F401,F403  (the collectives: see mpi_ops.__all__)
@@ -20,5 +21,5 @@ from collective.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = list(_mpi_ops_all) + [
     'Compression', 'DistributedOptimizer', 'SyncBatchNorm', 'allgather_object',
-    'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters',
+    'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters', 'empty', 'zeros',
 ]

@@ -1,0 +1,57 @@
+"""hvd.empty and hvd.zeros: tensors in the client's shared-memory arena, which collectives
+read where they are (nothing copied in), with the same results as ordinary tensors."""
+
+import pytest
+import torch
+
+import collective.torch as hvd
+from collective.common import connection
+
+
+def _free_bytes():
+    return connection.current().client.arena_free_bytes
+
+
+def test_zeros_and_empty_make_arena_tensors_of_the_asked_shape_and_dtype():
+    t = hvd.zeros(3, 4, dtype=torch.float64)
+    assert t.shape == (3, 4) and t.dtype == torch.float64 and t.device.type == 'cpu'
+    assert t.tolist() == [[0.0] * 4] * 3
+    assert hvd.empty((2, 5)).dtype == torch.get_default_dtype()
+    assert hvd.empty([0, 7]).shape == (0, 7)
+    with pytest.raises(ValueError, match='non-negative integers'):
+        hvd.empty(-1)
+
+
+def test_an_arena_tensor_is_read_in_place_and_holds_its_block():
+    nbytes = 1 << 20
+    before = _free_bytes()
+    tensor = hvd.zeros(nbytes // 4).add_(hvd.rank() + 1)
+    # Its block is taken from the arena for as long as the tensor lives.
+    assert _free_bytes() <= before - nbytes
+    held = _free_bytes()
+    # In flight and not yet waited for, an ordinary tensor's copy holds arena
+    # space; the arena tensor takes none: it is read where it is.
+    arena_handle = hvd.allreduce_async_(tensor, op=hvd.Sum, name='arena.in_place')
+    assert _free_bytes() == held
+    plain = torch.full((nbytes // 4,), float(hvd.rank() + 1))
+    plain_handle = hvd.allreduce_async(plain, op=hvd.Sum, name='arena.copied')
+    assert _free_bytes() <= held - nbytes
+    total = float(sum(range(1, hvd.size() + 1)))
+    assert hvd.synchronize(arena_handle) is tensor
+    assert torch.equal(tensor, torch.full_like(tensor, total))
+    assert torch.equal(hvd.synchronize(plain_handle), tensor)
+    del tensor, plain
+    assert _free_bytes() >= before - 4096  # the block went back with the tensor
+
+
+def test_arena_tensors_in_every_collective():
+    rank, size = hvd.rank(), hvd.size()
+    rows = hvd.empty(rank + 1, 2, dtype=torch.int32)
+    rows.fill_(rank)
+    gathered = hvd.allgather(rows, name='arena.allgather')
+    assert gathered.tolist() == [[r, r] for r in range(size) for _ in range(r + 1)]
+    source = hvd.zeros(6, dtype=torch.float32).add_(rank)
+    hvd.broadcast_(source, root_rank=size - 1, name='arena.broadcast')
+    assert source.tolist() == [float(size - 1)] * 6
+    view = hvd.zeros(8)[2:6].add_(1)  # a view of an arena tensor lies in the arena too
+    assert hvd.allreduce(view, op=hvd.Sum, name='arena.view').tolist() == [float(size)] * 4
