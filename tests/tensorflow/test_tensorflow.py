@@ -2,6 +2,8 @@
 derived from its rank, so every result is known in closed form. Eagerly and inside
 tf.function; gradients; an error from the daemon on every rank."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,7 +19,15 @@ def test_basics():
     assert hvd.is_initialized()
     assert 0 <= hvd.rank() < hvd.size()
     assert 0 <= hvd.local_rank() < hvd.local_size()
-    assert hvd.cross_size() == 1 and hvd.cross_rank() == 0
+    # Across stand-in nodes (tests/integration/multinode/tensorflow), the harness says where
+    # this rank is; otherwise the job is one node.
+    local_size = hvd.local_size()
+    local_sizes = [int(n) for n in
+                   os.environ.get('COLLECTIVE_TEST_LOCAL_SIZES', str(local_size)).split(',')]
+    node = int(os.environ.get('COLLECTIVE_TEST_NODE', '0'))
+    assert (hvd.size(), local_size) == (sum(local_sizes), local_sizes[node])
+    assert hvd.rank() == sum(local_sizes[:node]) + hvd.local_rank()
+    assert (hvd.cross_size(), hvd.cross_rank()) == (len(local_sizes), node)
     assert not hvd.mpi_built() and not hvd.gloo_built()
 
 

@@ -1,0 +1,265 @@
+"""A training step's gradient exchange: collective.tensorflow against TensorFlow's own collectives.
+
+    PYTHONPATH=build/python build/tf-venv/bin/python tests/bench/tensorflow_collectives_bench.py \\
+        --collectiverun build/bin/collectiverun --workers 4
+
+One invocation runs, one after the other with the same number of workers on this host, the
+same gradient set (by default ResNet-50's 161 tensors, tests/bench/workloads/
+resnet50_gradients.txt, about 102 MB of float32) summed over the workers at every step:
+
+* collective.tensorflow: ``grouped_allreduce`` of the gradient list inside a ``tf.function``,
+  the workers being the ranks of a ``collectiverun`` job (a private collectived);
+* TensorFlow: ``tf.distribute.MultiWorkerMirroredStrategy`` with its RING implementation, the
+  workers separate processes on localhost (TF_CONFIG), the list summed by the replica context's
+  ``all_reduce`` inside ``strategy.run``, as Keras sums gradients under that strategy.
+
+Each worker times every step (after the warm-up steps) and checks the sums; worker 0 reports
+the median step. The phases alternate ``--repeats`` times, so that whatever else the machine
+does falls on both; the report gives each run's median, the median of those, and the ratio of
+TensorFlow's to collective.tensorflow's. It fails (status 1) when a sum is wrong or a worker
+fails.
+"""
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+_RESULT_PREFIX = 'BENCH_RESULT '
+_DEFAULT_WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'workloads',
+                                 'resnet50_gradients.txt')
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--workers', type=int, default=4, help='workers (ranks) in each phase')
+    parser.add_argument('--steps', type=int, default=10, help='timed steps per run')
+    parser.add_argument('--warmup', type=int, default=3, help='untimed steps first')
+    parser.add_argument('--repeats', type=int, default=3, help='runs of each phase, alternating')
+    parser.add_argument('--workload', default=_DEFAULT_WORKLOAD,
+                        help='gradient shapes: lines of "name element_count AxBxC"')
+    parser.add_argument('--max-tensors', type=int, default=0,
+                        help='only the first this many gradients (0: all)')
+    parser.add_argument('--collectiverun', default='build/bin/collectiverun',
+                        help='the launcher of the collective.tensorflow phase')
+    parser.add_argument('--timeout', type=float, default=600,
+                        help='seconds a run may take before it counts as failed')
+    parser.add_argument('--role', choices=['parent', 'collective', 'tensorflow'],
+                        default='parent', help=argparse.SUPPRESS)
+    parser.add_argument('--index', type=int, default=0, help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def read_shapes(path, max_tensors):
+    shapes = []
+    with open(path, encoding='utf-8') as workload:
+        for line in workload:
+            fields = line.split()
+            if not fields or fields[0].startswith('#'):
+                continue
+            if len(fields) != 3:
+                raise SystemExit(f'{path}: the line "{line.strip()}" is not '
+                                 '"name element_count AxBxC".')
+            shape = [int(d) for d in fields[2].split('x')]
+            shapes.append(shape)
+    return shapes[:max_tensors] if max_tensors else shapes
+
+
+def configure(tf, workers):
+    """The CPU only, and each worker's TensorFlow its share of the cores, in both phases alike."""
+    tf.config.set_visible_devices([], 'GPU')
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def make_gradients(tf, shapes, worker):
+    # Worker w's gradients are all w + 1, so every sum is workers * (workers + 1) / 2.
+    return [tf.fill(shape, float(worker + 1)) for shape in shapes]
+
+
+def check_sums(reduced, workers, label):
+    expected = workers * (workers + 1) / 2
+    for tensor in (reduced[0], reduced[-1]):
+        flat = tensor.numpy().reshape(-1)
+        if flat[0] != expected or flat[-1] != expected:
+            raise SystemExit(f'{label}: a summed gradient holds {flat[0]} and {flat[-1]} where '
+                             f'{expected} was expected.')
+
+
+def time_steps(step, args):
+    """Runs the warm-up steps, then the timed ones; the last result and the steps' seconds."""
+    for _ in range(args.warmup):
+        step()
+    seconds = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        result = step()
+        seconds.append(time.perf_counter() - start)
+    return result, seconds
+
+
+def report(worker, seconds, shapes):
+    if worker == 0:
+        values = sum(_numel(s) for s in shapes)
+        print(_RESULT_PREFIX + json.dumps({'median_s': statistics.median(seconds),
+                                           'tensors': len(shapes), 'megabytes': values * 4e-6}),
+              flush=True)
+
+
+def _numel(shape):
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def collective_worker(args):
+    import tensorflow as tf
+
+    import collective.tensorflow as hvd
+
+    hvd.init()
+    configure(tf, hvd.size())
+    shapes = read_shapes(args.workload, args.max_tensors)
+    gradients = make_gradients(tf, shapes, hvd.rank())
+
+    @tf.function
+    def step():
+        return hvd.grouped_allreduce(gradients, op=hvd.Sum)
+
+    reduced, seconds = time_steps(step, args)
+    check_sums(reduced, hvd.size(), 'collective.tensorflow')
+    report(hvd.rank(), seconds, shapes)
+    hvd.shutdown()
+
+
+def tensorflow_worker(args):
+    import tensorflow as tf
+
+    configure(tf, args.workers)
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    shapes = read_shapes(args.workload, args.max_tensors)
+    gradients = make_gradients(tf, shapes, args.index)
+
+    def replica_step():
+        return tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, gradients, options=options)
+
+    @tf.function
+    def step():
+        return strategy.run(replica_step)
+
+    reduced, seconds = time_steps(step, args)
+    check_sums(reduced, args.workers, 'MultiWorkerMirroredStrategy')
+    report(args.index, seconds, shapes)
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(('localhost', 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _child_args(args, role):
+    return [sys.executable, os.path.abspath(__file__), '--role', role,
+            '--workers', str(args.workers), '--steps', str(args.steps),
+            '--warmup', str(args.warmup), '--workload', args.workload,
+            '--max-tensors', str(args.max_tensors)]
+
+
+def _result(outputs, label):
+    for output in outputs:
+        for line in output.splitlines():
+            # collectiverun prefixes each line with the rank ("[0] ").
+            if _RESULT_PREFIX in line:
+                return json.loads(line.split(_RESULT_PREFIX, 1)[1])
+    raise SystemExit(f'{label}: worker 0 reported no result.')
+
+
+def _wait(processes, deadline, label):
+    """The processes' outputs, once all have exited 0; SystemExit when one fails or is late."""
+    outputs = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise SystemExit(f'{label}: the workers did not finish within the timeout.')
+        outputs.append(output)
+        if process.returncode != 0:
+            for p in processes:
+                p.kill()
+            sys.stdout.write(output)
+            raise SystemExit(f'{label}: a worker exited with status {process.returncode}.')
+    return outputs
+
+
+def run_collective(args, env):
+    command = [args.collectiverun, '-np', str(args.workers)] + _child_args(args, 'collective')
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    outputs = _wait([process], time.monotonic() + args.timeout, 'collective.tensorflow')
+    return _result(outputs, 'collective.tensorflow')
+
+
+def run_tensorflow(args, env):
+    ports = _free_ports(args.workers)
+    cluster = {'worker': [f'localhost:{port}' for port in ports]}
+    processes = []
+    for index in range(args.workers):
+        worker_env = dict(env)
+        worker_env['TF_CONFIG'] = json.dumps(
+            {'cluster': cluster, 'task': {'type': 'worker', 'index': index}})
+        processes.append(subprocess.Popen(
+            _child_args(args, 'tensorflow') + ['--index', str(index)], env=worker_env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = _wait(processes, time.monotonic() + args.timeout, 'MultiWorkerMirroredStrategy')
+    return _result(outputs, 'MultiWorkerMirroredStrategy')
+
+
+def parent(args):
+    env = dict(os.environ)
+    env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+    collective_medians, tensorflow_medians = [], []
+    first = None
+    for repeat in range(args.repeats):
+        collective = run_collective(args, env)
+        tensorflow = run_tensorflow(args, env)
+        first = first or collective
+        collective_medians.append(collective['median_s'])
+        tensorflow_medians.append(tensorflow['median_s'])
+        print(f'run {repeat}: collective.tensorflow {collective["median_s"] * 1e3:.1f} ms, '
+              f'MultiWorkerMirroredStrategy (RING) {tensorflow["median_s"] * 1e3:.1f} ms',
+              flush=True)
+    collective_s = statistics.median(collective_medians)
+    tensorflow_s = statistics.median(tensorflow_medians)
+    print(f'{args.workers} workers, {first["tensors"]} gradients, '
+          f'{first["megabytes"]:.1f} MB per step: median step collective.tensorflow '
+          f'{collective_s * 1e3:.1f} ms, MultiWorkerMirroredStrategy (RING) '
+          f'{tensorflow_s * 1e3:.1f} ms, ratio {tensorflow_s / collective_s:.2f}x', flush=True)
+
+
+def main():
+    args = parse_args()
+    if args.role == 'collective':
+        collective_worker(args)
+    elif args.role == 'tensorflow':
+        tensorflow_worker(args)
+    else:
+        parent(args)
+
+
+if __name__ == '__main__':
+    main()
