@@ -251,7 +251,12 @@ std::string WaitForWorkers(std::vector<Subprocess>& workers, absl::Duration time
                       ") still runs after ", absl::FormatDuration(timeout), "; stderr:\n",
                       workers[rank].Stderr(), "\n");
     } else if (!ExitedCleanly(status)) {
-      absl::StrAppend(&failures, "worker ", rank, ": ", workers[rank].Describe(*status), "\n");
+      // The end of its stdout too: pytest reports its failures there.
+      const std::string out = workers[rank].Stdout();
+      constexpr size_t kTail = 4000;
+      absl::StrAppend(&failures, "worker ", rank, ": ", workers[rank].Describe(*status),
+                      "\nstdout (end):\n",
+                      out.size() > kTail ? out.substr(out.size() - kTail) : out, "\n");
     }
   }
   return failures;

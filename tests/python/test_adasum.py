@@ -216,3 +216,4 @@ def test_adasum_on_a_process_set_is_refused_at_the_call(static_process_sets):
         # Nothing was submitted: the set still runs a plain allreduce.
         total = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=evens)
         assert total.tolist() == [float(evens.size())]
+    hvd.barrier()  # the others stay in the job until the set is done

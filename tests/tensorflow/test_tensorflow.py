@@ -315,3 +315,4 @@ def test_adasum_on_a_process_set_is_refused_at_the_call(evens):
         # Nothing was submitted: the set still runs a plain allreduce.
         total = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, process_set=evens)
         assert total.numpy().tolist() == [float(evens.size())]
+    hvd.barrier()  # the others stay in the job until the set is done
