@@ -111,6 +111,10 @@ uint64_t Client::arena_bytes() const { return core_->arena_bytes(); }
 
 uint64_t Client::arena_free_bytes() const { return core_->ArenaFreeBytes(); }
 
+uint64_t Client::copied_out_bytes() const {
+  return copied_out_bytes_.load(std::memory_order_relaxed);
+}
+
 bool Client::Poll(Handle handle) { return core_->Poll(handle); }
 
 bool Client::daemon_gpu_path() const { return core_->daemon_gpu_path(); }
@@ -122,7 +126,12 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   const shm::CompletionRecord& record = finished.record;
   const uint64_t limit = core_->results_bytes();
   const bool on_device = (record.flags & shm::kRecordDeviceResult) != 0;
-  if ((!on_device &&
+  const bool in_output = (record.flags & shm::kRecordResultInOutput) != 0;
+  if (in_output && (finished.output == nullptr || record.result_bytes > finished.output_capacity)) {
+    return absl::InternalError(absl::StrCat("collectived says it wrote the result of request ",
+                                            handle, " into an output the request did not name"));
+  }
+  if ((!on_device && !in_output &&
        (record.result_offset > limit || record.result_bytes > limit - record.result_offset)) ||
       (record.aux_count > 0 &&
        (record.aux_offset > limit || record.aux_count > (limit - record.aux_offset) / 8))) {
@@ -146,6 +155,11 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
     result.data_ = finished.output;
     return result;
   }
+  if (in_output) {
+    // The daemon wrote it into the output in our arena; it holds nothing.
+    result.data_ = finished.output;
+    return result;
+  }
   const std::byte* view = core_->results() + record.result_offset;
   if (finished.output == nullptr) {
     result.core_ = core_;
@@ -163,6 +177,7 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   if (timed) copy_out.start_ns = internal::MonotonicNanos();
   std::memcpy(finished.output, view, record.result_bytes);
   if (timed) copy_out.end_ns = internal::MonotonicNanos();
+  copied_out_bytes_.fetch_add(record.result_bytes, std::memory_order_relaxed);
   core_->Release(handle, record.result_bytes, copy_out);
   result.data_ = finished.output;
   return result;

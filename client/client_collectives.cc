@@ -85,6 +85,7 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllreduceAsync(
     requests.push_back(std::move(*prepared));
     PreparedRequest& request = requests.back();
     internal::SetOutput(request, outputs[i], request.request.length());
+    internal::SetOutputInArena(*core_, request);
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }

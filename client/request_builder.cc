@@ -104,6 +104,13 @@ void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity) {
   }
 }
 
+void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared) {
+  if (prepared.cuda.has_value() || prepared.output == nullptr) return;
+  if (auto in_arena = core.ArenaOffset(prepared.output, prepared.request.length())) {
+    prepared.request.set_output_offset(*in_arena);  // the daemon writes the result there
+  }
+}
+
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set) {
   PreparedRequest prepared;
   prepared.request.set_name(name);

@@ -40,6 +40,11 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
 // input itself) holding `capacity` bytes.
 void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity);
 
+// Allreduce: when the host output lies in this client's arena, asks the
+// daemon to write the result there (TensorRequest.output_offset), so that
+// nothing is copied out of the result segment. After SetOutput.
+void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared);
+
 // A request without data (barrier, join, process-set changes).
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set);
 

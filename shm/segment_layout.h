@@ -73,6 +73,10 @@ inline constexpr uint32_t kRecordDeviceResult = 1;
 // id of a request still in flight (or whose result is still held); that
 // request is unaffected and gets a record of its own.
 inline constexpr uint32_t kRecordRefusedDuplicateId = 2;
+// CompletionRecord.flags: the daemon wrote the result into the output the
+// request named in the client's own arena (TensorRequest.output_offset);
+// result_offset means nothing and there is nothing to release.
+inline constexpr uint32_t kRecordResultInOutput = 4;
 
 // One finished request. Written by the daemon into the slot
 // `ring_head % ring_capacity` before it advances ring_head; read by the client.
@@ -81,7 +85,7 @@ struct CompletionRecord {
   // absl::StatusCode. Non-zero: the request failed, and the record's text
   // says why.
   int32_t status_code;
-  uint32_t flags;  // kRecordDeviceResult, kRecordRefusedDuplicateId
+  uint32_t flags;  // kRecordDeviceResult, kRecordRefusedDuplicateId, kRecordResultInOutput
   // Where the result lies in the result segment's data area.
   uint64_t result_offset;
   uint64_t result_bytes;

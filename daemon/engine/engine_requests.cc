@@ -194,11 +194,12 @@ void Engine::Complete(job::ClientRecord& client, const v1::TensorRequest& reques
   client.outstanding.erase(request.request_id());
   if (gpu_.has_admitted()) gpu_.Finish(client.id, request.request_id());
   totals_.set_requests(totals_.requests() + 1);
-  if (client.gone) {
+  if (result.in_output) flags |= shm::kRecordResultInOutput;
+  // A result already in the client's own output leaves nothing to read here.
+  if (client.gone || (flags & shm::kRecordResultInOutput) != 0) {
     if (block != kNoBlock) job_->results()->Release(block);
-    return;
-  }
-  if (block != kNoBlock) {
+    if (client.gone) return;
+  } else if (block != kNoBlock) {
     // A CUDA tensor's result is in device memory; only its splits are here.
     const uint64_t held =
         (flags & shm::kRecordDeviceResult) != 0 ? sizeof(int64_t) * result.aux_count : result.bytes;

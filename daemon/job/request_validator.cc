@@ -193,6 +193,29 @@ absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& 
   return absl::OkStatus();
 }
 
+// An output in the client's own arena: the daemon writes the result there,
+// so the whole range must lie inside that arena and nowhere else.
+absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestLimits& limits) {
+  if (!request.has_output_offset()) return absl::OkStatus();
+  if (request.memory() != v1::MEMORY_KIND_HOST) {
+    return absl::InvalidArgumentError(
+        "output_offset applies to host tensors; a CUDA tensor's output is device_output");
+  }
+  if (request.collective() != v1::COLLECTIVE_ALLREDUCE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_offset applies only to allreduce, not to ", CollectiveName(request.collective())));
+  }
+  uint64_t end = 0;
+  if (__builtin_add_overflow(request.output_offset(), request.length(), &end) ||
+      end > limits.arena_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_offset ", request.output_offset(), " + length ", request.length(),
+                     " lies outside the client's arena of ", limits.arena_bytes,
+                     " bytes (the daemon writes a result only into the client's own arena)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& limits) {
   const v1::Collective collective = request.collective();
   const v1::DataType dtype = request.dtype();
@@ -230,6 +253,7 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
         absl::StrCat("offset ", request.offset(), " + length ", request.length(),
                      " lies outside the client's arena of ", limits.arena_bytes, " bytes"));
   }
+  if (absl::Status status = CheckOutputInArena(request, limits); !status.ok()) return status;
 
   if (request.splits_size() != 0) {
     if (collective != v1::COLLECTIVE_ALLTOALL) {

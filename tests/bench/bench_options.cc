@@ -68,9 +68,10 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->capture_default_str();
   app.add_option("--placement", placement_,
                  "where client tensors live: copy (private memory, copied in and out), zerocopy "
-                 "(in the shared-memory arena, result viewed in place), or both")
+                 "(in the shared-memory arena, result viewed in place), both, or inplace "
+                 "(allreduce only: in the arena, the daemon writing the result back into it)")
       ->type_name("PLACEMENT")
-      ->check(CLI::IsMember({"copy", "zerocopy", "both"}))
+      ->check(CLI::IsMember({"copy", "zerocopy", "both", "inplace"}))
       ->capture_default_str();
   app.add_option("--device", device_,
                  "where client tensors live: cpu (see --placement), or cuda (CUDA device memory "
@@ -239,6 +240,13 @@ absl::Status OptionParser::FinishOptions() {
           "--compare mpi");
     }
     options_.placements.push_back(Placement::kCuda);
+  } else if (placement_ == "inplace") {
+    if (!allreduce) {
+      return absl::InvalidArgumentError(
+          "--placement inplace measures allreduce (the daemon writes only its result into the "
+          "arena); use copy or zerocopy for the other collectives");
+    }
+    options_.placements.push_back(Placement::kInPlace);
   } else {
     if (placement_ != "zerocopy") options_.placements.push_back(Placement::kCopy);
     if (placement_ != "copy") options_.placements.push_back(Placement::kZeroCopy);
@@ -325,6 +333,8 @@ const char* PlacementName(Placement placement) {
       return "copy";
     case Placement::kZeroCopy:
       return "zerocopy";
+    case Placement::kInPlace:
+      return "inplace";
     case Placement::kCuda:
       return "cuda";
   }

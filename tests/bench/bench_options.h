@@ -21,9 +21,12 @@ namespace collective::bench {
 enum class BenchMode { kSweep, kResnet, kLatency };
 // Where a client's tensors live: private memory, copied into the arena and
 // the result copied out (kCopy), the arena itself, the result read as a
-// view of the daemon's result segment (kZeroCopy), or CUDA device memory,
-// the result written into a device output (kCuda, --device cuda).
-enum class Placement { kCopy, kZeroCopy, kCuda };
+// view of the daemon's result segment (kZeroCopy), the arena reduced in
+// place, the daemon writing the result back into it (kInPlace, allreduce
+// only: hvd.zeros tensors with allreduce_, like MPI_Allreduce in place), or
+// CUDA device memory, the result written into a device output (kCuda,
+// --device cuda).
+enum class Placement { kCopy, kZeroCopy, kInPlace, kCuda };
 // The launcher starts the daemon and the workers; a client worker is one rank
 // of a collectived job; an MPI worker is one rank under mpirun.
 enum class Role { kLauncher, kClient, kMpi };

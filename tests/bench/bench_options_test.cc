@@ -34,7 +34,8 @@ BenchOptions Launcher() {
 }
 
 TEST(WorkerArgumentsTest, EveryClientPlacementReachesTheWorker) {
-  for (Placement placement : {Placement::kCopy, Placement::kZeroCopy, Placement::kCuda}) {
+  for (Placement placement :
+       {Placement::kCopy, Placement::kZeroCopy, Placement::kInPlace, Placement::kCuda}) {
     SCOPED_TRACE(PlacementName(placement));
     const BenchOptions worker =
         ParseWorker(WorkerArguments(Launcher(), Role::kClient, BenchMode::kLatency, placement));

@@ -32,7 +32,8 @@ int64_t NanosSince(Clock::time_point start) {
 // output (the library copies in, and copies out where the collective takes an
 // output; where it only returns a view, allgather and alltoall, the worker
 // copies the view out itself, so that both placements end with the result in
-// private memory), a block of the arena whose result is read in place, or
+// private memory), a block of the arena whose result is read in place (or,
+// inplace, written back into it by the daemon), or
 // CUDA memory: an input and an output on the device, with a host copy of
 // each that the untimed parts of a step fill and check.
 class PlacedTensor {
@@ -56,6 +57,7 @@ class PlacedTensor {
     } else {
       ASSIGN_OR_RETURN(tensor.arena_, client.Allocate(elements * sizeof(float)));
       tensor.data_ = static_cast<float*>(tensor.arena_.data());
+      if (placement == Placement::kInPlace) tensor.in_place_elements_ = elements;
     }
     pattern.Fill(tensor.data_, 0);
     RETURN_IF_ERROR(tensor.Publish());
@@ -77,13 +79,16 @@ class PlacedTensor {
     if (device_ == nullptr) return absl::OkStatus();
     return device_->Upload(device_input_, input_.data(), input_.size() * sizeof(float));
   }
-  // The private output (copy placement) or the device output; null for the
-  // zero-copy placement, whose results are views.
+  // The private output (copy placement), the arena block itself (inplace) or
+  // the device output; null for the zero-copy placement, whose results are
+  // views.
   void* output() {
     if (device_ != nullptr) return device_output_;
+    if (in_place_elements_ > 0) return data_;
     return output_.empty() ? nullptr : output_.data();
   }
   size_t output_elements() const {
+    if (in_place_elements_ > 0) return in_place_elements_;
     return device_ != nullptr ? device_output_elements_ : output_.size();
   }
   DeviceMemory* device() const { return device_; }
@@ -98,6 +103,8 @@ class PlacedTensor {
  private:
   std::vector<float> input_;
   std::vector<float> output_;
+  // Inplace: the arena block is the output too.
+  size_t in_place_elements_ = 0;
   Buffer arena_;
   float* data_ = nullptr;
   DeviceMemory* device_ = nullptr;

@@ -103,6 +103,25 @@ std::vector<MalformedCase> MalformedCases() {
        [](TensorRequest& r) { r.set_offset(std::numeric_limits<uint64_t>::max() - 7); },
        invalid,
        {"offset 18446744073709551608 + length 16 lies outside"}},
+      // The daemon writes a result only into the submitting client's own
+      // arena: an output past it (where another client's memory may lie in
+      // the daemon's address space) is refused before anything is written.
+      {"OutputPastTheArena",
+       [](TensorRequest& r) { r.set_output_offset(kArenaBytes); },
+       invalid,
+       {"output_offset 1048576 + length 16 lies outside the client's arena of 1048576 bytes"}},
+      {"OutputOffsetPlusLengthOverflows",
+       [](TensorRequest& r) { r.set_output_offset(std::numeric_limits<uint64_t>::max() - 7); },
+       invalid,
+       {"output_offset 18446744073709551608 + length 16 lies outside"}},
+      {"OutputOffsetOfAnAllgather",
+       [](TensorRequest& r) {
+         r.set_collective(v1::COLLECTIVE_ALLGATHER);
+         r.set_op(v1::REDUCE_OP_UNSPECIFIED);
+         r.set_output_offset(0);
+       },
+       invalid,
+       {"output_offset applies only to allreduce, not to allgather"}},
       {"LengthDoesNotMatchShape",
        [](TensorRequest& r) { r.set_length(12); },
        invalid,
@@ -443,6 +462,39 @@ TEST_F(ProtocolTest, TensorLargerThanTheResultArenaFailsForEveryRank) {
                 HasSubstr("the result of 'huge' needs 5242880 bytes but the job's result arena "
                           "has 4194304"));
   }
+  EXPECT_EQ(CheckAllreduce(Clients(), 2, "after"), "");
+}
+
+TEST_F(ProtocolTest, ResultsInArenaOutputsAreWrittenThereAndHoldNoResultSpace) {
+  ASSERT_NO_FATAL_FAILURE(StartDaemon());
+  ASSERT_NO_FATAL_FAILURE(JoinJob(2));
+  constexpr int64_t kCount = 1000;
+  constexpr uint64_t kOutput = 512 << 10;
+  FillInputs(Clients(), 0, kCount);
+  // Rank 0 reduces in place; rank 1 into another range of its arena.
+  for (RawClient* client : Clients()) {
+    v1::TensorRequest request = FloatAllreduce(1, "w", 0, kCount);
+    request.set_output_offset(client->rank() == 0 ? 0 : kOutput);
+    std::memset(client->segment().arena() + kOutput, 0, kCount * 4);
+    ASSERT_TRUE(client->Submit({request}));
+  }
+  for (RawClient* client : Clients()) {
+    const auto record = client->NextRecord();
+    ASSERT_TRUE(record.has_value()) << client->session().DescribeEnd();
+    ASSERT_EQ(record->status_code, 0);
+    EXPECT_EQ(record->flags, shm::kRecordResultInOutput);
+    EXPECT_EQ(record->result_bytes, uint64_t{kCount} * 4);
+    const std::byte* output = client->segment().arena() + (client->rank() == 0 ? 0 : kOutput);
+    for (int64_t i = 0; i < kCount; ++i) {
+      float value;
+      std::memcpy(&value, output + i * 4, 4);
+      ASSERT_EQ(value, 3.0f) << "rank " << client->rank() << " element " << i;
+    }
+  }
+  // Nothing to release: the result segment holds nothing for them.
+  auto status = daemon_->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->result_arena_used_bytes(), 0u);
   EXPECT_EQ(CheckAllreduce(Clients(), 2, "after"), "");
 }
 

@@ -101,7 +101,7 @@ std::vector<Case> MatrixCases(size_t big_bytes) {
           c.prescale = 0.5;
           c.postscale = 4;
         }
-        c.mode = index % 4;
+        c.mode = index % 5;
         cases.push_back(c);
         ++index;
       }
@@ -133,10 +133,12 @@ std::vector<std::byte> Expected(const Case& c, int size) {
 
 // Input and output placement by mode: 0 private input, private output
 // (copied in and out); 1 arena input, view of the result (zero-copy); 2
-// private input reduced in place; 3 arena input reduced in place.
+// private input reduced in place; 3 arena input reduced in place (the daemon
+// writes the result there); 4 private input, arena output (likewise).
 struct Placed {
   std::vector<std::byte> private_input;
   Buffer arena_input;
+  Buffer arena_output;
   std::vector<std::byte> private_output;
   const void* input = nullptr;
   void* output = nullptr;
@@ -158,6 +160,11 @@ Placed Place(Client& client, const Case& c, std::vector<std::byte> data) {
   if (c.mode == 0) {
     placed.private_output.resize(c.count * ElementSize(c.dtype));
     placed.output = placed.private_output.data();
+  } else if (c.mode == 4) {
+    auto buffer = client.Allocate(c.count * ElementSize(c.dtype));
+    if (!buffer.ok()) Die(absl::StrCat(c.name, ": allocate output: ", buffer.status().ToString()));
+    placed.arena_output = std::move(*buffer);
+    placed.output = placed.arena_output.data();
   } else if (c.mode >= 2) {
     placed.output = const_cast<void*>(placed.input);
   }
@@ -178,8 +185,20 @@ bool compare_close = false;
 
 void Check(Client& client, const Case& c, Client::Handle handle,
            const std::vector<std::byte>& expected) {
+  const uint64_t copied_before = client.copied_out_bytes();
   auto result = client.Wait(handle);
   if (!result.ok()) Die(absl::StrCat(c.name, ": wait: ", result.status().ToString()));
+  // An output in the arena receives the result from the daemon (on one
+  // node); any other output is a copy out of the result segment; a view
+  // copies nothing.
+  const bool arena_output = c.mode == 3 || c.mode == 4;
+  const uint64_t copied = client.copied_out_bytes() - copied_before;
+  const uint64_t want_copied =
+      c.mode == 1 || (arena_output && !compare_close) ? 0 : expected.size();
+  if (copied != want_copied) {
+    Die(absl::StrCat(c.name, " (mode ", c.mode, "): Wait copied ", copied, " bytes out, expected ",
+                     want_copied));
+  }
   if (result->bytes() != expected.size()) {
     Die(absl::StrCat(c.name, ": result has ", result->bytes(), " bytes, expected ",
                      expected.size()));

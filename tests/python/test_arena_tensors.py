@@ -55,3 +55,30 @@ def test_arena_tensors_in_every_collective():
     assert source.tolist() == [float(size - 1)] * 6
     view = hvd.zeros(8)[2:6].add_(1)  # a view of an arena tensor lies in the arena too
     assert hvd.allreduce(view, op=hvd.Sum, name='arena.view').tolist() == [float(size)] * 4
+
+
+def _copied_out_bytes():
+    return connection.current().client.copied_out_bytes
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                   torch.int32, torch.int64, torch.uint8])
+def test_in_place_allreduce_of_arena_tensors_needs_no_copy_out(dtype):
+    rank, size = hvd.rank(), hvd.size()
+    count = 4099  # a few vector widths and a tail
+    arena = [hvd.zeros(count, dtype=dtype).add_(rank + 1 + i) for i in range(3)]
+    plain = [torch.zeros(count, dtype=dtype).add_(rank + 1 + i) for i in range(3)]
+    # The daemon writes an arena tensor's result into it: nothing is copied
+    # out of its result segment, singly or as a group (which it fuses).
+    copied = _copied_out_bytes()
+    hvd.allreduce_(arena[0], op=hvd.Sum, name=f'arena.out.one.{dtype}')
+    hvd.grouped_allreduce_(arena[1:], op=hvd.Sum, name=f'arena.out.group.{dtype}')
+    assert _copied_out_bytes() == copied
+    # An ordinary tensor's result is copied out: the same bits.
+    hvd.allreduce_(plain[0], op=hvd.Sum, name=f'plain.out.one.{dtype}')
+    hvd.grouped_allreduce_(plain[1:], op=hvd.Sum, name=f'plain.out.group.{dtype}')
+    assert _copied_out_bytes() == copied + 3 * count * plain[0].element_size()
+    for i in range(3):
+        expected = sum(r + 1 + i for r in range(size))
+        assert torch.equal(arena[i], plain[i])
+        assert torch.equal(arena[i], torch.full_like(arena[i], expected))

@@ -15,6 +15,7 @@
 // Thread-safe: any thread may submit, wait or allocate.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -200,13 +201,18 @@ class Client {
   // inputs that lie elsewhere, and how much of it neither holds right now.
   uint64_t arena_bytes() const;
   uint64_t arena_free_bytes() const;
+  // Bytes Wait has copied out of the daemon's result segment into outputs so
+  // far. An allreduce whose output lies in the arena (a Buffer) adds nothing:
+  // the daemon writes its result there directly.
+  uint64_t copied_out_bytes() const;
 
   // The collectives. Each starts a request and returns its handle; Wait
   // returns its result. Names identify tensors across the ranks of a process
   // set and must not be outstanding already on this rank. Where a collective
   // takes `output`, a non-null output receives a copy of the result in Wait
   // (it may be the input, for the in-place form); a null one makes Wait
-  // return a read-only view.
+  // return a read-only view. An allreduce's output in this client's arena
+  // receives the result from the daemon itself, with no copy in Wait.
 
   // Allreduce across the ranks of options.process_set.
   absl::StatusOr<Handle> AllreduceAsync(absl::string_view name, const TensorView& input,
@@ -320,6 +326,7 @@ class Client {
 
   std::shared_ptr<internal::ClientCore> core_;
   Topology topology_;
+  std::atomic<uint64_t> copied_out_bytes_{0};
 };
 
 }  // namespace collective

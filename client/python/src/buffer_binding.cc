@@ -57,7 +57,10 @@ void BindBuffer(py::module_& m) {
       .def_property_readonly("arena_bytes", &Client::arena_bytes,
                              "The size of this client's shared-memory arena.")
       .def_property_readonly("arena_free_bytes", &Client::arena_free_bytes,
-                             "The bytes of the arena that no Buffer or input in flight holds.");
+                             "The bytes of the arena that no Buffer or input in flight holds.")
+      .def_property_readonly("copied_out_bytes", &Client::copied_out_bytes,
+                             "Bytes wait() has copied from the daemon's results into outputs; an "
+                             "allreduce into an arena output adds none (the daemon writes it).");
 }
 
 }  // namespace collective::python

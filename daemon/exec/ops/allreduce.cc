@@ -19,6 +19,28 @@ bool IsAdasum(const negotiation::ReadyTensor& tensor) {
   return tensor.request().op() == v1::REDUCE_OP_ADASUM;
 }
 
+// Whether the result also goes straight into the in-arena outputs that
+// requests name (TensorRequest.output_offset): on one node, on the CPU, and
+// not for Adasum, whose result stays in the slot only.
+bool WritesOutputs(const negotiation::ReadyTensor& tensor) {
+  return !IsAdasum(tensor) && !tensor.across_nodes &&
+         tensor.request().memory() == v1::MEMORY_KIND_HOST;
+}
+
+// Those outputs, each in its own client's arena (the validator checked the
+// range against that arena). They are copied from the slot, which only the
+// daemon writes, so a client that scribbles over its own output changes no
+// one else's result.
+WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
+  WorkList::Outputs outputs;
+  if (!WritesOutputs(tensor)) return outputs;
+  for (const negotiation::Submission& submission : tensor.submissions) {
+    if (!submission.request.has_output_offset()) continue;
+    outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
+  }
+  return outputs;
+}
+
 class Allreduce final : public CollectiveOp {
  public:
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
@@ -34,11 +56,15 @@ class Allreduce final : public CollectiveOp {
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddWork(tensor, slot, work);
-    AddReduction(tensor, slot, work);
+    AddReduction(tensor, slot, work, OutputsOf(tensor));
   }
 
-  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
-    return {.offset = 0, .bytes = tensor.request().length(), .dim0 = Dim0(tensor.request())};
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    return {.offset = 0,
+            .bytes = tensor.request().length(),
+            .dim0 = Dim0(tensor.request()),
+            .in_output =
+                WritesOutputs(tensor) && tensor.submissions[index].request.has_output_offset()};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
@@ -132,13 +158,14 @@ exec::ReduceSpec FinalScaleSpec(const negotiation::ReadyTensor& tensor) {
       .divisor = request.op() == v1::REDUCE_OP_AVERAGE ? int64_t{tensor.set_size} : 1};
 }
 
-void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work) {
+void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                  const WorkList::Outputs& copies) {
   const v1::TensorRequest& request = tensor.request();
-  AddReductionRange(tensor, out, work, 0, request.length() / ElementSize(request.dtype()));
+  AddReductionRange(tensor, out, work, 0, request.length() / ElementSize(request.dtype()), copies);
 }
 
 void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
-                       uint64_t first, uint64_t count) {
+                       uint64_t first, uint64_t count, const WorkList::Outputs& copies) {
   WorkList::Inputs inputs;
   if (tensor.across_nodes) {
     // This node's ranks, then zeros for those that joined (they exist only
@@ -163,7 +190,9 @@ void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, W
   for (const std::byte*& input : inputs) {
     if (input != work.zeros()) input += skip;
   }
-  work.AddReduce(spec, inputs, out + skip, count);
+  WorkList::Outputs also = copies;
+  for (std::byte*& copy : also) copy += skip;
+  work.AddReduce(spec, inputs, out + skip, count, also);
 }
 
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

@@ -27,6 +27,10 @@ struct RankResult {
   // is not zero.
   uint64_t aux_offset = 0;
   uint32_t aux_count = 0;
+  // The result was also written into the output the rank's request named in
+  // its own arena (TensorRequest.output_offset): the rank reads nothing from
+  // the slot.
+  bool in_output = false;
 };
 
 // What planning a batch across nodes needs besides the batch.

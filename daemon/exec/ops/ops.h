@@ -30,11 +30,13 @@ std::vector<std::vector<int64_t>> AlltoallSplits(const negotiation::ReadyTensor&
 
 // Adds the reduction of `tensor` (one input per rank of its set, zeros for
 // joined ranks, in rank order) into `out`. Across nodes: of this node's
-// ranks, the partial result the nodes then combine.
-void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work);
+// ranks, the partial result the nodes then combine. `copies` (whole
+// tensors, like `out`) receive the result too, piece by piece.
+void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                  const WorkList::Outputs& copies = {});
 // The same for `count` elements from element `first`.
 void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
-                       uint64_t first, uint64_t count);
+                       uint64_t first, uint64_t count, const WorkList::Outputs& copies = {});
 // Across nodes: FinalScaleSpec applied in place to `count` elements of
 // `out` from element `first`, when there is anything to apply.
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

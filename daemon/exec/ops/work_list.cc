@@ -21,10 +21,10 @@ void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t
 }
 
 void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
-                         uint64_t count) {
+                         uint64_t count, const Outputs& copies) {
   const uint64_t element = ElementSize(spec.dtype);
   const uint64_t per_piece = std::max<uint64_t>(1, kPieceBytes / element);
-  bytes_ += count * element * (inputs.size() + 1);
+  bytes_ += count * element * (inputs.size() + 1 + 2 * copies.size());
   for (uint64_t first = 0; first < count; first += per_piece) {
     Piece piece;
     piece.spec = spec;
@@ -33,6 +33,7 @@ void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std
       piece.inputs.push_back(input == zeros_ ? zeros_ : input + skip);
     }
     piece.out = out + skip;
+    for (std::byte* copy : copies) piece.copies.push_back(copy + skip);
     piece.count = std::min(per_piece, count - first);
     pieces_.push_back(std::move(piece));
   }
@@ -66,6 +67,8 @@ void WorkList::Run(size_t index) const {
     return;
   }
   exec::Reduce(piece.spec, inputs, piece.out, piece.count);
+  const uint64_t bytes = piece.count * ElementSize(piece.spec.dtype);
+  for (std::byte* copy : piece.copies) std::memcpy(copy, piece.out, bytes);
 }
 
 }  // namespace collective::daemon::exec::ops

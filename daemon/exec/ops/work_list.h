@@ -19,6 +19,7 @@ inline constexpr uint64_t kPieceBytes = 4 << 20;
 class WorkList {
  public:
   using Inputs = absl::InlinedVector<const std::byte*, 16>;
+  using Outputs = absl::InlinedVector<std::byte*, 8>;
 
   // `zeros` points at kPieceBytes of zeros that stand for the inputs of
   // ranks that have joined; it is read at the same place for every piece.
@@ -27,8 +28,12 @@ class WorkList {
   const std::byte* zeros() const { return zeros_; }
 
   void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes);
-  void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
-                 uint64_t count);
+  // `copies` also receive the result, each piece copied from `out` as soon as
+  // it is reduced: an output that is also an input (an in-place allreduce
+  // into a client's arena) is overwritten only after every piece that reads
+  // that range has been reduced.
+  void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out, uint64_t count,
+                 const Outputs& copies = {});
   // One piece however large: Adasum's coefficients need the whole tensor's
   // dot products (spec.op is REDUCE_OP_ADASUM; divisor 1).
   void AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
@@ -43,6 +48,7 @@ class WorkList {
     exec::ReduceSpec spec;  // unused for copies
     Inputs inputs;          // one source for a copy
     std::byte* out = nullptr;
+    Outputs copies;      // reductions: where `out` is copied once reduced
     uint64_t count = 0;  // elements for reductions, bytes for copies
     bool copy = false;
   };

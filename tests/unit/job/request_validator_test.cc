@@ -724,8 +724,38 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_group_size(2);
                   },
                   kInvalid,
-                  "only allreduce, allgather and reducescatter can be grouped, not alltoall"}),
+                  "only allreduce, allgather and reducescatter can be grouped, not alltoall"},
+        // An output in the arena: the daemon writes there, so only inside
+        // the client's own arena, and only where it knows how.
+        FieldCase{"OutputPastTheArena", [](auto& r) { r.set_output_offset(kArena - 8); },
+                  kInvalid,
+                  "output_offset 1048568 + length 16 lies outside the client's arena of 1048576 "
+                  "bytes (the daemon writes a result only into the client's own arena)"},
+        FieldCase{"OutputOffsetThatOverflows",
+                  [](auto& r) { r.set_output_offset(~uint64_t{0} - 7); }, kInvalid,
+                  "output_offset 18446744073709551608 + length 16 lies outside the client's "
+                  "arena of 1048576 bytes (the daemon writes a result only into the client's own "
+                  "arena)"},
+        FieldCase{"OutputOffsetOfABroadcast",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_output_offset(0);
+                  },
+                  kInvalid, "output_offset applies only to allreduce, not to broadcast"}),
     [](const auto& param_info) { return param_info.param.label; });
+
+TEST(RequestValidatorTest, AcceptsAnOutputAnywhereInTheArenaIncludingTheInput) {
+  for (uint64_t at : {uint64_t{0}, uint64_t{128}, kArena - 16}) {
+    v1::TensorRequest request = Valid();
+    request.set_output_offset(at);
+    EXPECT_TRUE(Validate(request).ok()) << "output at " << at;
+  }
+  v1::TensorRequest empty = Valid();
+  empty.set_shape(0, 0);
+  empty.set_length(0);
+  empty.set_output_offset(kArena);
+  EXPECT_TRUE(Validate(empty).ok()) << "an empty output may sit at the arena's end";
+}
 
 TEST(RequestValidatorTest, EmptyArenaAdmitsOnlyEmptyTensors) {
   job::RequestLimits none = Limits();
@@ -825,6 +855,10 @@ TEST(RequestValidatorTest, CudaTensorsNameTheirInputAndOutput) {
   small.mutable_device_output()->set_bytes(15);
   EXPECT_EQ(Reason(Validate(small, CudaLimits())),
             "device_output holds 15 bytes; the allreduce result needs 16");
+  v1::TensorRequest arena_output = ValidCuda();
+  arena_output.set_output_offset(0);
+  EXPECT_EQ(Reason(Validate(arena_output, CudaLimits())),
+            "output_offset applies to host tensors; a CUDA tensor's output is device_output");
   v1::TensorRequest offset = ValidCuda();
   offset.set_offset(64);
   EXPECT_EQ(Reason(Validate(offset, CudaLimits())),

@@ -1,0 +1,187 @@
+// daemon/ops/allreduce.cc: results written straight into outputs that lie in
+// the clients' own arenas (TensorRequest.output_offset), checked bit for bit
+// against the result-segment path for every dtype and op, in place (output ==
+// input) and across pieces run in any order, and only where the daemon may.
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/dtype.h"
+#include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/ops/ops.h"
+#include "daemon/exec/reduce_kernels.h"
+#include "shm/client_segment.h"
+#include "shm/segment_layout.h"
+#include "tests/unit/exec/test_clients.h"
+
+namespace collective::daemon::exec::ops {
+namespace {
+
+constexpr uint64_t kInputAt = 64;
+constexpr int32_t kRanks = 3;
+
+// Deterministic bytes that differ per rank and position (NaNs and all: the
+// kernels are deterministic, so both paths must agree on every bit).
+std::vector<std::byte> Pattern(int32_t rank, uint64_t bytes) {
+  std::vector<std::byte> data(bytes);
+  uint64_t state = 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(rank + 1);
+  for (std::byte& b : data) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    b = static_cast<std::byte>(state >> 56);
+  }
+  return data;
+}
+
+class AllreduceOutputTest : public ::testing::Test {
+ protected:
+  AllreduceOutputTest() : zeros_(kPieceBytes) {}
+
+  void MakeClients(uint64_t arena_bytes) {
+    for (int32_t r = 0; r < kRanks; ++r) {
+      clients_.push_back(NewTestClient(10 + r, arena_bytes));
+      ASSERT_NE(clients_.back(), nullptr);
+    }
+  }
+
+  std::byte* Arena(int32_t rank) { return clients_[static_cast<size_t>(rank)]->segment->arena(); }
+
+  // Every rank's allreduce of `count` elements, its input (Pattern) at
+  // kInputAt; outputs[r] is rank r's output_offset, or -1 for none.
+  negotiation::ReadyTensor Tensor(v1::DataType dtype, v1::ReduceOp op, uint64_t count,
+                                  const std::vector<int64_t>& outputs) {
+    negotiation::ReadyTensor tensor;
+    tensor.name = "w";
+    tensor.set_size = kRanks;
+    const uint64_t bytes = count * ElementSize(dtype);
+    for (int32_t r = 0; r < kRanks; ++r) {
+      const std::vector<std::byte> input = Pattern(r, bytes);
+      std::memcpy(Arena(r) + kInputAt, input.data(), bytes);
+      negotiation::Submission submission;
+      submission.client = clients_[static_cast<size_t>(r)].get();
+      submission.rank = 10 + r;
+      submission.set_rank = r;
+      v1::TensorRequest& request = submission.request;
+      request.set_request_id(100 + static_cast<uint64_t>(r));
+      request.set_name(tensor.name);
+      request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+      request.set_op(op);
+      request.set_dtype(dtype);
+      request.add_shape(static_cast<int64_t>(count));
+      request.set_offset(kInputAt);
+      request.set_length(bytes);
+      if (outputs[static_cast<size_t>(r)] >= 0) {
+        request.set_output_offset(static_cast<uint64_t>(outputs[static_cast<size_t>(r)]));
+      }
+      tensor.submissions.push_back(std::move(submission));
+    }
+    return tensor;
+  }
+
+  // Runs the op as the executor does, its pieces in reverse order (each
+  // piece must stand on its own); returns the slot.
+  std::vector<std::byte> Run(const negotiation::ReadyTensor& tensor) {
+    const CollectiveOp& op = AllreduceOp();
+    EXPECT_TRUE(op.Check(tensor).ok());
+    std::vector<std::byte> slot(op.SlotBytes(tensor), std::byte{0xab});
+    WorkList work(zeros_.data());
+    op.AddWork(tensor, slot.data(), work);
+    for (size_t i = work.size(); i-- > 0;) work.Run(i);
+    slot.resize(tensor.request().length());
+    return slot;
+  }
+
+  std::vector<std::byte> At(int32_t rank, uint64_t offset, uint64_t bytes) {
+    return {Arena(rank) + offset, Arena(rank) + offset + bytes};
+  }
+
+  std::vector<std::byte> zeros_;
+  std::vector<std::unique_ptr<job::ClientRecord>> clients_;
+};
+
+TEST_F(AllreduceOutputTest, EveryDtypeAndOpMatchesTheResultSegmentBitForBit) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(64 << 10));
+  constexpr uint64_t kCount = 1000;  // not a multiple of any vector width
+  constexpr int64_t kApart = 16 << 10;
+  int cases = 0;
+  for (int d = v1::DataType_MIN; d <= v1::DataType_MAX; ++d) {
+    const auto dtype = static_cast<v1::DataType>(d);
+    if (!v1::DataType_IsValid(d) || ElementSize(dtype) == 0) continue;
+    for (v1::ReduceOp op : {v1::REDUCE_OP_SUM, v1::REDUCE_OP_MIN, v1::REDUCE_OP_MAX,
+                            v1::REDUCE_OP_PRODUCT, v1::REDUCE_OP_AVERAGE}) {
+      const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
+      if (!IsReducible(dtype, kernel_op) ||
+          (dtype == v1::DATA_TYPE_BOOL && op == v1::REDUCE_OP_AVERAGE)) {
+        continue;
+      }
+      ++cases;
+      SCOPED_TRACE(DataTypeName(dtype) + " " + v1::ReduceOp_Name(op));
+      const uint64_t bytes = kCount * ElementSize(dtype);
+      const std::vector<std::byte> expected = Run(Tensor(dtype, op, kCount, {-1, -1, -1}));
+      // Rank 0 in place, rank 1 elsewhere in its arena, rank 2 reads the slot.
+      const negotiation::ReadyTensor tensor =
+          Tensor(dtype, op, kCount, {static_cast<int64_t>(kInputAt), kApart, -1});
+      std::memset(Arena(1) + kApart, 0x5a, bytes);
+      const std::vector<std::byte> slot = Run(tensor);
+      EXPECT_EQ(slot, expected) << "the slot still holds the result for rank 2";
+      EXPECT_EQ(At(0, kInputAt, bytes), expected) << "rank 0's in-place output";
+      EXPECT_EQ(At(1, kApart, bytes), expected) << "rank 1's output";
+      EXPECT_EQ(At(1, kInputAt, bytes), Pattern(1, bytes)) << "rank 1's input is untouched";
+      EXPECT_EQ(At(2, kInputAt, bytes), Pattern(2, bytes)) << "rank 2 named no output";
+      EXPECT_TRUE(AllreduceOp().ResultOf(tensor, 0).in_output);
+      EXPECT_TRUE(AllreduceOp().ResultOf(tensor, 1).in_output);
+      EXPECT_FALSE(AllreduceOp().ResultOf(tensor, 2).in_output);
+    }
+  }
+  EXPECT_GE(cases, 40) << "every numeric dtype with five ops, bool with two";
+}
+
+TEST_F(AllreduceOutputTest, InPlaceAcrossManyPiecesRunInAnyOrder) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(12 << 20));
+  // Two and a bit pieces: every rank's output is its input.
+  const uint64_t count = 2 * kPieceBytes / sizeof(float) + 3;
+  const uint64_t bytes = count * sizeof(float);
+  const std::vector<std::byte> expected =
+      Run(Tensor(v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM, count, {-1, -1, -1}));
+  const auto at = static_cast<int64_t>(kInputAt);
+  const negotiation::ReadyTensor tensor =
+      Tensor(v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM, count, {at, at, at});
+  EXPECT_EQ(Run(tensor), expected);
+  for (int32_t r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(At(r, kInputAt, bytes) == expected) << "rank " << r;
+  }
+}
+
+TEST_F(AllreduceOutputTest, AcrossNodesAndAdasumTheResultStaysInTheSlot) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(64 << 10));
+  const int64_t out = 32 << 10;
+  for (int32_t r = 0; r < kRanks; ++r) std::memset(Arena(r) + out, 0x5a, 64);
+  const std::vector<std::byte> untouched(64, std::byte{0x5a});
+
+  negotiation::ReadyTensor across =
+      Tensor(v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM, 16, {out, out, out});
+  across.across_nodes = true;
+  across.local_members = kRanks;
+  (void)Run(across);
+  for (int32_t r = 0; r < kRanks; ++r) {
+    EXPECT_EQ(At(r, out, 64), untouched) << "a partial result must not reach rank " << r;
+    EXPECT_FALSE(AllreduceOp().ResultOf(across, static_cast<size_t>(r)).in_output);
+  }
+
+  // Adasum needs a power of two of ranks: the first two.
+  negotiation::ReadyTensor adasum =
+      Tensor(v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_ADASUM, 16, {out, out, out});
+  adasum.set_size = 2;
+  adasum.submissions.pop_back();
+  (void)Run(adasum);
+  for (size_t i = 0; i < adasum.submissions.size(); ++i) {
+    EXPECT_EQ(At(static_cast<int32_t>(i), out, 64), untouched);
+    EXPECT_FALSE(AllreduceOp().ResultOf(adasum, i).in_output);
+  }
+}
+
+}  // namespace
+}  // namespace collective::daemon::exec::ops
