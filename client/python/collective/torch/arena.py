@@ -10,9 +10,10 @@ broadcasts) can be allocated here instead of with ``torch.empty``::
     ...                                  # fill it (views of it are in the arena too)
     hvd.allreduce_(flat, op=hvd.Sum)     # read in place: nothing copied in
 
-The result still comes back through the job's result segment and is copied into the
-tensor (``DistributedOptimizer`` keeps its gradients in the arena the same way,
-``collective.torch.grad_buckets``). Such a tensor is an ordinary CPU tensor: every other
+On one node the daemon writes an allreduce's result straight into an output that lies in
+the arena (so ``allreduce_`` above copies nothing at all); other results come back
+through the job's result segment and are copied into the tensor (``DistributedOptimizer``
+keeps its gradients in the arena the same way, ``collective.torch.grad_buckets``). Such a tensor is an ordinary CPU tensor: every other
 operation works on it, and it keeps its memory (and the connection's mapping) alive until
 it is freed, also past ``shutdown()``; after a new ``init()`` it is no longer in the new
 connection's arena and takes the copy path. The arena is ``arena_bytes`` in all
