@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 asan_tests=(half_test reduce_kernels_test config_test request_validator_test process_sets_test
   arena_allocator_test shm_test submission_outbox_test coordinator_test mismatch_test
   negotiator_test response_cache_test global_table_test stall_inspector_test fusion_test
-  thread_pool_test work_list_test collective_ops_test cross_node_run_test)
+  thread_pool_test work_list_test collective_ops_test cross_node_run_test allreduce_output_test
+  peer_process_test)
 # Not gpu_engine_test: its test thread hands the engine fake device memory
 # and handles through a client segment it maps a second time in the same
 # process, an ordering TSan cannot see (it tracks the ring's atomics by
