@@ -44,7 +44,7 @@ def wire_code(op):
                          'Product') from None
 
 
-def check_adasum_ranks(process_set):
+def check_adasum_set(process_set):
     """Horovod's refusals of an Adasum allreduce, raised at the call before anything is
     submitted: over a process set other than the global one, and over a set whose size is not
     a power of two (it pairs rank r with r ^ 1, r ^ 2, ...). (The daemon checks everything
@@ -57,9 +57,9 @@ def check_adasum_ranks(process_set):
 
 
 def check_adasum(tensors, process_set):
-    """``check_adasum_ranks``, and the refusal of CUDA tensors, which the daemon combines on
+    """``check_adasum_set``, and the refusal of CUDA tensors, which the daemon combines on
     the host only (torch tensors)."""
-    check_adasum_ranks(process_set)
+    check_adasum_set(process_set)
     for tensor in tensors:
         if tensor.device.type != 'cpu':
             raise NotImplementedError(

@@ -37,7 +37,7 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
             values = values / process_set.size()
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum_ranks(process_set)
+        reduce_ops.check_adasum_set(process_set)
     compressed, context = compression.compress(tensor)
     reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
@@ -56,7 +56,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     if not tensors:
         return []
     if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum_ranks(process_set)
+        reduce_ops.check_adasum_set(process_set)
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     results = [allreduce(t, op=op, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, process_set=process_set)
