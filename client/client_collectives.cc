@@ -42,10 +42,13 @@ absl::StatusOr<Client::Handle> SubmitOne(internal::ClientCore& core,
   return handles.front();
 }
 
-// A CUDA tensor's result lands in device memory the caller names.
+// A CUDA tensor's result lands in device memory the caller names; an empty
+// result names none (an empty CUDA tensor has no address).
 absl::Status NeedsOutput(absl::string_view collective, absl::string_view name,
-                         const TensorView& input, const void* output) {
-  if (input.device != Device::kCuda || output != nullptr) return absl::OkStatus();
+                         const TensorView& input, const void* output, uint64_t capacity) {
+  if (input.device != Device::kCuda || output != nullptr || capacity == 0) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       collective, " of CUDA tensor '", name,
       "' needs an output in CUDA memory (the form of the call that takes output and its size)"));
@@ -120,8 +123,10 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedAllgatherAsync(
   for (size_t i = 0; i < names.size(); ++i) {
     void* const output = views ? nullptr : outputs[i];
     absl::Status checked = NeedsRows("allgather", names[i], inputs[i]);
-    if (checked.ok()) checked = NeedsOutput("allgather", names[i], inputs[i], output);
-    if (checked.ok() && !views && output == nullptr) {
+    if (checked.ok() && !views) {
+      checked = NeedsOutput("allgather", names[i], inputs[i], output, output_bytes[i]);
+    }
+    if (checked.ok() && !views && output == nullptr && inputs[i].device != Device::kCuda) {
       checked =
           absl::InvalidArgumentError(absl::StrCat("allgather of '", names[i], "': output is null"));
     }
@@ -211,7 +216,7 @@ absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,
   }
   // After the splits: a caller that sizes the output from them (collective.torch)
   // submits bad ones without an output, to hear what is wrong with them.
-  RETURN_IF_ERROR(NeedsOutput("alltoall", name, input, output));
+  RETURN_IF_ERROR(NeedsOutput("alltoall", name, input, output, output_bytes));
   ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_ALLTOALL,
                                                                    name, input, process_set));
   for (int64_t split : splits) prepared.request.add_splits(split);
@@ -239,7 +244,6 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedReducescatterAsync(
   std::vector<PreparedRequest> requests;
   for (size_t i = 0; i < names.size(); ++i) {
     absl::Status checked = NeedsRows("reducescatter", names[i], inputs[i]);
-    if (checked.ok()) checked = NeedsOutput("reducescatter", names[i], inputs[i], outputs[i]);
     if (!checked.ok()) {
       internal::Discard(*core_, requests);
       return checked;
@@ -257,7 +261,13 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedReducescatterAsync(
     const int64_t rows = Rows(inputs[i]);
     const int64_t set_rank = set.rank_of(rank());
     const int64_t mine = rows / set.size() + (set_rank < rows % set.size() ? 1 : 0);
-    internal::SetOutput(request, outputs[i], static_cast<uint64_t>(mine) * RowBytes(inputs[i]));
+    const uint64_t capacity = static_cast<uint64_t>(mine) * RowBytes(inputs[i]);
+    checked = NeedsOutput("reducescatter", names[i], inputs[i], outputs[i], capacity);
+    if (!checked.ok()) {
+      internal::Discard(*core_, requests);
+      return checked;
+    }
+    internal::SetOutput(request, outputs[i], capacity);
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }

@@ -113,7 +113,7 @@ def test_a_cuda_alltoall_hears_about_bad_splits_before_it_needs_an_output(two_ra
                                  0, **cuda)
     with pytest.raises(ValueError, match='does not divide evenly'):
         _client().alltoall_async('device.alltoall.even', tensor_args.arg(t), [], 0, **cuda)
-    with pytest.raises(ValueError, match='needs an output in CUDA memory'):
-        _client().alltoall_async('device.alltoall.output', tensor_args.arg(t),
-                                 [1] * (size - 1) + [2], 0, **cuda)
+    # Good splits without an output are the daemon's to refuse, on every rank,
+    # if the result is not empty (test_torch_cuda.py): a null output of no
+    # bytes is how an empty CUDA result is named.
     _job_goes_on()

@@ -121,7 +121,7 @@ def test_zero_length_tensors_on_the_device():
     size, rank = hvd.size(), hvd.rank()
     empty = torch.empty(0, 3, device=_device())
     for out in (hvd.allreduce(empty, name='cuda.empty.allreduce'),
-                hvd.allreduce_(torch.empty(0, device=_device()), name='cuda.empty.allreduce_'),
+                hvd.allreduce_(torch.empty(0, 3, device=_device()), name='cuda.empty.allreduce_'),
                 hvd.allgather(empty, name='cuda.empty.allgather'),
                 hvd.broadcast(empty, 0, name='cuda.empty.broadcast'),
                 hvd.alltoall(empty, name='cuda.empty.alltoall'),
@@ -135,6 +135,36 @@ def test_zero_length_tensors_on_the_device():
     rows = torch.full((rank, 2), float(rank), device=_device())  # rank 0 sends none
     gathered = hvd.allgather(rows, name='cuda.empty.uneven')
     assert gathered.tolist() == [[float(r)] * 2 for r in range(size) for _ in range(r)]
+    # Non-empty inputs whose result is empty on some ranks: one row scattered
+    # among several ranks, and an alltoall that sends rank 0 nothing.
+    share = hvd.reducescatter(torch.ones(1, 2, device=_device()), op=hvd.Sum,
+                              name='cuda.empty.reducescatter_share')
+    assert share.device == _device() and share.shape == ((1 if rank == 0 else 0), 2)
+    if rank == 0:
+        assert share.tolist() == [[float(size)] * 2]
+    sends = torch.full((size - 1, 2), float(rank), device=_device())
+    received, counts = hvd.alltoall(sends, splits=[0] + [1] * (size - 1),
+                                    name='cuda.empty.alltoall_share')
+    assert received.device == _device()
+    assert received.tolist() == ([] if rank == 0 else [[float(r)] * 2 for r in range(size)])
+    assert counts.tolist() == [0 if rank == 0 else 1] * size
+    _job_goes_on()
+
+
+def test_an_output_too_small_for_its_result_fails_every_rank():
+    # Through the binding, as collective.torch never submits it: an alltoall
+    # with no output (null, no bytes: how an empty result is named) whose
+    # result is not empty.
+    from collective import _core
+    from collective.common import connection
+    from collective.torch import tensor_args
+    size = hvd.size()
+    source = torch.ones(size, device=_device())
+    handle = connection.current().client.alltoall_async(
+        'cuda.alltoall.no_output', tensor_args.arg(source), [], 0,
+        device=_core.DEVICES['cuda'], cuda_stream=torch.cuda.current_stream().cuda_stream)
+    with pytest.raises(RuntimeError, match=f"output holds 0 bytes; its result needs {size * 4}"):
+        connection.current().client.wait(handle)
     _job_goes_on()
 
 
