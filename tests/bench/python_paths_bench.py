@@ -1,0 +1,307 @@
+"""The Python path beside the C++ path and plain MPI, in one run.
+
+    /usr/bin/python3 tests/bench/python_paths_bench.py [--ranks 4] [--rounds 3]
+
+Each round runs, one after the other on the same machine:
+  * collective-bench's ResNet-50 gradient step through the C++ API in its
+    three placements (copy: private tensors copied in and out; inplace:
+    arena tensors, the result written back into them; zerocopy: arena
+    tensors, the result read where the daemon left it) and its 4-byte
+    allreduce latency, against plain MPI (MPI_Allreduce in place) with the
+    same number of processes;
+  * this file as a job of --ranks trainers under collectiverun, measuring the
+    same through collective.torch: the ResNet-50 gradient set (the shapes of
+    tests/bench/workloads/resnet50_gradients.txt) through `allreduce_async_`
+    per tensor then `synchronize`, on ordinary tensors (copied into the arena
+    and back) and on arena tensors (`hvd.empty`: nothing copied); the 4-byte
+    allreduce the same two ways; and DistributedOptimizer around a
+    torchvision ResNet-50 with a real backward on small synthetic images,
+    taking turns step by step with the same model under a local optimizer.
+It prints the medians over the rounds and the ratios of Python to the C++
+placement that does the same work (copy for ordinary tensors, inplace for
+arena tensors), to C++ at its fastest (zerocopy), and to MPI. The DistributedOptimizer lines are the wait in `synchronize()`
+after the backward (the reduction the backward did not hide) and the whole
+step's excess over the local step.
+
+Timings on a shared machine are noisy: read the ratios of one run, and
+compare runs only on the same machine. The worker checks its results (the
+reductions' values, every rank's weights identical after training) and
+fails rather than report the speed of a wrong answer.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+_MARK = 'PYTHON_PATHS '
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _workload_shapes(path):
+    """The gradient shapes of a workload file: `name numel AxBx...` per line."""
+    shapes = []
+    with open(path) as lines:
+        for line in lines:
+            fields = line.split()
+            if len(fields) == 3:
+                shapes.append(tuple(int(d) for d in fields[2].split('x')))
+    return shapes
+
+
+# ---------------------------------------------------------------- the worker
+
+def _median_ms(samples):
+    return statistics.median(samples) * 1e3
+
+
+def _gradient_set(hvd, torch, tensors, steps, label):
+    """Median seconds of a step: allreduce_async_ of every tensor, then synchronize."""
+    size = hvd.size()
+    for t in tensors:
+        t.fill_(hvd.rank() + 1.0)
+    samples = []
+    for step in range(steps + 1):  # the first step warms up
+        hvd.barrier()
+        start = time.perf_counter()
+        handles = [hvd.allreduce_async_(t, op=hvd.Average, name=f'{label}.{i}')
+                   for i, t in enumerate(tensors)]
+        for handle in handles:
+            hvd.synchronize(handle)
+        if step:
+            samples.append(time.perf_counter() - start)
+    expected = (size + 1) / 2.0
+    for t in tensors:
+        if not torch.all(t == expected):
+            raise SystemExit(f'rank {hvd.rank()}: {label}: the average is wrong')
+    return samples
+
+
+def _latency(hvd, torch, tensor, iterations, label):
+    """Seconds of each 4-byte allreduce_, back to back."""
+    tensor.fill_(1.0)
+    samples = []
+    for i in range(iterations + 100):
+        start = time.perf_counter()
+        hvd.allreduce_(tensor, op=hvd.Max, name=label)
+        if i >= 100:
+            samples.append(time.perf_counter() - start)
+    if tensor.item() != 1.0:
+        raise SystemExit(f'rank {hvd.rank()}: {label}: the maximum is wrong')
+    return samples
+
+
+def _optimizer_steps(hvd, torch, steps, batch, image):
+    """Per-step (backward, synchronize, total) seconds with DistributedOptimizer, and the
+    total of the same step under a local optimizer, taking turns."""
+    import torchvision
+    torch.manual_seed(0)
+    models = [torchvision.models.resnet50(num_classes=10) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    distributed = hvd.DistributedOptimizer(
+        torch.optim.SGD(models[0].parameters(), lr=0.01),
+        named_parameters=models[0].named_parameters())
+    local = torch.optim.SGD(models[1].parameters(), lr=0.01)
+    generator = torch.Generator().manual_seed(hvd.rank())
+    images = torch.randn(batch, 3, image, image, generator=generator)
+    labels = torch.randint(0, 10, (batch,), generator=generator)
+    loss_of = torch.nn.CrossEntropyLoss()
+    dist_samples, local_samples = [], []
+    for step in range(steps + 1):
+        hvd.barrier()
+        start = time.perf_counter()
+        distributed.zero_grad()
+        loss_of(models[0](images), labels).backward()
+        backward = time.perf_counter()
+        distributed.synchronize()
+        synchronized = time.perf_counter()
+        with distributed.skip_synchronize():
+            distributed.step()
+        end = time.perf_counter()
+
+        hvd.barrier()
+        local_start = time.perf_counter()
+        local.zero_grad()
+        loss_of(models[1](images), labels).backward()
+        local.step()
+        local_end = time.perf_counter()
+        if step:
+            dist_samples.append((backward - start, synchronized - backward, end - start))
+            local_samples.append(local_end - local_start)
+    # Every rank trained the same weights (the gradients were averaged): the
+    # ranks' digests of them are equal.
+    flat = torch.cat([p.detach().reshape(-1) for p in models[0].parameters()]).double()
+    digests = hvd.allgather(torch.stack([flat.sum(), (flat * flat).sum()]).reshape(1, 2),
+                            name='bench.weights')
+    if not torch.equal(digests, digests[:1].expand_as(digests)):
+        raise SystemExit(f'rank {hvd.rank()}: the ranks trained different weights')
+    return dist_samples, local_samples
+
+
+def worker(args):
+    import torch
+    import collective.torch as hvd
+    hvd.init()
+    torch.set_num_threads(1)
+    shapes = _workload_shapes(args.workload)
+    results = {}
+    # One set at a time: the arena holds one ResNet-50 gradient set, and the
+    # optimizer's gradients later.
+    for label, make in (('gradients_copy', torch.empty), ('gradients_arena', hvd.empty)):
+        results[label + '_ms'] = _median_ms(_gradient_set(
+            hvd, torch, [make(shape) for shape in shapes], args.steps, label))
+    for label, tensor in (('latency_copy', torch.empty(1)), ('latency_arena', hvd.empty(1))):
+        results[label + '_us'] = _median_ms(_latency(hvd, torch, tensor,
+                                                     args.latency_iterations, label)) * 1e3
+    if args.optimizer_steps:
+        dist_samples, local_samples = _optimizer_steps(hvd, torch, args.optimizer_steps,
+                                                       args.batch, args.image)
+        results['optimizer_backward_ms'] = _median_ms([s[0] for s in dist_samples])
+        results['optimizer_synchronize_ms'] = _median_ms([s[1] for s in dist_samples])
+        results['optimizer_step_ms'] = _median_ms([s[2] for s in dist_samples])
+        results['local_step_ms'] = _median_ms(local_samples)
+    keys = sorted(results)
+    averaged = hvd.allreduce(torch.tensor([results[k] for k in keys], dtype=torch.float64),
+                             op=hvd.Average, name='bench.results')
+    if hvd.rank() == 0:
+        print(_MARK + json.dumps(dict(zip(keys, averaged.tolist()))), flush=True)
+    hvd.shutdown()
+
+
+# ---------------------------------------------------------------- the driver
+
+def _run(command, env=None, timeout=1800):
+    done = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        sys.exit(f'{" ".join(command)} failed ({done.returncode}):\n{done.stdout[-4000:]}')
+    return done.stdout
+
+
+def _cpp_round(args):
+    """collective-bench's ResNet step in every placement and its latency, with MPI's."""
+    bench = os.path.join(args.bin, 'collective-bench')
+    common = [bench, '--clients', str(args.ranks), '--json', '--workload', args.workload]
+    runs = (
+        ['--mode', 'resnet', '--steps', str(args.steps), '--placement', 'both', '--compare',
+         'mpi'],
+        ['--mode', 'resnet', '--steps', str(args.steps), '--placement', 'inplace'],
+        ['--mode', 'latency', '--latency-iterations', str(args.latency_iterations),
+         '--placement', 'zerocopy', '--compare', 'mpi'],
+    )
+    figures = {}
+    for run in runs:
+        for line in _run(common + run).splitlines():
+            if not line.startswith('{'):
+                continue
+            record = json.loads(line)
+            if record.get('system') != 'collectived':
+                continue
+            if record.get('mode') == 'resnet':
+                figures[f'cpp_{record["placement"]}_gradients_ms'] = record['step_ms']
+                if 'mpi_step_ms' in record:
+                    figures['mpi_gradients_ms'] = record['mpi_step_ms']
+            elif record.get('mode') == 'latency':
+                figures['cpp_latency_us'] = record['p50_us']
+                figures['mpi_latency_us'] = record['mpi_median_us']
+    wanted = {'cpp_copy_gradients_ms', 'cpp_zerocopy_gradients_ms', 'cpp_inplace_gradients_ms',
+              'mpi_gradients_ms', 'cpp_latency_us', 'mpi_latency_us'}
+    if not wanted <= figures.keys():
+        sys.exit(f'collective-bench printed no {sorted(wanted - figures.keys())}')
+    return figures
+
+
+def _python_round(args):
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(
+        p for p in (args.python_path, env.get('PYTHONPATH')) if p)
+    command = [os.path.join(args.bin, 'collectiverun'), '-np', str(args.ranks), sys.executable,
+               os.path.abspath(__file__), '--worker', '--workload', args.workload,
+               '--steps', str(args.steps), '--latency-iterations', str(args.latency_iterations),
+               '--optimizer-steps', str(args.optimizer_steps), '--batch', str(args.batch),
+               '--image', str(args.image)]
+    for line in _run(command, env).splitlines():
+        text = line.split('] ', 1)[-1]  # collectiverun prefixes each rank's lines
+        if text.startswith(_MARK):
+            return json.loads(text[len(_MARK):])
+    sys.exit('the Python job printed no results')
+
+
+def _table(rounds, args):
+    def median(key):
+        return statistics.median(r[key] for r in rounds)
+
+    # Each Python figure beside the C++ placement that does the same (copies
+    # in and out; the result written back into the caller's arena tensor),
+    # C++ at its fastest (the result read where the daemon left it), and MPI.
+    rows = [
+        ('ResNet-50 gradients, allreduce_async_, ordinary tensors', 'ms',
+         'gradients_copy_ms', 'cpp_copy_gradients_ms', 'cpp_zerocopy_gradients_ms',
+         'mpi_gradients_ms'),
+        ('ResNet-50 gradients, allreduce_async_, arena tensors', 'ms',
+         'gradients_arena_ms', 'cpp_inplace_gradients_ms', 'cpp_zerocopy_gradients_ms',
+         'mpi_gradients_ms'),
+        ('4-byte allreduce_ p50, ordinary tensor', 'us',
+         'latency_copy_us', 'cpp_latency_us', 'cpp_latency_us', 'mpi_latency_us'),
+        ('4-byte allreduce_ p50, arena tensor', 'us',
+         'latency_arena_us', 'cpp_latency_us', 'cpp_latency_us', 'mpi_latency_us'),
+    ]
+    print(f'{args.ranks} ranks, medians of {len(rounds)} round(s), one machine. C++ alike: '
+          'collective-bench copy placement for ordinary tensors, inplace for arena tensors '
+          '(latency: zerocopy); C++ best: zerocopy; MPI: MPI_Allreduce in place')
+    print(f'{"":56} {"Python":>9} {"C++alike":>9} {"C++best":>9} {"MPI":>9} {"Py/alike":>8} '
+          f'{"Py/best":>8} {"Py/MPI":>8}')
+    for label, unit, python, alike, best, mpi in rows:
+        p, a, b, m = median(python), median(alike), median(best), median(mpi)
+        print(f'{label:56} {p:7.1f}{unit} {a:7.1f}{unit} {b:7.1f}{unit} {m:7.1f}{unit} '
+              f'{p / a:8.2f} {p / b:8.2f} {p / m:8.2f}')
+    if args.optimizer_steps:
+        sync = median('optimizer_synchronize_ms')
+        excess = median('optimizer_step_ms') - median('local_step_ms')
+        best = median('cpp_zerocopy_gradients_ms')
+        print(f'DistributedOptimizer, torchvision ResNet-50, batch {args.batch} of '
+              f'{args.image}x{args.image} per rank: backward {median("optimizer_backward_ms"):.1f}'
+              f' ms, step {median("optimizer_step_ms"):.1f} ms, local step '
+              f'{median("local_step_ms"):.1f} ms; against the C++ zero-copy step:')
+        print(f'{"  wait in synchronize() after the backward":56} {sync:7.1f}ms {"":9} '
+              f'{best:7.1f}ms {"":9} {"":8} {sync / best:8.2f}')
+        print(f'{"  step minus the local step":56} {excess:7.1f}ms {"":9} {best:7.1f}ms '
+              f'{"":9} {"":8} {excess / best:8.2f}')
+    print(_MARK + json.dumps(rounds))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--ranks', type=int, default=4)
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--steps', type=int, default=10, help='timed gradient-set steps')
+    parser.add_argument('--latency-iterations', type=int, default=2000)
+    parser.add_argument('--optimizer-steps', type=int, default=5,
+                        help='timed DistributedOptimizer steps (0: none)')
+    parser.add_argument('--batch', type=int, default=4, help='images per rank per step')
+    parser.add_argument('--image', type=int, default=32, help='image side in pixels')
+    build = os.path.join(_HERE, os.pardir, os.pardir, 'build')
+    parser.add_argument('--bin', default=os.path.join(build, 'bin'),
+                        help='where collective-bench and collectiverun are')
+    parser.add_argument('--python-path', default=os.path.join(build, 'python'),
+                        help="collective.torch's build directory, for PYTHONPATH")
+    parser.add_argument('--workload',
+                        default=os.path.join(_HERE, 'workloads', 'resnet50_gradients.txt'))
+    parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    rounds = []
+    for _ in range(args.rounds):
+        figures = _cpp_round(args)
+        figures.update(_python_round(args))
+        rounds.append(figures)
+    _table(rounds, args)
+
+
+if __name__ == '__main__':
+    main()
