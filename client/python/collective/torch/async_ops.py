@@ -63,9 +63,10 @@ def _exchange(base, row, set_id):
 
 def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
                      set_id, grouped, submit, placement):
-    """Submits an allreduce or reducescatter of ``tensors`` into ``destinations``."""
+    """Submits an allreduce or reducescatter of ``tensors`` (checked by the caller) into
+    ``destinations``."""
     code = reduce_ops.wire_code(op)
-    inputs = [tensor_args.dense(t) for t in tensors]
+    inputs = [t.contiguous() for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
 
     def start():

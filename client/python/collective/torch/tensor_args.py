@@ -33,7 +33,7 @@ def check(tensor):
     """Raises ValueError unless the daemon can take ``tensor``."""
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f'expected a torch.Tensor, got {type(tensor).__name__}')
-    if tensor.device.type not in ('cpu', 'cuda'):
+    if not (tensor.is_cpu or tensor.is_cuda):
         raise ValueError(f'collective.torch handles CPU and CUDA tensors only; this tensor is '
                          f'on {tensor.device}')
     if tensor.layout != torch.strided:
@@ -63,7 +63,7 @@ class Destination:
     __slots__ = ('tensor', 'buffer')
 
     def __init__(self, tensor):
-        check(tensor)
+        # Every caller passes a tensor it checked, or one it made.
         self.tensor = tensor
         self.buffer = tensor if tensor.is_contiguous() else tensor.contiguous()
 
