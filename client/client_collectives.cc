@@ -170,8 +170,12 @@ absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
                                                    process_set, " (size ", set.size(), ")"));
   }
   prepared.request.set_root_rank(root_rank);
-  const uint64_t length = prepared.request.length();
-  return SubmitOne(*core_, std::move(prepared), output, length);
+  internal::SetOutput(prepared, output, prepared.request.length());
+  internal::SetOutputInArena(*core_, prepared);
+  std::vector<PreparedRequest> requests;
+  requests.push_back(std::move(prepared));
+  ASSIGN_OR_RETURN(std::vector<Handle> handles, core_->Submit(std::move(requests), false));
+  return handles.front();
 }
 
 absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,

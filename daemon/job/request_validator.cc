@@ -201,9 +201,12 @@ absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestL
     return absl::InvalidArgumentError(
         "output_offset applies to host tensors; a CUDA tensor's output is device_output");
   }
-  if (request.collective() != v1::COLLECTIVE_ALLREDUCE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "output_offset applies only to allreduce, not to ", CollectiveName(request.collective())));
+  // Collectives whose result is as long as the input, on every rank.
+  if (request.collective() != v1::COLLECTIVE_ALLREDUCE &&
+      request.collective() != v1::COLLECTIVE_BROADCAST) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_offset applies only to allreduce and broadcast, not to ",
+                     CollectiveName(request.collective())));
   }
   uint64_t end = 0;
   if (__builtin_add_overflow(request.output_offset(), request.length(), &end) ||

@@ -86,3 +86,25 @@ def test_in_place_allreduce_of_arena_tensors_needs_no_copy_out(dtype):
         expected = sum(r + 1 + i for r in range(size))
         assert torch.equal(arena[i], plain[i])
         assert torch.equal(arena[i], torch.full_like(arena[i], expected))
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.bfloat16, torch.int64,
+                                   torch.bool])
+def test_in_place_broadcast_of_arena_tensors_needs_no_copy_out(dtype):
+    rank, size = hvd.rank(), hvd.size()
+    root = size - 1
+    count = 4099
+    arena = hvd.zeros(count, dtype=dtype)
+    plain = torch.zeros(count, dtype=dtype)
+    pattern = (torch.arange(count) % 7 + 10 * rank).to(dtype)
+    arena.copy_(pattern)
+    plain.copy_(pattern)
+    one_node = hvd.cross_size() == 1
+    copied = _copied_out_bytes()
+    assert hvd.broadcast_(arena, root, name=f'arena.bcast.{dtype}') is arena
+    assert _copied_out_bytes() == copied + (0 if one_node else count * arena.element_size())
+    copied = _copied_out_bytes()
+    hvd.broadcast_(plain, root, name=f'plain.bcast.{dtype}')
+    assert _copied_out_bytes() == copied + count * plain.element_size()
+    expected = (torch.arange(count) % 7 + 10 * root).to(dtype)
+    assert torch.equal(arena, expected) and torch.equal(plain, expected)

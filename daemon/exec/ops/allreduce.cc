@@ -19,26 +19,9 @@ bool IsAdasum(const negotiation::ReadyTensor& tensor) {
   return tensor.request().op() == v1::REDUCE_OP_ADASUM;
 }
 
-// Whether the result also goes straight into the in-arena outputs that
-// requests name (TensorRequest.output_offset): on one node, on the CPU, and
-// not for Adasum, whose result stays in the slot only.
-bool WritesOutputs(const negotiation::ReadyTensor& tensor) {
-  return !IsAdasum(tensor) && !tensor.across_nodes &&
-         tensor.request().memory() == v1::MEMORY_KIND_HOST;
-}
-
-// Those outputs, each in its own client's arena (the validator checked the
-// range against that arena). They are copied from the slot, which only the
-// daemon writes, so a client that scribbles over its own output changes no
-// one else's result.
+// Adasum's result stays in the slot only.
 WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
-  WorkList::Outputs outputs;
-  if (!WritesOutputs(tensor)) return outputs;
-  for (const negotiation::Submission& submission : tensor.submissions) {
-    if (!submission.request.has_output_offset()) continue;
-    outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
-  }
-  return outputs;
+  return IsAdasum(tensor) ? WorkList::Outputs{} : ArenaOutputsOf(tensor);
 }
 
 class Allreduce final : public CollectiveOp {
@@ -63,8 +46,7 @@ class Allreduce final : public CollectiveOp {
     return {.offset = 0,
             .bytes = tensor.request().length(),
             .dim0 = Dim0(tensor.request()),
-            .in_output =
-                WritesOutputs(tensor) && tensor.submissions[index].request.has_output_offset()};
+            .in_output = !IsAdasum(tensor) && ResultInArenaOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }

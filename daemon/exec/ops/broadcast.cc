@@ -1,7 +1,10 @@
 // Broadcast: the root's input, copied once into the result that every rank
-// reads. The other ranks' inputs are never written (out-of-place); a rank
-// that wants it in place names its input as the output. Across nodes the
-// root's node copies it and MPI_Ibcast sends it to the set's other nodes.
+// reads, and on one node from there, piece by piece, into the outputs that
+// ranks name in their own arenas (TensorRequest.output_offset; such a rank
+// reads nothing from the result). The other ranks' inputs are never written
+// (out-of-place); a rank that wants it in place names its input as the
+// output. Across nodes the root's node copies it and MPI_Ibcast sends it to
+// the set's other nodes.
 #include "absl/strings/str_cat.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
@@ -34,13 +37,17 @@ class Broadcast final : public CollectiveOp {
     const int32_t root = tensor.request().root_rank();
     for (const negotiation::Submission& submission : tensor.submissions) {
       if (submission.set_rank == root) {
-        work.AddCopy(slot, InputOf(submission), submission.request.length());
+        work.AddCopy(slot, InputOf(submission), submission.request.length(),
+                     ArenaOutputsOf(tensor));
       }
     }
   }
 
-  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
-    return {.offset = 0, .bytes = tensor.request().length(), .dim0 = Dim0(tensor.request())};
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    return {.offset = 0,
+            .bytes = tensor.request().length(),
+            .dim0 = Dim0(tensor.request()),
+            .in_output = ResultInArenaOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }

@@ -49,6 +49,24 @@ const std::vector<v1::RankRequest>& Everyone(const negotiation::ReadyTensor& ten
 
 const job::SetSpan& Span(const negotiation::ReadyTensor& tensor) { return *tensor.span; }
 
+bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor) {
+  return !tensor.across_nodes && tensor.request().memory() == v1::MEMORY_KIND_HOST;
+}
+
+WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor) {
+  WorkList::Outputs outputs;
+  if (!WritesArenaOutputs(tensor)) return outputs;
+  for (const negotiation::Submission& submission : tensor.submissions) {
+    if (!submission.request.has_output_offset()) continue;
+    outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
+  }
+  return outputs;
+}
+
+bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index) {
+  return WritesArenaOutputs(tensor) && tensor.submissions[index].request.has_output_offset();
+}
+
 void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                                    const PlanContext& context,
                                    std::vector<CrossNodeStage>& stages) const {

@@ -91,4 +91,16 @@ int64_t Dim0(const v1::TensorRequest& request);
 const std::vector<v1::RankRequest>& Everyone(const negotiation::ReadyTensor& tensor);
 const job::SetSpan& Span(const negotiation::ReadyTensor& tensor);
 
+// Whether the result also goes straight into the in-arena outputs that
+// requests name (TensorRequest.output_offset): on one node, on the CPU. (The
+// op decides whether it writes outputs at all.)
+bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor);
+// Those outputs, each in its own client's arena (the validator checked the
+// range against that arena); none unless WritesArenaOutputs. The ops copy
+// them from the slot, which only the daemon writes, so a client that
+// scribbles over its own output changes no one else's result.
+WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor);
+// Whether submission `index`'s result went into its output (RankResult.in_output).
+bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index);
+
 }  // namespace collective::daemon::exec::ops

@@ -8,13 +8,15 @@
 
 namespace collective::daemon::exec::ops {
 
-void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes) {
-  bytes_ += bytes;
+void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
+                       const Outputs& copies) {
+  bytes_ += bytes * (1 + 2 * copies.size());
   for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
     Piece piece;
     piece.copy = true;
     piece.inputs.push_back(source + done);
     piece.out = destination + done;
+    for (std::byte* copy : copies) piece.copies.push_back(copy + done);
     piece.count = std::min(kPieceBytes, bytes - done);
     pieces_.push_back(std::move(piece));
   }
@@ -54,6 +56,7 @@ void WorkList::Run(size_t index) const {
   const Piece& piece = pieces_[index];
   if (piece.copy) {
     std::memcpy(piece.out, piece.inputs.front(), piece.count);
+    for (std::byte* copy : piece.copies) std::memcpy(copy, piece.out, piece.count);
     return;
   }
   absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());

@@ -27,7 +27,10 @@ class WorkList {
 
   const std::byte* zeros() const { return zeros_; }
 
-  void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes);
+  // `copies` also receive the bytes, each piece copied from `destination`
+  // once it is there (as AddReduce's copies are).
+  void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
+               const Outputs& copies = {});
   // `copies` also receive the result, each piece copied from `out` as soon as
   // it is reduced: an output that is also an input (an in-place allreduce
   // into a client's arena) is overwritten only after every piece that reads
@@ -48,7 +51,7 @@ class WorkList {
     exec::ReduceSpec spec;  // unused for copies
     Inputs inputs;          // one source for a copy
     std::byte* out = nullptr;
-    Outputs copies;      // reductions: where `out` is copied once reduced
+    Outputs copies;      // where `out` is copied once reduced (or copied)
     uint64_t count = 0;  // elements for reductions, bytes for copies
     bool copy = false;
   };

@@ -1,7 +1,8 @@
-// daemon/ops/allreduce.cc: results written straight into outputs that lie in
-// the clients' own arenas (TensorRequest.output_offset), checked bit for bit
-// against the result-segment path for every dtype and op, in place (output ==
-// input) and across pieces run in any order, and only where the daemon may.
+// daemon/ops/allreduce.cc and broadcast.cc: results written straight into
+// outputs that lie in the clients' own arenas (TensorRequest.output_offset),
+// checked bit for bit against the result-segment path for every dtype and op,
+// in place (output == input) and across pieces run in any order, and only
+// where the daemon may.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -52,7 +53,8 @@ class AllreduceOutputTest : public ::testing::Test {
   // Every rank's allreduce of `count` elements, its input (Pattern) at
   // kInputAt; outputs[r] is rank r's output_offset, or -1 for none.
   negotiation::ReadyTensor Tensor(v1::DataType dtype, v1::ReduceOp op, uint64_t count,
-                                  const std::vector<int64_t>& outputs) {
+                                  const std::vector<int64_t>& outputs,
+                                  v1::Collective collective = v1::COLLECTIVE_ALLREDUCE) {
     negotiation::ReadyTensor tensor;
     tensor.name = "w";
     tensor.set_size = kRanks;
@@ -67,8 +69,9 @@ class AllreduceOutputTest : public ::testing::Test {
       v1::TensorRequest& request = submission.request;
       request.set_request_id(100 + static_cast<uint64_t>(r));
       request.set_name(tensor.name);
-      request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+      request.set_collective(collective);
       request.set_op(op);
+      request.set_root_rank(1);  // broadcast
       request.set_dtype(dtype);
       request.add_shape(static_cast<int64_t>(count));
       request.set_offset(kInputAt);
@@ -84,7 +87,7 @@ class AllreduceOutputTest : public ::testing::Test {
   // Runs the op as the executor does, its pieces in reverse order (each
   // piece must stand on its own); returns the slot.
   std::vector<std::byte> Run(const negotiation::ReadyTensor& tensor) {
-    const CollectiveOp& op = AllreduceOp();
+    const CollectiveOp& op = *OpFor(tensor.request().collective());
     EXPECT_TRUE(op.Check(tensor).ok());
     std::vector<std::byte> slot(op.SlotBytes(tensor), std::byte{0xab});
     WorkList work(zeros_.data());
@@ -153,6 +156,26 @@ TEST_F(AllreduceOutputTest, InPlaceAcrossManyPiecesRunInAnyOrder) {
   for (int32_t r = 0; r < kRanks; ++r) {
     EXPECT_TRUE(At(r, kInputAt, bytes) == expected) << "rank " << r;
   }
+}
+
+TEST_F(AllreduceOutputTest, BroadcastWritesTheRootsBytesIntoEveryOutputAcrossPieces) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(20 << 20));
+  // Two and a bit pieces from root 1, which broadcasts in place; rank 0's
+  // output is elsewhere in its arena, rank 2 reads the slot.
+  const uint64_t bytes = 2 * kPieceBytes + 5;
+  constexpr int64_t kApart = 10 << 20;
+  const auto at = static_cast<int64_t>(kInputAt);
+  const negotiation::ReadyTensor tensor = Tensor(v1::DATA_TYPE_UINT8, v1::REDUCE_OP_UNSPECIFIED,
+                                                 bytes, {kApart, at, -1}, v1::COLLECTIVE_BROADCAST);
+  const std::vector<std::byte> root = Pattern(1, bytes);
+  EXPECT_TRUE(Run(tensor) == root) << "the slot holds the root's bytes for rank 2";
+  EXPECT_TRUE(At(0, kApart, bytes) == root) << "rank 0's output";
+  EXPECT_TRUE(At(0, kInputAt, bytes) == Pattern(0, bytes)) << "rank 0's input is untouched";
+  EXPECT_TRUE(At(1, kInputAt, bytes) == root) << "the root's in-place output";
+  EXPECT_TRUE(At(2, kInputAt, bytes) == Pattern(2, bytes)) << "rank 2 named no output";
+  EXPECT_TRUE(BroadcastOp().ResultOf(tensor, 0).in_output);
+  EXPECT_TRUE(BroadcastOp().ResultOf(tensor, 1).in_output);
+  EXPECT_FALSE(BroadcastOp().ResultOf(tensor, 2).in_output);
 }
 
 TEST_F(AllreduceOutputTest, AcrossNodesAndAdasumTheResultStaysInTheSlot) {

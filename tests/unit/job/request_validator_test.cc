@@ -736,12 +736,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "output_offset 18446744073709551608 + length 16 lies outside the client's "
                   "arena of 1048576 bytes (the daemon writes a result only into the client's own "
                   "arena)"},
-        FieldCase{"OutputOffsetOfABroadcast",
+        FieldCase{"OutputOffsetOfAnAlltoall",
                   [](auto& r) {
-                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_collective(v1::COLLECTIVE_ALLTOALL);
+                    r.set_op(v1::REDUCE_OP_UNSPECIFIED);
                     r.set_output_offset(0);
                   },
-                  kInvalid, "output_offset applies only to allreduce, not to broadcast"}),
+                  kInvalid,
+                  "output_offset applies only to allreduce and broadcast, not to alltoall"}),
     [](const auto& param_info) { return param_info.param.label; });
 
 TEST(RequestValidatorTest, AcceptsAnOutputAnywhereInTheArenaIncludingTheInput) {
@@ -749,6 +751,9 @@ TEST(RequestValidatorTest, AcceptsAnOutputAnywhereInTheArenaIncludingTheInput) {
     v1::TensorRequest request = Valid();
     request.set_output_offset(at);
     EXPECT_TRUE(Validate(request).ok()) << "output at " << at;
+    request.set_collective(v1::COLLECTIVE_BROADCAST);
+    request.set_op(v1::REDUCE_OP_UNSPECIFIED);
+    EXPECT_TRUE(Validate(request).ok()) << "broadcast output at " << at;
   }
   v1::TensorRequest empty = Valid();
   empty.set_shape(0, 0);
