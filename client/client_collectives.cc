@@ -272,6 +272,7 @@ absl::StatusOr<std::vector<Client::Handle>> Client::GroupedReducescatterAsync(
       return checked;
     }
     internal::SetOutput(request, outputs[i], capacity);
+    internal::SetOutputInArena(*core_, request);
   }
   return core_->Submit(std::move(requests), /*grouped=*/names.size() > 1);
 }

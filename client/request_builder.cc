@@ -1,6 +1,7 @@
 #include "client/request_builder.h"
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -106,9 +107,18 @@ void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity) {
 
 void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared) {
   if (prepared.cuda.has_value() || prepared.output == nullptr) return;
-  if (auto in_arena = core.ArenaOffset(prepared.output, prepared.request.length())) {
-    prepared.request.set_output_offset(*in_arena);  // the daemon writes the result there
+  const uint64_t length = prepared.request.length();
+  const std::optional<uint64_t> in_arena = core.ArenaOffset(prepared.output, length);
+  if (!in_arena.has_value()) return;
+  // A reducescatter block lands away from where its rows are read: over its
+  // own input it would overwrite rows other blocks still read (the daemon
+  // refuses it); the result is copied out instead.
+  const uint64_t input = prepared.request.offset();
+  if (prepared.request.collective() == v1::COLLECTIVE_REDUCESCATTER && *in_arena < input + length &&
+      input < *in_arena + prepared.output_capacity) {
+    return;
   }
+  prepared.request.set_output_offset(*in_arena);  // the daemon writes the result there
 }
 
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set) {

@@ -201,12 +201,15 @@ absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestL
     return absl::InvalidArgumentError(
         "output_offset applies to host tensors; a CUDA tensor's output is device_output");
   }
-  // Collectives whose result is as long as the input, on every rank.
+  // Collectives whose result is at most as long as the input, on every rank
+  // (the range checked is the input's length, which holds a reducescatter
+  // rank's block; the reducescatter op checks the block against the input).
   if (request.collective() != v1::COLLECTIVE_ALLREDUCE &&
-      request.collective() != v1::COLLECTIVE_BROADCAST) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("output_offset applies only to allreduce and broadcast, not to ",
-                     CollectiveName(request.collective())));
+      request.collective() != v1::COLLECTIVE_BROADCAST &&
+      request.collective() != v1::COLLECTIVE_REDUCESCATTER) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_offset applies only to allreduce, broadcast and reducescatter, not to ",
+        CollectiveName(request.collective())));
   }
   uint64_t end = 0;
   if (__builtin_add_overflow(request.output_offset(), request.length(), &end) ||

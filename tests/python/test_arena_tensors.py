@@ -108,3 +108,32 @@ def test_in_place_broadcast_of_arena_tensors_needs_no_copy_out(dtype):
     assert _copied_out_bytes() == copied + count * plain.element_size()
     expected = (torch.arange(count) % 7 + 10 * root).to(dtype)
     assert torch.equal(arena, expected) and torch.equal(plain, expected)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.int32])
+def test_a_reducescatter_into_an_arena_output_needs_no_copy_out(dtype):
+    # collective.torch makes reducescatter outputs itself; through the binding
+    # a caller can name one in the arena, and the daemon writes its rows there.
+    from collective import _core
+    from collective.torch import tensor_args
+    rank, size = hvd.rank(), hvd.size()
+    rows = 2 * size + 1  # uneven: rank 0 gets one row more
+    mine = rows // size + (1 if rank < rows % size else 0)
+    first = rank * (rows // size) + min(rank, rows % size)
+    source = (torch.arange(rows * 3).reshape(rows, 3) + rank).to(dtype)
+    client = connection.current().client
+    outputs = {}
+    for kind, output in (('arena', hvd.zeros(mine, 3, dtype=dtype)),
+                         ('plain', torch.zeros(mine, 3, dtype=dtype))):
+        copied = _copied_out_bytes()
+        handle = client.reducescatter_async(
+            [f'{kind}.reducescatter.{dtype}'], [tensor_args.arg(source)], [output.data_ptr()],
+            _core.REDUCE_OPS['sum'], 1.0, 1.0, 0)
+        client.wait(handle[0])
+        in_arena = kind == 'arena' and hvd.cross_size() == 1
+        assert _copied_out_bytes() == copied + (0 if in_arena else output.numel() *
+                                                output.element_size())
+        outputs[kind] = output
+    expected = sum((torch.arange(rows * 3).reshape(rows, 3) + r).to(dtype)
+                   for r in range(size))[first:first + mine]
+    assert torch.equal(outputs['arena'], expected) and torch.equal(outputs['plain'], expected)

@@ -148,6 +148,14 @@ void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkLi
 
 void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
                        uint64_t first, uint64_t count, const WorkList::Outputs& copies) {
+  const uint64_t skip = first * ElementSize(tensor.request().dtype());
+  WorkList::Outputs also = copies;
+  for (std::byte*& copy : also) copy += skip;
+  AddReductionOfRange(tensor, out + skip, work, first, count, also);
+}
+
+void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                         uint64_t first, uint64_t count, const WorkList::Outputs& copies) {
   WorkList::Inputs inputs;
   if (tensor.across_nodes) {
     // This node's ranks, then zeros for those that joined (they exist only
@@ -172,9 +180,7 @@ void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, W
   for (const std::byte*& input : inputs) {
     if (input != work.zeros()) input += skip;
   }
-  WorkList::Outputs also = copies;
-  for (std::byte*& copy : also) copy += skip;
-  work.AddReduce(spec, inputs, out + skip, count, also);
+  work.AddReduce(spec, inputs, out, count, copies);
 }
 
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

@@ -37,6 +37,10 @@ void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkLi
 // The same for `count` elements from element `first`.
 void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
                        uint64_t first, uint64_t count, const WorkList::Outputs& copies = {});
+// The same, where `out` and `copies` point at element `first` itself rather
+// than at the tensor's start (a reducescatter rank's block and its output).
+void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
+                         uint64_t first, uint64_t count, const WorkList::Outputs& copies = {});
 // Across nodes: FinalScaleSpec applied in place to `count` elements of
 // `out` from element `first`, when there is anything to apply.
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

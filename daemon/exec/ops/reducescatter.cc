@@ -1,13 +1,15 @@
 // Reducescatter: the inputs are reduced as by allreduce, and rank r reads its
 // block of rows. With an uneven first dimension the first (dim0 mod size)
-// ranks get one row more, as in Horovod. Across nodes each node reduces its
-// own ranks' inputs, MPI_Ireduce_scatter leaves each node the rows of its
-// ranks (consecutive in the set) at the start of the slot, and those get
-// their final scale.
+// ranks get one row more, as in Horovod. On one node, a rank that names an
+// output in its own arena (TensorRequest.output_offset) gets its block
+// there, each piece copied from the slot as soon as it is reduced. Across nodes each node reduces
+// its own ranks' inputs, MPI_Ireduce_scatter leaves each node the rows of its ranks (consecutive in
+// the set) at the start of the slot, and those get their final scale.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 #include "shm/segment_layout.h"
@@ -24,13 +26,51 @@ std::pair<int64_t, int64_t> RowsOf(int64_t rows, int64_t size, int64_t rank) {
 
 class Reducescatter final : public CollectiveOp {
  public:
+  // A block written into its rank's arena lands away from the rows it is
+  // reduced from: over that rank's input it would overwrite rows that other
+  // blocks still read, whatever order the pieces run in.
+  absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
+    RETURN_IF_ERROR(CollectiveOp::Check(tensor));
+    if (!WritesArenaOutputs(tensor)) return absl::OkStatus();
+    for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+      const v1::TensorRequest& request = tensor.submissions[i].request;
+      if (!request.has_output_offset()) continue;
+      const uint64_t out = request.output_offset();
+      const uint64_t block = ResultOf(tensor, i).bytes;
+      if (out < request.offset() + request.length() && request.offset() < out + block) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reducescatter of '", tensor.name, "': rank ", tensor.submissions[i].rank,
+            "'s output (arena offset ", out, ", ", block, " bytes) overlaps its input (offset ",
+            request.offset(), ", ", request.length(),
+            " bytes): its rows would overwrite rows the other ranks' blocks are reduced from"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
     return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
   }
 
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
-    AddReduction(tensor, slot, work);
+    if (ArenaOutputsOf(tensor).empty()) return AddReduction(tensor, slot, work);
+    // Block by block, each with its rank's output (every rank of the set
+    // submitted: none may have joined).
+    const v1::TensorRequest& request = tensor.request();
+    const int64_t rows = Dim0(request);
+    const uint64_t row_bytes = RowBytes(request);
+    const uint64_t row_elements = row_bytes / ElementSize(request.dtype());
+    for (const negotiation::Submission& submission : tensor.submissions) {
+      const auto [first, count] = RowsOf(rows, tensor.set_size, submission.set_rank);
+      WorkList::Outputs output;
+      if (submission.request.has_output_offset()) {
+        output.push_back(submission.client->segment->arena() + submission.request.output_offset());
+      }
+      AddReductionOfRange(tensor, slot + static_cast<uint64_t>(first) * row_bytes, work,
+                          static_cast<uint64_t>(first) * row_elements,
+                          static_cast<uint64_t>(count) * row_elements, output);
+    }
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
@@ -42,7 +82,8 @@ class Reducescatter final : public CollectiveOp {
     const uint64_t row_bytes = RowBytes(tensor.request());
     return {.offset = static_cast<uint64_t>(first - origin) * row_bytes,
             .bytes = static_cast<uint64_t>(count) * row_bytes,
-            .dim0 = count};
+            .dim0 = count,
+            .in_output = ResultInArenaOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }

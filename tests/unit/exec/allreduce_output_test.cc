@@ -1,4 +1,5 @@
-// daemon/ops/allreduce.cc and broadcast.cc: results written straight into
+// daemon/ops/allreduce.cc, broadcast.cc and reducescatter.cc: results
+// written straight into
 // outputs that lie in the clients' own arenas (TensorRequest.output_offset),
 // checked bit for bit against the result-segment path for every dtype and op,
 // in place (output == input) and across pieces run in any order, and only
@@ -73,7 +74,8 @@ class AllreduceOutputTest : public ::testing::Test {
       request.set_op(op);
       request.set_root_rank(1);  // broadcast
       request.set_dtype(dtype);
-      request.add_shape(static_cast<int64_t>(count));
+      request.add_shape(static_cast<int64_t>(count / row_));
+      if (row_ > 1) request.add_shape(static_cast<int64_t>(row_));
       request.set_offset(kInputAt);
       request.set_length(bytes);
       if (outputs[static_cast<size_t>(r)] >= 0) {
@@ -103,6 +105,7 @@ class AllreduceOutputTest : public ::testing::Test {
 
   std::vector<std::byte> zeros_;
   std::vector<std::unique_ptr<job::ClientRecord>> clients_;
+  uint64_t row_ = 1;  // elements per row: the tensors are [count / row_, row_]
 };
 
 TEST_F(AllreduceOutputTest, EveryDtypeAndOpMatchesTheResultSegmentBitForBit) {
@@ -176,6 +179,46 @@ TEST_F(AllreduceOutputTest, BroadcastWritesTheRootsBytesIntoEveryOutputAcrossPie
   EXPECT_TRUE(BroadcastOp().ResultOf(tensor, 0).in_output);
   EXPECT_TRUE(BroadcastOp().ResultOf(tensor, 1).in_output);
   EXPECT_FALSE(BroadcastOp().ResultOf(tensor, 2).in_output);
+}
+
+TEST_F(AllreduceOutputTest, ReducescatterWritesEachRanksBlockIntoItsOutput) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(20 << 20));
+  // 7 rows among 3 ranks (3, 2 and 2 rows), over two and a bit pieces.
+  row_ = (kPieceBytes * 2 / 7 + 33) / sizeof(double);
+  const uint64_t count = 7 * row_;
+  const uint64_t row_bytes = row_ * sizeof(double);
+  const std::vector<std::byte> expected = Run(Tensor(
+      v1::DATA_TYPE_FLOAT64, v1::REDUCE_OP_SUM, count, {-1, -1, -1}, v1::COLLECTIVE_REDUCESCATTER));
+  constexpr int64_t kOut = 10 << 20;
+  const negotiation::ReadyTensor tensor =
+      Tensor(v1::DATA_TYPE_FLOAT64, v1::REDUCE_OP_SUM, count, {kOut, -1, kOut + 64},
+             v1::COLLECTIVE_REDUCESCATTER);
+  EXPECT_TRUE(Run(tensor) == expected) << "the slot holds every block (rank 1 reads it)";
+  const std::vector<std::byte> block0(expected.begin(), expected.begin() + 3 * row_bytes);
+  const std::vector<std::byte> block2(expected.begin() + 5 * row_bytes, expected.end());
+  EXPECT_TRUE(At(0, kOut, 3 * row_bytes) == block0) << "rank 0's rows 0-2";
+  EXPECT_TRUE(At(2, kOut + 64, 2 * row_bytes) == block2) << "rank 2's rows 5-6";
+  EXPECT_TRUE(At(1, kOut, 64) == std::vector<std::byte>(64)) << "rank 1 named no output";
+  EXPECT_TRUE(ReducescatterOp().ResultOf(tensor, 0).in_output);
+  EXPECT_FALSE(ReducescatterOp().ResultOf(tensor, 1).in_output);
+  EXPECT_TRUE(ReducescatterOp().ResultOf(tensor, 2).in_output);
+  EXPECT_EQ(ReducescatterOp().ResultOf(tensor, 2).bytes, 2 * row_bytes);
+
+  // A block over its own input (here rank 2's rows on its input's second
+  // row) is refused, naming the rank: pieces run in any order.
+  const negotiation::ReadyTensor over =
+      Tensor(v1::DATA_TYPE_FLOAT64, v1::REDUCE_OP_SUM, count,
+             {-1, -1, static_cast<int64_t>(kInputAt + row_bytes)}, v1::COLLECTIVE_REDUCESCATTER);
+  const absl::Status refused = ReducescatterOp().Check(over);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("rank 12's output (arena offset"), std::string::npos)
+      << refused.message();
+  // Right after the input is fine.
+  EXPECT_TRUE(ReducescatterOp()
+                  .Check(Tensor(v1::DATA_TYPE_FLOAT64, v1::REDUCE_OP_SUM, count,
+                                {-1, -1, static_cast<int64_t>(kInputAt + count * sizeof(double))},
+                                v1::COLLECTIVE_REDUCESCATTER))
+                  .ok());
 }
 
 TEST_F(AllreduceOutputTest, AcrossNodesAndAdasumTheResultStaysInTheSlot) {

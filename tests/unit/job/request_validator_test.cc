@@ -743,7 +743,7 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_output_offset(0);
                   },
                   kInvalid,
-                  "output_offset applies only to allreduce and broadcast, not to alltoall"}),
+                  "output_offset applies only to allreduce, broadcast and reducescatter, not to alltoall"}),
     [](const auto& param_info) { return param_info.param.label; });
 
 TEST(RequestValidatorTest, AcceptsAnOutputAnywhereInTheArenaIncludingTheInput) {
