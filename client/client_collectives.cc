@@ -12,6 +12,7 @@
 namespace collective {
 namespace {
 
+using internal::NeedsRows;
 using internal::PreparedRequest;
 
 int64_t Rows(const TensorView& input) { return input.shape.empty() ? 0 : input.shape.front(); }
@@ -21,13 +22,6 @@ uint64_t RowBytes(const TensorView& input) {
   uint64_t bytes = DataTypeSize(input.dtype);
   for (size_t i = 1; i < input.shape.size(); ++i) bytes *= static_cast<uint64_t>(input.shape[i]);
   return bytes;
-}
-
-absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
-                       const TensorView& input) {
-  if (!input.shape.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
 }
 
 // Submits one prepared request whose result goes to `output`.

@@ -20,6 +20,13 @@ absl::Status CheckName(absl::string_view name, const v1::Limits& limits) {
 
 }  // namespace
 
+absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
+                       const TensorView& input) {
+  if (!input.shape.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
+}
+
 absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
                                             absl::string_view name, const TensorView& input,
                                             int32_t process_set, ProcessSet* set_out) {

@@ -36,6 +36,11 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
                                                  const AllreduceOptions& options,
                                                  ProcessSet* set = nullptr);
 
+// InvalidArgument, naming the collective and the tensor, for a tensor
+// without rows (a scalar).
+absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
+                       const TensorView& input);
+
 // Where the result goes: `output` (null: a view, or, for a CUDA tensor, the
 // input itself) holding `capacity` bytes.
 void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity);

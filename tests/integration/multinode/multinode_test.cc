@@ -2,8 +2,8 @@
 // socket directory standing in for a node, with real client processes: the
 // job forms across them (global rank = node offset + local rank), and the
 // integration scenarios of the single-node collectives run across the nodes
-// — allreduce of every op and dtype, allgather, broadcast, alltoall and
-// reducescatter matrices, grouped and mixed outstanding collectives,
+// — allreduce of every op and dtype, allgather, broadcast, alltoall,
+// reducescatter, reduce, gather and scatter matrices, grouped and mixed outstanding collectives,
 // barriers, join, static and dynamic process sets spanning nodes — over
 // Open MPI's TCP and shared-memory transports, with 2 and 3 daemons, 1 to 3
 // clients each, equal and unequal. Mismatches reach every rank on every node
@@ -183,6 +183,12 @@ std::vector<ScenarioParam> ScenarioParams() {
          {kTwoTcp, kUnequalTcp, kThreeOneShm, kThreeNodesTcp, kThreeNodesShm}) {
       params.push_back({{scenario}, world});
     }
+  }
+  // Reduce, gather and scatter, one test each, on two daemons (the root on
+  // either node, alone or with a node mate) and on three.
+  for (const char* rooted : {"reduce", "gather", "scatter"}) {
+    params.push_back({{"rooted-matrix", "--only", rooted}, kUnequalTcp});
+    params.push_back({{"rooted-matrix", "--only", rooted}, kThreeNodesShm});
   }
   for (const World& world : {kUnequalTcp, kThreeNodesTcp, kThreeNodesShm}) {
     const int last = world.size() - 1;
