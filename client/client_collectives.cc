@@ -153,19 +153,10 @@ absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
                                                       const TensorView& input, void* output,
                                                       int root_rank, int32_t process_set) {
   ProcessSet set;
-  ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_BROADCAST,
-                                                                   name, input, process_set, &set));
-  if (root_rank < 0 || root_rank >= set.size()) {
-    std::vector<PreparedRequest> discarded;
-    discarded.push_back(std::move(prepared));
-    internal::Discard(*core_, discarded);
-    return absl::InvalidArgumentError(absl::StrCat("broadcast of '", name, "': root rank ",
-                                                   root_rank, " is not a rank of process set ",
-                                                   process_set, " (size ", set.size(), ")"));
-  }
-  prepared.request.set_root_rank(root_rank);
-  const uint64_t length = prepared.request.length();
-  return SubmitOne(*core_, std::move(prepared), output, length);
+  auto prepared =
+      internal::PrepareData(*core_, v1::COLLECTIVE_BROADCAST, name, input, process_set, &set);
+  const uint64_t length = prepared.ok() ? prepared->request.length() : 0;
+  return internal::SubmitRooted(*core_, std::move(prepared), set, root_rank, output, length, 0);
 }
 
 absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,

@@ -1,49 +1,17 @@
 // collective::Client: the rooted collectives (reduce, gather, scatter).
 #include <algorithm>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client_core.h"
 #include "client/request_builder.h"
 #include "collective/client.h"
-#include "common/dtype.h"
 #include "common/status_macros.h"
 
 namespace collective {
-namespace {
 
 using internal::NeedsRows;
-using internal::PreparedRequest;
-
-// Sets the root and the output of a prepared rooted request and submits it,
-// or gives its staging back when the root is not a rank of `set`. An output
-// of `in_arena` bytes that lies in this client's arena is one the daemon
-// writes itself (0: never).
-absl::StatusOr<Client::Handle> SubmitRooted(internal::ClientCore& core,
-                                            absl::StatusOr<PreparedRequest> prepared,
-                                            const ProcessSet& set, int root_rank, void* output,
-                                            uint64_t capacity, uint64_t in_arena) {
-  if (!prepared.ok()) return prepared.status();
-  std::vector<PreparedRequest> requests;
-  requests.push_back(std::move(*prepared));
-  v1::TensorRequest& request = requests.front().request;
-  if (root_rank < 0 || root_rank >= set.size()) {
-    internal::Discard(core, requests);
-    return absl::InvalidArgumentError(absl::StrCat(
-        CollectiveName(request.collective()), " of '", request.name(), "': root rank ", root_rank,
-        " is not a rank of process set ", set.id, " (size ", set.size(), ")"));
-  }
-  request.set_root_rank(root_rank);
-  internal::SetOutput(requests.front(), output, capacity);
-  if (output != nullptr && in_arena > 0 && !requests.front().cuda.has_value()) {
-    if (auto offset = core.ArenaOffset(output, in_arena)) request.set_output_offset(*offset);
-  }
-  ASSIGN_OR_RETURN(std::vector<Client::Handle> handles, core.Submit(std::move(requests), false));
-  return handles.front();
-}
-
-}  // namespace
+using internal::SubmitRooted;
 
 absl::StatusOr<Client::Handle> Client::ReduceAsync(absl::string_view name, const TensorView& input,
                                                    void* output, int root_rank,

@@ -8,7 +8,6 @@
 // root's node keeps the result: the daemons run no rooted MPI operation.
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
-#include "shm/segment_layout.h"
 
 namespace collective::daemon::exec::ops {
 namespace {
@@ -38,7 +37,7 @@ class Reduce final : public CollectiveOp {
   }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
-    return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
+    return AllreduceOp().SlotBytes(tensor);
   }
 
   // The reduction goes into the slot, which only the daemon writes, and
