@@ -244,5 +244,37 @@ INSTANTIATE_TEST_SUITE_P(
                       MismatchParam{"reducescatter", "postscale", 0}),
     [](const auto& test) { return absl::StrCat(test.param.collective, "_", test.param.kind); });
 
+// Reduce, gather and scatter that disagree (rooted-mismatch: the last rank's
+// root, dtype or scatter rows): node 0 finds it with every rank's request,
+// and every rank on every node gets the same text.
+class MultiNodeRootedMismatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MultiNodeRootedMismatchTest, EveryRankOnEveryNodeGetsTheSameError) {
+  const World world = kThreeNodesTcp;
+  std::unique_ptr<MpiDaemons> daemons = StartDaemons(world);
+  ASSERT_NE(daemons, nullptr);
+  auto workers = daemons->StartWorkers(CollectivesWorkerBinary(), world.local_sizes,
+                                       {"rooted-mismatch", "--kind", GetParam(), "--across-nodes"});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  // The scenario itself checks a reduce, a gather and a scatter after it.
+  ASSERT_EQ(WaitForWorkers(*workers, kTimeout), "");
+  const std::string first = (*workers)[0].Stdout();
+  EXPECT_THAT(first, HasSubstr("error: FAILED_PRECONDITION: Mismatched "));
+  const int last = world.size() - 1;
+  if (GetParam() == "rows") {
+    EXPECT_THAT(first, HasSubstr("ask for [2, 2, 2, 3] rows, 9 in all, but root rank 0 sent 8"));
+  } else {
+    EXPECT_THAT(first, HasSubstr(absl::StrCat(", rank ", last, " sent ")));
+  }
+  for (size_t rank = 1; rank < workers->size(); ++rank) {
+    EXPECT_EQ((*workers)[rank].Stdout(), first) << "rank " << rank;
+  }
+  ExpectCleanWorld(*daemons, /*errors_expected=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, MultiNodeRootedMismatchTest,
+                         ::testing::Values("root", "dtype", "rows"),
+                         [](const auto& test) { return test.param; });
+
 }  // namespace
 }  // namespace collective::testing
