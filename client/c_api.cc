@@ -483,4 +483,36 @@ int collective_received_splits(collective_client_t* client, collective_handle_t 
   return Copy(it->second.received_splits(), splits, capacity, count);
 }
 
+int collective_reduce_async(collective_client_t* client, const char* name,
+                            const collective_tensor_t* input, void* output, collective_op_t op,
+                            double prescale, double postscale, int root_rank, int32_t process_set,
+                            collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  return Started(client,
+                 client->client->ReduceAsync(name, View(input), output, root_rank,
+                                             Options(op, prescale, postscale, process_set)),
+                 output == nullptr, handle);
+}
+
+int collective_gather_async(collective_client_t* client, const char* name,
+                            const collective_tensor_t* input, int root_rank, int32_t process_set,
+                            void* output, size_t output_bytes, collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  return Started(
+      client,
+      client->client->GatherAsync(name, View(input), root_rank, process_set, output, output_bytes),
+      output == nullptr, handle);
+}
+
+int collective_scatter_async(collective_client_t* client, const char* name,
+                             const collective_tensor_t* input, int64_t receive_rows, int root_rank,
+                             int32_t process_set, void* output, size_t output_bytes,
+                             collective_handle_t* handle) {
+  if (absl::Status checked = CheckArguments(name, input); !checked.ok()) return Fail(checked);
+  return Started(client,
+                 client->client->ScatterAsync(name, View(input), receive_rows, root_rank,
+                                              process_set, output, output_bytes),
+                 output == nullptr, handle);
+}
+
 }  // extern "C"

@@ -12,6 +12,7 @@
 namespace collective {
 namespace {
 
+using internal::NeedsRows;
 using internal::PreparedRequest;
 
 int64_t Rows(const TensorView& input) { return input.shape.empty() ? 0 : input.shape.front(); }
@@ -21,13 +22,6 @@ uint64_t RowBytes(const TensorView& input) {
   uint64_t bytes = DataTypeSize(input.dtype);
   for (size_t i = 1; i < input.shape.size(); ++i) bytes *= static_cast<uint64_t>(input.shape[i]);
   return bytes;
-}
-
-absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
-                       const TensorView& input) {
-  if (!input.shape.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
 }
 
 // Submits one prepared request whose result goes to `output`.
@@ -159,23 +153,12 @@ absl::StatusOr<Client::Handle> Client::BroadcastAsync(absl::string_view name,
                                                       const TensorView& input, void* output,
                                                       int root_rank, int32_t process_set) {
   ProcessSet set;
-  ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_BROADCAST,
-                                                                   name, input, process_set, &set));
-  if (root_rank < 0 || root_rank >= set.size()) {
-    std::vector<PreparedRequest> discarded;
-    discarded.push_back(std::move(prepared));
-    internal::Discard(*core_, discarded);
-    return absl::InvalidArgumentError(absl::StrCat("broadcast of '", name, "': root rank ",
-                                                   root_rank, " is not a rank of process set ",
-                                                   process_set, " (size ", set.size(), ")"));
-  }
-  prepared.request.set_root_rank(root_rank);
-  internal::SetOutput(prepared, output, prepared.request.length());
-  internal::SetOutputInArena(*core_, prepared);
-  std::vector<PreparedRequest> requests;
-  requests.push_back(std::move(prepared));
-  ASSIGN_OR_RETURN(std::vector<Handle> handles, core_->Submit(std::move(requests), false));
-  return handles.front();
+  auto prepared =
+      internal::PrepareData(*core_, v1::COLLECTIVE_BROADCAST, name, input, process_set, &set);
+  const uint64_t length = prepared.ok() ? prepared->request.length() : 0;
+  // An output in the arena gets the root's bytes from the daemon.
+  return internal::SubmitRooted(*core_, std::move(prepared), set, root_rank, output, length,
+                                length);
 }
 
 absl::StatusOr<Client::Handle> Client::AlltoallAsync(absl::string_view name,

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 #include "common/status_macros.h"
 
 namespace collective::internal {
@@ -20,6 +21,13 @@ absl::Status CheckName(absl::string_view name, const v1::Limits& limits) {
 }
 
 }  // namespace
+
+absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
+                       const TensorView& input) {
+  if (!input.shape.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
+}
 
 absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
                                             absl::string_view name, const TensorView& input,
@@ -119,6 +127,29 @@ void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared) {
     return;
   }
   prepared.request.set_output_offset(*in_arena);  // the daemon writes the result there
+}
+
+absl::StatusOr<Client::Handle> SubmitRooted(ClientCore& core,
+                                            absl::StatusOr<PreparedRequest> prepared,
+                                            const ProcessSet& set, int root_rank, void* output,
+                                            uint64_t capacity, uint64_t in_arena) {
+  if (!prepared.ok()) return prepared.status();
+  std::vector<PreparedRequest> requests;
+  requests.push_back(std::move(*prepared));
+  v1::TensorRequest& request = requests.front().request;
+  if (root_rank < 0 || root_rank >= set.size()) {
+    Discard(core, requests);
+    return absl::InvalidArgumentError(absl::StrCat(
+        CollectiveName(request.collective()), " of '", request.name(), "': root rank ", root_rank,
+        " is not a rank of process set ", set.id, " (size ", set.size(), ")"));
+  }
+  request.set_root_rank(root_rank);
+  SetOutput(requests.front(), output, capacity);
+  if (output != nullptr && in_arena > 0 && !requests.front().cuda.has_value()) {
+    if (auto offset = core.ArenaOffset(output, in_arena)) request.set_output_offset(*offset);
+  }
+  ASSIGN_OR_RETURN(std::vector<Client::Handle> handles, core.Submit(std::move(requests), false));
+  return handles.front();
 }
 
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set) {

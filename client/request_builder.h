@@ -36,6 +36,11 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
                                                  const AllreduceOptions& options,
                                                  ProcessSet* set = nullptr);
 
+// InvalidArgument, naming the collective and the tensor, for a tensor
+// without rows (a scalar).
+absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
+                       const TensorView& input);
+
 // Where the result goes: `output` (null: a view, or, for a CUDA tensor, the
 // input itself) holding `capacity` bytes.
 void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity);
@@ -44,6 +49,16 @@ void SetOutput(PreparedRequest& prepared, void* output, uint64_t capacity);
 // daemon to write the result there (TensorRequest.output_offset), so that
 // nothing is copied out of the result segment. After SetOutput.
 void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared);
+
+// Broadcast and the rooted collectives: sets the root and the output of a
+// prepared request (from PrepareData with `set`) and submits it, or gives
+// its staging back when the root is not a rank of `set`. An output of
+// `in_arena` bytes that lies in this client's arena is one the daemon
+// writes itself (0: never; SetOutputInArena's rule for allreduce).
+absl::StatusOr<Client::Handle> SubmitRooted(ClientCore& core,
+                                            absl::StatusOr<PreparedRequest> prepared,
+                                            const ProcessSet& set, int root_rank, void* output,
+                                            uint64_t capacity, uint64_t in_arena);
 
 // A request without data (barrier, join, process-set changes).
 PreparedRequest PrepareControl(v1::Collective collective, const char* name, int32_t process_set);

@@ -105,6 +105,12 @@ std::string CollectiveName(v1::Collective collective) {
       return "add_process_set";
     case v1::COLLECTIVE_REMOVE_PROCESS_SET:
       return "remove_process_set";
+    case v1::COLLECTIVE_REDUCE:
+      return "reduce";
+    case v1::COLLECTIVE_GATHER:
+      return "gather";
+    case v1::COLLECTIVE_SCATTER:
+      return "scatter";
     case v1::COLLECTIVE_UNSPECIFIED:
       return "unspecified";
     default:

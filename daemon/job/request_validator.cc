@@ -1,6 +1,7 @@
 #include "daemon/job/request_validator.h"
 
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -47,7 +48,48 @@ bool IsControl(v1::Collective collective) {
 }
 
 bool IsReduction(v1::Collective collective) {
-  return collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_REDUCESCATTER;
+  return collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_REDUCESCATTER ||
+         collective == v1::COLLECTIVE_REDUCE;
+}
+
+bool IsRooted(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_REDUCE || collective == v1::COLLECTIVE_GATHER ||
+         collective == v1::COLLECTIVE_SCATTER;
+}
+
+// The bytes a scatter delivers to this rank: receive_rows rows of the
+// input's trailing dimensions. Nullopt when that overflows.
+std::optional<uint64_t> ScatterBytes(const v1::TensorRequest& request) {
+  uint64_t row = ElementSize(request.dtype());
+  for (int i = 1; i < request.shape_size(); ++i) {
+    if (__builtin_mul_overflow(row, static_cast<uint64_t>(request.shape(i)), &row)) {
+      return std::nullopt;
+    }
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(row, static_cast<uint64_t>(request.receive_rows()), &bytes)) {
+    return std::nullopt;
+  }
+  return bytes;
+}
+
+// Scatter: the rows this rank receives.
+absl::Status CheckReceiveRows(const v1::TensorRequest& request) {
+  if (request.collective() != v1::COLLECTIVE_SCATTER) {
+    if (request.receive_rows() == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("receive_rows applies only to scatter, not to ",
+                                                   CollectiveName(request.collective())));
+  }
+  if (request.receive_rows() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("receive_rows ", request.receive_rows(), " is negative"));
+  }
+  if (!ScatterBytes(request).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("receive_rows ", request.receive_rows(), " is more rows of shape ",
+                     ShapeString(ShapeOf(request.shape())), " than a tensor can hold"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckName(const std::string& name, const RequestLimits& limits) {
@@ -93,12 +135,14 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
   const v1::DataType dtype = request.dtype();
   if (!IsReduction(collective)) {
     if (request.has_prescale() && request.prescale() != 1.0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "prescale applies to allreduce and reducescatter, not ", CollectiveName(collective)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("prescale applies to allreduce, reducescatter and reduce, not ",
+                       CollectiveName(collective)));
     }
     if (request.has_postscale() && request.postscale() != 1.0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "postscale applies to allreduce and reducescatter, not ", CollectiveName(collective)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("postscale applies to allreduce, reducescatter and reduce, not ",
+                       CollectiveName(collective)));
     }
     return absl::OkStatus();
   }
@@ -156,6 +200,12 @@ absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& 
     return absl::OkStatus();
   }
   const v1::Collective collective = request.collective();
+  if (IsRooted(collective)) {
+    return absl::UnimplementedError(
+        absl::StrCat(CollectiveName(collective),
+                     " is implemented for host tensors only; copy a CUDA tensor to the host to ",
+                     CollectiveName(collective), " it"));
+  }
   if (!limits.cuda) {
     return absl::UnimplementedError(
         "CUDA tensors need a collectived built with CUDA and NCCL; this one was built without "
@@ -201,21 +251,28 @@ absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestL
     return absl::InvalidArgumentError(
         "output_offset applies to host tensors; a CUDA tensor's output is device_output");
   }
-  // Collectives whose result is at most as long as the input, on every rank
+  // Collectives whose result is at most as long as the input on every rank
   // (the range checked is the input's length, which holds a reducescatter
-  // rank's block; the reducescatter op checks the block against the input).
-  if (request.collective() != v1::COLLECTIVE_ALLREDUCE &&
-      request.collective() != v1::COLLECTIVE_BROADCAST &&
-      request.collective() != v1::COLLECTIVE_REDUCESCATTER) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "output_offset applies only to allreduce, broadcast and reducescatter, not to ",
-        CollectiveName(request.collective())));
-  }
-  uint64_t end = 0;
-  if (__builtin_add_overflow(request.output_offset(), request.length(), &end) ||
-      end > limits.arena_bytes) {
+  // rank's block; the reducescatter op checks the block against the input),
+  // and scatter, whose result is this rank's rows.
+  const v1::Collective collective = request.collective();
+  if (collective != v1::COLLECTIVE_ALLREDUCE && collective != v1::COLLECTIVE_BROADCAST &&
+      collective != v1::COLLECTIVE_REDUCESCATTER && collective != v1::COLLECTIVE_REDUCE &&
+      collective != v1::COLLECTIVE_SCATTER) {
     return absl::InvalidArgumentError(
-        absl::StrCat("output_offset ", request.output_offset(), " + length ", request.length(),
+        absl::StrCat("output_offset applies only to allreduce, broadcast, reducescatter, "
+                     "reduce and scatter, not to ",
+                     CollectiveName(collective)));
+  }
+  // A scatter's result is this rank's rows (CheckReceiveRows vouched for
+  // their size); the others' is the input's size.
+  const bool scatter = collective == v1::COLLECTIVE_SCATTER;
+  const uint64_t bytes = scatter ? ScatterBytes(request).value_or(0) : request.length();
+  uint64_t end = 0;
+  if (__builtin_add_overflow(request.output_offset(), bytes, &end) || end > limits.arena_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("output_offset ", request.output_offset(), " + ",
+                     scatter ? "the bytes of receive_rows " : "length ", bytes,
                      " lies outside the client's arena of ", limits.arena_bytes,
                      " bytes (the daemon writes a result only into the client's own arena)"));
   }
@@ -235,9 +292,10 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
     return absl::InvalidArgumentError(absl::StrCat("the shape has ", request.shape_size(),
                                                    " dimensions; the limit is ", limits.max_dims));
   }
-  const bool needs_rows = collective == v1::COLLECTIVE_ALLGATHER ||
-                          collective == v1::COLLECTIVE_ALLTOALL ||
-                          collective == v1::COLLECTIVE_REDUCESCATTER;
+  const bool needs_rows =
+      collective == v1::COLLECTIVE_ALLGATHER || collective == v1::COLLECTIVE_ALLTOALL ||
+      collective == v1::COLLECTIVE_REDUCESCATTER || collective == v1::COLLECTIVE_GATHER ||
+      collective == v1::COLLECTIVE_SCATTER;
   if (needs_rows && request.shape_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         CollectiveName(collective), " needs a tensor of at least one dimension (its rows)"));
@@ -259,6 +317,7 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
         absl::StrCat("offset ", request.offset(), " + length ", request.length(),
                      " lies outside the client's arena of ", limits.arena_bytes, " bytes"));
   }
+  if (absl::Status status = CheckReceiveRows(request); !status.ok()) return status;
   if (absl::Status status = CheckOutputInArena(request, limits); !status.ok()) return status;
 
   if (request.splits_size() != 0) {
@@ -287,7 +346,7 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
           "the splits add up to ", total, " rows but the first dimension is ", request.shape(0)));
     }
   }
-  if (collective == v1::COLLECTIVE_BROADCAST && request.root_rank() < 0) {
+  if ((collective == v1::COLLECTIVE_BROADCAST || IsRooted(collective)) && request.root_rank() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("root rank ", request.root_rank(), " is negative"));
   }

@@ -305,6 +305,9 @@ bool CarriesData(v1::Collective collective) {
     case v1::COLLECTIVE_ALLGATHER:
     case v1::COLLECTIVE_BROADCAST:
     case v1::COLLECTIVE_ALLTOALL:
+    case v1::COLLECTIVE_REDUCE:
+    case v1::COLLECTIVE_GATHER:
+    case v1::COLLECTIVE_SCATTER:
       return true;
     default:
       return false;

@@ -1,6 +1,7 @@
 #include "daemon/negotiation/mismatch.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -110,6 +111,54 @@ absl::Status CheckReduction(const ReadyTensor& tensor, const Submission& first,
   return absl::OkStatus();
 }
 
+absl::Status CheckTrailingDims(const ReadyTensor& tensor, const Submission& first,
+                               const Submission& other) {
+  const v1::TensorRequest& a = first.request;
+  const v1::TensorRequest& b = other.request;
+  if (SameTrailingDims(a, b)) return absl::OkStatus();
+  return Mismatch(tensor, absl::StrCat(CollectiveName(a.collective()), " tensor shapes"), first,
+                  ShapeString(ShapeOf(a.shape())), other, ShapeString(ShapeOf(b.shape())),
+                  " (every dimension but the first must match)");
+}
+
+// Reduce, gather and scatter: the root, then what the collective needs.
+absl::Status CheckRooted(const ReadyTensor& tensor, const Submission& first,
+                         const Submission& other) {
+  const v1::TensorRequest& a = first.request;
+  const v1::TensorRequest& b = other.request;
+  if (b.root_rank() != a.root_rank()) {
+    return Mismatch(tensor, absl::StrCat(CollectiveName(a.collective()), " root ranks"), first,
+                    absl::StrCat(a.root_rank()), other, absl::StrCat(b.root_rank()));
+  }
+  if (a.collective() == v1::COLLECTIVE_REDUCE) return CheckReduction(tensor, first, other);
+  return CheckTrailingDims(tensor, first, other);
+}
+
+// Scatter: the rows every rank receives add up to the root's rows. A root
+// outside the set, or a set with joined ranks, is the op's to refuse.
+absl::Status CheckScatterRows(const ReadyTensor& tensor) {
+  if (tensor.has_joined_ranks()) return absl::OkStatus();
+  const int32_t root = tensor.submissions.front().request.root_rank();
+  const Submission* sender = nullptr;
+  int64_t total = 0;
+  std::vector<std::string> asked;
+  for (const Submission& submission : tensor.submissions) {
+    if (submission.set_rank == root) sender = &submission;
+    const int64_t rows = submission.request.receive_rows();
+    total = __builtin_add_overflow(total, rows, &total) ? INT64_MAX : total;
+    asked.push_back(absl::StrCat(rows));
+  }
+  if (sender == nullptr) return absl::OkStatus();
+  const int64_t has = sender->request.shape_size() > 0 ? sender->request.shape(0) : 0;
+  if (total == has) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "Mismatched scatter rows for '", tensor.name, "': the ranks of process set ",
+      tensor.process_set_id, " ask for [", absl::StrJoin(asked, ", "), "] rows, ",
+      total == INT64_MAX ? std::string("more than a tensor holds") : absl::StrCat(total),
+      " in all, but root rank ", RankOf(*sender), " sent ", has,
+      " rows; the rows every rank receives must add up to the root's first dimension"));
+}
+
 absl::Status CheckPair(const ReadyTensor& tensor, const Submission& first,
                        const Submission& other) {
   if (absl::Status status = CheckCommon(tensor, first, other); !status.ok()) return status;
@@ -138,6 +187,10 @@ absl::Status CheckPair(const ReadyTensor& tensor, const Submission& first,
                         other, ShapeString(ShapeOf(b.shape())));
       }
       return absl::OkStatus();
+    case v1::COLLECTIVE_REDUCE:
+    case v1::COLLECTIVE_GATHER:
+    case v1::COLLECTIVE_SCATTER:
+      return CheckRooted(tensor, first, other);
     case v1::COLLECTIVE_ADD_PROCESS_SET:
       if (SortedRanks(a) != SortedRanks(b)) {
         return Mismatch(tensor, "process sets to add", first, job::RanksString(SortedRanks(a)),
@@ -163,6 +216,7 @@ absl::Status CheckAgreement(const ReadyTensor& tensor) {
   for (const Submission& other : tensor.submissions) {
     if (absl::Status status = CheckPair(tensor, first, other); !status.ok()) return status;
   }
+  if (first.request.collective() == v1::COLLECTIVE_SCATTER) return CheckScatterRows(tensor);
   return absl::OkStatus();
 }
 

@@ -2,7 +2,9 @@
 // tensor name — collective, device (CPU or GPU), dtype, group, and what that
 // collective needs to agree on (reductions: op, shape and scale factors;
 // allgather and alltoall: every dimension but the first; broadcast: root and
-// shape; process-set changes: the set). A disagreement becomes one error that every rank
+// shape; reduce: root and what reductions agree on; gather and scatter: root
+// and every dimension but the first, and a scatter's rows add up to the
+// root's; process-set changes: the set). A disagreement becomes one error that every rank
 // receives, naming the tensor, the two values and the two ranks, as Horovod
 // does.
 #pragma once

@@ -95,10 +95,11 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
       ->capture_default_str();
   app.add_option("--sizes", sizes_,
                  "sweep sizes in bytes, MIN:MAX, doubling. A size is what each rank puts in "
-                 "(float32); allgather gives each rank R times that, R the ranks (N*K). For "
-                 "alltoall and reducescatter each size is rounded up to a multiple of 4*R bytes, "
-                 "so that it splits evenly among the ranks (MPI_Alltoall and "
-                 "MPI_Reduce_scatter_block need that), and a size that rounding repeats is "
+                 "(float32); allgather gives each rank R times that, R the ranks (N*K), and "
+                 "gather the root. For alltoall, reducescatter and scatter each size is rounded "
+                 "up to a multiple of 4*R bytes, so that it splits evenly among the ranks "
+                 "(MPI_Alltoall and MPI_Reduce_scatter_block need that), and a size that "
+                 "rounding repeats is "
                  "measured once")
       ->type_name("MIN:MAX")
       ->capture_default_str();
@@ -121,8 +122,10 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
   app.add_option(
          "--op", op_,
          "collective of the size sweep: allreduce, allgather, broadcast (from rank 0), alltoall "
-         "(even split) or reducescatter (even split), against MPI_Allreduce (in place), "
-         "MPI_Allgather, MPI_Bcast, MPI_Alltoall and MPI_Reduce_scatter_block. The ResNet step "
+         "(even split), reducescatter (even split), reduce (to rank 0), gather (to rank 0) or "
+         "scatter (from rank 0, even split), against MPI_Allreduce (in place), MPI_Allgather, "
+         "MPI_Bcast, MPI_Alltoall, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Gatherv and "
+         "MPI_Scatterv. The ResNet step "
          "and the latency measure allreduce only: with another collective, --mode all runs the "
          "sweep alone. 'sum' and 'average' (the reduce op before --reduce-op existed) still "
          "mean allreduce with that --reduce-op")
@@ -205,8 +208,9 @@ absl::Status OptionParser::FinishOptions() {
       if (name == op_) options_.collective = collective;
     }
     if (reduce_op_given && !Reduces(options_.collective)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--reduce-op: ", op_, " reduces nothing; only allreduce and reducescatter take one"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--reduce-op: ", op_,
+                       " reduces nothing; only allreduce, reducescatter and reduce take one"));
     }
   }
   options_.reduce_op = reduce_op_ == "average" ? ReduceOp::kAverage : ReduceOp::kSum;

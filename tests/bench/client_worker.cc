@@ -173,11 +173,32 @@ class ClientBench {
         return client_.AlltoallAsync(name, input);
       case Collective::kReducescatter:
         return client_.ReducescatterAsync(name, input, tensor.output(), reduction);
+      case Collective::kReduce:
+        return client_.ReduceAsync(name, input, tensor.output(), kBroadcastRoot, reduction);
+      case Collective::kGather:
+        if (tensor.device() != nullptr) {
+          return client_.GatherAsync(name, input, kBroadcastRoot, kGlobalProcessSet,
+                                     tensor.output(), output_bytes);
+        }
+        return client_.GatherAsync(name, input, kBroadcastRoot);
+      case Collective::kScatter: {
+        // The root sends every row, the others none; each receives its
+        // even share (a view, copied out as allgather's is).
+        TensorView sent = input;
+        if (client_.rank() != kBroadcastRoot) sent.shape = {0};
+        const int64_t rows = shape.front() / client_.size();
+        if (tensor.device() != nullptr) {
+          return client_.ScatterAsync(name, sent, rows, kBroadcastRoot, kGlobalProcessSet,
+                                      tensor.output(), output_bytes);
+        }
+        return client_.ScatterAsync(name, sent, rows, kBroadcastRoot);
+      }
     }
     return absl::InvalidArgumentError("unknown collective");
   }
 
-  // Waits for `handle`. In the copy placement, a view (allgather, alltoall)
+  // Waits for `handle`. In the copy placement, a view (allgather, alltoall,
+  // gather, scatter)
   // is copied into the tensor's private output and released: part of the
   // timed work, as the library's own copy out is for the other collectives.
   absl::StatusOr<Received> Receive(Client::Handle handle, PlacedTensor& tensor,

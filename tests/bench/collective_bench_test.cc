@@ -235,7 +235,9 @@ TEST_P(CollectiveSweepTest, ShortSweepAgainstMpiPrintsTheCollectivesFields) {
     EXPECT_EQ(Text(line, "op"), c.op) << text;
     EXPECT_EQ(Has(line, "reduce_op"), !c.reduce_op.empty()) << text;
     EXPECT_EQ(Text(line, "reduce_op"), c.reduce_op) << text;
-    EXPECT_EQ(Has(line, "root"), c.op == "broadcast") << text;
+    const bool rooted =
+        c.op == "broadcast" || c.op == "reduce" || c.op == "gather" || c.op == "scatter";
+    EXPECT_EQ(Has(line, "root"), rooted) << text;
     EXPECT_EQ(Number(line, "clients"), 3) << text;
     const double bytes = Number(line, "bytes");
     EXPECT_GE(bytes, 1024) << text;
@@ -281,7 +283,11 @@ INSTANTIATE_TEST_SUITE_P(
                        "average",
                        2.0 / 3,
                        1,
-                       true}),
+                       true},
+        CollectiveCase{
+            {"--op", "reduce", "--reduce-op", "average"}, "reduce", "average", 1.0, 1, false},
+        CollectiveCase{{"--op", "gather"}, "gather", "", 2.0 / 3, 3, false},
+        CollectiveCase{{"--op", "scatter"}, "scatter", "", 2.0 / 3, 1, true}),
     [](const ::testing::TestParamInfo<CollectiveCase>& param) { return param.param.args[1]; });
 
 TEST(CollectiveBenchTest, ContradictoryOptionsAreRefused) {

@@ -25,6 +25,12 @@ const char* CollectiveName(Collective collective) {
       return "alltoall";
     case Collective::kReducescatter:
       return "reducescatter";
+    case Collective::kReduce:
+      return "reduce";
+    case Collective::kGather:
+      return "gather";
+    case Collective::kScatter:
+      return "scatter";
   }
   return "?";
 }
@@ -35,21 +41,26 @@ const std::vector<std::pair<std::string, Collective>>& CollectiveNames() {
       {"allgather", Collective::kAllgather},
       {"broadcast", Collective::kBroadcast},
       {"alltoall", Collective::kAlltoall},
-      {"reducescatter", Collective::kReducescatter}};
+      {"reducescatter", Collective::kReducescatter},
+      {"reduce", Collective::kReduce},
+      {"gather", Collective::kGather},
+      {"scatter", Collective::kScatter}};
   return *names;
 }
 
 bool Reduces(Collective collective) {
-  return collective == Collective::kAllreduce || collective == Collective::kReducescatter;
+  return collective == Collective::kAllreduce || collective == Collective::kReducescatter ||
+         collective == Collective::kReduce;
 }
 
 bool SplitsInput(Collective collective) {
-  return collective == Collective::kAlltoall || collective == Collective::kReducescatter;
+  return collective == Collective::kAlltoall || collective == Collective::kReducescatter ||
+         collective == Collective::kScatter;
 }
 
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks) {
-  return collective == Collective::kAllgather ? input_bytes * static_cast<uint64_t>(ranks)
-                                              : input_bytes;
+  const bool gathers = collective == Collective::kAllgather || collective == Collective::kGather;
+  return gathers ? input_bytes * static_cast<uint64_t>(ranks) : input_bytes;
 }
 
 double BusFactor(Collective collective, int ranks) {
@@ -58,10 +69,13 @@ double BusFactor(Collective collective, int ranks) {
     case Collective::kAllreduce:
       return 2.0 * (k - 1) / k;
     case Collective::kBroadcast:
+    case Collective::kReduce:
       return 1.0;
     case Collective::kAllgather:
     case Collective::kAlltoall:
     case Collective::kReducescatter:
+    case Collective::kGather:
+    case Collective::kScatter:
       return (k - 1) / k;
   }
   return 1.0;
@@ -75,11 +89,17 @@ size_t Pattern::block() const {
 }
 
 size_t Pattern::output_elements() const {
+  const bool root = rank_ == kBroadcastRoot;
   switch (collective_) {
     case Collective::kAllgather:
       return elements_ * static_cast<size_t>(ranks_);
     case Collective::kReducescatter:
+    case Collective::kScatter:
       return block();
+    case Collective::kReduce:
+      return root ? elements_ : 0;
+    case Collective::kGather:
+      return root ? elements_ * static_cast<size_t>(ranks_) : 0;
     case Collective::kAllreduce:
     case Collective::kBroadcast:
     case Collective::kAlltoall:
@@ -91,12 +111,15 @@ size_t Pattern::output_elements() const {
 size_t Pattern::OutputBlock() const {
   switch (collective_) {
     case Collective::kAllgather:
+    case Collective::kGather:
       return elements_;
     case Collective::kAlltoall:
       return block();
     case Collective::kAllreduce:
     case Collective::kBroadcast:
     case Collective::kReducescatter:
+    case Collective::kReduce:
+    case Collective::kScatter:
       return output_elements();
   }
   return output_elements();
@@ -130,7 +153,11 @@ float Pattern::Expected(size_t element, int iteration) const {
   const size_t b = block();
   switch (collective_) {
     case Collective::kAllgather:
+    case Collective::kGather:
       return Input(static_cast<int>(element / n), element % n, iteration);
+    case Collective::kScatter:
+      // This rank's block of the root's input.
+      return Input(kBroadcastRoot, static_cast<size_t>(rank_) * b + element, iteration);
     case Collective::kBroadcast:
       return Input(kBroadcastRoot, element, iteration);
     case Collective::kAlltoall:
@@ -138,6 +165,7 @@ float Pattern::Expected(size_t element, int iteration) const {
       return Input(static_cast<int>(element / b), static_cast<size_t>(rank_) * b + element % b,
                    iteration);
     case Collective::kAllreduce:
+    case Collective::kReduce:
     case Collective::kReducescatter: {
       // Reducescatter: this rank's block of the reduction.
       const size_t at = collective_ == Collective::kReducescatter

@@ -3,9 +3,11 @@
 //
 // A sweep point's size is the bytes each rank puts in: n float32 elements.
 // Rank r's element e is (r + 1)·(block + 1), where the input is cut into K
-// blocks of n/K elements for alltoall and reducescatter (block = e / (n/K):
-// the block sent to rank `block`, or the block of the sum rank `block`
-// keeps) and is one block otherwise. The first element of every block is
+// blocks of n/K elements for alltoall, reducescatter and scatter (block =
+// e / (n/K): the block sent to rank `block`, or the block of the sum rank
+// `block` keeps) and is one block otherwise. The rooted collectives (reduce,
+// gather, scatter) have the root kBroadcastRoot; a scatter's other ranks
+// put in nothing. The first element of every block is
 // also multiplied by 1, 2, 4 or 8 from one iteration to the next, so that a
 // result not recomputed cannot pass the check; every value and every sum
 // stays an exact float32 integer for the ranks one node can hold.
@@ -22,26 +24,38 @@
 
 namespace collective::bench {
 
-enum class Collective { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+enum class Collective {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kReduce,
+  kGather,
+  kScatter
+};
 
-// Broadcasts come from this rank, in collectived and in MPI_Bcast.
+// Broadcasts come from this rank, in collectived and in MPI_Bcast; it is
+// the root of reduce, gather and scatter too.
 inline constexpr int kBroadcastRoot = 0;
 
 const char* CollectiveName(Collective collective);
 // The collectives by name, in the order --help lists them.
 const std::vector<std::pair<std::string, Collective>>& CollectiveNames();
 
-// Allreduce and reducescatter reduce (sum or average); the others move data.
+// Allreduce, reducescatter and reduce reduce (sum or average); the others
+// move data.
 bool Reduces(Collective collective);
-// Alltoall and reducescatter cut the input into one block per rank: the
-// element count must divide by the ranks.
+// Alltoall, reducescatter and scatter cut the input into one block per
+// rank: the element count must divide by the ranks.
 bool SplitsInput(Collective collective);
 
 // The bytes algbw counts for a per-rank input of `input_bytes`: what each
-// rank ends up with, as nccl-tests counts it (allgather: K·n; the others n).
+// rank ends up with, as nccl-tests counts it (allgather and gather, at the
+// root: K·n; the others n: scatter's root sends n).
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks);
-// busbw / algbw: 2(K−1)/K for allreduce, (K−1)/K for allgather, alltoall and
-// reducescatter, 1 for broadcast.
+// busbw / algbw: 2(K−1)/K for allreduce, (K−1)/K for allgather, alltoall,
+// reducescatter, gather and scatter, 1 for broadcast and reduce.
 double BusFactor(Collective collective, int ranks);
 
 // The data of one tensor of one rank (see the top of this file).
@@ -50,8 +64,9 @@ class Pattern {
   Pattern(Collective collective, ReduceOp op, int ranks, int rank, size_t elements);
 
   size_t input_elements() const { return elements_; }
-  // The elements this rank receives: K·n for allgather, n/K for
-  // reducescatter, n for the others.
+  // The elements this rank receives: K·n for allgather (and gather's
+  // root), n/K for reducescatter and scatter, n for allreduce, broadcast,
+  // alltoall and reduce's root, none for reduce's and gather's other ranks.
   size_t output_elements() const;
 
   // Writes the whole input as of `iteration`.

@@ -81,6 +81,29 @@ class MpiBench {
                                  MPI_COMM_WORLD);
         Average(output);
         return;
+      case Collective::kReduce:
+        MPI_Reduce(input.data(), output.data(), count, MPI_FLOAT, MPI_SUM, kBroadcastRoot,
+                   MPI_COMM_WORLD);
+        Average(output);  // the root's; the others' is empty
+        return;
+      case Collective::kGather: {
+        // The v-variants, as a gather of rows that may differ per rank
+        // needs (here they do not, so that both sides move the same bytes).
+        const std::vector<int> counts(static_cast<size_t>(size_), count);
+        std::vector<int> displs(static_cast<size_t>(size_));
+        for (int r = 0; r < size_; ++r) displs[r] = r * count;
+        MPI_Gatherv(input.data(), count, MPI_FLOAT, output.data(), counts.data(), displs.data(),
+                    MPI_FLOAT, kBroadcastRoot, MPI_COMM_WORLD);
+        return;
+      }
+      case Collective::kScatter: {
+        const std::vector<int> counts(static_cast<size_t>(size_), block);
+        std::vector<int> displs(static_cast<size_t>(size_));
+        for (int r = 0; r < size_; ++r) displs[r] = r * block;
+        MPI_Scatterv(input.data(), counts.data(), displs.data(), MPI_FLOAT, output.data(), block,
+                     MPI_FLOAT, kBroadcastRoot, MPI_COMM_WORLD);
+        return;
+      }
     }
   }
 

@@ -105,6 +105,17 @@ void Report::PrintHeader(const std::string& daemon) const {
       what = absl::StrCat("float32 ", ReduceOpName(info_.reduce_op),
                           " reducescatter, even split (sweep only)");
       break;
+    case Collective::kReduce:
+      what = absl::StrCat("float32 ", ReduceOpName(info_.reduce_op), " reduce to rank ",
+                          kBroadcastRoot, " (sweep only)");
+      break;
+    case Collective::kGather:
+      what = absl::StrCat("float32 gather to rank ", kBroadcastRoot, " (sweep only)");
+      break;
+    case Collective::kScatter:
+      what =
+          absl::StrCat("float32 scatter from rank ", kBroadcastRoot, ", even split (sweep only)");
+      break;
   }
   std::fprintf(out_, "collective-bench: %s, %s, %s\n", Clients().c_str(), what.c_str(),
                daemon.c_str());
@@ -147,7 +158,10 @@ std::string Report::JsonLine(const Measurement& m) const {
   const Collective collective = CollectiveOf(m.mode);
   json.Str("op", CollectiveName(collective));
   if (Reduces(collective)) json.Str("reduce_op", ReduceOpName(info_.reduce_op));
-  if (collective == Collective::kBroadcast) json.Int("root", kBroadcastRoot);
+  if (collective == Collective::kBroadcast || collective == Collective::kReduce ||
+      collective == Collective::kGather || collective == Collective::kScatter) {
+    json.Int("root", kBroadcastRoot);
+  }
   json.Str("dtype", "float32").Int("clients", info_.ranks());
   json.Int("nodes", info_.nodes).Int("clients_per_node", info_.clients_per_node);
   json.Int("verified_ranks", m.verified_ranks);
@@ -233,11 +247,16 @@ void Report::PrintSweep() const {
       bandwidth = "busbw = K*bytes/time * (K-1)/K (each rank receives K*bytes)";
       break;
     case Collective::kBroadcast:
+    case Collective::kReduce:
       bandwidth = "busbw = bytes/time";
       break;
     case Collective::kAlltoall:
     case Collective::kReducescatter:
+    case Collective::kScatter:
       bandwidth = "busbw = bytes/time * (K-1)/K";
+      break;
+    case Collective::kGather:
+      bandwidth = "busbw = K*bytes/time * (K-1)/K (the root receives K*bytes)";
       break;
   }
   std::fprintf(out_,

@@ -5,9 +5,9 @@
  * a float32 average from private memory into private memory, an int32 sum
  * from an arena buffer (collective_alloc) read back through a view, the other
  * collectives (allgather with a shape learned from the result, broadcast,
- * alltoall with received splits, reducescatter, grouped allreduce, barrier,
- * a process set, join), and refused calls whose status code and
- * collective_last_error are checked.
+ * alltoall with received splits, reducescatter, reduce, gather, scatter,
+ * grouped allreduce, barrier, a process set, join), and refused calls whose
+ * status code and collective_last_error are checked.
  * Prints "ok rank R of N" and exits 0, or says on stderr what went wrong and
  * exits 1. */
 #include <stdint.h>
@@ -198,6 +198,56 @@ static void OtherCollectives(collective_client_t* client, int rank, int size) {
   }
 }
 
+/* Reduce to the last rank, gather to rank 0 (rank r sends r + 1 rows, read
+ * through a view), scatter from rank 0 (rank r receives r rows). */
+static void Rooted(collective_client_t* client, int rank, int size) {
+  int32_t values[4];
+  int32_t reduced[4] = {-1, -1, -1, -1};
+  const int64_t shape[1] = {4};
+  const collective_tensor_t tensor = {values, COLLECTIVE_INT32, shape, 1};
+  collective_handle_t handle = 0;
+  for (int i = 0; i < 4; ++i) values[i] = Value(rank, i);
+  if (collective_reduce_async(client, "c.reduce", &tensor, reduced, COLLECTIVE_SUM, 1.0, 1.0,
+                              size - 1, COLLECTIVE_GLOBAL_PROCESS_SET, &handle) != 0 ||
+      collective_wait(client, handle, 30.0, NULL, NULL) != 0) {
+    Fail("reduce");
+  } else if (reduced[2] != (rank == size - 1 ? SumOverRanks(size, 2) : -1)) {
+    Fail("reduce: value");
+  }
+
+  int64_t rows_shape[1] = {rank + 1};
+  const collective_tensor_t rows = {values, COLLECTIVE_INT32, rows_shape, 1};
+  const void* view = NULL;
+  size_t bytes = 0;
+  if (collective_gather_async(client, "c.gather", &rows, 0, COLLECTIVE_GLOBAL_PROCESS_SET, NULL, 0,
+                              &handle) != 0 ||
+      collective_wait(client, handle, 30.0, &view, &bytes) != 0) {
+    Fail("gather");
+  } else {
+    const size_t expected = rank == 0 ? (size_t)(size * (size + 1) / 2) * sizeof(int32_t) : 0;
+    if (bytes != expected) Fail("gather: size");
+    if (rank == 0 && ((const int32_t*)view)[1] != Value(1, 0)) Fail("gather: value");
+    collective_release(client, handle);
+  }
+
+  int32_t whole[64];
+  int32_t mine[16] = {0};
+  int64_t whole_shape[1] = {rank == 0 ? size * (size - 1) / 2 : 0};
+  const collective_tensor_t sent = {whole, COLLECTIVE_INT32, whole_shape, 1};
+  for (int i = 0; i < 64; ++i) whole[i] = i * 7;
+  if (collective_scatter_async(client, "c.scatter", &sent, rank, 0, COLLECTIVE_GLOBAL_PROCESS_SET,
+                               mine, sizeof(mine), &handle) != 0 ||
+      collective_wait(client, handle, 30.0, NULL, NULL) != 0) {
+    Fail("scatter");
+  } else {
+    /* Rank r's rows start after 0 + 1 + ... + (r - 1). */
+    const int first = rank * (rank - 1) / 2;
+    for (int i = 0; i < rank; ++i) {
+      if (mine[i] != (first + i) * 7) Fail("scatter: value");
+    }
+  }
+}
+
 static void GroupsSetsBarrierJoin(collective_client_t* client, int rank, int size) {
   float a[3] = {1, 1, 1};
   float b[2] = {2, 2};
@@ -299,6 +349,7 @@ int main(void) {
   SumInt32InArena(client, rank, size);
   Allgather(client, rank, size);
   OtherCollectives(client, rank, size);
+  Rooted(client, rank, size);
   GroupsSetsBarrierJoin(client, rank, size);
   Errors(client);
   /* The client still works after the refused calls. */

@@ -27,6 +27,8 @@
 //                                      after step (tensor 0 reshaped from step K)
 //   loop [--elements N]                allreduces until one fails
 //   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted
+//   rooted-matrix [--only C]           reduce (every op), gather, scatter, every root
+//   rooted-mismatch --kind K           the last rank's root, dtype or scatter rows differ
 //
 // Every scenario connects with --static-sets "0,1;2" when given (see
 // ConnectOrDie).
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
       {"repeat", RepeatScenario},
       {"loop", LoopScenario},
       {"workload", WorkloadScenario},
+      {"rooted-matrix", RootedMatrix},
+      {"rooted-mismatch", RootedMismatch},
   };
   const auto it = scenarios.find(args[0]);
   if (it == scenarios.end()) Die("unknown scenario " + args[0]);

@@ -107,5 +107,8 @@ int TimelineScenario(const Args& args);
 int RepeatScenario(const Args& args);
 int LoopScenario(const Args& args);
 int WorkloadScenario(const Args& args);
+// collectives_worker_rooted.cc
+int RootedMatrix(const Args& args);
+int RootedMismatch(const Args& args);
 
 }  // namespace collective::testing

@@ -275,6 +275,35 @@ class Client {
       const std::vector<std::string>& names, const std::vector<TensorView>& inputs,
       const std::vector<void*>& outputs, const ReducescatterOptions& options = {});
 
+  // Rooted collectives (client_rooted.cc); `root_rank` counts within the
+  // process set. Their results are empty on the ranks that receive nothing.
+  //
+  // Reduce: every rank's input reduced as allreduce reduces it (any op but
+  // Adasum, prescale and postscale), the result at the root only. `output`
+  // (only the root's is used; null elsewhere) receives it, and may be the
+  // input; a root output in this client's arena (a Buffer) receives it from
+  // the daemon itself.
+  absl::StatusOr<Handle> ReduceAsync(absl::string_view name, const TensorView& input, void* output,
+                                     int root_rank, const AllreduceOptions& options = {});
+  // Gather: every rank's rows (their number may differ per rank),
+  // concatenated in rank order, at the root only. Without output, Wait's
+  // result on the root is a view of the gathered rows; with one, `output`
+  // holds `output_bytes` (every rank's rows).
+  absl::StatusOr<Handle> GatherAsync(absl::string_view name, const TensorView& input, int root_rank,
+                                     int32_t process_set = kGlobalProcessSet,
+                                     void* output = nullptr, size_t output_bytes = 0);
+  // Scatter: the root's input rows split among the ranks in rank order, this
+  // rank receiving `receive_rows` of them (every rank's add up to the root's
+  // first dimension). A non-root's input is an empty tensor (no rows) of the
+  // same dtype and trailing dimensions. Without output, Wait's result is a
+  // view of this rank's rows; `output` holds `output_bytes` (at least those
+  // rows), and one in this client's arena receives them from the daemon
+  // itself.
+  absl::StatusOr<Handle> ScatterAsync(absl::string_view name, const TensorView& input,
+                                      int64_t receive_rows, int root_rank,
+                                      int32_t process_set = kGlobalProcessSet,
+                                      void* output = nullptr, size_t output_bytes = 0);
+
   // Returns once every rank of the set has reached the barrier.
   absl::Status Barrier(int32_t process_set = kGlobalProcessSet);
 

@@ -177,6 +177,23 @@ int collective_reducescatter_device_async(collective_client_t* client, const cha
                                           int32_t process_set, collective_device_t device,
                                           void* stream, collective_handle_t* handle);
 
+/* Rooted collectives (see collective/client.h): root_rank is counted within
+ * the process set, and a rank that receives nothing gets an empty result.
+ * `output` may be NULL, for a view returned by collective_wait; reduce's
+ * holds the input's bytes (it may be the input), gather's and scatter's
+ * `output_bytes`. Host tensors only. */
+int collective_reduce_async(collective_client_t* client, const char* name,
+                            const collective_tensor_t* input, void* output, collective_op_t op,
+                            double prescale, double postscale, int root_rank, int32_t process_set,
+                            collective_handle_t* handle);
+int collective_gather_async(collective_client_t* client, const char* name,
+                            const collective_tensor_t* input, int root_rank, int32_t process_set,
+                            void* output, size_t output_bytes, collective_handle_t* handle);
+int collective_scatter_async(collective_client_t* client, const char* name,
+                             const collective_tensor_t* input, int64_t receive_rows, int root_rank,
+                             int32_t process_set, void* output, size_t output_bytes,
+                             collective_handle_t* handle);
+
 int collective_barrier(collective_client_t* client, int32_t process_set);
 /* *last_rank: the last rank to join, counted within the set. */
 int collective_join(collective_client_t* client, int32_t process_set, int* last_rank);

@@ -9,5 +9,6 @@ void BindResult(pybind11::module_& m);       // result_binding.cc
 void BindClient(pybind11::module_& m);       // client_binding.cc
 void BindCollectives(pybind11::module_& m);  // collectives_binding.cc, after BindClient
 void BindBuffer(pybind11::module_& m);       // buffer_binding.cc, after BindClient
+void BindRooted(pybind11::module_& m);       // rooted_binding.cc, after BindClient
 
 }  // namespace collective::python

@@ -5,7 +5,6 @@
 // (out-of-place); a rank that wants it in place names its input as the
 // output. Across nodes the root's node copies it and MPI_Ibcast sends it to
 // the set's other nodes.
-#include "absl/strings/str_cat.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 #include "shm/segment_layout.h"
@@ -16,14 +15,7 @@ namespace {
 class Broadcast final : public CollectiveOp {
  public:
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
-    if (absl::Status joined = CollectiveOp::Check(tensor); !joined.ok()) return joined;
-    const int32_t root = tensor.request().root_rank();
-    if (root < 0 || root >= tensor.set_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "broadcast of '", tensor.name, "': root rank ", root, " is not a rank of process set ",
-          tensor.process_set_id, " (size ", tensor.set_size, ")"));
-    }
-    return absl::OkStatus();
+    return CheckRoot(tensor);
   }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {

@@ -24,9 +24,24 @@ const CollectiveOp* OpFor(v1::Collective collective) {
       return &BroadcastOp();
     case v1::COLLECTIVE_ALLTOALL:
       return &AlltoallOp();
+    case v1::COLLECTIVE_REDUCE:
+      return &ReduceOp();
+    case v1::COLLECTIVE_GATHER:
+      return &GatherOp();
+    case v1::COLLECTIVE_SCATTER:
+      return &ScatterOp();
     default:
       return nullptr;
   }
+}
+
+absl::Status CheckRoot(const negotiation::ReadyTensor& tensor) {
+  if (tensor.has_joined_ranks()) return negotiation::RefusedAfterJoin(tensor);
+  const int32_t root = tensor.request().root_rank();
+  if (root >= 0 && root < tensor.set_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      CollectiveName(tensor.request().collective()), " of '", tensor.name, "': root rank ", root,
+      " is not a rank of process set ", tensor.process_set_id, " (size ", tensor.set_size, ")"));
 }
 
 const std::byte* InputOf(const negotiation::Submission& submission) {

@@ -82,6 +82,9 @@ class CollectiveOp {
 const CollectiveOp* OpFor(v1::Collective collective);
 
 // Helpers shared by the ops.
+// Broadcast and the rooted collectives: no rank has joined, and the root is
+// a rank of the set. The error names the collective, the tensor and the set.
+absl::Status CheckRoot(const negotiation::ReadyTensor& tensor);
 const std::byte* InputOf(const negotiation::Submission& submission);
 // Bytes of one row: every dimension but the first (a scalar is one row).
 uint64_t RowBytes(const v1::TensorRequest& request);

@@ -15,6 +15,10 @@ const CollectiveOp& BroadcastOp();
 const CollectiveOp& AlltoallOp();
 // The allreduce op's delegate for op=Adasum (ops/adasum.cc).
 const CollectiveOp& AdasumAllreduceOp();
+// The rooted collectives.
+const CollectiveOp& ReduceOp();
+const CollectiveOp& GatherOp();
+const CollectiveOp& ScatterOp();
 
 // A reduction's kernel spec: AVERAGE becomes SUM divided by the set's size
 // (joined ranks count, as in Horovod).

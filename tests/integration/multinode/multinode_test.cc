@@ -2,8 +2,8 @@
 // socket directory standing in for a node, with real client processes: the
 // job forms across them (global rank = node offset + local rank), and the
 // integration scenarios of the single-node collectives run across the nodes
-// — allreduce of every op and dtype, allgather, broadcast, alltoall and
-// reducescatter matrices, grouped and mixed outstanding collectives,
+// — allreduce of every op and dtype, allgather, broadcast, alltoall,
+// reducescatter, reduce, gather and scatter matrices, grouped and mixed outstanding collectives,
 // barriers, join, static and dynamic process sets spanning nodes — over
 // Open MPI's TCP and shared-memory transports, with 2 and 3 daemons, 1 to 3
 // clients each, equal and unequal. Mismatches reach every rank on every node
@@ -184,6 +184,12 @@ std::vector<ScenarioParam> ScenarioParams() {
       params.push_back({{scenario}, world});
     }
   }
+  // Reduce, gather and scatter, one test each, on two daemons (the root on
+  // either node, alone or with a node mate) and on three.
+  for (const char* rooted : {"reduce", "gather", "scatter"}) {
+    params.push_back({{"rooted-matrix", "--only", rooted}, kUnequalTcp});
+    params.push_back({{"rooted-matrix", "--only", rooted}, kThreeNodesShm});
+  }
   for (const World& world : {kUnequalTcp, kThreeNodesTcp, kThreeNodesShm}) {
     const int last = world.size() - 1;
     params.push_back({{"barrier"}, world});
@@ -237,6 +243,38 @@ INSTANTIATE_TEST_SUITE_P(
                       MismatchParam{"alltoall", "shape", 0},
                       MismatchParam{"reducescatter", "postscale", 0}),
     [](const auto& test) { return absl::StrCat(test.param.collective, "_", test.param.kind); });
+
+// Reduce, gather and scatter that disagree (rooted-mismatch: the last rank's
+// root, dtype or scatter rows): node 0 finds it with every rank's request,
+// and every rank on every node gets the same text.
+class MultiNodeRootedMismatchTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MultiNodeRootedMismatchTest, EveryRankOnEveryNodeGetsTheSameError) {
+  const World world = kThreeNodesTcp;
+  std::unique_ptr<MpiDaemons> daemons = StartDaemons(world);
+  ASSERT_NE(daemons, nullptr);
+  auto workers = daemons->StartWorkers(CollectivesWorkerBinary(), world.local_sizes,
+                                       {"rooted-mismatch", "--kind", GetParam(), "--across-nodes"});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  // The scenario itself checks a reduce, a gather and a scatter after it.
+  ASSERT_EQ(WaitForWorkers(*workers, kTimeout), "");
+  const std::string first = (*workers)[0].Stdout();
+  EXPECT_THAT(first, HasSubstr("error: FAILED_PRECONDITION: Mismatched "));
+  const int last = world.size() - 1;
+  if (GetParam() == "rows") {
+    EXPECT_THAT(first, HasSubstr("ask for [2, 2, 2, 3] rows, 9 in all, but root rank 0 sent 8"));
+  } else {
+    EXPECT_THAT(first, HasSubstr(absl::StrCat(", rank ", last, " sent ")));
+  }
+  for (size_t rank = 1; rank < workers->size(); ++rank) {
+    EXPECT_EQ((*workers)[rank].Stdout(), first) << "rank " << rank;
+  }
+  ExpectCleanWorld(*daemons, /*errors_expected=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, MultiNodeRootedMismatchTest,
+                         ::testing::Values("root", "dtype", "rows"),
+                         [](const auto& test) { return test.param; });
 
 }  // namespace
 }  // namespace collective::testing

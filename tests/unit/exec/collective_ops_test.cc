@@ -147,7 +147,8 @@ std::vector<float> Floats(std::initializer_list<float> values) { return values; 
 TEST(CollectiveOpTest, OpForHasAnOpForEveryDataCollectiveOnly) {
   for (v1::Collective collective :
        {v1::COLLECTIVE_ALLREDUCE, v1::COLLECTIVE_REDUCESCATTER, v1::COLLECTIVE_ALLGATHER,
-        v1::COLLECTIVE_BROADCAST, v1::COLLECTIVE_ALLTOALL}) {
+        v1::COLLECTIVE_BROADCAST, v1::COLLECTIVE_ALLTOALL, v1::COLLECTIVE_REDUCE,
+        v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
     EXPECT_NE(OpFor(collective), nullptr) << CollectiveName(collective);
   }
   for (v1::Collective collective :
@@ -160,6 +161,9 @@ TEST(CollectiveOpTest, OpForHasAnOpForEveryDataCollectiveOnly) {
   EXPECT_EQ(OpFor(v1::COLLECTIVE_ALLGATHER)->phase(), exec::kPhaseFusionCopy);
   EXPECT_EQ(OpFor(v1::COLLECTIVE_BROADCAST)->phase(), exec::kPhaseFusionCopy);
   EXPECT_EQ(OpFor(v1::COLLECTIVE_ALLTOALL)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpFor(v1::COLLECTIVE_REDUCE)->phase(), exec::kPhaseReduce);
+  EXPECT_EQ(OpFor(v1::COLLECTIVE_GATHER)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpFor(v1::COLLECTIVE_SCATTER)->phase(), exec::kPhaseFusionCopy);
 }
 
 TEST(CollectiveOpTest, RowBytesAndDim0) {
@@ -704,6 +708,183 @@ TEST_F(CollectiveOpsTest, AlltoallRefusesJoinedRanks) {
   EXPECT_EQ(status.message(),
             "alltoall of 'w' cannot run while rank 0 of process set 0 has joined: after a join "
             "only allreduce carries on");
+}
+
+// --- Reduce, gather, scatter -----------------------------------------------------------
+
+// What a rank that receives nothing of a rooted collective gets.
+void ExpectEmpty(const RankResult& result) {
+  EXPECT_EQ(result.bytes, 0u);
+  EXPECT_EQ(result.dim0, 0);
+  EXPECT_FALSE(result.in_output);
+}
+
+TEST_F(CollectiveOpsTest, ReduceGivesEveryRootTheReductionAndTheOthersNothing) {
+  for (int32_t root = 0; root < 3; ++root) {
+    negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_REDUCE, 3);
+    const auto edit = [root](v1::TensorRequest& r) {
+      r.set_root_rank(root);
+      r.set_op(v1::REDUCE_OP_AVERAGE);
+      r.set_prescale(2);
+      r.set_postscale(0.5);
+    };
+    Submit(tensor, 0, v1::DATA_TYPE_FLOAT32, {2, 2}, Floats({3, 6, 9, 12}), edit);
+    Submit(tensor, 1, v1::DATA_TYPE_FLOAT32, {2, 2}, Floats({30, 60, 90, 120}), edit);
+    Submit(tensor, 2, v1::DATA_TYPE_FLOAT32, {2, 2}, Floats({300, 600, 900, 1200}), edit);
+    EXPECT_EQ(ReduceOp().SlotBytes(tensor), 64u);
+    ASSERT_NO_FATAL_FAILURE(Run(tensor));
+    for (size_t i = 0; i < 3; ++i) {
+      const RankResult result = ReduceOp().ResultOf(tensor, i);
+      if (static_cast<int32_t>(i) != root) {
+        ExpectEmpty(result);
+        continue;
+      }
+      EXPECT_EQ(result.bytes, 16u);
+      EXPECT_EQ(result.dim0, 2);
+      EXPECT_FALSE(result.in_output);
+      // (2·(3 + 30 + 300)) / 3 · 0.5 = 111, and so on.
+      EXPECT_THAT(ResultOf<float>(tensor, i), ElementsAre(111, 222, 333, 444)) << "root " << root;
+    }
+  }
+}
+
+TEST_F(CollectiveOpsTest, ReduceTakesMinMaxAndProductOfIntegers) {
+  const std::pair<v1::ReduceOp, std::vector<int32_t>> cases[] = {
+      {v1::REDUCE_OP_MIN, {-4, 1, 4}},
+      {v1::REDUCE_OP_MAX, {3, 7, 5}},
+      {v1::REDUCE_OP_PRODUCT, {-12, 7, 20}}};
+  for (const auto& [op, expected] : cases) {
+    negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_REDUCE, 2);
+    const auto edit = [op = op](v1::TensorRequest& r) {
+      r.set_root_rank(1);
+      r.set_op(op);
+    };
+    Submit(tensor, 0, v1::DATA_TYPE_INT32, {3}, std::vector<int32_t>{3, 1, 5}, edit);
+    Submit(tensor, 1, v1::DATA_TYPE_INT32, {3}, std::vector<int32_t>{-4, 7, 4}, edit);
+    ASSERT_NO_FATAL_FAILURE(Run(tensor));
+    EXPECT_THAT(ResultOf<int32_t>(tensor, 1), ElementsAreArray(expected)) << ReduceOpName(op);
+    ExpectEmpty(ReduceOp().ResultOf(tensor, 0));
+  }
+}
+
+TEST_F(CollectiveOpsTest, ReduceWritesTheRootsOutputInItsArenaInPlace) {
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_REDUCE, 3);
+  for (int32_t rank = 0; rank < 3; ++rank) {
+    Submit(tensor, rank, v1::DATA_TYPE_FLOAT64, {3},
+           std::vector<double>{1.0 + rank, 10.0 * (rank + 1), -1.0}, [](v1::TensorRequest& r) {
+             r.set_root_rank(2);
+             // Every rank names its input as its output; only the root's is
+             // written.
+             r.set_output_offset(64);
+           });
+  }
+  ASSERT_NO_FATAL_FAILURE(Run(tensor));
+  const RankResult root = ReduceOp().ResultOf(tensor, 2);
+  EXPECT_TRUE(root.in_output);
+  EXPECT_EQ(root.bytes, 24u);
+  std::vector<double> in_place(3);
+  std::memcpy(in_place.data(), clients_[2]->segment->arena() + 64, 24);
+  EXPECT_THAT(in_place, ElementsAre(6.0, 60.0, -3.0));
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    ExpectEmpty(ReduceOp().ResultOf(tensor, static_cast<size_t>(rank)));
+    std::vector<double> input(3);
+    std::memcpy(input.data(), clients_[rank]->segment->arena() + 64, 24);
+    EXPECT_THAT(input, ElementsAre(1.0 + rank, 10.0 * (rank + 1), -1.0)) << "rank " << rank;
+  }
+}
+
+TEST_F(CollectiveOpsTest, RootedCollectivesRefuseARootOutsideTheSetAndJoinedRanks) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_REDUCE, v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
+    negotiation::ReadyTensor tensor = Tensor(collective, 2, /*set_id=*/3);
+    for (int32_t rank = 0; rank < 2; ++rank) {
+      Submit(tensor, rank, v1::DATA_TYPE_FLOAT32, {1}, Floats({1}),
+             [](v1::TensorRequest& r) { r.set_root_rank(2); });
+    }
+    EXPECT_EQ(Check(tensor).message(),
+              absl::StrCat(CollectiveName(collective),
+                           " of 'w': root rank 2 is not a rank of process set 3 (size 2)"));
+    negotiation::ReadyTensor joined = Tensor(collective, 2);
+    Submit(joined, 0, v1::DATA_TYPE_FLOAT32, {1}, Floats({1}));
+    EXPECT_EQ(Check(joined).message(),
+              absl::StrCat(CollectiveName(collective),
+                           " of 'w' cannot run while rank 1 of process set 0 has joined: after a "
+                           "join only allreduce carries on"));
+  }
+}
+
+TEST_F(CollectiveOpsTest, GatherConcatenatesUnevenRowsAtTheRootOnly) {
+  for (int32_t root = 0; root < 3; ++root) {
+    negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_GATHER, 3);
+    const auto at_root = [root](v1::TensorRequest& r) { r.set_root_rank(root); };
+    Submit(tensor, 0, v1::DATA_TYPE_INT16, {1, 2}, std::vector<int16_t>{1, 2}, at_root);
+    Submit(tensor, 1, v1::DATA_TYPE_INT16, {0, 2}, std::vector<int16_t>{}, at_root);
+    Submit(tensor, 2, v1::DATA_TYPE_INT16, {3, 2}, std::vector<int16_t>{3, 4, 5, 6, 7, 8}, at_root);
+    EXPECT_EQ(GatherOp().SlotBytes(tensor), 64u);
+    ASSERT_NO_FATAL_FAILURE(Run(tensor));
+    for (size_t i = 0; i < 3; ++i) {
+      const RankResult result = GatherOp().ResultOf(tensor, i);
+      if (static_cast<int32_t>(i) != root) {
+        ExpectEmpty(result);
+        continue;
+      }
+      EXPECT_EQ(result.dim0, 4);
+      EXPECT_THAT(ResultOf<int16_t>(tensor, i), ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+    }
+  }
+}
+
+TEST_F(CollectiveOpsTest, ScatterGivesEveryRankItsRowsIncludingNone) {
+  for (int32_t root = 0; root < 3; ++root) {
+    negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_SCATTER, 3);
+    const int64_t rows[] = {3, 0, 2};
+    for (int32_t rank = 0; rank < 3; ++rank) {
+      const auto edit = [&, rank](v1::TensorRequest& r) {
+        r.set_root_rank(root);
+        r.set_receive_rows(rows[rank]);
+      };
+      if (rank == root) {
+        Submit(tensor, rank, v1::DATA_TYPE_FLOAT32, {5, 2}, Floats({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}),
+               edit);
+      } else {
+        Submit(tensor, rank, v1::DATA_TYPE_FLOAT32, {0, 2}, std::vector<float>{}, edit);
+      }
+    }
+    EXPECT_EQ(ScatterOp().SlotBytes(tensor), 64u);
+    ASSERT_NO_FATAL_FAILURE(Run(tensor));
+    EXPECT_THAT(ResultOf<float>(tensor, 0), ElementsAre(0, 1, 2, 3, 4, 5)) << "root " << root;
+    ExpectEmpty(ScatterOp().ResultOf(tensor, 1));
+    EXPECT_THAT(ResultOf<float>(tensor, 2), ElementsAre(6, 7, 8, 9)) << "root " << root;
+    EXPECT_EQ(ScatterOp().ResultOf(tensor, 0).dim0, 3);
+    EXPECT_EQ(ScatterOp().ResultOf(tensor, 2).dim0, 2);
+  }
+}
+
+TEST_F(CollectiveOpsTest, ScatterWritesOutputsInTheReceiversArenasOnce) {
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_SCATTER, 2);
+  Submit(tensor, 0, v1::DATA_TYPE_UINT8, {4}, std::vector<uint8_t>{1, 2, 3, 4},
+         [](v1::TensorRequest& r) {
+           r.set_receive_rows(1);
+           r.set_output_offset(1024);
+         });
+  Submit(tensor, 1, v1::DATA_TYPE_UINT8, {0}, std::vector<uint8_t>{}, [](v1::TensorRequest& r) {
+    r.set_receive_rows(3);
+    r.set_output_offset(2048);
+  });
+  ASSERT_NO_FATAL_FAILURE(Run(tensor));
+  const RankResult first = ScatterOp().ResultOf(tensor, 0);
+  const RankResult second = ScatterOp().ResultOf(tensor, 1);
+  EXPECT_TRUE(first.in_output);
+  EXPECT_TRUE(second.in_output);
+  EXPECT_EQ(first.bytes, 1u);
+  EXPECT_EQ(second.bytes, 3u);
+  EXPECT_EQ(clients_[0]->segment->arena()[1024], std::byte{1});
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(clients_[1]->segment->arena()[2048 + k], std::byte(static_cast<uint8_t>(2 + k)));
+  }
+  for (uint64_t k = 0; k < slot_bytes_; ++k) {
+    ASSERT_EQ(slot_[k], kUntouched) << "a row went to the slot as well";
+  }
 }
 
 }  // namespace

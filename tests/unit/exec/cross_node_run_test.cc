@@ -342,5 +342,78 @@ TEST_F(CrossNodeRunTest, ARunThatEndsUnfinishedAbandonsItsTransfers) {
   EXPECT_EQ(fabric_.completed(), 0);
 }
 
+// --- Reduce, gather, scatter: the root's node reads the result ---------------
+
+// The set rank of a request AddTensor made (its request id is set rank + 1).
+int32_t SetRankOf(const v1::TensorRequest& request) {
+  return static_cast<int32_t>(request.request_id()) - 1;
+}
+
+TEST_F(CrossNodeRunTest, ReduceReachesTheRootOnItsNodeOnly) {
+  Form({2, 1, 2});
+  AddTensor(
+      "r", v1::COLLECTIVE_REDUCE, [](int32_t) { return 4; }, 3,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 10 + i); },
+      [](v1::TensorRequest& request) {
+        request.set_root_rank(2);
+        request.set_op(v1::REDUCE_OP_AVERAGE);
+        request.set_postscale(2);
+      });
+  RunAll(/*chunk_bytes=*/16);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const std::vector<float> r = ResultOf(n, 0, local);
+      if (first_[n] + static_cast<int32_t>(local) != 2) {
+        EXPECT_TRUE(r.empty()) << "node " << n << " local rank " << local;
+        continue;
+      }
+      ASSERT_EQ(r.size(), 12u);
+      // Ranks 0..4 average to 20 + i, doubled.
+      for (int64_t i = 0; i < 12; ++i) ASSERT_FLOAT_EQ(r[i], static_cast<float>(2 * (20 + i)));
+    }
+  }
+}
+
+TEST_F(CrossNodeRunTest, GatherCollectsUnevenRowsAtTheRoot) {
+  Form({1, 2});
+  const auto rows = [](int32_t rank) { return int64_t{2 - rank}; };  // 2, 1, 0
+  AddTensor(
+      "g", v1::COLLECTIVE_GATHER, rows, 2,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 10 + i); },
+      [](v1::TensorRequest& request) { request.set_root_rank(1); });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  ASSERT_TRUE(nodes_[1].run->status().ok()) << nodes_[1].run->status();
+  EXPECT_EQ(ResultOf(1, 0, 0), (std::vector<float>{0, 1, 2, 3, 10, 11}));
+  EXPECT_TRUE(ResultOf(0, 0, 0).empty());
+  EXPECT_TRUE(ResultOf(1, 0, 1).empty());
+}
+
+TEST_F(CrossNodeRunTest, ScatterDeliversEveryNodesRowsFromTheRootsNode) {
+  Form({2, 1, 2});
+  // Root 3 (on node 2) holds 1 + 0 + 2 + 3 + 1 = 7 rows; rank r receives
+  // receive[r].
+  static constexpr int64_t kReceive[] = {1, 0, 2, 3, 1};
+  AddTensor(
+      "s", v1::COLLECTIVE_SCATTER, [](int32_t rank) { return rank == 3 ? int64_t{7} : 0; }, 2,
+      [](int32_t, int64_t i) { return static_cast<float>(i); },
+      [](v1::TensorRequest& request) {
+        request.set_root_rank(3);
+        request.set_receive_rows(kReceive[SetRankOf(request)]);
+      });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  int64_t row = 0;
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const int32_t rank = first_[n] + static_cast<int32_t>(local);
+      std::vector<float> expected;
+      for (int64_t i = 0; i < kReceive[rank] * 2; ++i) expected.push_back(row * 2.0f + i);
+      row += kReceive[rank];
+      EXPECT_EQ(ResultOf(n, 0, local), expected) << "rank " << rank;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace collective::daemon::exec

@@ -554,19 +554,19 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_collective(v1::COLLECTIVE_ALLGATHER);
                     r.set_prescale(2);
                   },
-                  kInvalid, "prescale applies to allreduce and reducescatter, not allgather"},
+                  kInvalid, "prescale applies to allreduce, reducescatter and reduce, not allgather"},
         FieldCase{"BroadcastPostscale",
                   [](auto& r) {
                     r.set_collective(v1::COLLECTIVE_BROADCAST);
                     r.set_postscale(0.5);
                   },
-                  kInvalid, "postscale applies to allreduce and reducescatter, not broadcast"},
+                  kInvalid, "postscale applies to allreduce, reducescatter and reduce, not broadcast"},
         FieldCase{"AlltoallNanPrescale",
                   [](auto& r) {
                     r.set_collective(v1::COLLECTIVE_ALLTOALL);
                     r.set_prescale(std::numeric_limits<double>::quiet_NaN());
                   },
-                  kInvalid, "prescale applies to allreduce and reducescatter, not alltoall"},
+                  kInvalid, "prescale applies to allreduce, reducescatter and reduce, not alltoall"},
         FieldCase{"ReducescatterMax",
                   [](auto& r) {
                     r.set_collective(v1::COLLECTIVE_REDUCESCATTER);
@@ -743,7 +743,8 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_output_offset(0);
                   },
                   kInvalid,
-                  "output_offset applies only to allreduce, broadcast and reducescatter, not to alltoall"}),
+                  "output_offset applies only to allreduce, broadcast, reducescatter, reduce and "
+                  "scatter, not to alltoall"}),
     [](const auto& param_info) { return param_info.param.label; });
 
 TEST(RequestValidatorTest, AcceptsAnOutputAnywhereInTheArenaIncludingTheInput) {
@@ -913,6 +914,109 @@ TEST(RequestValidatorTest, ControlCollectivesCarryNoCudaTensor) {
   barrier.set_offset(0);
   barrier.set_memory(v1::MEMORY_KIND_CUDA);
   EXPECT_EQ(Reason(Validate(barrier, CudaLimits())), "barrier carries no tensor data");
+}
+
+// --- Reduce, gather, scatter -----------------------------------------------------------
+
+// `Valid()` as a rooted collective at root 1.
+v1::TensorRequest Rooted(v1::Collective collective) {
+  v1::TensorRequest request = Valid();
+  request.set_collective(collective);
+  request.set_root_rank(1);
+  if (collective != v1::COLLECTIVE_REDUCE) request.clear_op();
+  if (collective == v1::COLLECTIVE_SCATTER) request.set_receive_rows(1);
+  return request;
+}
+
+TEST(RequestValidatorTest, AcceptsRootedCollectivesOfHostTensors) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_REDUCE, v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
+    EXPECT_TRUE(Validate(Rooted(collective)).ok()) << Validate(Rooted(collective));
+  }
+  for (v1::ReduceOp op : {v1::REDUCE_OP_SUM, v1::REDUCE_OP_AVERAGE, v1::REDUCE_OP_MIN,
+                          v1::REDUCE_OP_MAX, v1::REDUCE_OP_PRODUCT}) {
+    v1::TensorRequest reduce = Rooted(v1::COLLECTIVE_REDUCE);
+    reduce.set_op(op);
+    reduce.set_prescale(0.5);
+    reduce.set_postscale(3);
+    reduce.set_output_offset(128);  // in place
+    EXPECT_TRUE(Validate(reduce).ok()) << Validate(reduce);
+  }
+  v1::TensorRequest empty = Rooted(v1::COLLECTIVE_SCATTER);
+  empty.set_shape(0, 0);
+  empty.set_length(0);
+  empty.set_receive_rows(0);
+  EXPECT_TRUE(Validate(empty).ok()) << "a rank may receive no rows of a scatter";
+  empty.set_receive_rows(1000);
+  empty.set_output_offset(kArena - 8000);
+  EXPECT_TRUE(Validate(empty).ok()) << "an output of receive_rows rows at the arena's end";
+}
+
+TEST(RequestValidatorTest, RefusesWhatRootedCollectivesDoNotTake) {
+  v1::TensorRequest adasum = Rooted(v1::COLLECTIVE_REDUCE);
+  adasum.set_op(v1::REDUCE_OP_ADASUM);
+  EXPECT_EQ(Reason(Validate(adasum)), "the adasum reduce op applies to allreduce, not reduce");
+
+  v1::TensorRequest root = Rooted(v1::COLLECTIVE_GATHER);
+  root.set_root_rank(-2);
+  EXPECT_EQ(Reason(Validate(root)), "root rank -2 is negative");
+
+  v1::TensorRequest scalar = Rooted(v1::COLLECTIVE_SCATTER);
+  scalar.clear_shape();
+  scalar.set_length(4);
+  EXPECT_EQ(Reason(Validate(scalar)),
+            "scatter needs a tensor of at least one dimension (its rows)");
+
+  v1::TensorRequest negative = Rooted(v1::COLLECTIVE_SCATTER);
+  negative.set_receive_rows(-1);
+  EXPECT_EQ(Reason(Validate(negative)), "receive_rows -1 is negative");
+
+  v1::TensorRequest huge = Rooted(v1::COLLECTIVE_SCATTER);
+  huge.set_receive_rows(std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(Reason(Validate(huge)),
+            "receive_rows 9223372036854775807 is more rows of shape [2, 2] than a tensor can hold");
+
+  v1::TensorRequest rows_elsewhere = Rooted(v1::COLLECTIVE_GATHER);
+  rows_elsewhere.set_receive_rows(2);
+  EXPECT_EQ(Reason(Validate(rows_elsewhere)),
+            "receive_rows applies only to scatter, not to gather");
+
+  v1::TensorRequest outside = Rooted(v1::COLLECTIVE_SCATTER);
+  outside.set_receive_rows(3);  // 24 bytes
+  outside.set_output_offset(kArena - 16);
+  EXPECT_EQ(Reason(Validate(outside)),
+            "output_offset 1048560 + the bytes of receive_rows 24 lies outside the client's arena "
+            "of 1048576 bytes (the daemon writes a result only into the client's own arena)");
+
+  v1::TensorRequest gathered = Rooted(v1::COLLECTIVE_GATHER);
+  gathered.set_output_offset(0);
+  EXPECT_EQ(
+      Reason(Validate(gathered)),
+      "output_offset applies only to allreduce, broadcast, reducescatter, reduce and scatter, "
+      "not to gather");
+
+  v1::TensorRequest grouped = Rooted(v1::COLLECTIVE_REDUCE);
+  grouped.set_group_id(3);
+  grouped.set_group_size(2);
+  EXPECT_EQ(Reason(Validate(grouped)),
+            "only allreduce, allgather and reducescatter can be grouped, not reduce");
+}
+
+TEST(RequestValidatorTest, RefusesCudaTensorsOfRootedCollectives) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_REDUCE, v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
+    v1::TensorRequest request = ValidCuda();
+    request.set_collective(collective);
+    request.set_root_rank(0);
+    if (collective == v1::COLLECTIVE_SCATTER) request.set_receive_rows(2);
+    if (collective != v1::COLLECTIVE_REDUCE) request.clear_op();
+    const absl::Status status = Validate(request, CudaLimits());
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+    const std::string name = CollectiveName(collective);
+    EXPECT_EQ(Reason(status),
+              name + " is implemented for host tensors only; copy a CUDA tensor to the host to " +
+                  name + " it");
+  }
 }
 
 }  // namespace

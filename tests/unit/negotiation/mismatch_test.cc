@@ -1,10 +1,12 @@
 // daemon/mismatch: agreement across ranks, and the exact Horovod-style
 // message for every kind of disagreement, for every collective: what all
 // share (collective, dtype, group), reductions (op, shape, scales), allgather
-// and alltoall (every dimension but the first), broadcast (root, shape) and
+// and alltoall (every dimension but the first), broadcast (root, shape),
+// reduce, gather and scatter (root, what they move; a scatter's rows) and
 // process-set changes (the set).
 #include "daemon/negotiation/mismatch.h"
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -13,6 +15,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "daemon/negotiation/response_cache.h"
 
 namespace collective::daemon::negotiation {
@@ -531,6 +535,80 @@ TEST_F(MismatchTest, JoinedRanksAreLeftOut) {
   EXPECT_EQ(negotiation::CheckAgreement(tensor).message(),
             "Mismatched allreduce tensor shapes for 'layer1.weight': rank 10 sent [17, 3], rank "
             "13 sent [17, 1]");
+}
+
+// --- Reduce, gather, scatter ----------------------------------------------------------
+
+// A rooted collective of three ranks (set ranks 0, 1, 2) at root 1.
+Edit Rooted(v1::Collective collective) {
+  return [collective](v1::TensorRequest& r) {
+    r.set_collective(collective);
+    r.set_root_rank(1);
+  };
+}
+
+TEST_F(MismatchTest, RootedCollectivesAgreeOnTheRoot) {
+  for (v1::Collective collective :
+       {v1::COLLECTIVE_REDUCE, v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
+    EXPECT_EQ(MessageAfter(
+                  2, [](auto& r) { r.set_root_rank(0); }, Rooted(collective)),
+              absl::StrCat("Mismatched ", CollectiveName(collective),
+                           " root ranks for 'layer1.weight': rank 10 sent 1, rank 12 sent 0"));
+    EXPECT_EQ(MessageAfter(
+                  1, [](auto& r) { r.set_dtype(v1::DATA_TYPE_INT32); }, Rooted(collective)),
+              "Mismatched data types for 'layer1.weight': rank 10 sent float32, rank 11 sent "
+              "int32");
+  }
+}
+
+TEST_F(MismatchTest, ReduceAgreesOnOpShapeAndScales) {
+  EXPECT_EQ(MessageAfter(
+                1, [](auto& r) { r.set_shape(0, 16); }, Rooted(v1::COLLECTIVE_REDUCE)),
+            "Mismatched reduce tensor shapes for 'layer1.weight': rank 10 sent [17, 3], rank 11 "
+            "sent [16, 3]");
+  EXPECT_EQ(MessageAfter(
+                2, [](auto& r) { r.set_op(v1::REDUCE_OP_MAX); }, Rooted(v1::COLLECTIVE_REDUCE)),
+            "Mismatched reduce ops for 'layer1.weight': rank 10 sent sum, rank 12 sent max");
+  EXPECT_EQ(MessageAfter(
+                1, [](auto& r) { r.set_postscale(2); }, Rooted(v1::COLLECTIVE_REDUCE)),
+            "Mismatched postscale factors for 'layer1.weight': rank 10 sent 1, rank 11 sent 2");
+}
+
+TEST_F(MismatchTest, GatherAndScatterAgreeOnTrailingDimensionsOnly) {
+  for (v1::Collective collective : {v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
+    const Edit rows = Rooted(collective);
+    EXPECT_EQ(MessageAfter(
+                  2, [](auto& r) { r.set_shape(0, 0); }, rows),
+              "OK")
+        << "first dimensions may differ";
+    EXPECT_EQ(MessageAfter(
+                  2, [](auto& r) { r.set_shape(1, 4); }, rows),
+              absl::StrCat("Mismatched ", CollectiveName(collective),
+                           " tensor shapes for 'layer1.weight': rank 10 sent [17, 3], rank 12 "
+                           "sent [17, 4] (every dimension but the first must match)"));
+  }
+}
+
+TEST_F(MismatchTest, ScatterRowsMustAddUpToTheRootsFirstDimension) {
+  negotiation::ReadyTensor tensor = Tensor(3);
+  tensor.set_size = 3;
+  const int64_t rows[] = {5, 2, 9};
+  for (int32_t i = 0; i < 3; ++i) {
+    v1::TensorRequest& request = tensor.submissions[i].request;
+    tensor.submissions[i].set_rank = i;
+    Rooted(v1::COLLECTIVE_SCATTER)(request);
+    request.set_receive_rows(rows[i]);
+    if (i != 1) request.set_shape(0, 0);
+  }
+  EXPECT_EQ(negotiation::CheckAgreement(tensor).message(),
+            "Mismatched scatter rows for 'layer1.weight': the ranks of process set 0 ask for [5, "
+            "2, 9] rows, 16 in all, but root rank 11 sent 17 rows; the rows every rank receives "
+            "must add up to the root's first dimension");
+  tensor.submissions[2].request.set_receive_rows(10);
+  EXPECT_TRUE(negotiation::CheckAgreement(tensor).ok()) << negotiation::CheckAgreement(tensor);
+  tensor.submissions[0].request.set_receive_rows(INT64_MAX);
+  EXPECT_THAT(std::string(negotiation::CheckAgreement(tensor).message()),
+              HasSubstr("more than a tensor holds in all, but root rank 11 sent 17 rows"));
 }
 
 }  // namespace

@@ -1,0 +1,84 @@
+// Reduce: every rank's input reduced exactly as allreduce reduces it (every
+// reduce op but Adasum, prescale and postscale, the same summation order),
+// of which only the root reads the result; the other ranks' results are
+// empty. On one node, a root whose request names an output in its own
+// arena (output_offset) receives the result there in the reducing pass, as
+// allreduce's ranks do. Across nodes the nodes combine their partial
+// results with allreduce's chunked MPI transfers (MPI_Iallreduce), and the
+// root's node keeps the result: the daemons run no rooted MPI operation.
+#include "daemon/exec/ops/ops.h"
+#include "daemon/exec/phases.h"
+
+namespace collective::daemon::exec::ops {
+namespace {
+
+bool IsRoot(const negotiation::ReadyTensor& tensor, size_t index) {
+  return tensor.submissions[index].set_rank == tensor.request().root_rank();
+}
+
+// The root's output in its own arena (the validator checked the range), when
+// it names one and this node reduces the whole result.
+WorkList::Outputs RootOutput(const negotiation::ReadyTensor& tensor) {
+  WorkList::Outputs outputs;
+  if (tensor.across_nodes) return outputs;
+  for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+    const negotiation::Submission& submission = tensor.submissions[i];
+    if (IsRoot(tensor, i) && submission.request.has_output_offset()) {
+      outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
+    }
+  }
+  return outputs;
+}
+
+class Reduce final : public CollectiveOp {
+ public:
+  absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
+    return CheckRoot(tensor);
+  }
+
+  uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
+    return AllreduceOp().SlotBytes(tensor);
+  }
+
+  // The reduction goes into the slot, which only the daemon writes, and
+  // each piece to the root's output once reduced: an output that is also
+  // the root's input is overwritten only after every read of it.
+  void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
+               WorkList& work) const override {
+    AddReduction(tensor, slot, work, RootOutput(tensor));
+  }
+
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    if (!IsRoot(tensor, index)) return {};
+    return {
+        .offset = 0,
+        .bytes = tensor.request().length(),
+        .dim0 = Dim0(tensor.request()),
+        .in_output = !tensor.across_nodes && tensor.submissions[index].request.has_output_offset()};
+  }
+
+  absl::string_view phase() const override { return kPhaseReduce; }
+
+  void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                    CrossNodeStage& stage) const override {
+    AllreduceOp().AddTransfers(tensor, slot, stage);
+  }
+
+  // Allreduce's plan (chunks of the fused block, each reduced here,
+  // combined among the nodes, then scaled) fits unchanged: only which rank
+  // reads the result differs.
+  void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                       const PlanContext& context,
+                       std::vector<CrossNodeStage>& stages) const override {
+    AllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
+  }
+};
+
+}  // namespace
+
+const CollectiveOp& ReduceOp() {
+  static const Reduce op;
+  return op;
+}
+
+}  // namespace collective::daemon::exec::ops
