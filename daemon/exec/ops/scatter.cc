@@ -11,6 +11,8 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 #include "shm/segment_layout.h"
@@ -60,8 +62,23 @@ bool InOutput(const negotiation::ReadyTensor& tensor, const negotiation::Submiss
 
 class Scatter final : public CollectiveOp {
  public:
+  // The root's own rows written over its input would overwrite rows that
+  // the other ranks' copies still read, whatever order the pieces run in.
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
-    return CheckRoot(tensor);
+    RETURN_IF_ERROR(CheckRoot(tensor));
+    const negotiation::Submission* root = RootOf(tensor);
+    if (root == nullptr || !InOutput(tensor, *root)) return absl::OkStatus();
+    const v1::TensorRequest& request = root->request;
+    const uint64_t out = request.output_offset();
+    const uint64_t bytes = static_cast<uint64_t>(request.receive_rows()) * RowBytes(request);
+    if (out < request.offset() + request.length() && request.offset() < out + bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scatter of '", tensor.name, "': root rank ", root->rank, "'s output (arena offset ", out,
+          ", ", bytes, " bytes) overlaps its input (offset ", request.offset(), ", ",
+          request.length(),
+          " bytes): its rows would overwrite rows the other ranks still receive"));
+    }
+    return absl::OkStatus();
   }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {

@@ -29,6 +29,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kArenaBytes = 64 << 10;
 // Slots are filled with this first, so that a byte the work did not write
@@ -884,6 +885,30 @@ TEST_F(CollectiveOpsTest, ScatterWritesOutputsInTheReceiversArenasOnce) {
   }
   for (uint64_t k = 0; k < slot_bytes_; ++k) {
     ASSERT_EQ(slot_[k], kUntouched) << "a row went to the slot as well";
+  }
+}
+
+TEST_F(CollectiveOpsTest, ScatterRefusesARootOutputOverItsInput) {
+  // Root 0 keeps one of its 4 rows; an output at offset 66 lies over rows 2-3,
+  // which rank 1's copy still reads. Right after the input is fine.
+  for (const uint64_t out : {uint64_t{66}, uint64_t{68}}) {
+    negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_SCATTER, 2);
+    Submit(tensor, 0, v1::DATA_TYPE_UINT8, {4}, std::vector<uint8_t>{1, 2, 3, 4},
+           [out](v1::TensorRequest& r) {
+             r.set_receive_rows(1);
+             r.set_output_offset(out);
+           });
+    Submit(tensor, 1, v1::DATA_TYPE_UINT8, {0}, std::vector<uint8_t>{},
+           [](v1::TensorRequest& r) { r.set_receive_rows(3); });
+    const absl::Status status = ScatterOp().Check(tensor);
+    if (out == 68) {
+      EXPECT_TRUE(status.ok()) << status;
+      continue;
+    }
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("'s output (arena offset 66, 1 bytes) overlaps its input (offset 64, 4 "
+                          "bytes)"));
   }
 }
 
