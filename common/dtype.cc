@@ -105,6 +105,10 @@ std::string CollectiveName(v1::Collective collective) {
       return "add_process_set";
     case v1::COLLECTIVE_REMOVE_PROCESS_SET:
       return "remove_process_set";
+    case v1::COLLECTIVE_SEND:
+      return "send";
+    case v1::COLLECTIVE_RECV:
+      return "recv";
     case v1::COLLECTIVE_UNSPECIFIED:
       return "unspecified";
     default:

@@ -305,6 +305,8 @@ bool CarriesData(v1::Collective collective) {
     case v1::COLLECTIVE_ALLGATHER:
     case v1::COLLECTIVE_BROADCAST:
     case v1::COLLECTIVE_ALLTOALL:
+    case v1::COLLECTIVE_SEND:
+    case v1::COLLECTIVE_RECV:
       return true;
     default:
       return false;

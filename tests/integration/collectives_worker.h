@@ -107,5 +107,13 @@ int TimelineScenario(const Args& args);
 int RepeatScenario(const Args& args);
 int LoopScenario(const Args& args);
 int WorkloadScenario(const Args& args);
+// collectives_worker_p2p.cc
+int P2pRing(const Args& args);
+int P2pOrder(const Args& args);
+int P2pSelf(const Args& args);
+int P2pMismatch(const Args& args);
+int P2pDeadPeer(const Args& args);
+int P2pPending(const Args& args);
+int P2pBesideAllreduce(const Args& args);
 
 }  // namespace collective::testing

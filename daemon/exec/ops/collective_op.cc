@@ -24,6 +24,8 @@ const CollectiveOp* OpFor(v1::Collective collective) {
       return &BroadcastOp();
     case v1::COLLECTIVE_ALLTOALL:
       return &AlltoallOp();
+    case v1::COLLECTIVE_SEND:
+      return &MessageOp();
     default:
       return nullptr;
   }
