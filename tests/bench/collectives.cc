@@ -25,17 +25,17 @@ const char* CollectiveName(Collective collective) {
       return "alltoall";
     case Collective::kReducescatter:
       return "reducescatter";
+    case Collective::kSend:
+      return "send";
   }
   return "?";
 }
 
 const std::vector<std::pair<std::string, Collective>>& CollectiveNames() {
   static const auto* const names = new std::vector<std::pair<std::string, Collective>>{
-      {"allreduce", Collective::kAllreduce},
-      {"allgather", Collective::kAllgather},
-      {"broadcast", Collective::kBroadcast},
-      {"alltoall", Collective::kAlltoall},
-      {"reducescatter", Collective::kReducescatter}};
+      {"allreduce", Collective::kAllreduce},         {"allgather", Collective::kAllgather},
+      {"broadcast", Collective::kBroadcast},         {"alltoall", Collective::kAlltoall},
+      {"reducescatter", Collective::kReducescatter}, {"send", Collective::kSend}};
   return *names;
 }
 
@@ -48,6 +48,7 @@ bool SplitsInput(Collective collective) {
 }
 
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks) {
+  if (collective == Collective::kSend) return 2 * input_bytes;
   return collective == Collective::kAllgather ? input_bytes * static_cast<uint64_t>(ranks)
                                               : input_bytes;
 }
@@ -58,6 +59,7 @@ double BusFactor(Collective collective, int ranks) {
     case Collective::kAllreduce:
       return 2.0 * (k - 1) / k;
     case Collective::kBroadcast:
+    case Collective::kSend:
       return 1.0;
     case Collective::kAllgather:
     case Collective::kAlltoall:
@@ -83,6 +85,7 @@ size_t Pattern::output_elements() const {
     case Collective::kAllreduce:
     case Collective::kBroadcast:
     case Collective::kAlltoall:
+    case Collective::kSend:
       return elements_;
   }
   return elements_;
@@ -97,6 +100,7 @@ size_t Pattern::OutputBlock() const {
     case Collective::kAllreduce:
     case Collective::kBroadcast:
     case Collective::kReducescatter:
+    case Collective::kSend:
       return output_elements();
   }
   return output_elements();
@@ -133,6 +137,9 @@ float Pattern::Expected(size_t element, int iteration) const {
       return Input(static_cast<int>(element / n), element % n, iteration);
     case Collective::kBroadcast:
       return Input(kBroadcastRoot, element, iteration);
+    case Collective::kSend:
+      // The other rank of the pair's input.
+      return Input(1 - rank_, element, iteration);
     case Collective::kAlltoall:
       // Block q came from rank q: the block of its input meant for this rank.
       return Input(static_cast<int>(element / b), static_cast<size_t>(rank_) * b + element % b,

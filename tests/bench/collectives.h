@@ -22,7 +22,9 @@
 
 namespace collective::bench {
 
-enum class Collective { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+// kSend: a ping-pong between two ranks (rank 0 sends, rank 1 receives and
+// sends back its own input); a sample is the round trip.
+enum class Collective { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kSend };
 
 // Broadcasts come from this rank, in collectived and in MPI_Bcast.
 inline constexpr int kBroadcastRoot = 0;
@@ -38,10 +40,11 @@ bool Reduces(Collective collective);
 bool SplitsInput(Collective collective);
 
 // The bytes algbw counts for a per-rank input of `input_bytes`: what each
-// rank ends up with, as nccl-tests counts it (allgather: K·n; the others n).
+// rank ends up with, as nccl-tests counts it (allgather: K·n; send: 2·n, a
+// message each way in a round trip; the others n).
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks);
 // busbw / algbw: 2(K−1)/K for allreduce, (K−1)/K for allgather, alltoall and
-// reducescatter, 1 for broadcast.
+// reducescatter, 1 for broadcast and send.
 double BusFactor(Collective collective, int ranks);
 
 // The data of one tensor of one rank (see the top of this file).

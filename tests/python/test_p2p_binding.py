@@ -2,7 +2,10 @@
 tensors (collective.mpi4torch's Isend/Irecv/Send/Recv are built on them): a ring exchange
 over dtypes, received as views and into outputs, message order within and across tags,
 self-sends, mismatched receives failing on both ranks, and argument errors at the call.
-Every rank runs the same tests in the same order (conftest.py connected them)."""
+Messages run between the ranks of one node: the rings go round each node's ranks, and
+across nodes (multinode_python_test) a message to or from another node's rank must fail
+at once, saying so. Every rank runs the same tests in the same order (conftest.py
+connected them)."""
 
 import zlib
 
@@ -19,6 +22,13 @@ GLOBAL = _core.GLOBAL_PROCESS_SET
 
 def _client():
     return connection.current().client
+
+
+def _node_ring():
+    """(next, previous): this rank's neighbours in the ring of its node's ranks."""
+    first = hvd.rank() - hvd.local_rank()
+    local, size = hvd.local_rank(), hvd.local_size()
+    return first + (local + 1) % size, first + (local - 1) % size
 
 
 def _data(name, rank, shape, dtype):
@@ -39,37 +49,38 @@ def _received(result, like):
                                    torch.float16, torch.bool])
 @pytest.mark.parametrize('into_output', [False, True])
 def test_a_ring_exchange_delivers_the_senders_tensor(dtype, into_output):
-    rank, size = hvd.rank(), hvd.size()
+    rank = hvd.rank()
+    following, previous = _node_ring()
     name = 'ring.%s.%s' % (dtype, into_output)
     mine = _data(name, rank, (5, 3), dtype)
     like = torch.empty((5, 3), dtype=dtype)
     out = torch.zeros_like(like)
     client = _client()
-    send = client.send_async(tensor_args.arg(mine), (rank + 1) % size, 4, GLOBAL)
+    send = client.send_async(tensor_args.arg(mine), following, 4, GLOBAL)
     if into_output:
-        recv = client.recv_async(tensor_args.arg(like), (rank - 1) % size, 4, GLOBAL,
+        recv = client.recv_async(tensor_args.arg(like), previous, 4, GLOBAL,
                                  output=out.data_ptr(), output_bytes=out.numel() *
                                  out.element_size())
         result = client.wait(recv)
         assert list(result.shape) == [5, 3]
         got = out
     else:
-        recv = client.recv_async(tensor_args.arg(like), (rank - 1) % size, 4, GLOBAL)
+        recv = client.recv_async(tensor_args.arg(like), previous, 4, GLOBAL)
         got = _received(client.wait(recv), like)
     sent = client.wait(send)
     assert sent.nbytes == 0
-    assert torch.equal(got, _data(name, (rank - 1) % size, (5, 3), dtype))
+    assert torch.equal(got, _data(name, previous, (5, 3), dtype))
 
 
 def test_messages_of_a_tag_arrive_in_order_and_tags_do_not_overtake():
-    rank, size = hvd.rank(), hvd.size()
+    rank = hvd.rank()
+    following, source = _node_ring()
     client = _client()
     tags = [1, 2, 1, 2, 1]
     # Held while the calls read them: arg() keeps only the address.
     inputs = [torch.full((3,), float(10 * rank + i)) for i in range(len(tags))]
-    sends = [client.send_async(tensor_args.arg(inputs[i]), (rank + 1) % size, tag, GLOBAL)
+    sends = [client.send_async(tensor_args.arg(inputs[i]), following, tag, GLOBAL)
              for i, tag in enumerate(tags)]
-    source = (rank - 1) % size
     like = torch.empty(3)
     # Tag 2 first: the k-th receive of a tag gets the k-th send of that tag.
     order = [i for i, tag in enumerate(tags) if tag == 2] + \
@@ -101,17 +112,17 @@ def test_a_rank_sends_to_itself(receive_first):
 
 @pytest.mark.parametrize('kind', ['bytes', 'dtype'])
 def test_a_mismatched_receive_fails_on_both_ranks(kind):
-    rank, size = hvd.rank(), hvd.size()
+    following, previous = _node_ring()
     client = _client()
     wrong = torch.empty(8) if kind == 'bytes' else torch.empty(4, dtype=torch.int32)
     ones = torch.ones(4)
-    send = client.send_async(tensor_args.arg(ones), (rank + 1) % size, 11, GLOBAL)
-    recv = client.recv_async(tensor_args.arg(wrong), (rank - 1) % size, 11, GLOBAL)
+    send = client.send_async(tensor_args.arg(ones), following, 11, GLOBAL)
+    recv = client.recv_async(tensor_args.arg(wrong), previous, 11, GLOBAL)
     for handle in (send, recv):
         with pytest.raises(hvd.HorovodInternalError, match='Mismatched send and receive'):
             client.wait(handle)
     # The job goes on.
-    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [size] * 2
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [hvd.size()] * 2
 
 
 def test_arguments_are_refused_at_the_call():
@@ -125,3 +136,21 @@ def test_arguments_are_refused_at_the_call():
         client.send_async(tensor_args.arg(t), 0, -3, GLOBAL)
     with pytest.raises(ValueError, match='the output holds 4 bytes'):
         client.recv_async(tensor_args.arg(t), 0, 0, GLOBAL, output=t.data_ptr(), output_bytes=4)
+
+
+def test_a_message_to_or_from_another_node_fails_at_once_saying_so():
+    if hvd.size() == hvd.local_size():
+        pytest.skip('one node: every rank is local (multinode_python_test runs this across nodes)')
+    client = _client()
+    first = hvd.rank() - hvd.local_rank()
+    # The first rank after this node's, or the last before it.
+    other = first + hvd.local_size() if first + hvd.local_size() < hvd.size() else first - 1
+    t = torch.ones(3)
+    handles = [client.send_async(tensor_args.arg(t), other, 0, GLOBAL),
+               client.recv_async(tensor_args.arg(t), other, 0, GLOBAL)]
+    for handle in handles:
+        with pytest.raises(NotImplementedError,
+                           match='point-to-point messages between ranks of different nodes are '
+                                 'not supported yet'):
+            client.wait(handle)
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [hvd.size()] * 2
