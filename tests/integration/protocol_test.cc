@@ -121,7 +121,7 @@ std::vector<MalformedCase> MalformedCases() {
          r.set_output_offset(0);
        },
        invalid,
-       {"output_offset applies only to allreduce, not to allgather"}},
+       {"output_offset applies only to allreduce and receive, not to allgather"}},
       {"LengthDoesNotMatchShape",
        [](TensorRequest& r) { r.set_length(12); },
        invalid,
