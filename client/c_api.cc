@@ -405,6 +405,20 @@ int collective_reducescatter_device_async(collective_client_t* client, const cha
                  view, handle);
 }
 
+int collective_send_async(collective_client_t* client, const collective_tensor_t* input, int dest,
+                          int tag, int32_t process_set, collective_handle_t* handle) {
+  return Started(client, client->client->SendAsync(View(input), dest, tag, process_set), false,
+                 handle);
+}
+
+int collective_recv_async(collective_client_t* client, const collective_tensor_t* like, int source,
+                          int tag, int32_t process_set, void* output, size_t output_bytes,
+                          collective_handle_t* handle) {
+  return Started(
+      client, client->client->RecvAsync(View(like), source, tag, process_set, output, output_bytes),
+      output == nullptr, handle);
+}
+
 int collective_barrier(collective_client_t* client, int32_t process_set) {
   const absl::Status status = client->client->Barrier(process_set);
   return status.ok() ? 0 : Fail(status);

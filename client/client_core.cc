@@ -16,6 +16,12 @@
 namespace collective::internal {
 namespace {
 
+// Point-to-point messages are matched by ranks and tag, not by name: many
+// may be outstanding at once.
+bool IsMessage(const v1::TensorRequest& request) {
+  return request.collective() == v1::COLLECTIVE_SEND || request.collective() == v1::COLLECTIVE_RECV;
+}
+
 // Waiting spins this long before it sleeps, when the job's local ranks fit
 // the cores: long enough to catch a small collective that completes at once
 // (4 us instead of 85 us for one rank on a 2-core machine). When ranks
@@ -185,6 +191,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     if (!job_failure_.ok()) return refuse(job_failure_);
     absl::flat_hash_set<SetName> names;
     for (const PreparedRequest& prepared : requests) {
+      if (IsMessage(prepared.request)) continue;
       SetName name{prepared.request.process_set_id(), prepared.request.name()};
       if (outstanding_names_.contains(name) || !names.insert(name).second) {
         return refuse(absl::AlreadyExistsError(absl::StrCat(
@@ -256,7 +263,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     PreparedRequest& prepared = requests[i];
     const v1::TensorRequest& sent = message.submit().requests(static_cast<int>(i));
     SetName name{sent.process_set_id(), sent.name()};
-    outstanding_names_.insert(name);
+    if (!IsMessage(sent)) outstanding_names_.insert(name);
     ++in_flight_;
     requests_.emplace(ids[i], Pending{.name = name,
                                       .staging = prepared.staging,

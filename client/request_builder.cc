@@ -29,18 +29,15 @@ absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
       collective, " of '", name, "' needs a tensor of at least one dimension (its rows)"));
 }
 
-absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
-                                            absl::string_view name, const TensorView& input,
-                                            int32_t process_set, ProcessSet* set_out) {
+absl::StatusOr<PreparedRequest> PrepareDescription(ClientCore& core, v1::Collective collective,
+                                                   absl::string_view name, const TensorView& input,
+                                                   int32_t process_set, ProcessSet* set_out) {
   RETURN_IF_ERROR(CheckName(name, core.limits()));
   ASSIGN_OR_RETURN_WITH(const size_t bytes, input.bytes(), absl::StrCat("tensor '", name, "'"));
   if (input.shape.size() > core.limits().max_dims()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has ", input.shape.size(),
                                                    " dimensions; the limit is ",
                                                    core.limits().max_dims()));
-  }
-  if (input.data == nullptr && bytes > 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no data"));
   }
   ASSIGN_OR_RETURN(const ProcessSet set, core.FindProcessSet(process_set));
   if (!set.included(core.rank())) {
@@ -60,12 +57,26 @@ absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective col
   for (int64_t dim : input.shape) request.add_shape(dim);
   request.set_length(bytes);
   request.set_process_set_id(process_set);
+  if (input.device != Device::kCpu && input.device != Device::kCuda) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': unknown device ", static_cast<int32_t>(input.device)));
+  }
+  return prepared;
+}
+
+absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective collective,
+                                            absl::string_view name, const TensorView& input,
+                                            int32_t process_set, ProcessSet* set_out) {
+  ASSIGN_OR_RETURN(PreparedRequest prepared,
+                   PrepareDescription(core, collective, name, input, process_set, set_out));
+  v1::TensorRequest& request = prepared.request;
+  const uint64_t bytes = request.length();
+  if (input.data == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' has no data"));
+  }
   if (input.device == Device::kCuda) {
     request.set_memory(v1::MEMORY_KIND_CUDA);
     prepared.cuda = CudaTensor{.input = input.data, .stream = input.cuda_stream};
-  } else if (input.device != Device::kCpu) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': unknown device ", static_cast<int32_t>(input.device)));
   } else if (auto in_arena = core.ArenaOffset(input.data, bytes)) {
     request.set_offset(*in_arena);  // zero-copy: the daemon reads the tensor where it is
   } else if (bytes > 0) {

@@ -29,6 +29,12 @@ absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective col
                                             absl::string_view name, const TensorView& input,
                                             int32_t process_set, ProcessSet* set = nullptr);
 
+// PrepareData's checks and request without the input's data (a receive's
+// `like`, whose data is never read): nothing is staged.
+absl::StatusOr<PreparedRequest> PrepareDescription(ClientCore& core, v1::Collective collective,
+                                                   absl::string_view name, const TensorView& input,
+                                                   int32_t process_set, ProcessSet* set = nullptr);
+
 // PrepareData for allreduce and reducescatter, with the reduction op and
 // scale factors, which are checked before the input is staged.
 absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collective collective,

@@ -111,6 +111,10 @@ std::string CollectiveName(v1::Collective collective) {
       return "gather";
     case v1::COLLECTIVE_SCATTER:
       return "scatter";
+    case v1::COLLECTIVE_SEND:
+      return "send";
+    case v1::COLLECTIVE_RECV:
+      return "recv";
     case v1::COLLECTIVE_UNSPECIFIED:
       return "unspecified";
     default:

@@ -183,6 +183,19 @@ std::string FormatStatus(const v1::StatusResponse& status) {
     }
     out += "\nPENDING TENSORS\n" + pending.Render();
   }
+  if (!status.pending_messages().empty()) {
+    // Who waits for whom: a send waits for its destination's receive, a
+    // receive for its source's send.
+    Table messages({"RANK", "WAITS IN", "FOR RANK", "TAG", "SET", "DTYPE", "BYTES", "AGE"});
+    for (const v1::PendingMessage& message : status.pending_messages()) {
+      const bool send = message.collective() == v1::COLLECTIVE_SEND;
+      messages.Add({std::to_string(message.rank()), send ? "send" : "receive",
+                    std::to_string(message.peer_rank()), std::to_string(message.tag()),
+                    std::to_string(message.process_set_id()), DataTypeName(message.dtype()),
+                    HumanBytes(message.bytes()), HumanDuration(message.age_seconds())});
+    }
+    out += "\nPENDING MESSAGES\n" + messages.Render();
+  }
   return out;
 }
 

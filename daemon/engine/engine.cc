@@ -429,6 +429,7 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
       EndWorldJob();
       job_.reset();
       coordinator_.reset();
+      messages_.reset();
     }
   }
 }
@@ -483,6 +484,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
   }
   if (coordinator_ != nullptr) {
     DescribePending(now, response);
+    DescribeMessages(now, response);
     for (int32_t rank : coordinator_->Joined(0)) response.add_joined_ranks(rank);
   }
   if (across_.view().active()) across_.view().Describe(response.mutable_negotiation());

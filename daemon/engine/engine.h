@@ -15,7 +15,9 @@
 // fusion, local execution, and CompleteBatch: the one way a batch completes,
 // whatever ran it), engine_world.cc (the world of daemons: formation across
 // nodes, looking for the other daemons' messages, completing cross-node
-// batches, failures of other nodes) and engine_gpu.cc (CUDA registrations,
+// batches, failures of other nodes), engine_messages.cc (point-to-point
+// sends and receives, matched in negotiation/message_matcher.h) and
+// engine_gpu.cc (CUDA registrations,
 // batches of CUDA tensors, the GPU's completions and health). The job's
 // cross-node state is one object, AcrossNodes (across_nodes.h: negotiation
 // with node 0 and the decided batches, through the seams of
@@ -52,6 +54,7 @@
 #include "daemon/gpu/gpu_executor.h"
 #include "daemon/job/job.h"
 #include "daemon/negotiation/coordinator.h"
+#include "daemon/negotiation/message_matcher.h"
 #include "daemon/negotiation/stall_inspector.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
@@ -181,6 +184,14 @@ class Engine {
   // What a set refuses once a rank of it joined, each with its own error.
   void FailRefused(std::vector<std::pair<negotiation::PendingTensor, absl::Status>> refused);
   void FailReady(std::vector<negotiation::ReadyTensor> tensors, const absl::Status& why);
+
+  // engine_messages.cc: point-to-point sends and receives.
+  // A validated send or receive of `set`'s member `client`: it waits in
+  // messages_ for its other half, or fails at once (a peer outside the set
+  // or on another node).
+  void OnMessage(job::ClientRecord& client, v1::TensorRequest& request, const job::ProcessSet& set);
+  void FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why);
+  void DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const;
 
   // engine_world.cc
   // Joins the launcher's MPI world (on the engine thread, the only one that
@@ -324,6 +335,8 @@ class Engine {
   // Job state: engine thread only.
   std::unique_ptr<job::Job> job_;
   std::unique_ptr<negotiation::Coordinator> coordinator_;
+  // Sends and receives waiting for their other half (alive with coordinator_).
+  std::unique_ptr<negotiation::MessageMatcher> messages_;
   std::deque<exec::FusedBatch> deferred_;  // ready, waiting for result space
   // While a timeline records: batches of CUDA tensors on the GPU, by batch
   // id, with their rows and bytes.

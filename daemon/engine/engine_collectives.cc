@@ -23,10 +23,17 @@ std::string Engine::TimelineName(const negotiation::ReadyTensor& tensor) {
 bool Engine::RunReady() {
   if (coordinator_ == nullptr) return false;
   std::vector<negotiation::ReadyTensor> ready = coordinator_->TakeReady();
+  // Matched messages run among this node's ranks only (OnMessage refuses
+  // the others): nothing to announce to node 0.
+  std::vector<negotiation::ReadyTensor> messages = messages_->TakeMatched();
+  const size_t collectives = ready.size();
+  ready.insert(ready.end(), std::make_move_iterator(messages.begin()),
+               std::make_move_iterator(messages.end()));
   bool ran = !ready.empty();
   std::vector<negotiation::ReadyTensor> data;
-  for (negotiation::ReadyTensor& tensor : ready) {
-    if (across_.Announce(tensor)) {
+  for (size_t i = 0; i < ready.size(); ++i) {
+    negotiation::ReadyTensor& tensor = ready[i];
+    if (i < collectives && across_.Announce(tensor)) {
       KeepPollingFast();
       continue;
     }
@@ -112,8 +119,10 @@ void Engine::RunControl(const negotiation::ReadyTensor& tensor) {
         FailTensor(tensor, removed);
         return;
       }
-      FailSubmissions(coordinator_->TakePending(id),
-                      absl::CancelledError(absl::StrCat("process set ", id, " was removed")));
+      const absl::Status removed_why =
+          absl::CancelledError(absl::StrCat("process set ", id, " was removed"));
+      FailSubmissions(coordinator_->TakePending(id), removed_why);
+      FailMessages(messages_->TakeSet(id), removed_why);
       across_.RemoveSet(id);
       log::Coord().info("job '{}': process set {} removed", job_->id(), id);
       CompleteControl(tensor, id);

@@ -279,6 +279,7 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
     return;
   }
   coordinator_ = std::make_unique<negotiation::Coordinator>();
+  messages_ = std::make_unique<negotiation::MessageMatcher>();
   totals_.set_jobs(totals_.jobs() + 1);
 
   const Clock::duration timeout = RegisterTimeout(config_);
@@ -429,6 +430,7 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
 
 void Engine::FailUndecided(const absl::Status& why) {
   if (coordinator_ != nullptr) FailSubmissions(coordinator_->TakeAllPending(), why);
+  if (messages_ != nullptr) FailMessages(messages_->TakeAll(), why);
   std::vector<negotiation::ReadyTensor> local;
   for (exec::FusedBatch& batch : deferred_) {
     for (negotiation::ReadyTensor& tensor : batch.tensors) local.push_back(std::move(tensor));
@@ -479,6 +481,7 @@ void Engine::MaybeTearDownJob() {
   observe::ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();
+  messages_.reset();
   deferred_.clear();
   registrations_.clear();
   for (const auto& member : job_->members()) {

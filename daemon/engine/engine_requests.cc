@@ -163,6 +163,10 @@ void Engine::OnSubmit(job::ClientRecord& client, v1::TensorRequest& request) {
     CompleteWithError(client, request_id, status);
     return;
   }
+  if (negotiation::IsPointToPoint(request.collective())) {
+    OnMessage(client, request, *set);
+    return;
+  }
   const int32_t local_members = across_.LocalMembers(*set);
   const bool join = request.collective() == v1::COLLECTIVE_JOIN;
   client.outstanding[request_id] = request.length();

@@ -47,6 +47,44 @@ bool IsControl(v1::Collective collective) {
          collective == v1::COLLECTIVE_REMOVE_PROCESS_SET;
 }
 
+bool IsMessage(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_SEND || collective == v1::COLLECTIVE_RECV;
+}
+
+// A send names its destination and a receive its source (peer_rank, within
+// the process set: the engine checks it against the set's size), and both a
+// tag. A receive's input is never read: it only describes what arrives.
+absl::Status CheckMessage(const v1::TensorRequest& request) {
+  if (!IsMessage(request.collective())) {
+    if (request.peer_rank() != 0 || request.tag() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("peer_rank and tag apply to send and receive, not to ",
+                       CollectiveName(request.collective())));
+    }
+    return absl::OkStatus();
+  }
+  if (request.memory() != v1::MEMORY_KIND_HOST) {
+    return absl::UnimplementedError(
+        "point-to-point messages of CUDA tensors are not supported yet; send a copy on the host");
+  }
+  if (request.peer_rank() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer rank ", request.peer_rank(), " is negative"));
+  }
+  if (request.tag() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tag ", request.tag(), " is negative"));
+  }
+  if (request.collective() == v1::COLLECTIVE_RECV && request.offset() != 0) {
+    return absl::InvalidArgumentError(
+        "a receive has no input: its offset must be 0 (its dtype and shape describe what it "
+        "receives)");
+  }
+  if (request.collective() == v1::COLLECTIVE_SEND && request.has_output_offset()) {
+    return absl::InvalidArgumentError("a send has no output: output_offset applies to receives");
+  }
+  return absl::OkStatus();
+}
+
 bool IsReduction(v1::Collective collective) {
   return collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_REDUCESCATTER ||
          collective == v1::COLLECTIVE_REDUCE;
@@ -258,10 +296,10 @@ absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestL
   const v1::Collective collective = request.collective();
   if (collective != v1::COLLECTIVE_ALLREDUCE && collective != v1::COLLECTIVE_BROADCAST &&
       collective != v1::COLLECTIVE_REDUCESCATTER && collective != v1::COLLECTIVE_REDUCE &&
-      collective != v1::COLLECTIVE_SCATTER) {
+      collective != v1::COLLECTIVE_SCATTER && collective != v1::COLLECTIVE_RECV) {
     return absl::InvalidArgumentError(
         absl::StrCat("output_offset applies only to allreduce, broadcast, reducescatter, "
-                     "reduce and scatter, not to ",
+                     "reduce, scatter and receive, not to ",
                      CollectiveName(collective)));
   }
   // A scatter's result is this rank's rows (CheckReceiveRows vouched for
@@ -286,6 +324,7 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", DataTypeName(dtype)));
   }
   if (absl::Status status = CheckOpAndScales(request); !status.ok()) return status;
+  if (absl::Status status = CheckMessage(request); !status.ok()) return status;
   if (absl::Status status = CheckMemory(request, limits); !status.ok()) return status;
 
   if (request.shape_size() > static_cast<int>(limits.max_dims)) {
@@ -310,7 +349,8 @@ absl::Status CheckData(const v1::TensorRequest& request, const RequestLimits& li
                      *elements, " elements of ", ElementSize(dtype), " bytes)"));
   }
   uint64_t end = 0;
-  const bool in_arena = request.memory() == v1::MEMORY_KIND_HOST;
+  const bool in_arena =
+      request.memory() == v1::MEMORY_KIND_HOST && collective != v1::COLLECTIVE_RECV;
   if (in_arena && (__builtin_add_overflow(request.offset(), request.length(), &end) ||
                    end > limits.arena_bytes)) {
     return absl::InvalidArgumentError(

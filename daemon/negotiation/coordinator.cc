@@ -308,6 +308,8 @@ bool CarriesData(v1::Collective collective) {
     case v1::COLLECTIVE_REDUCE:
     case v1::COLLECTIVE_GATHER:
     case v1::COLLECTIVE_SCATTER:
+    case v1::COLLECTIVE_SEND:
+    case v1::COLLECTIVE_RECV:
       return true;
     default:
       return false;

@@ -10,6 +10,7 @@
 #include "common/dtype.h"
 #include "common/tensor_shape.h"
 #include "daemon/job/process_sets.h"
+#include "daemon/negotiation/message_matcher.h"
 
 namespace collective::daemon::negotiation {
 namespace {
@@ -209,9 +210,31 @@ absl::Status CheckPair(const ReadyTensor& tensor, const Submission& first,
   }
 }
 
+// A matched send and receive (message_matcher.h): the receive names the
+// send's dtype and byte size; shapes may differ, as MPI's counts do.
+absl::Status CheckMessage(const ReadyTensor& tensor) {
+  const Submission& send = tensor.submissions[0];
+  const Submission& receive = tensor.submissions[1];
+  const v1::TensorRequest& a = send.request;
+  const v1::TensorRequest& b = receive.request;
+  if (a.dtype() == b.dtype() && a.length() == b.length() && a.memory() == b.memory()) {
+    return absl::OkStatus();
+  }
+  const auto describe = [](const v1::TensorRequest& request) {
+    return absl::StrCat(request.length(), " bytes (", DeviceOf(request), " of ",
+                        DataTypeName(request.dtype()), " ", ShapeString(ShapeOf(request.shape())),
+                        ")");
+  };
+  return absl::FailedPreconditionError(
+      absl::StrCat("Mismatched send and receive of the ", tensor.name, ": rank ", send.rank,
+                   " sends ", describe(a), ", rank ", receive.rank, " receives ", describe(b),
+                   "; a receive must name the send's dtype and byte size"));
+}
+
 }  // namespace
 
 absl::Status CheckAgreement(const ReadyTensor& tensor) {
+  if (IsPointToPoint(tensor.request().collective())) return CheckMessage(tensor);
   const Submission& first = tensor.submissions.front();
   for (const Submission& other : tensor.submissions) {
     if (absl::Status status = CheckPair(tensor, first, other); !status.ok()) return status;

@@ -122,10 +122,11 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
   app.add_option(
          "--op", op_,
          "collective of the size sweep: allreduce, allgather, broadcast (from rank 0), alltoall "
-         "(even split), reducescatter (even split), reduce (to rank 0), gather (to rank 0) or "
-         "scatter (from rank 0, even split), against MPI_Allreduce (in place), MPI_Allgather, "
-         "MPI_Bcast, MPI_Alltoall, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Gatherv and "
-         "MPI_Scatterv. The ResNet step "
+         "(even split), reducescatter (even split), reduce (to rank 0), gather (to rank 0), "
+         "scatter (from rank 0, even split) or send (a ping-pong between two ranks, timed per "
+         "round trip), against MPI_Allreduce (in place), MPI_Allgather, MPI_Bcast, "
+         "MPI_Alltoall, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Gatherv, MPI_Scatterv and "
+         "MPI_Send/MPI_Recv. The ResNet step "
          "and the latency measure allreduce only: with another collective, --mode all runs the "
          "sweep alone. 'sum' and 'average' (the reduce op before --reduce-op existed) still "
          "mean allreduce with that --reduce-op")
@@ -221,6 +222,11 @@ absl::Status OptionParser::FinishOptions() {
   }
   if (btl_option_->count() == 0) options_.btl = options_.nodes > 1 ? "tcp,self" : "vader,self";
   const bool allreduce = options_.collective == Collective::kAllreduce;
+  if (options_.collective == Collective::kSend && options_.clients * options_.nodes != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--op send is a ping-pong between two ranks; this run has ",
+        options_.clients * options_.nodes, " (--clients 2, or --nodes 2 --clients 1)"));
+  }
   if (!allreduce && mode_ != "all" && mode_ != "sweep") {
     return absl::InvalidArgumentError(absl::StrCat("--mode ", mode_, " measures allreduce only; ",
                                                    op_, " has the size sweep (--mode sweep)"));

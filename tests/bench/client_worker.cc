@@ -193,6 +193,8 @@ class ClientBench {
         }
         return client_.ScatterAsync(name, sent, rows, kBroadcastRoot);
       }
+      case Collective::kSend:
+        break;  // PingPong
     }
     return absl::InvalidArgumentError("unknown collective");
   }
@@ -221,6 +223,31 @@ class ClientBench {
     std::memcpy(output, data, received.elements * sizeof(float));
     received.result.Release();
     received.data = output;
+    return received;
+  }
+
+  // One round trip between ranks 0 and 1 (the options allow no more): rank
+  // 0 sends its input and receives rank 1's, which receives first and then
+  // sends. The send waits until the bytes reached the other rank.
+  absl::StatusOr<Received> PingPong(PlacedTensor& tensor, const std::vector<int64_t>& shape,
+                                    const std::string& name) {
+    const int peer = 1 - client_.rank();
+    const TensorView input = tensor.Input(shape);
+    const size_t output_bytes = tensor.output_elements() * sizeof(float);
+    if (client_.rank() == 0) {
+      ASSIGN_OR_RETURN(const Client::Handle sent, client_.SendAsync(input, peer, 0));
+      ASSIGN_OR_RETURN(
+          const Client::Handle handle,
+          client_.RecvAsync(input, peer, 0, kGlobalProcessSet, tensor.output(), output_bytes));
+      RETURN_IF_ERROR(client_.Wait(sent).status());
+      return Receive(handle, tensor, name);
+    }
+    ASSIGN_OR_RETURN(
+        const Client::Handle handle,
+        client_.RecvAsync(input, peer, 0, kGlobalProcessSet, tensor.output(), output_bytes));
+    ASSIGN_OR_RETURN(Received received, Receive(handle, tensor, name));
+    ASSIGN_OR_RETURN(const Client::Handle sent, client_.SendAsync(input, peer, 0));
+    RETURN_IF_ERROR(client_.Wait(sent).status());
     return received;
   }
 
@@ -279,8 +306,13 @@ class ClientBench {
         RETURN_IF_ERROR(Synchronize());
         RETURN_IF_ERROR(Barrier());
         const auto start = Clock::now();
-        ASSIGN_OR_RETURN(const Client::Handle handle, Submit(collective, name, tensor, shape));
-        ASSIGN_OR_RETURN(Received received, Receive(handle, tensor, name));
+        Received received;
+        if (collective == Collective::kSend) {
+          ASSIGN_OR_RETURN(received, PingPong(tensor, shape, name));
+        } else {
+          ASSIGN_OR_RETURN(const Client::Handle handle, Submit(collective, name, tensor, shape));
+          ASSIGN_OR_RETURN(received, Receive(handle, tensor, name));
+        }
         RETURN_IF_ERROR(Synchronize());
         const int64_t elapsed = NanosSince(start);
         RETURN_IF_ERROR(Fetch(received, tensor));

@@ -31,6 +31,8 @@ const char* CollectiveName(Collective collective) {
       return "gather";
     case Collective::kScatter:
       return "scatter";
+    case Collective::kSend:
+      return "send";
   }
   return "?";
 }
@@ -44,7 +46,8 @@ const std::vector<std::pair<std::string, Collective>>& CollectiveNames() {
       {"reducescatter", Collective::kReducescatter},
       {"reduce", Collective::kReduce},
       {"gather", Collective::kGather},
-      {"scatter", Collective::kScatter}};
+      {"scatter", Collective::kScatter},
+      {"send", Collective::kSend}};
   return *names;
 }
 
@@ -59,6 +62,7 @@ bool SplitsInput(Collective collective) {
 }
 
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks) {
+  if (collective == Collective::kSend) return 2 * input_bytes;
   const bool gathers = collective == Collective::kAllgather || collective == Collective::kGather;
   return gathers ? input_bytes * static_cast<uint64_t>(ranks) : input_bytes;
 }
@@ -70,6 +74,7 @@ double BusFactor(Collective collective, int ranks) {
       return 2.0 * (k - 1) / k;
     case Collective::kBroadcast:
     case Collective::kReduce:
+    case Collective::kSend:
       return 1.0;
     case Collective::kAllgather:
     case Collective::kAlltoall:
@@ -103,6 +108,7 @@ size_t Pattern::output_elements() const {
     case Collective::kAllreduce:
     case Collective::kBroadcast:
     case Collective::kAlltoall:
+    case Collective::kSend:
       return elements_;
   }
   return elements_;
@@ -120,6 +126,7 @@ size_t Pattern::OutputBlock() const {
     case Collective::kReducescatter:
     case Collective::kReduce:
     case Collective::kScatter:
+    case Collective::kSend:
       return output_elements();
   }
   return output_elements();
@@ -160,6 +167,9 @@ float Pattern::Expected(size_t element, int iteration) const {
       return Input(kBroadcastRoot, static_cast<size_t>(rank_) * b + element, iteration);
     case Collective::kBroadcast:
       return Input(kBroadcastRoot, element, iteration);
+    case Collective::kSend:
+      // The other rank of the pair's input.
+      return Input(1 - rank_, element, iteration);
     case Collective::kAlltoall:
       // Block q came from rank q: the block of its input meant for this rank.
       return Input(static_cast<int>(element / b), static_cast<size_t>(rank_) * b + element % b,

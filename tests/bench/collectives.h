@@ -24,6 +24,8 @@
 
 namespace collective::bench {
 
+// kSend: a ping-pong between two ranks (rank 0 sends, rank 1 receives and
+// sends back its own input); a sample is the round trip.
 enum class Collective {
   kAllreduce,
   kAllgather,
@@ -32,7 +34,8 @@ enum class Collective {
   kReducescatter,
   kReduce,
   kGather,
-  kScatter
+  kScatter,
+  kSend
 };
 
 // Broadcasts come from this rank, in collectived and in MPI_Bcast; it is
@@ -52,10 +55,11 @@ bool SplitsInput(Collective collective);
 
 // The bytes algbw counts for a per-rank input of `input_bytes`: what each
 // rank ends up with, as nccl-tests counts it (allgather and gather, at the
-// root: K·n; the others n: scatter's root sends n).
+// root: K·n; send: 2·n, a message each way in a round trip; the others n:
+// scatter's root sends n).
 uint64_t AlgorithmBytes(Collective collective, uint64_t input_bytes, int ranks);
 // busbw / algbw: 2(K−1)/K for allreduce, (K−1)/K for allgather, alltoall,
-// reducescatter, gather and scatter, 1 for broadcast and reduce.
+// reducescatter, gather and scatter, 1 for broadcast, reduce and send.
 double BusFactor(Collective collective, int ranks);
 
 // The data of one tensor of one rank (see the top of this file).

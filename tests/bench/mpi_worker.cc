@@ -104,6 +104,16 @@ class MpiBench {
                      MPI_FLOAT, kBroadcastRoot, MPI_COMM_WORLD);
         return;
       }
+      case Collective::kSend:
+        // The ping-pong of two ranks (the options allow no more).
+        if (rank_ == 0) {
+          MPI_Send(input.data(), count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD);
+          MPI_Recv(output.data(), count, MPI_FLOAT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+          MPI_Recv(output.data(), count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+          MPI_Send(input.data(), count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD);
+        }
+        return;
     }
   }
 

@@ -116,6 +116,9 @@ void Report::PrintHeader(const std::string& daemon) const {
       what =
           absl::StrCat("float32 scatter from rank ", kBroadcastRoot, ", even split (sweep only)");
       break;
+    case Collective::kSend:
+      what = "float32 send/receive ping-pong between ranks 0 and 1, time = round trip (sweep only)";
+      break;
   }
   std::fprintf(out_, "collective-bench: %s, %s, %s\n", Clients().c_str(), what.c_str(),
                daemon.c_str());
@@ -249,6 +252,9 @@ void Report::PrintSweep() const {
     case Collective::kBroadcast:
     case Collective::kReduce:
       bandwidth = "busbw = bytes/time";
+      break;
+    case Collective::kSend:
+      bandwidth = "busbw = 2*bytes/time (a message each way)";
       break;
     case Collective::kAlltoall:
     case Collective::kReducescatter:

@@ -29,6 +29,9 @@
 //   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted
 //   rooted-matrix [--only C]           reduce (every op), gather, scatter, every root
 //   rooted-mismatch --kind K           the last rank's root, dtype or scatter rows differ
+//   p2p-ring, p2p-order, p2p-self, p2p-mismatch, p2p-dead-peer, p2p-pending,
+//   p2p-beside-allreduce               point-to-point messages (see
+//                                      collectives_worker_p2p.cc)
 //
 // Every scenario connects with --static-sets "0,1;2" when given (see
 // ConnectOrDie).
@@ -63,6 +66,13 @@ int main(int argc, char** argv) {
       {"workload", WorkloadScenario},
       {"rooted-matrix", RootedMatrix},
       {"rooted-mismatch", RootedMismatch},
+      {"p2p-ring", P2pRing},
+      {"p2p-order", P2pOrder},
+      {"p2p-self", P2pSelf},
+      {"p2p-mismatch", P2pMismatch},
+      {"p2p-dead-peer", P2pDeadPeer},
+      {"p2p-pending", P2pPending},
+      {"p2p-beside-allreduce", P2pBesideAllreduce},
   };
   const auto it = scenarios.find(args[0]);
   if (it == scenarios.end()) Die("unknown scenario " + args[0]);

@@ -110,5 +110,13 @@ int WorkloadScenario(const Args& args);
 // collectives_worker_rooted.cc
 int RootedMatrix(const Args& args);
 int RootedMismatch(const Args& args);
+// collectives_worker_p2p.cc
+int P2pRing(const Args& args);
+int P2pOrder(const Args& args);
+int P2pSelf(const Args& args);
+int P2pMismatch(const Args& args);
+int P2pDeadPeer(const Args& args);
+int P2pPending(const Args& args);
+int P2pBesideAllreduce(const Args& args);
 
 }  // namespace collective::testing

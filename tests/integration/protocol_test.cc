@@ -121,8 +121,8 @@ std::vector<MalformedCase> MalformedCases() {
          r.set_output_offset(0);
        },
        invalid,
-       {"output_offset applies only to allreduce, broadcast, reducescatter, reduce and scatter, "
-        "not to allgather"}},
+       {"output_offset applies only to allreduce, broadcast, reducescatter, reduce, scatter and "
+        "receive, not to allgather"}},
       {"LengthDoesNotMatchShape",
        [](TensorRequest& r) { r.set_length(12); },
        invalid,

@@ -303,6 +303,30 @@ class Client {
                                       int64_t receive_rows, int root_rank,
                                       int32_t process_set = kGlobalProcessSet,
                                       void* output = nullptr, size_t output_bytes = 0);
+  // Point-to-point messages (client_p2p.cc). A send to rank `dest` with
+  // `tag` matches rank dest's receive from this rank with that tag (ranks
+  // within the process set, tags non-negative); between two ranks the k-th
+  // send of a tag matches the k-th receive of it, as in MPI. A rank may
+  // send to itself. The receive names the send's dtype and byte size (its
+  // shape may differ), else both fail. Only the two ranks take part. Both
+  // complete once the bytes are in the receiver's result; a send's result
+  // is empty. CPU tensors of ranks on one node (a message between nodes
+  // fails with UNIMPLEMENTED).
+  absl::StatusOr<Handle> SendAsync(const TensorView& input, int dest, int tag,
+                                   int32_t process_set = kGlobalProcessSet);
+  // `like` gives the dtype and shape received (its data is not read).
+  // Without `output`, Wait returns a view of the bytes received; with one
+  // (holding `output_bytes`), they are copied there — by the daemon itself
+  // when it lies in this client's arena.
+  absl::StatusOr<Handle> RecvAsync(const TensorView& like, int source, int tag,
+                                   int32_t process_set = kGlobalProcessSet, void* output = nullptr,
+                                   size_t output_bytes = 0);
+  // The blocking forms: SendAsync or RecvAsync, then Wait.
+  absl::Status Send(const TensorView& input, int dest, int tag,
+                    int32_t process_set = kGlobalProcessSet);
+  absl::StatusOr<Result> Recv(const TensorView& like, int source, int tag,
+                              int32_t process_set = kGlobalProcessSet, void* output = nullptr,
+                              size_t output_bytes = 0);
 
   // Returns once every rank of the set has reached the barrier.
   absl::Status Barrier(int32_t process_set = kGlobalProcessSet);

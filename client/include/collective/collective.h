@@ -193,6 +193,16 @@ int collective_scatter_async(collective_client_t* client, const char* name,
                              const collective_tensor_t* input, int64_t receive_rows, int root_rank,
                              int32_t process_set, void* output, size_t output_bytes,
                              collective_handle_t* handle);
+/* Point-to-point messages (see Client::SendAsync and Client::RecvAsync):
+ * `dest` and `source` are ranks within the process set, `tag` >= 0; `like`
+ * gives the dtype and shape received (its data is not read). A receive
+ * with a NULL output is a view returned by collective_wait (release it);
+ * a send's result is empty. */
+int collective_send_async(collective_client_t* client, const collective_tensor_t* input, int dest,
+                          int tag, int32_t process_set, collective_handle_t* handle);
+int collective_recv_async(collective_client_t* client, const collective_tensor_t* like, int source,
+                          int tag, int32_t process_set, void* output, size_t output_bytes,
+                          collective_handle_t* handle);
 
 int collective_barrier(collective_client_t* client, int32_t process_set);
 /* *last_rank: the last rank to join, counted within the set. */

@@ -58,6 +58,7 @@ PYBIND11_MODULE(_core, m) {
   collective::python::BindCollectives(m);
   collective::python::BindBuffer(m);
   collective::python::BindRooted(m);
+  collective::python::BindPointToPoint(m);
   m.attr("DTYPES") = Codes(kDataTypes);
   m.attr("REDUCE_OPS") = Codes(kReduceOps);
   m.attr("DEVICES") = Codes(kDevices);

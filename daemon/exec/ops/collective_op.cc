@@ -30,6 +30,8 @@ const CollectiveOp* OpFor(v1::Collective collective) {
       return &GatherOp();
     case v1::COLLECTIVE_SCATTER:
       return &ScatterOp();
+    case v1::COLLECTIVE_SEND:
+      return &MessageOp();
     default:
       return nullptr;
   }

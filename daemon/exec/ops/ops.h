@@ -13,6 +13,8 @@ const CollectiveOp& ReducescatterOp();
 const CollectiveOp& AllgatherOp();
 const CollectiveOp& BroadcastOp();
 const CollectiveOp& AlltoallOp();
+// A matched send and receive (ops/message.cc).
+const CollectiveOp& MessageOp();
 // The allreduce op's delegate for op=Adasum (ops/adasum.cc).
 const CollectiveOp& AdasumAllreduceOp();
 // The rooted collectives.

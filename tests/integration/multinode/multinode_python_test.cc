@@ -29,6 +29,20 @@ void PrintTo(const PythonCase& c, std::ostream* os) {
 
 class MultiNodePythonTest : public ::testing::TestWithParam<PythonCase> {};
 
+// One pytest file run by every rank, on daemons of `local_sizes` ranks.
+void RunPytestFile(const std::vector<int>& local_sizes, const std::string& btl,
+                   const std::string& file) {
+  ASSERT_EQ(setenv("PYTHONPATH", PYTHON_PACKAGE_DIR, 1), 0);
+  ASSERT_EQ(setenv("PYTHONDONTWRITEBYTECODE", "1", 1), 0);
+  auto daemons = MpiDaemons::Start(
+      {.nodes = static_cast<int>(local_sizes.size()), .btl = btl, .daemon_flags = {}});
+  ASSERT_TRUE(daemons.ok()) << daemons.status();
+  auto workers = (*daemons)->StartWorkers(PYTHON_EXECUTABLE, local_sizes,
+                                          {"-m", "pytest", "-q", "-p", "no:cacheprovider", file});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(WaitForWorkers(*workers, absl::Minutes(4)), "");
+}
+
 TEST_P(MultiNodePythonTest, ThePytestSuitePassesOnEveryRankOfEveryNode) {
   const PythonCase& c = GetParam();
   // The trainers inherit these: the package from the build tree, and no
@@ -49,15 +63,14 @@ TEST_P(MultiNodePythonTest, ThePytestSuitePassesOnEveryRankOfEveryNode) {
 // world above has: its tests on 2 nodes of 2 ranks each, where the daemons
 // combine the nodes' partial results.
 TEST(MultiNodeAdasumTest, TheAdasumTestsPassOnTwoNodesOfTwoRanks) {
-  ASSERT_EQ(setenv("PYTHONPATH", PYTHON_PACKAGE_DIR, 1), 0);
-  ASSERT_EQ(setenv("PYTHONDONTWRITEBYTECODE", "1", 1), 0);
-  auto daemons = MpiDaemons::Start({.nodes = 2, .btl = "vader,self", .daemon_flags = {}});
-  ASSERT_TRUE(daemons.ok()) << daemons.status();
-  auto workers = (*daemons)->StartWorkers(
-      PYTHON_EXECUTABLE, {2, 2},
-      {"-m", "pytest", "-q", "-p", "no:cacheprovider", PYTHON_TESTS_DIR "/test_adasum.py"});
-  ASSERT_TRUE(workers.ok()) << workers.status();
-  EXPECT_EQ(WaitForWorkers(*workers, absl::Minutes(4)), "");
+  RunPytestFile({2, 2}, "vader,self", PYTHON_TESTS_DIR "/test_adasum.py");
+}
+
+// Point-to-point messages across nodes are not built yet: between a node's
+// own ranks they work, and to or from another node's rank they fail at
+// once, saying so (test_p2p_binding.py), on nodes of 1 and 2 ranks.
+TEST(MultiNodePointToPointTest, MessagesWorkWithinANodeAndFailClearlyAcrossNodes) {
+  RunPytestFile({1, 2}, "tcp,self", PYTHON_TESTS_DIR "/test_p2p_binding.py");
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, MultiNodePythonTest,
