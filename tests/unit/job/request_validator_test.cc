@@ -1017,66 +1017,67 @@ TEST(RequestValidatorTest, RefusesCudaTensorsOfRootedCollectives) {
               name + " is implemented for host tensors only; copy a CUDA tensor to the host to " +
                   name + " it");
   }
+}
 
-  // A valid send of Valid()'s tensor to rank 3 with tag 5.
-  v1::TensorRequest ValidSend() {
-    v1::TensorRequest request = Valid();
-    request.set_collective(v1::COLLECTIVE_SEND);
-    request.clear_op();
-    request.set_peer_rank(3);
-    request.set_tag(5);
-    return request;
-  }
+// A valid send of Valid()'s tensor to rank 3 with tag 5.
+v1::TensorRequest ValidSend() {
+  v1::TensorRequest request = Valid();
+  request.set_collective(v1::COLLECTIVE_SEND);
+  request.clear_op();
+  request.set_peer_rank(3);
+  request.set_tag(5);
+  return request;
+}
 
-  TEST(RequestValidatorTest, SendsAndReceivesNameAPeerAndATag) {
-    EXPECT_TRUE(Validate(ValidSend()).ok());
-    v1::TensorRequest receive = ValidSend();
-    receive.set_collective(v1::COLLECTIVE_RECV);
-    receive.set_offset(0);
-    EXPECT_TRUE(Validate(receive).ok());
-    // A receive reads no input: its length may exceed the arena, unless it
-    // names an output there.
-    receive.clear_shape();
-    receive.add_shape(kArena);
-    receive.set_length(4 * kArena);
-    EXPECT_TRUE(Validate(receive).ok());
-    receive.set_output_offset(0);
-    EXPECT_THAT(Reason(Validate(receive)), HasSubstr("output_offset 0 + length"));
-    receive.clear_output_offset();
-    receive.set_offset(8);
-    EXPECT_EQ(Reason(Validate(receive)),
-              "a receive has no input: its offset must be 0 (its dtype and shape describe what it "
-              "receives)");
+TEST(RequestValidatorTest, SendsAndReceivesNameAPeerAndATag) {
+  EXPECT_TRUE(Validate(ValidSend()).ok());
+  v1::TensorRequest receive = ValidSend();
+  receive.set_collective(v1::COLLECTIVE_RECV);
+  receive.set_offset(0);
+  EXPECT_TRUE(Validate(receive).ok());
+  // A receive reads no input: its length may exceed the arena, unless it
+  // names an output there.
+  receive.clear_shape();
+  receive.add_shape(kArena);
+  receive.set_length(4 * kArena);
+  EXPECT_TRUE(Validate(receive).ok());
+  receive.set_output_offset(0);
+  EXPECT_THAT(Reason(Validate(receive)), HasSubstr("output_offset 0 + length"));
+  receive.clear_output_offset();
+  receive.set_offset(8);
+  EXPECT_EQ(Reason(Validate(receive)),
+            "a receive has no input: its offset must be 0 (its dtype and shape describe what it "
+            "receives)");
 
-    v1::TensorRequest negative = ValidSend();
-    negative.set_peer_rank(-1);
-    EXPECT_EQ(Reason(Validate(negative)), "peer rank -1 is negative");
-    negative = ValidSend();
-    negative.set_tag(-2);
-    EXPECT_EQ(Reason(Validate(negative)), "tag -2 is negative");
-    v1::TensorRequest output = ValidSend();
-    output.set_output_offset(0);
-    EXPECT_EQ(Reason(Validate(output)), "a send has no output: output_offset applies to receives");
-    v1::TensorRequest grouped = ValidSend();
-    grouped.set_group_id(1);
-    grouped.set_group_size(1);
-    EXPECT_THAT(Reason(Validate(grouped)), HasSubstr("can be grouped, not send"));
-    v1::TensorRequest allreduce = Valid();
-    allreduce.set_tag(1);
-    EXPECT_EQ(Reason(Validate(allreduce)),
-              "peer_rank and tag apply to send and receive, not to allreduce");
-  }
+  v1::TensorRequest negative = ValidSend();
+  negative.set_peer_rank(-1);
+  EXPECT_EQ(Reason(Validate(negative)), "peer rank -1 is negative");
+  negative = ValidSend();
+  negative.set_tag(-2);
+  EXPECT_EQ(Reason(Validate(negative)), "tag -2 is negative");
+  v1::TensorRequest output = ValidSend();
+  output.set_output_offset(0);
+  EXPECT_EQ(Reason(Validate(output)), "a send has no output: output_offset applies to receives");
+  v1::TensorRequest grouped = ValidSend();
+  grouped.set_group_id(1);
+  grouped.set_group_size(1);
+  EXPECT_THAT(Reason(Validate(grouped)), HasSubstr("can be grouped, not send"));
+  v1::TensorRequest allreduce = Valid();
+  allreduce.set_tag(1);
+  EXPECT_EQ(Reason(Validate(allreduce)),
+            "peer_rank and tag apply to send and receive, not to allreduce");
+}
 
-  TEST(RequestValidatorTest, MessagesOfCudaTensorsAreNotSupportedYet) {
-    v1::TensorRequest send = ValidCuda();
-    send.set_collective(v1::COLLECTIVE_SEND);
-    send.clear_op();
-    const absl::Status status = Validate(send, CudaLimits());
-    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-    EXPECT_EQ(
-        Reason(status),
-        "point-to-point messages of CUDA tensors are not supported yet; send a copy on the host");
-  }
+TEST(RequestValidatorTest, MessagesOfCudaTensorsAreNotSupportedYet) {
+  v1::TensorRequest send = ValidCuda();
+  send.set_collective(v1::COLLECTIVE_SEND);
+  send.clear_op();
+  const absl::Status status = Validate(send, CudaLimits());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      Reason(status),
+      "point-to-point messages of CUDA tensors are not supported yet; send a copy on the host");
+}
 
 }  // namespace
 }  // namespace collective::daemon::job
