@@ -27,25 +27,27 @@ def upstream(rank, shape, seed=0):
     return rank_data(rank, shape, seed=500 + seed)
 
 
-def check_against_reference(function, reference, inputs, seed=0):
+def check_against_reference(function, reference, inputs, seed=0, device='cpu'):
     """``function(x)`` on this rank against ``reference(inputs)[rank]``, forward and backward.
 
-    ``inputs``: every rank's input, by rank. Returns this rank's output.
+    ``inputs``: every rank's input, by rank; this rank's goes to ``device``
+    (the reference runs on the CPU). Returns this rank's output.
     """
     rank = comm.rank
-    x = inputs[rank].clone().requires_grad_()
+    x = inputs[rank].clone().to(device).requires_grad_()
     y = function(x)
+    assert y.device == x.device, (y.device, x.device)
     leaves = [t.clone().requires_grad_() for t in inputs]
     expected = reference(leaves)
     assert y.shape == expected[rank].shape, (y.shape, expected[rank].shape)
-    assert torch.allclose(y.detach(), expected[rank].detach()), (y, expected[rank])
-    (y * upstream(rank, y.shape, seed)).sum().backward()
+    assert torch.allclose(y.detach().cpu(), expected[rank].detach()), (y, expected[rank])
+    (y * upstream(rank, y.shape, seed).to(device)).sum().backward()
     sum((out * upstream(r, out.shape, seed)).sum() for r, out in enumerate(expected)).backward()
     expected_grad = leaves[rank].grad
     if expected_grad is None:
         expected_grad = torch.zeros_like(leaves[rank])
     assert x.grad is not None, 'no gradient reached the input'
-    assert torch.allclose(x.grad, expected_grad), (x.grad, expected_grad)
+    assert torch.allclose(x.grad.cpu(), expected_grad), (x.grad, expected_grad)
     return y
 
 
