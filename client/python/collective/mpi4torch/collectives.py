@@ -82,13 +82,9 @@ class Reduce(torch.autograd.Function):
     def forward(ctx, tensor, op, root, comm):
         ctx.op, ctx.root, ctx.comm = op, root, comm
         set_id = comm.set_id
-        if comm.rank == root:
-            result = _reduced(tensor, op,
-                              lambda t, wire: requests.reduce_(t, wire, root, set_id))
-            inplace.overwrite(tensor, result.to(tensor.device))
-        else:
-            _reduced(tensor, op, lambda t, wire: requests.reduce_(t, wire, root, set_id))
-            inplace.overwrite(tensor, torch.zeros_like(tensor))
+        result = _reduced(tensor, op, lambda t, wire: requests.reduce_(t, wire, root, set_id))
+        inplace.overwrite(tensor, result.to(tensor.device) if comm.rank == root
+                          else torch.zeros_like(tensor))
         return tensor.detach()
 
     @staticmethod
