@@ -5,7 +5,9 @@ import torch
 
 import collective.mpi4torch as mpi4torch
 from collective.common.exceptions import HorovodInternalError
-from mpi4torch_checks import comm, gradcheck_each_rank, rank_data, upstream
+from mpi4torch_checks import comm, gradcheck_each_rank, one_node_messages, rank_data, upstream
+
+pytestmark = one_node_messages
 
 
 def _right():
