@@ -63,10 +63,11 @@ class Reducescatter final : public CollectiveOp {
     const uint64_t row_elements = row_bytes / ElementSize(request.dtype());
     for (const negotiation::Submission& submission : tensor.submissions) {
       const auto [first, count] = RowsOf(rows, tensor.set_size, submission.set_rank);
-      WorkList::Outputs output;
-      if (submission.request.has_output_offset()) {
-        output.push_back(submission.client->segment->arena() + submission.request.output_offset());
-      }
+      // Its rank's output, if it named one in its arena.
+      const WorkList::Outputs output = submission.request.has_output_offset()
+                                           ? WorkList::Outputs{submission.client->segment->arena() +
+                                                               submission.request.output_offset()}
+                                           : WorkList::Outputs{};
       AddReductionOfRange(tensor, slot + static_cast<uint64_t>(first) * row_bytes, work,
                           static_cast<uint64_t>(first) * row_elements,
                           static_cast<uint64_t>(count) * row_elements, output);
