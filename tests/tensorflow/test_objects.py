@@ -80,3 +80,22 @@ def test_disagreeing_roots_fail_on_every_rank():
         hvd.broadcast_object(rank, root_rank=rank, name='roots')
     assert "'broadcast.roots.sz'" in raised.value.message
     assert hvd.broadcast_object(rank, root_rank=0, name='roots.after') == 0
+
+
+def test_broadcast_object_fn_in_a_tf1_graph():
+    # Horovod's: the broadcast ops built once, the function called again and again.
+    rank = hvd.rank()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        broadcast = hvd.broadcast_object_fn(root_rank=hvd.size() - 1, session=session,
+                                            name='fn.graph')
+        first = broadcast({'from': rank, 'list': list(range(rank))})
+        second = broadcast('x' * (rank + 1))
+    last = hvd.size() - 1
+    assert first == {'from': last, 'list': list(range(last))}
+    assert second == 'x' * (last + 1)
+
+
+def test_broadcast_object_fn_eagerly():
+    broadcast = hvd.broadcast_object_fn(name='fn.eager')
+    assert broadcast(hvd.rank() + 10) == 10
+    assert broadcast([hvd.rank()]) == [0]

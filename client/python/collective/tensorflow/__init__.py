@@ -9,16 +9,18 @@ README "TensorFlow".
 """
 
 from collective.tensorflow.compression import Compression
-from collective.tensorflow.functions import (DistributedGradientTape, allgather_object,
+from collective.tensorflow.functions import (DistributedGradientTape,
+                                             PartialDistributedGradientTape, allgather_object,
                                              allreduce, broadcast_, broadcast_object,
-                                             broadcast_variables,
+                                             broadcast_object_fn, broadcast_variables,
                                              grouped_allreduce, grouped_reducescatter,
                                              reducescatter)
 from collective.tensorflow.mpi_ops import *  # noqa: F401,F403  (see mpi_ops.__all__)
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 
 __all__ = list(_mpi_ops_all) + [
-    'Compression', 'DistributedGradientTape', 'allgather_object', 'allreduce', 'broadcast_',
-    'broadcast_object', 'broadcast_variables',
+    'Compression', 'DistributedGradientTape', 'PartialDistributedGradientTape',
+    'allgather_object', 'allreduce', 'broadcast_', 'broadcast_object', 'broadcast_object_fn',
+    'broadcast_variables',
     'grouped_allreduce', 'grouped_reducescatter', 'reducescatter',
 ]

@@ -3,6 +3,7 @@
 
 import pickle
 
+import numpy as np
 import tensorflow as tf
 
 from collective.common import basics, reduce_ops
@@ -174,6 +175,34 @@ def broadcast_object(obj, root_rank=0, session=None, name=None,
     return obj if is_root else pickle.loads(received.tobytes())
 
 
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """Horovod's: a function that broadcasts an object from ``root_rank``, as
+    ``broadcast_object`` does, whose ops are built once here. In a TF1 graph they take the
+    pickled object through placeholders and ``session`` (by default the default session when
+    the function is called) runs them, as Horovod's; eagerly the function calls
+    ``broadcast_object``."""
+    name = name or 'broadcast_object_fn'
+    if tf.executing_eagerly():
+        return lambda obj: broadcast_object(obj, root_rank, name=name, process_set=process_set)
+    length_in = tf.compat.v1.placeholder(tf.int64, [1], name='bcast_object_size')
+    length_out = broadcast(length_in, root_rank, name=name + '.sz', process_set=process_set)
+    payload_in = tf.compat.v1.placeholder(tf.uint8, [None], name='bcast_object_data')
+    payload_out = broadcast(payload_in, root_rank, name=name + '.t', process_set=process_set)
+
+    def broadcast_one(obj):
+        run = (session or tf.compat.v1.get_default_session()).run
+        is_root = basics.rank() == root_rank
+        payload = (np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL),
+                                 dtype=np.uint8) if is_root else None)
+        length = run(length_out, feed_dict={length_in: [payload.size if is_root else 0]})
+        if not is_root:
+            payload = np.zeros(int(length[0]), dtype=np.uint8)
+        received = run(payload_out, feed_dict={payload_in: payload})
+        return obj if is_root else pickle.loads(received.tobytes())
+
+    return broadcast_one
+
+
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Horovod's ``allgather_object``: the list of every rank's ``obj`` in the rank order of
     ``process_set``, pickled, the lengths gathered first. ``name`` defaults to
@@ -190,17 +219,29 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
             for start, end in zip(starts[:-1], starts[1:])]
 
 
+def _divided(gradient, divisor):
+    """``gradient`` / ``divisor``; a ``tf.IndexedSlices`` keeps its indices."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values / divisor, gradient.indices, gradient.dense_shape)
+    return gradient / divisor
+
+
 class GradientReducer:
     """How DistributedGradientTape and Keras' DistributedOptimizer allreduce the gradients:
     one by one, or in Horovod's ``groups`` (see ``gradient_groups``)."""
 
     def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set,
-                 groups=None):
+                 groups=None, scale_local_gradients=True):
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._process_set = process_set
         self._groups = groups
+        # Horovod's worker-local sources (register_local): their gradients are not reduced,
+        # only divided by the set's size with scale_local_gradients (Horovod's pull 3695),
+        # so that they weigh as the averaged ones do.
+        self._local = set()
+        self._scale_local = scale_local_gradients
         # Horovod: with Average, divide by the factor before and by size/factor after the sum.
         self._prescale = 1.0
         self._postscale = 1.0
@@ -223,8 +264,30 @@ class GradientReducer:
                          prescale_factor=self._prescale, postscale_factor=self._postscale,
                          process_set=self._process_set)
 
+    def register_local(self, source):
+        """Horovod's ``register_local_source``/``register_local_var``: ``source``'s gradient
+        stays this worker's own."""
+        self._local.add(source.ref())
+
     def reduce_all(self, gradients, variables):
-        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each."""
+        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each; the
+        gradients of local sources are not reduced (see ``register_local``)."""
+        if not self._local:
+            return self._reduce_shared(gradients, variables)
+        shared = [i for i, v in enumerate(variables) if v.ref() not in self._local]
+        results = list(gradients)
+        reduced = self._reduce_shared([gradients[i] for i in shared],
+                                      [variables[i] for i in shared])
+        for i, result in zip(shared, reduced):
+            results[i] = result
+        if self._scale_local:
+            size = self._process_set.size()
+            for i, variable in enumerate(variables):
+                if variable.ref() in self._local and results[i] is not None:
+                    results[i] = _divided(results[i], size)
+        return results
+
+    def _reduce_shared(self, gradients, variables):
         if self._groups is None:
             return [self(gradient) for gradient in gradients]
         gradients = [None if g is None else self._prepared(g) for g in gradients]
@@ -251,6 +314,12 @@ class _DistributedGradientTape(tf.GradientTape):
         super().__init__(persistent=persistent, watch_accessed_variables=watch_accessed_variables)
         self._reducer = reducer
 
+    def register_local_source(self, source):
+        """Horovod's: ``source`` (a variable or watched tensor) is this worker's own; its
+        gradient is returned unreduced (divided by the set's size with
+        ``scale_local_gradients``)."""
+        self._reducer.register_local(source)
+
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         gradients = super().gradient(target, sources, output_gradients, **kwargs)
         if gradients is None:
@@ -262,17 +331,46 @@ class _DistributedGradientTape(tf.GradientTape):
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)
                             compression=Compression.none, sparse_as_dense=False,
                             op=reduce_ops.Average, gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=global_process_set):
+                            groups=None, process_set=global_process_set,
+                            scale_local_gradients=True):
     """Horovod's: wraps ``gradtape`` so that ``gradient()`` allreduces what it returns, one by
     one or, with ``groups`` (a count, or lists of the sources' variables), as grouped
-    allreduces."""
+    allreduces; sources registered with ``register_local_source`` keep their own gradient."""
     del device_dense, device_sparse
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set, gradient_groups.resolve_groups(num_groups, groups))
+                              process_set, gradient_groups.resolve_groups(num_groups, groups),
+                              scale_local_gradients)
     # The wrapped tape's settings and recording so far are taken over, as Horovod does.
     tape = _DistributedGradientTape(
         reducer, persistent=gradtape._persistent,  # noqa: SLF001
         watch_accessed_variables=gradtape._watch_accessed_variables)  # noqa: SLF001
     tape._tape = gradtape._tape  # noqa: SLF001
     tape._recording = gradtape._recording  # noqa: SLF001
+    return tape
+
+
+def local_layer_variables(local_layers):
+    """The trainable weights of Horovod's ``local_layers`` argument: None, one Keras layer or
+    a collection of them (anything else: ValueError, as Horovod)."""
+    if local_layers is None:
+        return []
+    if isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, tf.keras.layers.Layer) for layer in local_layers):
+        raise ValueError('All local layers must be of tf.keras.layers.Layer type.')
+    return [var for layer in local_layers for var in layer.trainable_weights]
+
+
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=reduce_ops.Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """Horovod's: a ``DistributedGradientTape`` whose ``local_layers``' trainable weights are
+    registered as local sources (their gradients are not reduced)."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for variable in local_layer_variables(local_layers):
+        tape.register_local_source(variable)
     return tape

@@ -73,6 +73,34 @@ def _set_id(process_set):
     return process_set_id(process_set)
 
 
+def size_op(process_set_id=0, name=None):
+    """Horovod's: an int32 scalar op, the number of ranks in the process set ``process_set_id``
+    (an id, as Horovod takes it) when the op runs; unlike ``size()`` it follows a re-init, in a
+    graph built before it."""
+    return _OPS.collective_size(process_set_id=process_set_id, name=name)
+
+
+def local_size_op(name=None):
+    """Horovod's: an int32 scalar op, the number of ranks on this node when the op runs."""
+    return _OPS.collective_local_size(name=name)
+
+
+def rank_op(name=None):
+    """Horovod's: an int32 scalar op, this process's rank when the op runs."""
+    return _OPS.collective_rank(name=name)
+
+
+def local_rank_op(name=None):
+    """Horovod's: an int32 scalar op, this process's rank on its node when the op runs."""
+    return _OPS.collective_local_rank(name=name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """Horovod's: an int32 scalar op, 1 if this process belongs to the process set
+    ``process_set_id`` when the op runs, else 0."""
+    return _OPS.collective_process_set_included(process_set_id=process_set_id, name=name)
+
+
 def _reduction(kind, tensors, name, op, prescale_factor, postscale_factor, process_set):
     """The reduction op ``collective_<kind>`` (allreduce or reducescatter, grouped or not) of
     ``tensors``: ``op`` over the ranks of ``process_set``, with the scale factors."""
@@ -317,4 +345,5 @@ __all__ = [
     'ProcessSet', 'add_process_set', 'remove_process_set', 'global_process_set',
     'Average', 'Sum', 'Adasum', 'Min', 'Max', 'Product',
     'allgather', 'grouped_allgather', 'broadcast', 'alltoall', 'barrier', 'join',
+    'size_op', 'local_size_op', 'rank_op', 'local_rank_op', 'process_set_included_op',
 ]
