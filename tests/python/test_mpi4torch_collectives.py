@@ -366,3 +366,28 @@ def test_comm_from_mpi4py_refused():
 def test_root_out_of_range_refused():
     with pytest.raises(ValueError, match='root 99 is not a rank of this communicator'):
         comm.Bcast_(torch.ones(2), 99)
+
+
+# --- Results in the arena ------------------------------------------------------------------------
+
+def _copied_out_bytes():
+    from collective.common import connection
+    return connection.current().client.copied_out_bytes
+
+
+def test_large_results_are_written_by_the_daemon_into_the_arena():
+    import collective.torch as hvd
+    one_node = hvd.cross_size() == 1
+    x = torch.full((1 << 16,), float(comm.rank + 1))  # 256 KiB: its result goes to the arena
+    copied = _copied_out_bytes()
+    total = comm.Allreduce(x, mpi4torch.MPI_SUM)
+    twice = comm.Allreduce(total, mpi4torch.MPI_SUM)  # read in place: the result is in the arena
+    assert _copied_out_bytes() == copied + (0 if one_node else 2 * x.numel() * 4)
+    expected = sum(r + 1 for r in range(comm.size))
+    assert torch.equal(total, torch.full_like(x, expected))
+    assert torch.equal(twice, torch.full_like(x, expected * comm.size))
+    # A small result is an ordinary tensor, copied out.
+    copied = _copied_out_bytes()
+    small = comm.Allreduce(torch.ones(3), mpi4torch.MPI_SUM)
+    assert _copied_out_bytes() == copied + 3 * 4
+    assert small.tolist() == [comm.size] * 3

@@ -5,16 +5,19 @@ history (the functions in ``collectives`` and ``point_to_point`` prepare
 them) and a process set id, runs one request through collective.torch's
 handle table (``collective.torch.handles``: the tensors stay alive until the
 request completes, a failure is raised by the wait) and returns the result
-as new CPU tensors. Collectives get automatic names ('mpi4torch.<op>.noname.<n>',
-counted per process set): as with MPI, every rank of the set must make the
-same collective calls in the same order.
+as new CPU tensors. Large allreduce and reduce-scatter results are allocated
+in the arena (``collective.torch.arena.result_tensor``): the daemon writes
+them there, and a collective of such a result reads it in place. Collectives
+get automatic names ('mpi4torch.<op>.noname.<n>', counted per process set):
+as with MPI, every rank of the set must make the same collective calls in the
+same order.
 """
 
 import torch
 
 from collective import _core
 from collective.common import connection
-from collective.torch import handles, tensor_args
+from collective.torch import arena, handles, tensor_args
 from collective.mpi4torch import session
 
 
@@ -48,7 +51,7 @@ def allreduce(tensor, wire_op, set_id):
     """The reduction of every rank's ``tensor`` (the daemon's ``wire_op``), on every rank."""
     client = session.client()
     name = _name('allreduce', set_id)
-    output = torch.empty_like(tensor)
+    output = arena.result_tensor(tensor.shape, tensor.dtype)
     return _run(set_id, name,
                 lambda: client.allreduce_async([name], [tensor_args.arg(tensor)],
                                                [output.data_ptr()], wire_op, 1.0, 1.0, set_id),
@@ -96,7 +99,7 @@ def reducescatter_sum(rows, my_rows, set_id):
     """The sum of every rank's ``rows``, split by the daemon's rule; this rank's ``my_rows``."""
     client = session.client()
     name = _name('reducescatter', set_id)
-    output = torch.empty((my_rows,) + tuple(rows.shape[1:]), dtype=rows.dtype)
+    output = arena.result_tensor((my_rows,) + tuple(rows.shape[1:]), rows.dtype)
     return _run(set_id, name,
                 lambda: client.reducescatter_async([name], [tensor_args.arg(rows)],
                                                    [output.data_ptr()],
