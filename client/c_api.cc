@@ -13,6 +13,12 @@
 #include "collective/client.h"
 #include "collective/collective.h"
 
+// collective_buffer_try_alloc's: owns its block and, through it, the arena's
+// mapping.
+struct collective_buffer {
+  collective::Buffer buffer;
+};
+
 struct collective_client {
   std::unique_ptr<collective::Client> client;
   std::mutex mutex;
@@ -196,6 +202,21 @@ int collective_alloc(collective_client_t* client, size_t bytes, void** data) {
 void collective_free(collective_client_t* client, void* data) {
   std::lock_guard lock(client->mutex);
   client->buffers.erase(data);
+}
+
+int collective_buffer_try_alloc(collective_client_t* client, size_t bytes,
+                                collective_buffer_t** buffer, void** data) {
+  auto allocated = client->client->TryAllocate(bytes);
+  if (!allocated.ok()) return Fail(allocated.status());
+  *data = allocated->data();
+  *buffer = new collective_buffer{std::move(*allocated)};
+  return 0;
+}
+
+void collective_buffer_free(collective_buffer_t* buffer) { delete buffer; }
+
+uint64_t collective_arena_free_bytes(const collective_client_t* client) {
+  return client->client->arena_free_bytes();
 }
 
 int collective_allreduce_async(collective_client_t* client, const char* name, const void* input,

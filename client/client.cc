@@ -107,6 +107,11 @@ absl::StatusOr<Buffer> Client::Allocate(size_t bytes) {
   return Buffer(core_, core_->arena() + offset, bytes, offset);
 }
 
+absl::StatusOr<Buffer> Client::TryAllocate(size_t bytes) {
+  ASSIGN_OR_RETURN(const uint64_t offset, core_->TryAllocate(bytes));
+  return Buffer(core_, core_->arena() + offset, bytes, offset);
+}
+
 uint64_t Client::arena_bytes() const { return core_->arena_bytes(); }
 
 uint64_t Client::arena_free_bytes() const { return core_->ArenaFreeBytes(); }

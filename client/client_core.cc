@@ -164,6 +164,18 @@ absl::StatusOr<uint64_t> ClientCore::Allocate(size_t bytes) {
   }
 }
 
+absl::StatusOr<uint64_t> ClientCore::TryAllocate(size_t bytes) {
+  std::lock_guard lock(mutex_);
+  DrainLocked();
+  if (auto offset = allocator_.Allocate(bytes)) return *offset;
+  RETURN_IF_ERROR(session_failure_);
+  return absl::ResourceExhaustedError(absl::StrCat("no block of ", bytes,
+                                                   " bytes is free in this client's "
+                                                   "shared-memory arena now (",
+                                                   allocator_.bytes_in_use(), " of ",
+                                                   allocator_.capacity(), " bytes are held)"));
+}
+
 uint64_t ClientCore::ArenaFreeBytes() const {
   std::lock_guard lock(mutex_);
   return allocator_.capacity() - allocator_.bytes_in_use();

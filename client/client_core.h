@@ -79,8 +79,10 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
                                                              Topology* topology);
   ~ClientCore() override;
 
-  // Arena blocks. Allocate waits while inputs in flight occupy the space.
+  // Arena blocks. Allocate waits while inputs in flight occupy the space;
+  // TryAllocate fails at once (RESOURCE_EXHAUSTED) when no block is free.
   absl::StatusOr<uint64_t> Allocate(size_t bytes);
+  absl::StatusOr<uint64_t> TryAllocate(size_t bytes);
   void Free(uint64_t offset);
   std::byte* arena() const { return segment_->arena(); }
   uint64_t arena_bytes() const { return segment_->arena_bytes(); }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "arena_outputs.h"
 #include "collective/collective.h"
 #include "op_session.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -292,8 +293,9 @@ class AllreduceKernel : public ReductionKernel {
     InputView view(input);
     if (!Describe(context, done, 0, &view)) return;
     Tensor* output = nullptr;
-    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
-    // The daemon's result is copied straight into the output (in Wait).
+    OP_REQUIRES_OK_ASYNC(context, AllocateOutput(context, 0, input.shape(), &output), done);
+    // The daemon writes the result into an output in the arena; any other
+    // output gets it copied straight in (in Wait).
     void* out =
         output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
     Run(
@@ -325,7 +327,7 @@ class GroupedAllreduceKernel : public ReductionKernel {
     std::vector<Tensor*> output_tensors;
     for (int i = 0; i < count; ++i) {
       Tensor* output = nullptr;
-      OP_REQUIRES_OK_ASYNC(context, context->allocate_output(i, context->input(i).shape(), &output),
+      OP_REQUIRES_OK_ASYNC(context, AllocateOutput(context, i, context->input(i).shape(), &output),
                            done);
       output_tensors.push_back(output);
       outputs.push_back(output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data())
@@ -376,7 +378,7 @@ class BroadcastKernel : public CollectiveKernel {
     InputView view(input);
     if (!Describe(context, done, 0, &view)) return;
     Tensor* output = nullptr;
-    OP_REQUIRES_OK_ASYNC(context, context->allocate_output(0, input.shape(), &output), done);
+    OP_REQUIRES_OK_ASYNC(context, AllocateOutput(context, 0, input.shape(), &output), done);
     void* out =
         output->NumElements() > 0 ? const_cast<char*>(output->tensor_data().data()) : nullptr;
     Run(

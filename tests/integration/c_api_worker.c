@@ -3,7 +3,8 @@
  * header compiles as C and that the ABI works end to end. Connects from the
  * launcher's environment (COLLECTIVE_SOCKET, LOCAL_RANK, LOCAL_SIZE), then:
  * a float32 average from private memory into private memory, an int32 sum
- * from an arena buffer (collective_alloc) read back through a view, the other
+ * from an arena buffer (collective_alloc) read back through a view, one into
+ * an owned buffer (collective_buffer_try_alloc) read after the handle closed, the other
  * collectives (allgather with a shape learned from the result, broadcast,
  * alltoall with received splits, reducescatter, reduce, gather, scatter,
  * grouped allreduce, barrier, a process set, join), and refused calls whose
@@ -93,6 +94,39 @@ static void SumInt32InArena(collective_client_t* client, int rank, int size) {
     collective_release(client, handle);
   }
   collective_free(client, buffer);
+}
+
+/* An owned buffer (collective_buffer_try_alloc) as an allreduce's output; it
+ * is aligned, counted out of the free bytes, and refused at once when it
+ * cannot fit. Returned (with its data) for the caller to free after
+ * collective_close: it keeps the arena mapped. */
+static collective_buffer_t* OwnedBufferAsOutput(collective_client_t* client, int rank,
+                                                int32_t** data) {
+  collective_buffer_t* buffer = NULL;
+  void* memory = NULL;
+  const int64_t shape[1] = {kCount};
+  int32_t input[kCount];
+  const uint64_t free_before = collective_arena_free_bytes(client);
+  if (collective_buffer_try_alloc(client, kCount * sizeof(int32_t), &buffer, &memory) != 0) {
+    Fail("collective_buffer_try_alloc");
+    return NULL;
+  }
+  if ((uintptr_t)memory % 64 != 0) Fail("an owned buffer is not aligned to 64 bytes");
+  if (collective_arena_free_bytes(client) + kCount * sizeof(int32_t) > free_before) {
+    Fail("an owned buffer is not counted out of the arena's free bytes");
+  }
+  collective_buffer_t* too_big = NULL;
+  void* unused = NULL;
+  if (collective_buffer_try_alloc(client, (size_t)free_before * 2, &too_big, &unused) != 8) {
+    Fail("a buffer larger than the free bytes was not refused with RESOURCE_EXHAUSTED");
+  }
+  for (int i = 0; i < kCount; ++i) input[i] = Value(rank, i);
+  if (collective_allreduce(client, "c.int32.owned", input, memory, COLLECTIVE_INT32, shape, 1,
+                           COLLECTIVE_SUM, 1.0, 1.0) != 0) {
+    Fail("int32 sum into an owned buffer");
+  }
+  *data = (int32_t*)memory;
+  return buffer;
 }
 
 /* Rank r contributes r + 1 rows of two int64 values (r, row). */
@@ -347,6 +381,8 @@ int main(void) {
   }
   AverageFloat32(client, rank, size);
   SumInt32InArena(client, rank, size);
+  int32_t* owned_data = NULL;
+  collective_buffer_t* owned = OwnedBufferAsOutput(client, rank, &owned_data);
   Allgather(client, rank, size);
   OtherCollectives(client, rank, size);
   Rooted(client, rank, size);
@@ -356,6 +392,18 @@ int main(void) {
   AverageFloat32(client, rank, size);
   if (strcmp(collective_last_error(), "") == 0) Fail("collective_last_error was cleared");
   collective_close(client);
+  /* The owned buffer outlived the handle: its memory is still mapped. */
+  if (owned != NULL) {
+    for (int i = 0; i < kCount; ++i) {
+      if (owned_data[i] != SumOverRanks(size, i)) {
+        fprintf(stderr, "c-api-worker: owned buffer [%d] = %d after close, expected %d\n", i,
+                owned_data[i], SumOverRanks(size, i));
+        ++failures;
+        break;
+      }
+    }
+    collective_buffer_free(owned);
+  }
   if (failures != 0) return 1;
   printf("ok rank %d of %d\n", rank, size);
   return 0;

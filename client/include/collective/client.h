@@ -197,6 +197,10 @@ class Client {
   // A zero-copy buffer in this client's arena. Waits while the arena is full
   // of inputs still in flight; fails if `bytes` exceeds the whole arena.
   absl::StatusOr<Buffer> Allocate(size_t bytes);
+  // The same, but never waits: RESOURCE_EXHAUSTED at once when no block of
+  // `bytes` is free now (for allocators that lend arena memory to a
+  // framework, whose threads must not wait on other requests).
+  absl::StatusOr<Buffer> TryAllocate(size_t bytes);
   // The size of this client's arena, which Buffers share with the copies of
   // inputs that lie elsewhere, and how much of it neither holds right now.
   uint64_t arena_bytes() const;

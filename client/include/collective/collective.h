@@ -90,6 +90,18 @@ int collective_is_homogeneous(const collective_client_t* client);
 int collective_alloc(collective_client_t* client, size_t bytes, void** data);
 void collective_free(collective_client_t* client, void* data);
 
+/* An arena buffer of its own, for allocators that lend arena memory to a
+ * framework (collective.tensorflow's outputs): it never waits (code 8,
+ * RESOURCE_EXHAUSTED, at once when no block of `bytes` is free now), and it
+ * outlives `client`'s handle, keeping the arena mapped, until
+ * collective_buffer_free. `data` is aligned to 64 bytes. */
+typedef struct collective_buffer collective_buffer_t;
+int collective_buffer_try_alloc(collective_client_t* client, size_t bytes,
+                                collective_buffer_t** buffer, void** data);
+void collective_buffer_free(collective_buffer_t* buffer);
+/* Bytes of the arena that no buffer or input in flight holds right now. */
+uint64_t collective_arena_free_bytes(const collective_client_t* client);
+
 /* Starts an allreduce. `output` may be NULL (then collective_wait returns a
  * read-only view) or equal `input` (in place). */
 int collective_allreduce_async(collective_client_t* client, const char* name, const void* input,

@@ -1,0 +1,30 @@
+// Op outputs in the trainer's shared-memory arena: an allreduce's or a
+// broadcast's output allocated there is written by the daemon itself (no copy
+// out of the result segment), and an op that takes such a tensor as its input
+// reads it in place (no copy in). TensorFlow lets a kernel give an output a
+// tensor of its own allocator; this one lends arena blocks that outlive the
+// connection's handle (collective_buffer_try_alloc keeps the arena mapped),
+// so a tensor kept past shutdown() stays valid.
+//
+// Threads: TensorFlow's kernel threads allocate, and whichever thread drops a
+// tensor's last reference frees; the allocator's map is locked.
+#pragma once
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace collective::tensorflow {
+
+// Outputs smaller than this take TensorFlow's allocator: for them a copy
+// costs less than an arena block.
+inline constexpr size_t kArenaOutputMinBytes = size_t{1} << 16;
+
+// Allocates output `index` of `shape` in the arena when it holds at least
+// kArenaOutputMinBytes, takes at most a quarter of the arena's free bytes
+// (the rest stays for the copies of other inputs) and a block is free now;
+// otherwise as TensorFlow allocates outputs. COLLECTIVE_TF_ARENA_OUTPUTS=0 in
+// the environment turns arena outputs off.
+absl::Status AllocateOutput(::tensorflow::OpKernelContext* context, int index,
+                            const ::tensorflow::TensorShape& shape, ::tensorflow::Tensor** output);
+
+}  // namespace collective::tensorflow
