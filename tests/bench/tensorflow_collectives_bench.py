@@ -8,7 +8,9 @@ same gradient set (by default ResNet-50's 161 tensors, tests/bench/workloads/
 resnet50_gradients.txt, about 102 MB of float32) summed over the workers at every step:
 
 * collective.tensorflow: ``grouped_allreduce`` of the gradient list inside a ``tf.function``,
-  the workers being the ranks of a ``collectiverun`` job (a private collectived);
+  the workers being the ranks of a ``collectiverun`` job (a private collectived), or with
+  ``--nodes N`` the trainers of N stand-in nodes: N collectived started by ``mpirun`` (TCP
+  between them, as across machines), the workers shared out among them;
 * TensorFlow: ``tf.distribute.MultiWorkerMirroredStrategy`` with its RING implementation, the
   workers separate processes on localhost (TF_CONFIG), the list summed by the replica context's
   ``all_reduce`` inside ``strategy.run``, as Keras sums gradients under that strategy.
@@ -27,6 +29,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 _RESULT_PREFIX = 'BENCH_RESULT '
@@ -45,7 +48,11 @@ def parse_args():
     parser.add_argument('--max-tensors', type=int, default=0,
                         help='only the first this many gradients (0: all)')
     parser.add_argument('--collectiverun', default='build/bin/collectiverun',
-                        help='the launcher of the collective.tensorflow phase')
+                        help='the launcher of the collective.tensorflow phase (its directory '
+                        'also gives collectived and collectivectl for --nodes)')
+    parser.add_argument('--nodes', type=int, default=1,
+                        help='stand-in nodes of the collective.tensorflow phase: 1 is one '
+                        'collectiverun job; more are daemons under mpirun (workers must divide)')
     parser.add_argument('--timeout', type=float, default=600,
                         help='seconds a run may take before it counts as failed')
     parser.add_argument('--role', choices=['parent', 'collective', 'tensorflow'],
@@ -207,10 +214,65 @@ def _wait(processes, deadline, label):
 
 
 def run_collective(args, env):
+    if args.nodes > 1:
+        return _run_collective_on_nodes(args, env)
     command = [args.collectiverun, '-np', str(args.workers)] + _child_args(args, 'collective')
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     outputs = _wait([process], time.monotonic() + args.timeout, 'collective.tensorflow')
+    return _result(outputs, 'collective.tensorflow')
+
+
+def _await_daemon(collectivectl, socket_path, deadline, mpirun):
+    """Returns once the daemon on ``socket_path`` answers; SystemExit if mpirun ends first or
+    the deadline passes."""
+    while time.monotonic() < deadline:
+        if mpirun.poll() is not None:
+            raise SystemExit(f'mpirun exited ({mpirun.returncode}) before {socket_path} served: '
+                             f'{mpirun.stdout.read()}')
+        answered = subprocess.run([collectivectl, '--socket', socket_path, '--timeout', '1',
+                                   'health'], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, check=False)
+        if answered.returncode == 0:
+            return
+    raise SystemExit(f'the daemon on {socket_path} did not answer in time.')
+
+
+def _run_collective_on_nodes(args, env):
+    """The collective phase on ``args.nodes`` daemons that mpirun starts, each with its share
+    of the workers (as tests/integration/multinode does)."""
+    if args.workers % args.nodes:
+        raise SystemExit(f'--workers {args.workers} is not a multiple of --nodes {args.nodes}.')
+    bin_dir = os.path.dirname(os.path.abspath(args.collectiverun))
+    per_node = args.workers // args.nodes
+    with tempfile.TemporaryDirectory(prefix='collective-bench-') as directory:
+        sockets = [os.path.join(directory, f'node{n}.sock') for n in range(args.nodes)]
+        daemon = (f'exec {os.path.join(bin_dir, "collectived")} --socket '
+                  f'{directory}/node$OMPI_COMM_WORLD_RANK.sock')
+        mpirun = subprocess.Popen(
+            ['mpirun', '--allow-run-as-root', '--oversubscribe', '--mca', 'btl', 'tcp,self',
+             '-np', str(args.nodes), '/bin/sh', '-c', daemon],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            for socket_path in sockets:
+                _await_daemon(os.path.join(bin_dir, 'collectivectl'), socket_path, deadline,
+                              mpirun)
+            processes = []
+            for node, socket_path in enumerate(sockets):
+                for local in range(per_node):
+                    worker_env = dict(env, COLLECTIVE_SOCKET=socket_path,
+                                      COLLECTIVE_LOCAL_RANK=str(local),
+                                      COLLECTIVE_LOCAL_SIZE=str(per_node),
+                                      WORLD_SIZE=str(args.workers))
+                    processes.append(subprocess.Popen(
+                        _child_args(args, 'collective'), env=worker_env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            outputs = _wait(processes, time.monotonic() + args.timeout, 'collective.tensorflow')
+        finally:
+            # mpirun passes SIGTERM on to the daemons, which leave cleanly.
+            mpirun.terminate()
+            mpirun.communicate(timeout=60)
     return _result(outputs, 'collective.tensorflow')
 
 
@@ -245,7 +307,8 @@ def parent(args):
               flush=True)
     collective_s = statistics.median(collective_medians)
     tensorflow_s = statistics.median(tensorflow_medians)
-    print(f'{args.workers} workers, {first["tensors"]} gradients, '
+    where = f' on {args.nodes} stand-in nodes' if args.nodes > 1 else ''
+    print(f'{args.workers} workers{where}, {first["tensors"]} gradients, '
           f'{first["megabytes"]:.1f} MB per step: median step collective.tensorflow '
           f'{collective_s * 1e3:.1f} ms, MultiWorkerMirroredStrategy (RING) '
           f'{tensorflow_s * 1e3:.1f} ms, ratio {tensorflow_s / collective_s:.2f}x', flush=True)
