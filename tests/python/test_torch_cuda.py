@@ -329,3 +329,27 @@ def test_sync_batch_norm_normalizes_over_every_ranks_batch():
     (want * want).sum().backward()
     assert torch.allclose(mine.grad, whole.grad[rank * per_rank:(rank + 1) * per_rank],
                           atol=1e-8)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=str)
+def test_adasum_of_cuda_tensors_equals_the_host_adasum(dtype):
+    # Through host memory, as Horovod without NCCL: the same bits as the CPU tensors' Adasum.
+    size = hvd.size()
+    if size & (size - 1):
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.allreduce(torch.ones(3, device=_device()), op=hvd.Adasum)
+        return
+    a = (_rank_tensor(hvd.rank(), (33,), torch.float64, seed=3) + hvd.rank()).to(dtype)
+    b = (_rank_tensor(hvd.rank(), (4, 5), torch.float64, seed=4) - hvd.rank()).to(dtype)
+    on_host = hvd.allreduce(a.cpu(), op=hvd.Adasum, name=f'cuda.adasum.host.{dtype}')
+    combined = hvd.allreduce(a, op=hvd.Adasum, name=f'cuda.adasum.{dtype}')
+    assert combined.device == a.device and combined.dtype == dtype
+    assert torch.equal(combined.cpu(), on_host)
+    grouped_host = hvd.grouped_allreduce([a.cpu(), b.cpu()], op=hvd.Adasum)
+    in_place = [a.clone(), b.clone()]
+    hvd.grouped_allreduce_(in_place, op=hvd.Adasum)
+    for got, want in zip(in_place, grouped_host):
+        assert got.device == a.device
+        assert torch.equal(got.cpu(), want)
+    _job_goes_on()

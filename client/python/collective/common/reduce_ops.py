@@ -54,14 +54,3 @@ def check_adasum_set(process_set):
     set_size = process_set.size()
     if set_size < 1 or set_size & (set_size - 1):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
-
-
-def check_adasum(tensors, process_set):
-    """``check_adasum_set``, and the refusal of CUDA tensors, which the daemon combines on
-    the host only (torch tensors)."""
-    check_adasum_set(process_set)
-    for tensor in tensors:
-        if tensor.device.type != 'cpu':
-            raise NotImplementedError(
-                'Adasum in collectived combines host tensors only; move the tensor to the CPU '
-                '(Horovod without NCCL copies it there too)')

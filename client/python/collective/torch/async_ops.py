@@ -62,9 +62,9 @@ def _exchange(base, row, set_id):
 
 
 def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
-                     set_id, grouped, submit, placement):
+                     set_id, grouped, submit, placement, then=None):
     """Submits an allreduce or reducescatter of ``tensors`` (checked by the caller) into
-    ``destinations``."""
+    ``destinations``; ``then``, if given, makes synchronize's result from the outputs."""
     code = reduce_ops.wire_code(op)
     inputs = [t.contiguous() for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
@@ -76,6 +76,8 @@ def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale
 
     def finish(_results):
         outputs = [d.finish() for d in destinations]
+        if then is not None:
+            outputs = then(outputs)
         return tuple(outputs) if grouped else outputs[0]
 
     return handles.start(set_id, names, start, finish, (inputs, destinations), placement)
@@ -91,13 +93,37 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
     for t in tensors:
         tensor_args.check(t)
     if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum(tensors, process_set)
+        reduce_ops.check_adasum_set(process_set)
     placement = _place('grouped_allreduce' if grouped else 'allreduce', tensors)
+    if op == reduce_ops.Adasum and placement.is_cuda:
+        return _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_factor,
+                                    set_id, grouped)
     if outputs is None:
         outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     destinations = [tensor_args.Destination(o) for o in outputs]
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
                             set_id, grouped, _client().allreduce_async, placement)
+
+
+def _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_factor, set_id,
+                         grouped):
+    """Adasum of CUDA tensors as Horovod built without NCCL runs it: each tensor copied to host
+    memory (after the work queued on its current stream), combined by the daemon's host Adasum,
+    and the result copied back on synchronize, on the current stream. ``outputs``: CUDA
+    tensors to write into, or None for new ones."""
+    hosts = [t.detach().to('cpu', memory_format=torch.contiguous_format) for t in tensors]
+    if outputs is None:
+        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+
+    def copied_back(host_results):
+        for output, host in zip(outputs, host_results):
+            output.copy_(host)
+        return outputs
+
+    return _reduction_async(base, hosts, [tensor_args.Destination(h) for h in hosts],
+                            reduce_ops.Adasum, prescale_factor, postscale_factor, set_id,
+                            grouped, _client().allreduce_async, _place('allreduce', hosts),
+                            then=copied_back)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

@@ -29,7 +29,7 @@ from collective.torch.mpi_ops import (allreduce_async_, grouped_allreduce_async_
 from collective.torch.mpi_ops import synchronize, size
 from collective.torch.mpi_ops import Adasum, Average
 from collective.torch.mpi_ops import global_process_set
-from collective.common.reduce_ops import check_adasum
+from collective.common.reduce_ops import check_adasum_set
 from collective.torch.object_collectives import broadcast_object
 
 
@@ -425,7 +425,7 @@ def DistributedOptimizer(optimizer, named_parameters=None,
         raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
         # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod.
-        check_adasum([], process_set)
+        check_adasum_set(process_set)
         return adasum_optimizer(optimizer, named_parameters, compression,
                                 backward_passes_per_step, _DistributedOptimizer._name_parameters)
     if num_groups != 0:
