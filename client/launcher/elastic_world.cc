@@ -100,6 +100,7 @@ absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& train
   }
   std::vector<int> next = survivors;
   next.insert(next.end(), added.begin(), added.end());
+  ++failures_;
   if (absl::Status published = Publish(next, added, trainers); !published.ok()) return published;
   return absl::StrCat(
       "re-forming the job with ", Workers(size),
@@ -138,11 +139,8 @@ absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<i
                         .size = static_cast<int>(workers.size())};
   // A worker that joins must not register with the new job before every
   // member of the previous one has left it (the daemon serves one job at a
-  // time): it waits for each one's marker.
-  std::vector<std::string> awaited;
-  for (int member : workers_) {
-    awaited.push_back(absl::StrCat("left-", generation_, "-", member, "|exited-", member));
-  }
+  // time): it waits for their markers (collective.common.elastic_rendezvous).
+  const std::string awaited = absl::StrJoin(workers_, " ");
   for (int worker : added) {
     int rank = 0;
     while (workers[static_cast<size_t>(rank)] != worker) ++rank;
@@ -150,7 +148,8 @@ absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<i
     environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
     environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
-    environment["COLLECTIVE_ELASTIC_AWAIT"] = absl::StrJoin(awaited, " ");
+    environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
+    environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
     if (absl::Status started = trainers.Add(worker, command_, environment, prefix_output_);
         !started.ok()) {
       return started;
@@ -164,7 +163,7 @@ absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<i
 absl::Status ElasticWorld::WriteWorld() const {
   const std::string text =
       absl::StrCat("generation ", generation_, "\njob_id ", job_.job_id, ".", generation_,
-                   "\nworkers ", absl::StrJoin(workers_, " "), "\n");
+                   "\nworkers ", absl::StrJoin(workers_, " "), "\nfailures ", failures_, "\n");
   const std::string path = absl::StrCat(directory_, "/", kWorldFile);
   const std::string staging = absl::StrCat(path, ".new");
   if (absl::Status wrote = WriteNewFile(staging, text); !wrote.ok()) return wrote;

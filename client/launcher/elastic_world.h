@@ -9,8 +9,8 @@
 // rank 0 of a new generation always holds the state it broadcasts. The
 // directory (0700, the launcher's) holds `world`, the latest generation,
 // replaced atomically (written beside it, then renamed), and markers that
-// say a worker has left a generation; collective.torch.elastic watches both
-// with inotify.
+// say a worker has exited (written here) or joins a generation (written by
+// the worker); collective.common.elastic_rendezvous watches them with inotify.
 #pragma once
 
 #include <memory>
@@ -54,7 +54,7 @@ class ElasticWorld {
   // FAILED_PRECONDITION at max_ranks.
   absl::StatusOr<std::string> Add(TrainerGroup& trainers);
   // Worker `worker` exited (any way): marks it gone for workers waiting to
-  // join (see AwaitMarkers).
+  // join.
   void MarkExited(int worker);
 
   const std::string& directory() const { return directory_; }
@@ -78,6 +78,10 @@ class ElasticWorld {
   int generation_ = -1;
   std::vector<int> workers_;  // of the current generation, in rank order
   int next_worker_ = 0;
+  // Workers that failed so far: a generation published after a failure says
+  // so, which tells the survivors it is the one to join (an earlier one,
+  // made while workers were added, may still list the dead worker).
+  int failures_ = 0;
 };
 
 }  // namespace collective::launcher

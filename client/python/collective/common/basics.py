@@ -45,8 +45,8 @@ def init(comm=None, process_sets=None):
         comm = list(comm)
     requested = sets.requested_process_sets(process_sets)
     if not connection.is_open():
-        # A worker added to an elastic job joins once the previous generation has left.
-        elastic_rendezvous.await_previous_generation()
+        # In an elastic job: the latest generation, once the one before has left.
+        elastic_rendezvous.join_latest_generation()
     connected = connection.open_connection([list(s.ranks) for s in requested])
     if connected and not _atexit_registered:
         atexit.register(shutdown)

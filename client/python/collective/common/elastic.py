@@ -113,7 +113,8 @@ class ObjectState(State):
 def run_fn(func, reset):
     """Wraps ``func(state, ...)`` so that it outlives workers failing and being added.
 
-    ``reset()`` leaves the job and joins the next generation (``reset_job``).
+    ``reset(after_failure)`` leaves the job and joins the next generation
+    (``reset_job``).
     """
 
     @functools.wraps(func)
@@ -129,19 +130,19 @@ def run_fn(func, reset):
                     raise  # not an elastic job: nothing re-forms it
                 state.restore()
                 skip_sync = False
+                after_failure = True
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
-            reset()
+                after_failure = False
+            reset(after_failure)
             state.on_reset()
 
     return wrapper
 
 
-def reset_job(shutdown, init):
-    """Leaves the current generation and joins the next one the launcher publishes."""
-    current = rendezvous.generation()
+def reset_job(shutdown, init, after_failure):
+    """Leaves the current generation and joins the latest one, once the launcher has published
+    what comes after it (after a failure: a generation without the failed worker)."""
     shutdown()
-    rendezvous.mark_left()
-    world = rendezvous.wait_for_world(newer_than=current)
-    rendezvous.point_environment_at(world)
-    init()
+    rendezvous.wait_for_next_world(after_failure)
+    init()  # joins the latest generation (see elastic_rendezvous.join_latest_generation)

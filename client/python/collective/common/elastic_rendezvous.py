@@ -33,12 +33,14 @@ _SIZE_NAMES = ('COLLECTIVE_LOCAL_SIZE', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_SIZE', 'W
 
 
 class World:
-    """One generation of the job: ``workers`` lists the worker numbers in rank order."""
+    """One generation of the job: ``workers`` lists the worker numbers in rank order;
+    ``failures`` counts the workers that had failed when the launcher published it."""
 
-    def __init__(self, generation, job_id, workers):
+    def __init__(self, generation, job_id, workers, failures):
         self.generation = generation
         self.job_id = job_id
         self.workers = workers
+        self.failures = failures
 
     def rank_of(self, worker):
         return self.workers.index(worker)
@@ -59,6 +61,11 @@ def generation():
     return int(os.environ.get('COLLECTIVE_ELASTIC_GENERATION', '0'))
 
 
+def failures():
+    """How many workers had failed when that generation was published."""
+    return int(os.environ.get('COLLECTIVE_ELASTIC_FAILURES', '0'))
+
+
 def timeout_s():
     return float(os.environ.get('COLLECTIVE_ELASTIC_TIMEOUT_S', '600'))
 
@@ -74,7 +81,7 @@ def read_world():
             key, _, value = line.rstrip('\n').partition(' ')
             fields[key] = value
     return World(int(fields['generation']), fields['job_id'],
-                 [int(w) for w in fields['workers'].split()])
+                 [int(w) for w in fields['workers'].split()], int(fields['failures']))
 
 
 class _DirectoryWatch:
@@ -130,16 +137,25 @@ def _wait_until(condition, what):
         watch.close()
 
 
-def wait_for_world(newer_than):
-    """Waits for a generation after ``newer_than`` (a failed job re-forms) and returns it."""
+def wait_for_next_world(after_failure):
+    """Waits until the launcher has published what comes after this process's generation.
+
+    After a failure that is a generation published since a worker failed:
+    one published before (workers were being added) may still list the dead
+    worker, whose job would never form. Otherwise any newer generation.
+    """
     if directory() is None:
         return None
+    current, failed = generation(), failures()
 
-    def newer():
+    def next_world():
         world = read_world()
-        return world if world.generation > newer_than else None
+        if after_failure:
+            return world if world.failures > failed else None
+        return world if world.generation > current else None
 
-    return _wait_until(newer, f'a generation after {newer_than}')
+    return _wait_until(next_world, 'a generation without the failed worker' if after_failure
+                       else f'a generation after {current}')
 
 
 def point_environment_at(world):
@@ -147,35 +163,48 @@ def point_environment_at(world):
     rank = world.rank_of(worker())
     os.environ['COLLECTIVE_JOB_ID'] = world.job_id
     os.environ['COLLECTIVE_ELASTIC_GENERATION'] = str(world.generation)
+    os.environ['COLLECTIVE_ELASTIC_FAILURES'] = str(world.failures)
     for name in _RANK_NAMES:
         os.environ[name] = str(rank)
     for name in _SIZE_NAMES:
         os.environ[name] = str(len(world.workers))
 
 
-def mark_left():
-    """Tells workers waiting to join that this one has left its generation."""
-    if directory() is None:
-        return
-    path = os.path.join(directory(), f'left-{generation()}-{worker()}')
-    with open(path, 'w'):
-        pass
+def join_latest_generation():
+    """Points ``init()`` at the latest generation, which this worker belongs to (the launcher
+    keeps every live worker), once the workers of the generation before have left theirs.
 
-
-def await_previous_generation():
-    """A worker added to a running job: waits until every member of the previous generation
-    has left it, since the daemon serves one job at a time. Once; nothing to do otherwise.
-
-    ``COLLECTIVE_ELASTIC_AWAIT`` lists, per member, the markers that say so
-    (``left-<generation>-<worker>|exited-<worker>``: it left, or it exited).
+    The daemon serves one job at a time, so a worker that is added must not
+    register before the running ranks left their job. ``COLLECTIVE_ELASTIC_AWAIT``
+    (set for added workers, read once) lists the workers it waits for: each
+    has exited (``exited-<worker>``, written by the launcher) or is joining
+    this generation or a later one (``joining-<generation>-<worker>``, written
+    here by every worker before it registers). Nothing to do outside an
+    elastic job.
     """
-    awaited = os.environ.pop('COLLECTIVE_ELASTIC_AWAIT', '').split()
-    if not awaited or directory() is None:
-        return
     base = directory()
+    awaited = [int(w) for w in os.environ.pop('COLLECTIVE_ELASTIC_AWAIT', '').split()]
+    if base is None:
+        return
+    mine = generation()
+
+    def gone_or_joining(names, member):
+        if f'exited-{member}' in names:
+            return True
+        for name in names:
+            kind, _, rest = name.partition('-')
+            target, _, who = rest.partition('-')
+            if kind == 'joining' and who == str(member) and int(target) >= mine:
+                return True
+        return False
 
     def all_left():
-        return all(any(os.path.exists(os.path.join(base, marker)) for marker in choice.split('|'))
-                   for choice in awaited)
+        names = set(os.listdir(base))
+        return all(gone_or_joining(names, member) for member in awaited)
 
-    _wait_until(all_left, 'the previous generation leaving')
+    if awaited:
+        _wait_until(all_left, 'the workers of the previous generation leaving it')
+    world = read_world()
+    point_environment_at(world)
+    with open(os.path.join(base, f'joining-{world.generation}-{worker()}'), 'w'):
+        pass

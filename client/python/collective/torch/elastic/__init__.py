@@ -47,5 +47,5 @@ def run(func):
     return _common.run_fn(func, _reset)
 
 
-def _reset():
-    _common.reset_job(shutdown, init)
+def _reset(after_failure):
+    _common.reset_job(shutdown, init, after_failure)
