@@ -1,5 +1,6 @@
 #include "client/launcher/elastic_world.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -84,10 +85,8 @@ absl::Status ElasticWorld::Start(TrainerGroup& trainers) {
 }
 
 absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& trainers) {
-  std::vector<int> survivors;
-  for (int member : workers_) {
-    if (member != worker) survivors.push_back(member);
-  }
+  Exited(worker);  // idempotent
+  std::vector<int> survivors = workers_;
   std::vector<int> added;
   if (options_.restarts > 0 && static_cast<int>(survivors.size()) < options_.max_ranks) {
     added.push_back(next_worker_++);
@@ -125,7 +124,8 @@ absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers) {
                       " at its next commit");
 }
 
-void ElasticWorld::MarkExited(int worker) {
+void ElasticWorld::Exited(int worker) {
+  workers_.erase(std::remove(workers_.begin(), workers_.end(), worker), workers_.end());
   // Best effort: without it, a worker that waits to join gives up at its
   // deadline rather than hanging.
   WriteNewFile(absl::StrCat(directory_, "/exited-", worker), "").IgnoreError();

@@ -53,9 +53,9 @@ class ElasticWorld {
   // Starts one more worker and publishes the generation that includes it;
   // FAILED_PRECONDITION at max_ranks.
   absl::StatusOr<std::string> Add(TrainerGroup& trainers);
-  // Worker `worker` exited (any way): marks it gone for workers waiting to
-  // join.
-  void MarkExited(int worker);
+  // Worker `worker` exited (any way, before Remove for a failure): no later
+  // generation lists it, and workers waiting to join learn that it is gone.
+  void Exited(int worker);
 
   const std::string& directory() const { return directory_; }
 

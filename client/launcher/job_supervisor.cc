@@ -70,7 +70,7 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
   const std::string what =
       absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank, " (pid ",
                    trainer.process.pid(), ") ", DescribeExit(status));
-  if (elastic_ != nullptr) elastic_->MarkExited(trainer.rank);
+  if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
   if (Succeeded(status) || stopping_) {
     if (options_.verbose) Say(what);
     return;

@@ -502,7 +502,7 @@ TEST(LauncherTest, AnElasticJobReplacesAFailedWorker) {
                                  "generation 1"));
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 2]",
-                                          "[2] rank 1 of 2 generation 1 job 1 after 0 1"}))
+                                          "[2] rank 1 of 2 generation 1 job 1 after 0"}))
       << run.out;
 }
 
