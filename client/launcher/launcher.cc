@@ -1,5 +1,6 @@
 #include "client/launcher/launcher.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -63,7 +64,12 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     Say(signals.status().message());
     return 1;
   }
-  if (absl::Status enough = RaiseFileLimit(options.ranks); !enough.ok()) {
+  // An elastic job may start up to --max-np workers, and more to replace
+  // failed ones, whose descriptors the launcher keeps until the job ends.
+  const int most_ranks = options.elastic
+                             ? std::max(options.ranks, options.max_ranks) + options.restarts
+                             : options.ranks;
+  if (absl::Status enough = RaiseFileLimit(most_ranks); !enough.ok()) {
     Say(enough.message());
     return 1;
   }
