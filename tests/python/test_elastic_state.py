@@ -138,6 +138,29 @@ def test_run_restores_after_a_failure_and_keeps_the_state_after_an_update(rendez
                             'reset after_failure=False', 'on_reset', 'sync']
 
 
+def test_run_waits_for_another_generation_when_one_fails_to_form(rendezvous_dir):
+    state = _RecordingState()
+    failures = [hvd.HorovodInternalError('rank 1 died while the job formed')]
+    resets = []
+
+    def reset(after_failure):
+        resets.append(after_failure)
+        if failures:
+            raise failures.pop()
+
+    outcomes = [hvd.elastic.HostsUpdatedInterrupt(False), 'done']
+
+    def train(state):
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert elastic.run_fn(train, reset)(state) == 'done'
+    assert resets == [False, True]
+    assert state.events == ['sync', 'on_reset', 'sync']
+
+
 def test_run_outside_an_elastic_job_lets_a_failure_through(monkeypatch):
     monkeypatch.delenv('COLLECTIVE_ELASTIC_DIR', raising=False)
 

@@ -134,7 +134,14 @@ def run_fn(func, reset):
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
                 after_failure = False
-            reset(after_failure)
+            while True:
+                try:
+                    reset(after_failure)
+                    break
+                except HorovodInternalError:
+                    # The new generation failed as it formed (another worker
+                    # died): on to the one without that worker.
+                    after_failure = True
             state.on_reset()
 
     return wrapper
