@@ -8,8 +8,8 @@ number (``COLLECTIVE_ELASTIC_WORKER``) and the generation it is in; to re-form
 it reads the newer world and points the environment that ``init()`` reads
 (``COLLECTIVE_JOB_ID``, ``COLLECTIVE_LOCAL_RANK``/``_SIZE`` and Horovod's and
 torchrun's names) at it. Waiting is on inotify, with a deadline
-(``COLLECTIVE_ELASTIC_TIMEOUT_S``, 600 s by default as Horovod's
-``HOROVOD_ELASTIC_TIMEOUT``), never on sleeps.
+(``COLLECTIVE_ELASTIC_TIMEOUT_S``, else Horovod's ``HOROVOD_ELASTIC_TIMEOUT``,
+else 600 s as Horovod), never on sleeps.
 
 Without ``COLLECTIVE_ELASTIC_DIR`` (not started by ``collectiverun
 --elastic``) there is one generation: nothing is ever updated and a failed
@@ -67,7 +67,9 @@ def failures():
 
 
 def timeout_s():
-    return float(os.environ.get('COLLECTIVE_ELASTIC_TIMEOUT_S', '600'))
+    """How long to wait for the launcher; Horovod's variable works too."""
+    return float(os.environ.get('COLLECTIVE_ELASTIC_TIMEOUT_S') or
+                 os.environ.get('HOROVOD_ELASTIC_TIMEOUT') or '600')
 
 
 def read_world():
