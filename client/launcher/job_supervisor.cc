@@ -16,9 +16,13 @@ std::string Ranks(int count) { return absl::StrCat(count, count == 1 ? " rank" :
 
 }  // namespace
 
-JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon,
+JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, ElasticWorld* elastic,
                              const SignalWatcher& signals, Options options)
-    : trainers_(trainers), daemon_(daemon), signals_(signals), options_(options) {}
+    : trainers_(trainers),
+      daemon_(daemon),
+      elastic_(elastic),
+      signals_(signals),
+      options_(options) {}
 
 int JobSupervisor::Run() {
   while (trainers_.running() > 0) {
@@ -40,6 +44,12 @@ int JobSupervisor::Run() {
 }
 
 void JobSupervisor::OnSignal(int signal) {
+  if (signal == SIGUSR1 && elastic_ != nullptr) {
+    if (stopping_) return;
+    const absl::StatusOr<std::string> added = elastic_->Add(trainers_);
+    Say(added.ok() ? *added : added.status().message());
+    return;
+  }
   if (signalled_) {
     // A second signal: someone is in a hurry (Ctrl-C pressed again).
     Say(absl::StrCat("received ", SignalName(signal), " again; sending SIGKILL to ",
@@ -57,16 +67,31 @@ void JobSupervisor::OnSignal(int signal) {
 
 void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
   const int status = *trainer.process.status();
-  const std::string what = absl::StrCat("rank ", trainer.rank, " (pid ", trainer.process.pid(),
-                                        ") ", DescribeExit(status));
+  const std::string what =
+      absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank, " (pid ",
+                   trainer.process.pid(), ") ", DescribeExit(status));
+  if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
   if (Succeeded(status) || stopping_) {
     if (options_.verbose) Say(what);
     return;
   }
+  if (elastic_ != nullptr && ReformWithout(trainer, what)) return;
   const int others = trainers_.running();
   Say(others > 0 ? absl::StrCat(what, "; stopping the other ", Ranks(others)) : what);
   Fail(ShellExitCode(status));
   StopTrainers(SIGTERM);
+}
+
+bool JobSupervisor::ReformWithout(const Trainer& trainer, const std::string& what) {
+  if (stopping_) return false;
+  const absl::StatusOr<std::string> reformed = elastic_->Remove(trainer.rank, trainers_);
+  if (reformed.ok()) {
+    Say(absl::StrCat(what, "; ", *reformed));
+    return true;
+  }
+  Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
+                   reformed.status().message()));
+  return false;
 }
 
 void JobSupervisor::OnDaemonExit(int status) {

@@ -1,12 +1,15 @@
 // JobSupervisor: watches a running job until every rank has exited, in one
 // poll loop: copies the ranks' output, forwards signals, and stops the job
-// when a rank fails or the private daemon dies.
+// when a rank fails or the private daemon dies. In an elastic job, a worker
+// that fails re-forms the job without it while enough remain, and SIGUSR1
+// adds a worker (see ElasticWorld).
 #pragma once
 
 #include <optional>
 
 #include "absl/time/time.h"
 #include "client/launcher/daemon_runner.h"
+#include "client/launcher/elastic_world.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
 
@@ -20,9 +23,10 @@ class JobSupervisor {
     bool verbose = false;
   };
 
-  // `daemon` is null when the job uses a daemon the launcher did not start.
-  JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, const SignalWatcher& signals,
-                Options options);
+  // `daemon` is null when the job uses a daemon the launcher did not start;
+  // `elastic` is null unless the job is elastic.
+  JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, ElasticWorld* elastic,
+                const SignalWatcher& signals, Options options);
 
   // Returns once every rank has exited, with the launcher's exit code: 0 if
   // every rank exited 0; else that of the first failure (a rank's exit code
@@ -32,6 +36,8 @@ class JobSupervisor {
  private:
   void OnSignal(int signal);
   void OnTrainerExit(const Trainer& trainer);
+  // An elastic job's worker failed: true if the job goes on without it.
+  bool ReformWithout(const Trainer& trainer, const std::string& what);
   void OnDaemonExit(int status);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);
@@ -39,6 +45,7 @@ class JobSupervisor {
 
   TrainerGroup& trainers_;
   PrivateDaemon* daemon_;
+  ElasticWorld* elastic_;
   const SignalWatcher& signals_;
   Options options_;
   std::optional<int> exit_code_;  // set by the first failure

@@ -1,5 +1,6 @@
 #include "client/launcher/launcher.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/launcher/daemon_runner.h"
+#include "client/launcher/elastic_world.h"
 #include "client/launcher/job_supervisor.h"
 #include "client/launcher/launcher_output.h"
 #include "client/launcher/signal_watcher.h"
@@ -57,12 +59,17 @@ int StartFailureCode(const absl::Status& status) {
 }  // namespace
 
 int RunJob(const LauncherOptions& options, const Environment& environment) {
-  auto signals = SignalWatcher::Start();
+  auto signals = SignalWatcher::Start(options.elastic);
   if (!signals.ok()) {
     Say(signals.status().message());
     return 1;
   }
-  if (absl::Status enough = RaiseFileLimit(options.ranks); !enough.ok()) {
+  // An elastic job may start up to --max-np workers, and more to replace
+  // failed ones, whose descriptors the launcher keeps until the job ends.
+  const int most_ranks = options.elastic
+                             ? std::max(options.ranks, options.max_ranks) + options.restarts
+                             : options.ranks;
+  if (absl::Status enough = RaiseFileLimit(most_ranks); !enough.ok()) {
     Say(enough.message());
     return 1;
   }
@@ -97,7 +104,22 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     if (options.verbose) Say(absl::StrCat("using the collectived on ", job.socket));
   }
 
-  auto trainers = TrainerGroup::Start(options.command, job, environment, options.prefix_output);
+  std::unique_ptr<ElasticWorld> elastic;
+  absl::StatusOr<TrainerGroup> trainers = TrainerGroup();
+  if (options.elastic) {
+    auto world = ElasticWorld::Create({.min_ranks = options.min_ranks,
+                                       .max_ranks = options.max_ranks,
+                                       .restarts = options.restarts},
+                                      job, environment, options.command, options.prefix_output);
+    if (!world.ok()) {
+      Say(world.status().message());
+      return 1;
+    }
+    elastic = std::move(*world);
+    if (absl::Status started = elastic->Start(*trainers); !started.ok()) trainers = started;
+  } else {
+    trainers = TrainerGroup::Start(options.command, job, environment, options.prefix_output);
+  }
   if (!trainers.ok()) {
     Say(trainers.status().message());
     return StartFailureCode(trainers.status());
@@ -113,7 +135,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
         absl::StrJoin(pids, ", "), ": ", absl::StrJoin(options.command, " ")));
   }
   JobSupervisor supervisor(
-      *trainers, daemon.get(), *signals,
+      *trainers, daemon.get(), elastic.get(), *signals,
       {.grace = absl::Seconds(options.grace_seconds), .verbose = options.verbose});
   const int exit_code = supervisor.Run();
   if (daemon != nullptr) daemon->Stop();

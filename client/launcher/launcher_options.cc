@@ -31,6 +31,13 @@ rank = local rank). Its stdin is /dev/null; each line it writes appears as
 the ranks. When a rank fails, the others are stopped (SIGTERM, then SIGKILL
 after --grace-seconds).
 
+With --elastic (collective.torch.elastic), a rank that fails is not fatal
+while --min-np ranks remain: the others re-form the job without it, renumbered
+(README, "Elastic training"); --restart-failed N starts a new worker in place
+of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
+to --max-np. The exit status is then 0 when every rank that did not fail
+exited 0.
+
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
 code (128+N for signal N), 128+N after forwarding signal N, 127 when the
 command does not exist (126: cannot be executed), 1 when the daemon fails, 2
@@ -102,6 +109,22 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   app.add_flag("--verbose", options.verbose,
                "report the daemon, each rank's pid and exit; the private daemon logs at info");
 
+  app.add_flag("--elastic", options.elastic,
+               "elastic training: a failed rank is not fatal while --min-np remain; the job "
+               "re-forms without it");
+  app.add_option("--min-np", options.min_ranks,
+                 "with --elastic: fewer ranks than this stop the job (default: -np)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxRanks).description(""));
+  app.add_option("--max-np", options.max_ranks,
+                 "with --elastic: at most this many ranks at a time (default: -np)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxRanks).description(""));
+  app.add_option("--restart-failed", options.restarts,
+                 "with --elastic: replace each of the first N ranks that fail by a new one")
+      ->type_name("N")
+      ->check(CLI::Range(0, 1000000).description(""));
+
   TranslateMpiStyleFlags(app, args);
   std::vector<const char*> argv;
   for (const std::string& arg : args) argv.push_back(arg.c_str());
@@ -111,6 +134,22 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
+  if (!options.elastic &&
+      (options.min_ranks != 0 || options.max_ranks != 0 || options.restarts != 0)) {
+    err << "collectiverun: --min-np, --max-np and --restart-failed need --elastic\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
+  if (options.elastic) {
+    // Horovod's defaults for --min-np; --max-np is bounded on one node.
+    if (options.min_ranks == 0) options.min_ranks = options.ranks;
+    if (options.max_ranks == 0) options.max_ranks = options.ranks;
+    if (options.min_ranks > options.ranks || options.ranks > options.max_ranks) {
+      err << "collectiverun: --elastic needs --min-np <= -np <= --max-np, but they are "
+          << options.min_ranks << ", " << options.ranks << " and " << options.max_ranks << "\n";
+      return 2;
+    }
+  }
   options.command = app.remaining();
   const bool separated = !options.command.empty() && options.command.front() == "--";
   if (separated) options.command.erase(options.command.begin());

@@ -23,6 +23,12 @@ struct LauncherOptions {
   bool prefix_output = true;
   double grace_seconds = 10;
   bool verbose = false;
+  // --elastic: a failed worker is not fatal while min_ranks remain; the job
+  // re-forms (ElasticWorld). min_ranks and max_ranks default to `ranks`.
+  bool elastic = false;
+  int min_ranks = 0;
+  int max_ranks = 0;
+  int restarts = 0;  // --restart-failed N
   // The trainer's command line: everything after the launcher's options.
   std::vector<std::string> command;
 };

@@ -11,7 +11,7 @@
 
 namespace collective::launcher {
 
-absl::StatusOr<SignalWatcher> SignalWatcher::Start() {
+absl::StatusOr<SignalWatcher> SignalWatcher::Start(bool elastic) {
   sigset_t forwarded;
   sigemptyset(&forwarded);
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
@@ -22,6 +22,7 @@ absl::StatusOr<SignalWatcher> SignalWatcher::Start() {
     if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
     sigaddset(&forwarded, signal);
   }
+  if (elastic) sigaddset(&forwarded, SIGUSR1);
   if (::sigprocmask(SIG_BLOCK, &forwarded, nullptr) != 0) {
     return absl::InternalError(absl::StrCat("sigprocmask: ", std::strerror(errno)));
   }

@@ -4,6 +4,7 @@
 // and no handler runs at a random point. Also ignores SIGPIPE: a closed
 // stdout must not kill the launcher while ranks still run (the ranks get
 // SIGPIPE and their signal mask back to default); and restores SIGCHLD.
+// An elastic job also watches SIGUSR1, which asks for one more worker.
 #pragma once
 
 #include <optional>
@@ -17,8 +18,8 @@ namespace collective::launcher {
 class SignalWatcher {
  public:
   // Blocks the forwarded signals in this thread (start it before any other
-  // thread) and opens the signalfd.
-  static absl::StatusOr<SignalWatcher> Start();
+  // thread) and opens the signalfd; with SIGUSR1 when `elastic`.
+  static absl::StatusOr<SignalWatcher> Start(bool elastic = false);
 
   // Readable while a signal is pending.
   int fd() const { return fd_.get(); }

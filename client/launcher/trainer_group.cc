@@ -13,23 +13,31 @@ absl::StatusOr<TrainerGroup> TrainerGroup::Start(const std::vector<std::string>&
                                                  const Environment& environment,
                                                  bool prefix_output) {
   TrainerGroup group;
-  group.trainers_.reserve(static_cast<size_t>(job.size));
   for (int rank = 0; rank < job.size; ++rank) {
-    auto process =
-        ChildProcess::Spawn({.argv = command,
-                             .environment = ToEnvp(RankEnvironment(environment, job, rank)),
-                             .output = prefix_output ? SpawnOptions::Output::kSeparatePipes
-                                                     : SpawnOptions::Output::kInherit});
     // Returning destroys the ranks already started, which kills them.
-    if (!process.ok()) return process.status();
-    Trainer& trainer = group.trainers_.emplace_back(Trainer{rank, std::move(*process), {}, {}});
-    if (prefix_output) {
-      const std::string prefix = absl::StrCat("[", rank, "] ");
-      trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO);
-      trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO);
+    if (absl::Status started =
+            group.Add(rank, command, RankEnvironment(environment, job, rank), prefix_output);
+        !started.ok()) {
+      return started;
     }
   }
   return group;
+}
+
+absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command,
+                               const Environment& environment, bool prefix_output) {
+  auto process = ChildProcess::Spawn({.argv = command,
+                                      .environment = ToEnvp(environment),
+                                      .output = prefix_output ? SpawnOptions::Output::kSeparatePipes
+                                                              : SpawnOptions::Output::kInherit});
+  if (!process.ok()) return process.status();
+  Trainer& trainer = trainers_.emplace_back(Trainer{rank, std::move(*process), {}, {}});
+  if (prefix_output) {
+    const std::string prefix = absl::StrCat("[", rank, "] ");
+    trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO);
+    trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO);
+  }
+  return absl::OkStatus();
 }
 
 int TrainerGroup::running() const {

@@ -2,6 +2,7 @@
 // group of its own, with its output prefixed by its rank (or passed through).
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 namespace collective::launcher {
 
 struct Trainer {
+  // The rank (an elastic job: the worker's number, which it keeps while
+  // its rank changes), as the output's prefix shows it.
   int rank = 0;
   ChildProcess process;
   std::optional<PrefixedStream> out;  // unset when the output passes through
@@ -32,7 +35,13 @@ class TrainerGroup {
                                             const JobIdentity& job, const Environment& environment,
                                             bool prefix_output);
 
-  std::vector<Trainer>& trainers() { return trainers_; }
+  // Starts one more: `command` with `environment`, its output prefixed by
+  // `rank` unless `prefix_output` is false. Callbacks of a Watch in progress
+  // stay valid (trainers live in a deque).
+  absl::Status Add(int rank, const std::vector<std::string>& command,
+                   const Environment& environment, bool prefix_output);
+
+  std::deque<Trainer>& trainers() { return trainers_; }
   int running() const;
 
   // Adds every open output pipe and every running rank's exit to `set`;
@@ -45,7 +54,7 @@ class TrainerGroup {
   void DrainOutput();
 
  private:
-  std::vector<Trainer> trainers_;
+  std::deque<Trainer> trainers_;
 };
 
 }  // namespace collective::launcher

@@ -1,7 +1,8 @@
 // collectiverun with a real collectived and real ranks: jobs of the test
 // worker on a private daemon and on one the test started, output prefixed
 // per rank, a failing rank stopping the others, forwarded signals, the
-// private daemon dying, and what is left behind (nothing) in each case.
+// private daemon dying, and what is left behind (nothing) in each case; an
+// elastic job's workers re-forming it without a failed one.
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -436,6 +437,73 @@ TEST(LauncherTest, AConfiguredDaemonThatIsNotThereFailsClearly) {
   EXPECT_EQ(run.exit_code, 1) << run.how;
   EXPECT_THAT(run.err, HasSubstr("collectiverun: no collectived answers on "
                                  "/tmp/collectiverun-test-nobody.sock: No such file or directory"));
+}
+
+// An elastic worker that waits, as collective.torch.elastic does (inotify,
+// with a deadline), for the generation after a failure and prints it with
+// its own number. Loads the rendezvous module by path: it needs nothing of
+// the package.
+std::string AwaitWorld() {
+  return absl::StrCat(
+      "/usr/bin/python3 -c \"import importlib.util as u; s = u.spec_from_file_location('r', '",
+      COLLECTIVE_SOURCE_DIR,
+      "/client/python/collective/common/elastic_rendezvous.py'); r = u.module_from_spec(s); "
+      "s.loader.exec_module(r); w = r.wait_for_next_world(True); "
+      "print('worker', r.worker(), 'sees generation', w.generation, w.job_id.rsplit('.')[-1], "
+      "w.workers)\"");
+}
+
+TEST(LauncherTest, AnElasticJobGoesOnWithoutAFailedWorker) {
+  const LaunchResult run = RunLauncher(
+      Concat({"--elastic", "--min-np", "2", "-np", "3"},
+             Shell(absl::StrCat("if [ \"$COLLECTIVE_ELASTIC_WORKER\" = 1 ]; then exit 3; "
+                                "fi; exec ",
+                                AwaitWorld()))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: worker 1 \(pid \d+\) exited with code 3; re-forming )"
+                          R"(the job with 2 workers as generation 1)")))
+      << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 2]",
+                                          "[2] worker 2 sees generation 1 1 [0, 2]"}))
+      << run.out;
+}
+
+TEST(LauncherTest, AnElasticJobStopsBelowMinNp) {
+  const LaunchResult run = RunLauncher(
+      Concat({"--elastic", "-np", "3", "--grace-seconds", "30"},
+             Shell("if [ \"$COLLECTIVE_ELASTIC_WORKER\" = 1 ]; then exit 3; fi; exec sleep 1000")));
+  EXPECT_EQ(run.exit_code, 3) << run.how;
+  EXPECT_LT(run.wall, absl::Seconds(15));
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: cannot re-form the job without worker 1: only 2 "
+                                 "workers would remain, fewer than --min-np 3"));
+  EXPECT_THAT(run.err, HasSubstr("stopping the other 2 ranks"));
+}
+
+TEST(LauncherTest, AnElasticJobReplacesAFailedWorker) {
+  // Worker 1 fails at once; worker 2 takes its place as rank 1 of
+  // generation 1 and says where it stands and what it waits for.
+  const LaunchResult run = RunLauncher(
+      Concat({"--elastic", "-np", "2", "--restart-failed", "1"},
+             Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 1) exit 3;; 2) echo rank "
+                                "$COLLECTIVE_LOCAL_RANK of $COLLECTIVE_LOCAL_SIZE generation "
+                                "$COLLECTIVE_ELASTIC_GENERATION job ${COLLECTIVE_JOB_ID##*.} after "
+                                "\"$COLLECTIVE_ELASTIC_AWAIT\"; exit 0;; esac; exec ",
+                                AwaitWorld()))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("re-forming the job with 2 workers (worker 2 replaces it) as "
+                                 "generation 1"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 2]",
+                                          "[2] rank 1 of 2 generation 1 job 1 after 0"}))
+      << run.out;
 }
 
 }  // namespace

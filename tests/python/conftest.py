@@ -26,6 +26,10 @@ def _static_process_sets():
     return [hvd.ProcessSet(range(0, size, 2)), hvd.ProcessSet(range(1, size, 2))]
 
 
+# The elastic tests need collectiverun --elastic and join no job here
+# (tests/python/elastic, run by ctest's python_elastic_* tests).
+collect_ignore = ['elastic']
+
 STATIC_PROCESS_SETS = _static_process_sets()
 hvd.init(process_sets=STATIC_PROCESS_SETS)
 

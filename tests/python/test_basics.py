@@ -13,8 +13,7 @@ import torch
 import collective.torch as hvd
 
 
-# What horovod.torch 0.28.1 exports (horovod/torch/__init__.py) but `elastic`:
-# collectiverun has no elastic mode.
+# What horovod.torch 0.28.1 exports (horovod/torch/__init__.py).
 _HOROVOD_TORCH_NAMES = [
     'Compression', 'allgather_object', 'broadcast_object', 'broadcast_optimizer_state',
     'broadcast_parameters', 'allreduce', 'allreduce_async', 'allreduce_', 'allreduce_async_',
@@ -28,13 +27,15 @@ _HOROVOD_TORCH_NAMES = [
     'mpi_threads_supported', 'mpi_enabled', 'mpi_built', 'gloo_enabled', 'gloo_built',
     'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built', 'rocm_built', 'ProcessSet',
     'global_process_set', 'add_process_set', 'remove_process_set', 'Average', 'Sum', 'Adasum',
-    'Min', 'Max', 'Product', 'HorovodInternalError', 'DistributedOptimizer', 'SyncBatchNorm']
+    'Min', 'Max', 'Product', 'HorovodInternalError', 'DistributedOptimizer', 'SyncBatchNorm',
+    'elastic']
 
 
 def test_exports_horovods_names():
     assert [name for name in _HOROVOD_TORCH_NAMES if not hasattr(hvd, name)] == []
     # The submodules scripts reach through hvd, as with horovod.torch.
-    for module in ('mpi_ops', 'compression', 'functions', 'optimizer', 'sync_batch_norm'):
+    for module in ('mpi_ops', 'compression', 'functions', 'optimizer', 'sync_batch_norm',
+                   'elastic'):
         assert getattr(hvd, module).__name__ == f'collective.torch.{module}'
     for name in ('none', 'fp16'):
         assert hasattr(hvd.Compression, name)

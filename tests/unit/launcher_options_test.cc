@@ -110,6 +110,41 @@ TEST(LauncherOptionsTest, UsageErrorsExitWith2AndSayWhy) {
   }
 }
 
+TEST(LauncherOptionsTest, ElasticBoundsDefaultToTheRankCount) {
+  const Parsed plain = Parse({"-np", "3", "--elastic", "x"});
+  ASSERT_TRUE(plain.ok()) << plain.err;
+  EXPECT_TRUE(plain.options().elastic);
+  EXPECT_EQ(plain.options().min_ranks, 3);
+  EXPECT_EQ(plain.options().max_ranks, 3);
+  EXPECT_EQ(plain.options().restarts, 0);
+  const Parsed bounded = Parse({"--elastic", "--min-np", "2", "--max-np", "5", "-np", "3",
+                                "--restart-failed", "4", "python", "--min-np", "9"});
+  ASSERT_TRUE(bounded.ok()) << bounded.err;
+  EXPECT_EQ(bounded.options().min_ranks, 2);
+  EXPECT_EQ(bounded.options().max_ranks, 5);
+  EXPECT_EQ(bounded.options().restarts, 4);
+  EXPECT_THAT(bounded.options().command, ElementsAre("python", "--min-np", "9"));
+}
+
+TEST(LauncherOptionsTest, ElasticUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"-np", "2", "--min-np", "1", "x"}, "need --elastic"},
+      {{"-np", "2", "--restart-failed", "1", "x"}, "need --elastic"},
+      {{"-np", "2", "--elastic", "--min-np", "3", "x"}, "--min-np <= -np <= --max-np"},
+      {{"-np", "4", "--elastic", "--max-np", "3", "x"}, "but they are 4, 4 and 3"},
+  };
+  for (const Case& c : cases) {
+    const Parsed parsed = Parse(c.args);
+    ASSERT_FALSE(parsed.ok()) << c.says;
+    EXPECT_EQ(parsed.exit_code(), 2);
+    EXPECT_THAT(parsed.err, HasSubstr(c.says));
+  }
+}
+
 TEST(LauncherOptionsTest, HelpExitsWith0AndShowsTheUsage) {
   const Parsed parsed = Parse({"--help"});
   ASSERT_FALSE(parsed.ok());

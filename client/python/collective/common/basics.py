@@ -13,6 +13,7 @@ import os
 
 from collective import _core
 from collective.common import connection
+from collective.common import elastic_rendezvous
 from collective.common import process_sets as sets
 
 _atexit_registered = False
@@ -43,6 +44,9 @@ def init(comm=None, process_sets=None):
                 'launcher (collectiverun, mpirun, torchrun, ...)')
         comm = list(comm)
     requested = sets.requested_process_sets(process_sets)
+    if not connection.is_open():
+        # In an elastic job: the latest generation, once the one before has left.
+        elastic_rendezvous.join_latest_generation()
     connected = connection.open_connection([list(s.ranks) for s in requested])
     if connected and not _atexit_registered:
         atexit.register(shutdown)

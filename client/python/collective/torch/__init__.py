@@ -11,6 +11,7 @@ process; see ``collective.torch.devices``).
 import torch  # noqa: F401  isort:skip
 
 from collective.torch.arena import empty, zeros
+from collective.torch import elastic
 from collective.torch.compression import Compression
 from collective.torch.functions import broadcast_optimizer_state, broadcast_parameters
 from collective.torch.mpi_ops import *  # noqa: F401,F403  (the collectives: see mpi_ops.__all__)
@@ -21,5 +22,6 @@ from collective.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = list(_mpi_ops_all) + [
     'Compression', 'DistributedOptimizer', 'SyncBatchNorm', 'allgather_object',
-    'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters', 'empty', 'zeros',
+    'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters', 'elastic', 'empty',
+    'zeros',
 ]

@@ -1,0 +1,178 @@
+#include "client/launcher/elastic_world.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace collective::launcher {
+namespace {
+
+constexpr char kWorldFile[] = "world";
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+// Writes `text` to `path` in one go; the file is created new (0600).
+absl::Status WriteNewFile(const std::string& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno(absl::StrCat("cannot create ", path));
+  const ssize_t wrote = ::write(fd, text.data(), text.size());
+  const int write_errno = errno;
+  ::close(fd);
+  if (wrote != static_cast<ssize_t>(text.size())) {
+    errno = wrote < 0 ? write_errno : ENOSPC;
+    return Errno(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+std::string Workers(int count) { return absl::StrCat(count, count == 1 ? " worker" : " workers"); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ElasticWorld>> ElasticWorld::Create(Options options,
+                                                                   const JobIdentity& job,
+                                                                   const Environment& environment,
+                                                                   std::vector<std::string> command,
+                                                                   bool prefix_output) {
+  if (absl::StrContains(job.job_id, '\n')) {
+    return absl::InvalidArgumentError("the job id of an elastic job must be one line");
+  }
+  std::string base = "/tmp";
+  if (const auto it = environment.find("TMPDIR");
+      it != environment.end() && absl::StartsWith(it->second, "/")) {
+    base = it->second;
+  }
+  // mkdtemp makes it 0700: only this user reads or replaces the world.
+  std::string directory = base + "/collectiverun-elastic-XXXXXX";
+  if (::mkdtemp(directory.data()) == nullptr) return Errno(absl::StrCat("mkdtemp ", directory));
+  return std::unique_ptr<ElasticWorld>(new ElasticWorld(
+      options, job, environment, std::move(command), prefix_output, std::move(directory)));
+}
+
+ElasticWorld::ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
+                           std::vector<std::string> command, bool prefix_output,
+                           std::string directory)
+    : options_(options),
+      job_(job),
+      environment_(environment),
+      command_(std::move(command)),
+      prefix_output_(prefix_output),
+      directory_(std::move(directory)) {}
+
+ElasticWorld::~ElasticWorld() {
+  std::error_code ignored;
+  std::filesystem::remove_all(directory_, ignored);
+}
+
+absl::Status ElasticWorld::Start(TrainerGroup& trainers) {
+  std::vector<int> first;
+  for (int i = 0; i < job_.size; ++i) first.push_back(next_worker_++);
+  return Publish(first, first, trainers);
+}
+
+absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& trainers) {
+  Exited(worker);  // idempotent
+  std::vector<int> survivors = workers_;
+  std::vector<int> added;
+  if (options_.restarts > 0 && static_cast<int>(survivors.size()) < options_.max_ranks) {
+    added.push_back(next_worker_++);
+    --options_.restarts;
+  }
+  const int size = static_cast<int>(survivors.size() + added.size());
+  if (size < options_.min_ranks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "only ", Workers(size), " would remain, fewer than --min-np ", options_.min_ranks));
+  }
+  std::vector<int> next = survivors;
+  next.insert(next.end(), added.begin(), added.end());
+  ++failures_;
+  if (absl::Status published = Publish(next, added, trainers); !published.ok()) return published;
+  return absl::StrCat(
+      "re-forming the job with ", Workers(size),
+      added.empty() ? "" : absl::StrCat(" (worker ", added.front(), " replaces it)"),
+      " as generation ", generation_);
+}
+
+absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers) {
+  if (static_cast<int>(workers_.size()) >= options_.max_ranks) {
+    return absl::FailedPreconditionError(absl::StrCat("the job has ",
+                                                      Workers(static_cast<int>(workers_.size())),
+                                                      ", as many as --max-np allows; none added"));
+  }
+  const int worker = next_worker_++;
+  std::vector<int> next = workers_;
+  next.push_back(worker);
+  if (absl::Status published = Publish(next, {worker}, trainers); !published.ok()) {
+    return published;
+  }
+  return absl::StrCat("worker ", worker, " added; the job re-forms with ",
+                      Workers(static_cast<int>(next.size())), " as generation ", generation_,
+                      " at its next commit");
+}
+
+void ElasticWorld::Exited(int worker) {
+  workers_.erase(std::remove(workers_.begin(), workers_.end(), worker), workers_.end());
+  // Best effort: without it, a worker that waits to join gives up at its
+  // deadline rather than hanging.
+  WriteNewFile(absl::StrCat(directory_, "/exited-", worker), "").IgnoreError();
+}
+
+absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<int>& added,
+                                   TrainerGroup& trainers) {
+  const int generation = generation_ + 1;
+  const JobIdentity job{.socket = job_.socket,
+                        .job_id = absl::StrCat(job_.job_id, ".", generation),
+                        .size = static_cast<int>(workers.size())};
+  // A worker that joins must not register with the new job before every
+  // member of the previous one has left it (the daemon serves one job at a
+  // time): it waits for their markers (collective.common.elastic_rendezvous).
+  const std::string awaited = absl::StrJoin(workers_, " ");
+  for (int worker : added) {
+    int rank = 0;
+    while (workers[static_cast<size_t>(rank)] != worker) ++rank;
+    Environment environment = RankEnvironment(environment_, job, rank);
+    environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
+    environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
+    environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
+    environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
+    environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
+    if (absl::Status started = trainers.Add(worker, command_, environment, prefix_output_);
+        !started.ok()) {
+      return started;
+    }
+  }
+  generation_ = generation;
+  workers_ = std::move(workers);
+  return WriteWorld();
+}
+
+absl::Status ElasticWorld::WriteWorld() const {
+  const std::string text =
+      absl::StrCat("generation ", generation_, "\njob_id ", job_.job_id, ".", generation_,
+                   "\nworkers ", absl::StrJoin(workers_, " "), "\nfailures ", failures_, "\n");
+  const std::string path = absl::StrCat(directory_, "/", kWorldFile);
+  const std::string staging = absl::StrCat(path, ".new");
+  if (absl::Status wrote = WriteNewFile(staging, text); !wrote.ok()) return wrote;
+  // rename(2) replaces it atomically: a reader sees one generation or the
+  // next, never half of one.
+  if (std::rename(staging.c_str(), path.c_str()) != 0) {
+    return Errno(absl::StrCat("cannot rename ", staging, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace collective::launcher

@@ -1,0 +1,87 @@
+// ElasticWorld: who belongs to an elastic job (collectiverun --elastic) on
+// this node, generation after generation, and the rendezvous directory that
+// tells the workers. Only the launcher's thread (its supervising loop)
+// touches it.
+//
+// Each worker has a number it keeps for life; each generation is a job of
+// its own (job id "<base>.<generation>") whose ranks are the workers listed
+// in rank order: survivors keep their order, added workers come last, so
+// rank 0 of a new generation always holds the state it broadcasts. The
+// directory (0700, the launcher's) holds `world`, the latest generation,
+// replaced atomically (written beside it, then renamed), and markers that
+// say a worker has exited (written here) or joins a generation (written by
+// the worker); collective.common.elastic_rendezvous watches them with inotify.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/launcher/rank_environment.h"
+#include "client/launcher/trainer_group.h"
+
+namespace collective::launcher {
+
+class ElasticWorld {
+ public:
+  struct Options {
+    int min_ranks = 1;
+    int max_ranks = 1;
+    // Failed workers replaced by new ones, at most this many in all.
+    int restarts = 0;
+  };
+
+  // Makes the rendezvous directory (under $TMPDIR or /tmp) for a job whose
+  // first generation has `job.size` workers.
+  static absl::StatusOr<std::unique_ptr<ElasticWorld>> Create(Options options,
+                                                              const JobIdentity& job,
+                                                              const Environment& environment,
+                                                              std::vector<std::string> command,
+                                                              bool prefix_output);
+  ~ElasticWorld();  // removes the directory and what is in it
+  ElasticWorld(const ElasticWorld&) = delete;
+  ElasticWorld& operator=(const ElasticWorld&) = delete;
+
+  // Publishes generation 0 and starts its workers in `trainers`.
+  absl::Status Start(TrainerGroup& trainers);
+  // Worker `worker` failed: publishes the next generation without it (and
+  // with a replacement while restarts remain). Returns what happened, in
+  // words; FAILED_PRECONDITION when fewer than min_ranks would remain,
+  // and the job must stop.
+  absl::StatusOr<std::string> Remove(int worker, TrainerGroup& trainers);
+  // Starts one more worker and publishes the generation that includes it;
+  // FAILED_PRECONDITION at max_ranks.
+  absl::StatusOr<std::string> Add(TrainerGroup& trainers);
+  // Worker `worker` exited (any way, before Remove for a failure): no later
+  // generation lists it, and workers waiting to join learn that it is gone.
+  void Exited(int worker);
+
+  const std::string& directory() const { return directory_; }
+
+ private:
+  ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
+               std::vector<std::string> command, bool prefix_output, std::string directory);
+
+  // Starts workers `added` as members of a generation of `workers` (their
+  // ranks are their positions), then makes that generation current.
+  absl::Status Publish(std::vector<int> workers, const std::vector<int>& added,
+                       TrainerGroup& trainers);
+  absl::Status WriteWorld() const;
+
+  Options options_;
+  JobIdentity job_;  // the socket, the base job id; size unused
+  Environment environment_;
+  std::vector<std::string> command_;
+  bool prefix_output_;
+  std::string directory_;
+  int generation_ = -1;
+  std::vector<int> workers_;  // of the current generation, in rank order
+  int next_worker_ = 0;
+  // Workers that failed so far: a generation published after a failure says
+  // so, which tells the survivors it is the one to join (an earlier one,
+  // made while workers were added, may still list the dead worker).
+  int failures_ = 0;
+};
+
+}  // namespace collective::launcher

@@ -1,0 +1,155 @@
+"""Horovod's elastic training, the part no framework owns: ``State``, ``ObjectState``, ``run_fn``.
+
+A training function decorated by ``hvd.elastic.run`` runs with a ``State``
+that it commits from time to time. When a worker of the job dies, the
+collective every other rank waits in raises ``HorovodInternalError``: each
+survivor rolls its state back to the last commit, leaves the broken job,
+joins the one the launcher re-forms without the dead worker, receives rank
+0's state and runs the function again. When workers are added, every rank
+raises ``HostsUpdatedInterrupt`` at the same ``commit()``/``check_host_updates()``,
+keeps its state, re-forms with the newcomers and sends them the state.
+How the job re-forms is ``collective.common.elastic_rendezvous``.
+"""
+
+import functools
+
+from collective.common import elastic_rendezvous as rendezvous
+from collective.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+
+
+class State:
+    """The state of a training run that survives the job re-forming.
+
+    Arguments:
+        bcast_object: sends a picklable object from rank 0 to every rank.
+        get_rank: this process's rank.
+        agree_generation: the newest generation any rank has seen (a
+            collective: every rank of the job calls it with its own).
+    """
+
+    def __init__(self, bcast_object, get_rank, agree_generation):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._agree_generation = agree_generation
+        self._reset_callbacks = []
+
+    def register_reset_callbacks(self, callbacks):
+        """Calls each of ``callbacks`` (no arguments) after every re-formation, e.g. to scale the
+        learning rate by the new ``hvd.size()``."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def commit(self):
+        """Saves the state (what ``restore()`` returns to after a failure), then raises
+        ``HostsUpdatedInterrupt`` if workers were added. Commit often enough that redoing the
+        steps since the last commit is cheap, rarely enough that saving is."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raises ``HostsUpdatedInterrupt`` on every rank at once if the launcher changed the
+        workers of the job. A collective: every rank calls it at the same step."""
+        if rendezvous.directory() is None:
+            return
+        current = rendezvous.generation()
+        # The newest generation any rank saw: the ranks read the world at
+        # slightly different moments, and must all decide the same.
+        newest = self._agree_generation(max(current, rendezvous.read_world().generation))
+        if newest > current:
+            # A worker that failed makes the others raise HorovodInternalError
+            # instead; what remains is workers being added, who need the state.
+            raise HostsUpdatedInterrupt(skip_sync=False)
+
+    def save(self):
+        """Saves the state in memory (``commit()`` also checks for new workers)."""
+        raise NotImplementedError()
+
+    def restore(self):
+        """Returns to the state last saved."""
+        raise NotImplementedError()
+
+    def sync(self):
+        """Sends rank 0's state to every rank."""
+        raise NotImplementedError()
+
+    def reset(self):
+        """Adapts the state to a re-formed job (after restore() or sync())."""
+
+
+class ObjectState(State):
+    """A state made of picklable objects, kept as attributes: ``state.epoch``, ``state.batch``.
+
+    Arguments:
+        bcast_object, get_rank, agree_generation: as for ``State``.
+        kwargs: the attributes and their first values.
+    """
+
+    def __init__(self, bcast_object, get_rank, agree_generation, **kwargs):
+        self._saved_state = kwargs
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank,
+                         agree_generation=agree_generation)
+
+    def save(self):
+        self._saved_state = {attr: getattr(self, attr) for attr in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for attr, value in self._saved_state.items():
+            setattr(self, attr, value)
+
+
+def run_fn(func, reset):
+    """Wraps ``func(state, ...)`` so that it outlives workers failing and being added.
+
+    ``reset(after_failure)`` leaves the job and joins the next generation
+    (``reset_job``).
+    """
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        skip_sync = False
+        while True:
+            try:
+                if not skip_sync:
+                    state.sync()
+                return func(state, *args, **kwargs)
+            except HorovodInternalError:
+                if rendezvous.directory() is None:
+                    raise  # not an elastic job: nothing re-forms it
+                state.restore()
+                skip_sync = False
+                after_failure = True
+            except HostsUpdatedInterrupt as e:
+                skip_sync = e.skip_sync
+                after_failure = False
+            while True:
+                try:
+                    reset(after_failure)
+                    break
+                except HorovodInternalError:
+                    # The new generation failed as it formed (another worker
+                    # died): on to the one without that worker.
+                    after_failure = True
+            state.on_reset()
+
+    return wrapper
+
+
+def reset_job(shutdown, init, after_failure):
+    """Leaves the current generation and joins the latest one, once the launcher has published
+    what comes after it (after a failure: a generation without the failed worker)."""
+    shutdown()
+    rendezvous.wait_for_next_world(after_failure)
+    init()  # joins the latest generation (see elastic_rendezvous.join_latest_generation)

@@ -1,0 +1,212 @@
+"""The worker's side of an elastic job's rendezvous with ``collectiverun --elastic``.
+
+The launcher is the rendezvous: it owns a private 0700 directory
+(``COLLECTIVE_ELASTIC_DIR``) whose ``world`` file names the latest generation of
+the job (its number, its job id, and the worker numbers in rank order),
+replaced atomically when a worker fails or is added. A worker knows its
+number (``COLLECTIVE_ELASTIC_WORKER``) and the generation it is in; to re-form
+it reads the newer world and points the environment that ``init()`` reads
+(``COLLECTIVE_JOB_ID``, ``COLLECTIVE_LOCAL_RANK``/``_SIZE`` and Horovod's and
+torchrun's names) at it. Waiting is on inotify, with a deadline
+(``COLLECTIVE_ELASTIC_TIMEOUT_S``, else Horovod's ``HOROVOD_ELASTIC_TIMEOUT``,
+else 600 s as Horovod), never on sleeps.
+
+Without ``COLLECTIVE_ELASTIC_DIR`` (not started by ``collectiverun
+--elastic``) there is one generation: nothing is ever updated and a failed
+job cannot re-form.
+"""
+
+import ctypes
+import os
+import select
+import time
+
+_IN_NONBLOCK = os.O_NONBLOCK
+_IN_CLOEXEC = 0o2000000
+_IN_CLOSE_WRITE = 0x00000008
+_IN_MOVED_TO = 0x00000080
+_IN_CREATE = 0x00000100
+
+_RANK_NAMES = ('COLLECTIVE_LOCAL_RANK', 'HOROVOD_RANK', 'HOROVOD_LOCAL_RANK', 'RANK', 'LOCAL_RANK')
+_SIZE_NAMES = ('COLLECTIVE_LOCAL_SIZE', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_SIZE', 'WORLD_SIZE',
+               'LOCAL_SIZE', 'LOCAL_WORLD_SIZE')
+
+
+class World:
+    """One generation of the job: ``workers`` lists the worker numbers in rank order;
+    ``failures`` counts the workers that had failed when the launcher published it."""
+
+    def __init__(self, generation, job_id, workers, failures):
+        self.generation = generation
+        self.job_id = job_id
+        self.workers = workers
+        self.failures = failures
+
+    def rank_of(self, worker):
+        return self.workers.index(worker)
+
+
+def directory():
+    """The launcher's rendezvous directory; None outside an elastic job."""
+    return os.environ.get('COLLECTIVE_ELASTIC_DIR') or None
+
+
+def worker():
+    """This process's worker number, which it keeps while its rank changes."""
+    return int(os.environ['COLLECTIVE_ELASTIC_WORKER'])
+
+
+def generation():
+    """The generation this process was last pointed at (0 outside an elastic job)."""
+    return int(os.environ.get('COLLECTIVE_ELASTIC_GENERATION', '0'))
+
+
+def failures():
+    """How many workers had failed when that generation was published."""
+    return int(os.environ.get('COLLECTIVE_ELASTIC_FAILURES', '0'))
+
+
+def timeout_s():
+    """How long to wait for the launcher; Horovod's variable works too."""
+    return float(os.environ.get('COLLECTIVE_ELASTIC_TIMEOUT_S') or
+                 os.environ.get('HOROVOD_ELASTIC_TIMEOUT') or '600')
+
+
+def read_world():
+    """The latest generation the launcher published; None outside an elastic job."""
+    path = directory()
+    if path is None:
+        return None
+    fields = {}
+    with open(os.path.join(path, 'world')) as f:
+        for line in f:
+            key, _, value = line.rstrip('\n').partition(' ')
+            fields[key] = value
+    return World(int(fields['generation']), fields['job_id'],
+                 [int(w) for w in fields['workers'].split()], int(fields['failures']))
+
+
+class _DirectoryWatch:
+    """inotify on the rendezvous directory: wakes when a file there is written or renamed in."""
+
+    def __init__(self, path):
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+        if self._fd < 0:
+            raise OSError(ctypes.get_errno(), 'inotify_init1 failed')
+        mask = _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE
+        if self._libc.inotify_add_watch(self._fd, os.fsencode(path), mask) < 0:
+            errno = ctypes.get_errno()
+            os.close(self._fd)
+            raise OSError(errno, f'cannot watch {path}')
+
+    def wait(self, deadline):
+        """Waits for a change until ``deadline`` (time.monotonic()); False if it passed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        if not poller.poll(remaining * 1000):
+            return False
+        try:
+            while os.read(self._fd, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        return True
+
+    def close(self):
+        os.close(self._fd)
+
+
+def _wait_until(condition, what):
+    """Returns condition()'s first truthy value, re-checked whenever the directory changes."""
+    deadline = time.monotonic() + timeout_s()
+    watch = _DirectoryWatch(directory())
+    try:
+        while True:
+            # Checked after the watch exists: a change between the check and
+            # the wait still wakes it.
+            value = condition()
+            if value:
+                return value
+            if not watch.wait(deadline):
+                raise TimeoutError(
+                    f'elastic worker {worker()}: {what} did not happen within '
+                    f'{timeout_s():g} s (COLLECTIVE_ELASTIC_TIMEOUT_S)')
+    finally:
+        watch.close()
+
+
+def wait_for_next_world(after_failure):
+    """Waits until the launcher has published what comes after this process's generation.
+
+    After a failure that is a generation published since a worker failed:
+    one published before (workers were being added) may still list the dead
+    worker, whose job would never form. Otherwise any newer generation.
+    """
+    if directory() is None:
+        return None
+    current, failed = generation(), failures()
+
+    def next_world():
+        world = read_world()
+        if after_failure:
+            return world if world.failures > failed else None
+        return world if world.generation > current else None
+
+    return _wait_until(next_world, 'a generation without the failed worker' if after_failure
+                       else f'a generation after {current}')
+
+
+def point_environment_at(world):
+    """Makes ``init()`` join ``world``: its job id, this worker's rank in it and its size."""
+    rank = world.rank_of(worker())
+    os.environ['COLLECTIVE_JOB_ID'] = world.job_id
+    os.environ['COLLECTIVE_ELASTIC_GENERATION'] = str(world.generation)
+    os.environ['COLLECTIVE_ELASTIC_FAILURES'] = str(world.failures)
+    for name in _RANK_NAMES:
+        os.environ[name] = str(rank)
+    for name in _SIZE_NAMES:
+        os.environ[name] = str(len(world.workers))
+
+
+def join_latest_generation():
+    """Points ``init()`` at the latest generation, which this worker belongs to (the launcher
+    keeps every live worker), once the workers of the generation before have left theirs.
+
+    The daemon serves one job at a time, so a worker that is added must not
+    register before the running ranks left their job. ``COLLECTIVE_ELASTIC_AWAIT``
+    (set for added workers, read once) lists the workers it waits for: each
+    has exited (``exited-<worker>``, written by the launcher) or is joining
+    this generation or a later one (``joining-<generation>-<worker>``, written
+    here by every worker before it registers). Nothing to do outside an
+    elastic job.
+    """
+    base = directory()
+    awaited = [int(w) for w in os.environ.pop('COLLECTIVE_ELASTIC_AWAIT', '').split()]
+    if base is None:
+        return
+    mine = generation()
+
+    def gone_or_joining(names, member):
+        if f'exited-{member}' in names:
+            return True
+        for name in names:
+            kind, _, rest = name.partition('-')
+            target, _, who = rest.partition('-')
+            if kind == 'joining' and who == str(member) and int(target) >= mine:
+                return True
+        return False
+
+    def all_left():
+        names = set(os.listdir(base))
+        return all(gone_or_joining(names, member) for member in awaited)
+
+    if awaited:
+        _wait_until(all_left, 'the workers of the previous generation leaving it')
+    world = read_world()
+    point_environment_at(world)
+    with open(os.path.join(base, f'joining-{world.generation}-{worker()}'), 'w'):
+        pass
