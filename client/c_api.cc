@@ -215,6 +215,10 @@ int collective_buffer_try_alloc(collective_client_t* client, size_t bytes,
 
 void collective_buffer_free(collective_buffer_t* buffer) { delete buffer; }
 
+uint64_t collective_arena_bytes(const collective_client_t* client) {
+  return client->client->arena_bytes();
+}
+
 uint64_t collective_arena_free_bytes(const collective_client_t* client) {
   return client->client->arena_free_bytes();
 }

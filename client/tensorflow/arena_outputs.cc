@@ -35,7 +35,13 @@ class ArenaAllocator final : public ::tensorflow::Allocator {
     collective_buffer_t* buffer = nullptr;
     OpSession::WithCurrent([&](OpSession& session) {
       collective_client_t* client = session.client();
-      if (num_bytes > collective_arena_free_bytes(client) / 4) return;
+      // Outputs never take the arena below half free: the rest is for the
+      // copies of inputs (a grouped op's outputs are allocated before its
+      // inputs are copied, and a step's outputs live on into the next).
+      const uint64_t free_bytes = collective_arena_free_bytes(client);
+      if (num_bytes > free_bytes || free_bytes - num_bytes < collective_arena_bytes(client) / 2) {
+        return;
+      }
       if (collective_buffer_try_alloc(client, num_bytes, &buffer, &data) != 0) data = nullptr;
     });
     if (data == nullptr) return nullptr;

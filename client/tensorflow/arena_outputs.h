@@ -20,8 +20,8 @@ namespace collective::tensorflow {
 inline constexpr size_t kArenaOutputMinBytes = size_t{1} << 16;
 
 // Allocates output `index` of `shape` in the arena when it holds at least
-// kArenaOutputMinBytes, takes at most a quarter of the arena's free bytes
-// (the rest stays for the copies of other inputs) and a block is free now;
+// kArenaOutputMinBytes, leaves at least half of the arena free (the rest
+// stays for the copies of inputs) and a block is free now;
 // otherwise as TensorFlow allocates outputs. COLLECTIVE_TF_ARENA_OUTPUTS=0 in
 // the environment turns arena outputs off.
 absl::Status AllocateOutput(::tensorflow::OpKernelContext* context, int index,

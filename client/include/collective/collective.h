@@ -99,7 +99,9 @@ typedef struct collective_buffer collective_buffer_t;
 int collective_buffer_try_alloc(collective_client_t* client, size_t bytes,
                                 collective_buffer_t** buffer, void** data);
 void collective_buffer_free(collective_buffer_t* buffer);
-/* Bytes of the arena that no buffer or input in flight holds right now. */
+/* The arena's size, and the bytes of it that no buffer or input in flight
+ * holds right now. */
+uint64_t collective_arena_bytes(const collective_client_t* client);
 uint64_t collective_arena_free_bytes(const collective_client_t* client);
 
 /* Starts an allreduce. `output` may be NULL (then collective_wait returns a

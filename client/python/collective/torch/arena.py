@@ -52,14 +52,15 @@ def empty(*size, dtype=None):
 
 def result_tensor(shape, dtype, min_bytes=1 << 16):
     """A new CPU tensor for a result the daemon writes: in the arena when it holds at least
-    ``min_bytes`` and takes at most a quarter of the arena's free bytes (the rest stays for
-    the copies of other inputs), so that the daemon writes it there, with no copy out, and a
-    later collective reads it in place; otherwise an ordinary tensor (the copy path)."""
+    ``min_bytes`` and leaves at least half of the arena free (the rest is for the copies of
+    inputs; results a trainer keeps must not crowd them out), so that the daemon writes it
+    there, with no copy out, and a later collective reads it in place; otherwise an ordinary
+    tensor (the copy path)."""
     shape = tuple(shape)
     element = torch.empty((), dtype=dtype).element_size()
     nbytes = math.prod(shape) * element
     client = connections.current().client
-    if nbytes < min_bytes or nbytes > client.arena_free_bytes // 4:
+    if nbytes < min_bytes or client.arena_free_bytes - nbytes < client.arena_bytes // 2:
         return torch.empty(shape, dtype=dtype)
     return empty(shape, dtype=dtype)
 
