@@ -55,7 +55,13 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
     messages_->Add(std::move(submission), set);
     return;
   }
-  if (absl::Status added = remote_messages_->Add(std::move(submission), set); !added.ok()) {
+  // A notice that already came meets a send at once, without waiting for
+  // the engine's next look at the other daemons.
+  absl::Status added = remote_messages_->Add(std::move(submission), set);
+  if (added.ok()) {
+    if (absl::StatusOr<bool> polled = PollMessages(); !polled.ok()) added = polled.status();
+  }
+  if (!added.ok()) {
     const absl::Status why = absl::UnavailableError(
         absl::StrCat("the daemons of job '", job_->id(), "' lost each other: ", added.message()));
     BreakWorld(why, /*abandon_mpi=*/true);
@@ -63,7 +69,6 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
     return;
   }
   KeepPollingFast();
-  if (remote_messages_->has_news()) (void)PollMessages();
 }
 
 void Engine::FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why) {
