@@ -201,6 +201,9 @@ class Engine {
   void StartRemoteSend(negotiation::RemoteMessages::MatchedSend send);
   // A local receive's answer came; false while it waits for result space.
   bool StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& receive);
+  // Takes the bytes that follow an answer to a receive that failed or went
+  // (into a buffer of the daemon's), so that the sender's daemon finishes.
+  void DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive);
   // A message across nodes whose bytes moved (`status`: how) completes.
   struct MessageRun;
   void FinishMessage(MessageRun run, const absl::Status& status);
@@ -362,6 +365,8 @@ class Engine {
     exec::Executor::Outcome outcome;
     exec::Pending transfer;
     uint64_t bytes = 0;
+    // Bytes taken only to be dropped (DrainRemoteReceive): no half completes.
+    std::unique_ptr<std::vector<std::byte>> drain;
   };
   std::deque<MessageRun> message_runs_;
   std::deque<exec::FusedBatch> deferred_;  // ready, waiting for result space

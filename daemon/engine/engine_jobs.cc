@@ -436,6 +436,7 @@ void Engine::FailUndecided(const absl::Status& why) {
   if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeAll(), why);
   for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
     CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
+    if (receive.status.ok() && receive.data_follows) DrainRemoteReceive(receive);
   }
   receives_waiting_space_.clear();
   std::vector<negotiation::ReadyTensor> local;
@@ -486,8 +487,9 @@ void Engine::FailJob(const absl::Status& why, Origin origin) {
 
 void Engine::MaybeTearDownJob() {
   if (job_ == nullptr || job_->state() == job::JobState::kForming || !job_->finished()) return;
-  // A job across nodes first finishes what node 0 decided (see FailJob).
-  if (across_.view().unfinished()) return;
+  // A job across nodes first finishes what node 0 decided (see FailJob), and
+  // the messages whose bytes move (MPI writes into its segments).
+  if (across_.view().unfinished() || !message_runs_.empty()) return;
   observe::ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();

@@ -148,6 +148,10 @@ absl::StatusOr<bool> Engine::PollMessages() {
   for (negotiation::RemoteMessages::AnsweredReceive& receive : polled->receives) {
     receives_waiting_space_.push_back(std::move(receive));
   }
+  for (const negotiation::RemoteMessages::AnsweredReceive& orphan : polled->orphaned) {
+    DrainRemoteReceive(orphan);
+  }
+  worked = worked || !polled->orphaned.empty();
   while (!receives_waiting_space_.empty() && job_ != nullptr) {
     if (!StartRemoteReceive(receives_waiting_space_.front())) break;
     receives_waiting_space_.pop_front();
@@ -260,7 +264,33 @@ bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& re
   return true;
 }
 
+void Engine::DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive) {
+  const v1::TensorRequest& request = receive.send.request;
+  std::shared_ptr<const job::SetSpan> span = across_.SpanOf(request.process_set_id());
+  if (span == nullptr) {
+    log::Mpi().warn("no communicator for process set {} to take the {} bytes of a failed receive",
+                    request.process_set_id(), request.length());
+    return;
+  }
+  MessageRun run{.bytes = request.length(),
+                 .drain = std::make_unique<std::vector<std::byte>>(request.length())};
+  absl::StatusOr<exec::Pending> started = transport_.StartReceive(
+      *span, span->IndexOf(receive.send.set_rank), run.drain->data(), request.length(),
+      negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);
+  if (!started.ok()) {
+    log::Mpi().warn("cannot take the bytes of a failed receive: {}", started.status().message());
+    return;
+  }
+  run.transfer = std::move(*started);
+  message_runs_.push_back(std::move(run));
+}
+
 void Engine::FinishMessage(MessageRun run, const absl::Status& status) {
+  if (run.drain != nullptr) {
+    if (!status.ok()) log::Mpi().warn("taking a failed receive's bytes: {}", status.message());
+    MaybeTearDownJob();
+    return;
+  }
   BatchRun batch_run{.where = BatchRun::Where::kAcrossNodes,
                      .outcome = std::move(run.outcome),
                      .transferred = run.bytes,
@@ -287,7 +317,8 @@ void Engine::FinishMessage(MessageRun run, const absl::Status& status) {
 void Engine::AbandonMessages(const absl::Status& why) {
   for (MessageRun& run : message_runs_) {
     (void)run.transfer.release();  // MPI keeps the buffers it may still write
-    FailTensor(run.batch.tensors.front(), why);
+    (void)run.drain.release();
+    if (!run.batch.tensors.empty()) FailTensor(run.batch.tensors.front(), why);
   }
   message_runs_.clear();
   for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {

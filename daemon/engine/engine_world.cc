@@ -265,8 +265,13 @@ void Engine::RequestStop() {
 }
 
 void Engine::EndWorldJob() {
-  // A message whose peer failed before taking its bytes is left to MPI
-  // (its requests freed), as across_ leaves an abandoned world's transfers.
+  // Messages still moving (MPI abandoned, or the daemon stops) are left to
+  // MPI with their buffers, as across_ leaves an abandoned world's
+  // transfers.
+  for (MessageRun& run : message_runs_) {
+    (void)run.transfer.release();
+    (void)run.drain.release();
+  }
   message_runs_.clear();
   receives_waiting_space_.clear();
   remote_messages_.reset();  // its link goes with the negotiation

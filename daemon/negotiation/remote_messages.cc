@@ -101,7 +101,21 @@ void RemoteMessages::OnNotice(int from, v1::MessageNotice notice) {
 
 void RemoteMessages::OnReply(int from, v1::MessageReply reply) {
   auto it = receives_.find(reply.id());
-  if (it == receives_.end()) return;  // its set was removed, or the job failed
+  if (it == receives_.end()) {
+    // Its set was removed, or the job failed: bytes that follow must still
+    // be taken, or the sender's node would wait for that forever.
+    if (reply.code() == 0 && reply.data_follows()) {
+      polled_.orphaned.push_back({.send = {.client = nullptr,
+                                           .set_rank = reply.set_rank(),
+                                           .rank = reply.rank(),
+                                           .request = std::move(*reply.mutable_request()),
+                                           .at = Clock::now()},
+                                  .node = from,
+                                  .id = reply.id(),
+                                  .data_follows = true});
+    }
+    return;
+  }
   AnsweredReceive answered{.receive = std::move(it->second.submission),
                            .send = {.client = nullptr,
                                     .set_rank = reply.set_rank(),
@@ -168,10 +182,12 @@ std::vector<Submission> RemoteMessages::TakeAll() {
   for (MatchedSend& send : polled_.sends) taken.push_back(std::move(send.send));
   for (AnsweredReceive& receive : polled_.receives) taken.push_back(std::move(receive.receive));
   for (auto& [send, why] : polled_.refused) taken.push_back(std::move(send));
+  std::vector<AnsweredReceive> orphaned = std::move(polled_.orphaned);
   sends_.clear();
   notices_.clear();
   receives_.clear();
   polled_ = {};
+  polled_.orphaned = std::move(orphaned);
   return taken;
 }
 

@@ -69,6 +69,10 @@ class RemoteMessages {
     // Local sends that disagree with their receive: each fails with its
     // status (the receiver's node heard the same).
     std::vector<std::pair<Submission, absl::Status>> refused;
+    // Answers whose bytes follow for receives no longer here (the job
+    // failed, the set went): the sender's node sends them all the same, so
+    // they must be taken (no `receive`; `send` says how many bytes).
+    std::vector<AnsweredReceive> orphaned;
   };
 
   // A local send to (or receive from) `set`'s rank request.peer_rank, which
@@ -96,7 +100,8 @@ class RemoteMessages {
 
   // Something matched or was answered that Poll has not returned yet.
   bool has_news() const {
-    return !polled_.sends.empty() || !polled_.receives.empty() || !polled_.refused.empty();
+    return !polled_.sends.empty() || !polled_.receives.empty() || !polled_.refused.empty() ||
+           !polled_.orphaned.empty();
   }
   // No local half waits.
   bool idle() const { return sends_.empty() && receives_.empty() && !has_news(); }

@@ -217,12 +217,34 @@ TEST_F(RemoteMessagesTest, AFailedJobOrRemovedSetTakesWhatWaits) {
   EXPECT_THAT(taken, SizeIs(2));
   EXPECT_TRUE(nodes_[0]->idle());
   EXPECT_THAT(nodes_[0]->Waiting(), IsEmpty());
-  // The answer to a receive taken away is dropped.
+  // The answer to a receive taken away is dropped; bytes that follow such
+  // an answer must still be taken (orphaned).
   Add(v1::COLLECTIVE_SEND, 3, 1, 0, 9);
   RemoteMessages::Polled sender = Poll(1);
   ASSERT_THAT(sender.sends, SizeIs(1));
   ASSERT_TRUE(nodes_[1]->Answer(sender.sends[0], "late", false).ok());
-  EXPECT_THAT(Poll(0).receives, IsEmpty());
+  RemoteMessages::Polled late = Poll(0);
+  EXPECT_THAT(late.receives, IsEmpty());
+  EXPECT_THAT(late.orphaned, IsEmpty());
+  Add(v1::COLLECTIVE_RECV, 1, 3, 1, 10);
+  ASSERT_THAT(nodes_[0]->TakeAll(), SizeIs(1));
+  Add(v1::COLLECTIVE_SEND, 3, 1, 1, 11, /*elements=*/1 << 20);
+  sender = Poll(1);
+  EXPECT_THAT(sender.sends, IsEmpty());
+  ASSERT_THAT(sender.refused, SizeIs(1));  // 4 MiB against 16 bytes: refused, nothing follows
+  Add(v1::COLLECTIVE_RECV, 1, 3, 2, 12, /*elements=*/1 << 20);
+  ASSERT_THAT(nodes_[0]->TakeAll(), SizeIs(1));
+  Add(v1::COLLECTIVE_SEND, 3, 1, 2, 13, /*elements=*/1 << 20);
+  sender = Poll(1);
+  ASSERT_THAT(sender.sends, SizeIs(1));
+  ASSERT_TRUE(nodes_[1]->Answer(sender.sends[0], {}, /*data_follows=*/true).ok());
+  late = Poll(0);
+  EXPECT_THAT(late.receives, IsEmpty());
+  ASSERT_THAT(late.orphaned, SizeIs(1));
+  EXPECT_EQ(late.orphaned[0].node, 1);
+  EXPECT_EQ(late.orphaned[0].id, sender.sends[0].id);
+  EXPECT_EQ(late.orphaned[0].send.request.length(), 4u << 20);
+  EXPECT_EQ(late.orphaned[0].send.set_rank, 3);
 }
 
 }  // namespace
