@@ -77,6 +77,10 @@ bool AcrossNodes::SpansNodes(const job::ProcessSet& set) const {
   return negotiator_ != nullptr && LocalMembers(set) < set.size();
 }
 
+std::shared_ptr<const job::SetSpan> AcrossNodes::SpanOf(int32_t process_set_id) const {
+  return set_comms_ != nullptr ? set_comms_->Find(process_set_id) : nullptr;
+}
+
 absl::Status AcrossNodes::AddSet(const job::ProcessSet& set) {
   return set_comms_ != nullptr ? set_comms_->Add(set) : absl::OkStatus();
 }

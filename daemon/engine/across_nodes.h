@@ -100,6 +100,11 @@ class AcrossNodes {
   // Ranks of `set` on this node.
   int32_t LocalMembers(const job::ProcessSet& set) const;
   bool SpansNodes(const job::ProcessSet& set) const;
+  // How a set lies on the nodes, with its communicator (null if none), and
+  // the control link of the job's negotiation (while active): what
+  // point-to-point messages between nodes travel on.
+  std::shared_ptr<const job::SetSpan> SpanOf(int32_t process_set_id) const;
+  negotiation::ControlLink& link() { return negotiator_->link(); }
   // A communicator for a set the job gained or lost.
   absl::Status AddSet(const job::ProcessSet& set);
   void RemoveSet(int32_t process_set_id);

@@ -55,6 +55,7 @@
 #include "daemon/job/job.h"
 #include "daemon/negotiation/coordinator.h"
 #include "daemon/negotiation/message_matcher.h"
+#include "daemon/negotiation/remote_messages.h"
 #include "daemon/negotiation/stall_inspector.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
@@ -192,6 +193,22 @@ class Engine {
   void OnMessage(job::ClientRecord& client, v1::TensorRequest& request, const job::ProcessSet& set);
   void FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why);
   void DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const;
+  // Across nodes: the rendezvous with the other nodes' halves, the
+  // messages waiting for result space, and the bytes in flight; true if
+  // anything moved. An error: the daemons lost each other.
+  absl::StatusOr<bool> PollMessages();
+  // A local send met its receive on another node: its bytes go.
+  void StartRemoteSend(negotiation::RemoteMessages::MatchedSend send);
+  // A local receive's answer came; false while it waits for result space.
+  bool StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& receive);
+  // Takes the bytes that follow an answer to a receive that failed or went
+  // (into a buffer of the daemon's), so that the sender's daemon finishes.
+  void DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive);
+  // A message across nodes whose bytes moved (`status`: how) completes.
+  struct MessageRun;
+  void FinishMessage(MessageRun run, const absl::Status& status);
+  // MPI is abandoned: the messages in flight fail with `why`.
+  void AbandonMessages(const absl::Status& why);
 
   // engine_world.cc
   // Joins the launcher's MPI world (on the engine thread, the only one that
@@ -337,6 +354,21 @@ class Engine {
   std::unique_ptr<negotiation::Coordinator> coordinator_;
   // Sends and receives waiting for their other half (alive with coordinator_).
   std::unique_ptr<negotiation::MessageMatcher> messages_;
+  // Across nodes (engine_messages.cc): the rendezvous of messages whose two
+  // ranks live on different nodes (alive while the job runs across nodes),
+  // the answered receives waiting for result space, and the messages whose
+  // bytes are moving.
+  std::unique_ptr<negotiation::RemoteMessages> remote_messages_;
+  std::deque<negotiation::RemoteMessages::AnsweredReceive> receives_waiting_space_;
+  struct MessageRun {
+    exec::FusedBatch batch;  // one tensor: the local half
+    exec::Executor::Outcome outcome;
+    exec::Pending transfer;
+    uint64_t bytes = 0;
+    // Bytes taken only to be dropped (DrainRemoteReceive): no half completes.
+    std::unique_ptr<std::vector<std::byte>> drain;
+  };
+  std::deque<MessageRun> message_runs_;
   std::deque<exec::FusedBatch> deferred_;  // ready, waiting for result space
   // While a timeline records: batches of CUDA tensors on the GPU, by batch
   // id, with their rows and bytes.

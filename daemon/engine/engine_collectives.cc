@@ -123,6 +123,7 @@ void Engine::RunControl(const negotiation::ReadyTensor& tensor) {
           absl::CancelledError(absl::StrCat("process set ", id, " was removed"));
       FailSubmissions(coordinator_->TakePending(id), removed_why);
       FailMessages(messages_->TakeSet(id), removed_why);
+      if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeSet(id), removed_why);
       across_.RemoveSet(id);
       log::Coord().info("job '{}': process set {} removed", job_->id(), id);
       CompleteControl(tensor, id);

@@ -431,6 +431,14 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
 void Engine::FailUndecided(const absl::Status& why) {
   if (coordinator_ != nullptr) FailSubmissions(coordinator_->TakeAllPending(), why);
   if (messages_ != nullptr) FailMessages(messages_->TakeAll(), why);
+  // Across nodes, a message whose bytes move finishes (both daemons
+  // started it); one still in the rendezvous fails.
+  if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeAll(), why);
+  for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
+    CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
+    if (receive.status.ok() && receive.data_follows) DrainRemoteReceive(receive);
+  }
+  receives_waiting_space_.clear();
   std::vector<negotiation::ReadyTensor> local;
   for (exec::FusedBatch& batch : deferred_) {
     for (negotiation::ReadyTensor& tensor : batch.tensors) local.push_back(std::move(tensor));
@@ -441,7 +449,10 @@ void Engine::FailUndecided(const absl::Status& why) {
   across_.Fail(why);
 }
 
-void Engine::AbandonDecided(const absl::Status& why) { FailReady(across_.Abandon(), why); }
+void Engine::AbandonDecided(const absl::Status& why) {
+  FailReady(across_.Abandon(), why);
+  AbandonMessages(why);
+}
 
 void Engine::EndJob(const absl::Status& why, Origin origin) {
   const bool first = job_->failure().ok();
@@ -476,8 +487,9 @@ void Engine::FailJob(const absl::Status& why, Origin origin) {
 
 void Engine::MaybeTearDownJob() {
   if (job_ == nullptr || job_->state() == job::JobState::kForming || !job_->finished()) return;
-  // A job across nodes first finishes what node 0 decided (see FailJob).
-  if (across_.view().unfinished()) return;
+  // A job across nodes first finishes what node 0 decided (see FailJob), and
+  // the messages whose bytes move (MPI writes into its segments).
+  if (across_.view().unfinished() || !message_runs_.empty()) return;
   observe::ReportJobEnded(*job_, metrics_);
   EndWorldJob();  // stops the daemon if its world broke
   coordinator_.reset();

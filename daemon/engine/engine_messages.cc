@@ -3,10 +3,21 @@
 // matched pair runs in RunReady like any data collective (exec/ops/
 // message.cc) and completes through CompleteBatch. Only the two ranks take
 // part: a message waits for nobody else and holds up no collective.
+//
+// Between ranks of different nodes the two daemons meet in a rendezvous
+// (negotiation/remote_messages.h): the receiver's node tells the sender's,
+// which answers with the bytes (small messages) or sends them with
+// nonblocking MPI straight from the sender's arena (exec/node_transport.h)
+// into the receiver's output or result slot. Each daemon completes its own
+// half through CompleteBatch, the send once its bytes are out to a posted
+// receive (MPI's synchronous send).
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/logging.h"
 #include "daemon/engine/engine.h"
+#include "daemon/exec/ops/collective_op.h"
 
 namespace collective::daemon::engine {
 
@@ -21,12 +32,11 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
     status = absl::InvalidArgumentError(absl::StrCat(what, ": rank ", request.peer_rank(),
                                                      " is not a rank of process set ", set.id,
                                                      " (size ", set.size(), ")"));
-  } else if (const int32_t peer = set.ranks[request.peer_rank()]; !job_->layout().IsLocal(peer)) {
-    status = absl::UnimplementedError(absl::StrCat(
-        what, ": rank ", peer, " (global) runs on node ", job_->layout().NodeOf(peer),
-        " and this rank on node ", job_->layout().node,
-        "; point-to-point messages between ranks of different nodes are not supported yet, "
-        "only between ranks of one node"));
+  } else if (const int32_t peer = set.ranks[request.peer_rank()];
+             !job_->layout().IsLocal(peer) && remote_messages_ == nullptr) {
+    status = absl::InternalError(absl::StrCat(what, ": rank ", peer, " (global) runs on node ",
+                                              job_->layout().NodeOf(peer),
+                                              " but this job does not run across nodes"));
   }
   if (!status.ok()) {
     const log::ScopedContext about({.rank = client.topology.rank(), .tensor = request.name()});
@@ -36,12 +46,29 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
   }
   client.outstanding[request.request_id()] = request.length();
   if (send) client.bytes_submitted += request.length();
-  messages_->Add(negotiation::Submission{.client = &client,
-                                         .set_rank = set.RankOf(client.topology.rank()),
-                                         .rank = client.topology.rank(),
-                                         .request = std::move(request),
-                                         .at = Clock::now()},
-                 set);
+  negotiation::Submission submission{.client = &client,
+                                     .set_rank = set.RankOf(client.topology.rank()),
+                                     .rank = client.topology.rank(),
+                                     .request = std::move(request),
+                                     .at = Clock::now()};
+  if (job_->layout().IsLocal(set.ranks[submission.request.peer_rank()])) {
+    messages_->Add(std::move(submission), set);
+    return;
+  }
+  // A notice that already came meets a send at once, without waiting for
+  // the engine's next look at the other daemons.
+  absl::Status added = remote_messages_->Add(std::move(submission), set);
+  if (added.ok()) {
+    if (absl::StatusOr<bool> polled = PollMessages(); !polled.ok()) added = polled.status();
+  }
+  if (!added.ok()) {
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat("the daemons of job '", job_->id(), "' lost each other: ", added.message()));
+    BreakWorld(why, /*abandon_mpi=*/true);
+    FailJob(why);
+    return;
+  }
+  KeepPollingFast();
 }
 
 void Engine::FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why) {
@@ -51,7 +78,15 @@ void Engine::FailMessages(std::vector<negotiation::Submission> halves, const abs
 }
 
 void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const {
-  for (const negotiation::WaitingMessage& waiting : messages_->Waiting()) {
+  std::vector<negotiation::WaitingMessage> all = messages_->Waiting();
+  if (remote_messages_ != nullptr) {
+    std::vector<negotiation::WaitingMessage> remote = remote_messages_->Waiting();
+    all.insert(all.end(), remote.begin(), remote.end());
+    std::stable_sort(all.begin(), all.end(),
+                     [](const negotiation::WaitingMessage& a,
+                        const negotiation::WaitingMessage& b) { return a.since < b.since; });
+  }
+  for (const negotiation::WaitingMessage& waiting : all) {
     v1::PendingMessage* message = response.add_pending_messages();
     message->set_process_set_id(waiting.process_set_id);
     message->set_collective(waiting.collective);
@@ -62,6 +97,235 @@ void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& respons
     message->set_bytes(waiting.bytes);
     message->set_age_seconds(std::chrono::duration<double>(now - waiting.since).count());
   }
+}
+
+namespace {
+
+// Messages up to this size travel inside the sender's node's answer (one
+// control message); larger ones as data on the set's communicator, which
+// the receiver's node posts once the answer came.
+constexpr uint64_t kInlineMessageBytes = 64 << 10;
+
+// The tensor a message across nodes runs as on this node: the local half
+// only (the other node completes its own).
+exec::FusedBatch MessageBatch(negotiation::Submission local, const negotiation::Submission& peer,
+                              std::shared_ptr<const job::SetSpan> span, int32_t set_size) {
+  const bool send = local.request.collective() == v1::COLLECTIVE_SEND;
+  const negotiation::Submission& sender = send ? local : peer;
+  const negotiation::Submission& receiver = send ? peer : local;
+  negotiation::ReadyTensor tensor{
+      .name = negotiation::MessageName(local.request.process_set_id(), sender.set_rank,
+                                       receiver.set_rank, local.request.tag()),
+      .process_set_id = local.request.process_set_id(),
+      .set_size = set_size,
+      .completed_by = peer.set_rank,
+      .first_at = std::min(local.at, peer.at),
+      .ready_at = Clock::now(),
+      .across_nodes = true,
+      .span = std::move(span),
+      .local_members = 1};
+  tensor.submissions.push_back(std::move(local));
+  exec::FusedBatch batch;
+  batch.bytes = exec::SlotBytes(tensor);
+  batch.tensors.push_back(std::move(tensor));
+  return batch;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> Engine::PollMessages() {
+  if (remote_messages_ == nullptr) return false;
+  absl::StatusOr<negotiation::RemoteMessages::Polled> polled = remote_messages_->Poll();
+  if (!polled.ok()) return polled.status();
+  bool worked = !polled->sends.empty() || !polled->receives.empty() || !polled->refused.empty();
+  for (auto& [send, why] : polled->refused) {
+    log::Coord().warn("{}", why.message());
+    CompleteWithError(*send.client, send.request.request_id(), why);
+  }
+  for (negotiation::RemoteMessages::MatchedSend& send : polled->sends) {
+    StartRemoteSend(std::move(send));
+  }
+  for (negotiation::RemoteMessages::AnsweredReceive& receive : polled->receives) {
+    receives_waiting_space_.push_back(std::move(receive));
+  }
+  for (const negotiation::RemoteMessages::AnsweredReceive& orphan : polled->orphaned) {
+    DrainRemoteReceive(orphan);
+  }
+  worked = worked || !polled->orphaned.empty();
+  while (!receives_waiting_space_.empty() && job_ != nullptr) {
+    if (!StartRemoteReceive(receives_waiting_space_.front())) break;
+    receives_waiting_space_.pop_front();
+    worked = true;
+  }
+  for (auto it = message_runs_.begin(); it != message_runs_.end();) {
+    absl::StatusOr<bool> done = it->transfer->Test();
+    if (done.ok() && !*done) {
+      ++it;
+      continue;
+    }
+    MessageRun run = std::move(*it);
+    it = message_runs_.erase(it);
+    FinishMessage(std::move(run), done.status());
+    worked = true;
+    if (job_ == nullptr) break;
+  }
+  if (worked) KeepPollingFast();
+  return worked;
+}
+
+void Engine::StartRemoteSend(negotiation::RemoteMessages::MatchedSend send) {
+  const job::ProcessSet* set = job_->process_sets().Find(send.send.request.process_set_id());
+  std::shared_ptr<const job::SetSpan> span = across_.SpanOf(send.send.request.process_set_id());
+  const uint64_t bytes = send.send.request.length();
+  const bool inline_bytes = bytes <= kInlineMessageBytes;
+  MessageRun run{
+      .batch = MessageBatch(send.send, send.receive, span, set != nullptr ? set->size() : 0),
+      .bytes = bytes};
+  // No result: the receiver's daemon holds it.
+  run.outcome.block = kNoBlock;
+  run.outcome.slots = {0};
+  run.outcome.started = Clock::now();
+  const std::byte* source = exec::ops::InputOf(send.send);
+  absl::Status answered = remote_messages_->Answer(
+      send,
+      inline_bytes ? absl::string_view(reinterpret_cast<const char*>(source), bytes)
+                   : absl::string_view(),
+      !inline_bytes);
+  if (answered.ok() && !inline_bytes) {
+    absl::StatusOr<exec::Pending> started =
+        span == nullptr ? absl::InternalError(absl::StrCat("no communicator for process set ",
+                                                           send.send.request.process_set_id()))
+                        : transport_.StartSend(*span, span->IndexOf(send.receive.set_rank), source,
+                                               bytes, negotiation::RemoteMessages::DataTag(send.id),
+                                               config_.cross_node_chunk_bytes);
+    if (started.ok()) {
+      run.outcome.finished = Clock::now();
+      run.transfer = std::move(*started);
+      message_runs_.push_back(std::move(run));
+      return;
+    }
+    answered = started.status();
+  }
+  run.outcome.finished = Clock::now();
+  FinishMessage(std::move(run), answered);
+}
+
+bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& receive) {
+  if (!receive.status.ok()) {
+    log::Coord().warn("{}", receive.status.message());
+    CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
+                      receive.status);
+    return true;
+  }
+  const v1::TensorRequest& request = receive.receive.request;
+  const job::ProcessSet* set = job_->process_sets().Find(request.process_set_id());
+  std::shared_ptr<const job::SetSpan> span = across_.SpanOf(request.process_set_id());
+  MessageRun run{
+      .batch = MessageBatch(receive.receive, receive.send, span, set != nullptr ? set->size() : 0),
+      .bytes = request.length()};
+  if (request.has_output_offset()) {
+    run.outcome.block = kNoBlock;  // the bytes go to the receiver's own output
+    run.outcome.slots = {0};
+  } else {
+    run.outcome = executor_.Reserve(run.batch, *job_->results());
+    if (run.outcome.deferred) return false;  // a release makes room
+  }
+  run.outcome.started = Clock::now();
+  std::byte* destination = request.has_output_offset()
+                               ? receive.receive.client->segment->arena() + request.output_offset()
+                               : job_->results()->data() + run.outcome.slots.front();
+  absl::Status status = run.outcome.status;
+  if (status.ok() && !receive.data_follows) {
+    if (receive.data.size() != request.length()) {
+      status = absl::DataLossError(absl::StrCat("the ", run.batch.tensors.front().name,
+                                                " arrived with ", receive.data.size(),
+                                                " bytes instead of ", request.length()));
+    } else if (!receive.data.empty()) {
+      std::memcpy(destination, receive.data.data(), receive.data.size());
+    }
+  } else if (status.ok()) {
+    absl::StatusOr<exec::Pending> started =
+        span == nullptr
+            ? absl::InternalError(
+                  absl::StrCat("no communicator for process set ", request.process_set_id()))
+            : transport_.StartReceive(
+                  *span, span->IndexOf(receive.send.set_rank), destination, request.length(),
+                  negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);
+    if (started.ok()) {
+      run.outcome.finished = Clock::now();
+      run.transfer = std::move(*started);
+      message_runs_.push_back(std::move(run));
+      return true;
+    }
+    status = started.status();
+  }
+  run.outcome.finished = Clock::now();
+  FinishMessage(std::move(run), status);
+  return true;
+}
+
+void Engine::DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive) {
+  const v1::TensorRequest& request = receive.send.request;
+  std::shared_ptr<const job::SetSpan> span = across_.SpanOf(request.process_set_id());
+  if (span == nullptr) {
+    log::Mpi().warn("no communicator for process set {} to take the {} bytes of a failed receive",
+                    request.process_set_id(), request.length());
+    return;
+  }
+  MessageRun run{.bytes = request.length(),
+                 .drain = std::make_unique<std::vector<std::byte>>(request.length())};
+  absl::StatusOr<exec::Pending> started = transport_.StartReceive(
+      *span, span->IndexOf(receive.send.set_rank), run.drain->data(), request.length(),
+      negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);
+  if (!started.ok()) {
+    log::Mpi().warn("cannot take the bytes of a failed receive: {}", started.status().message());
+    return;
+  }
+  run.transfer = std::move(*started);
+  message_runs_.push_back(std::move(run));
+}
+
+void Engine::FinishMessage(MessageRun run, const absl::Status& status) {
+  if (run.drain != nullptr) {
+    if (!status.ok()) log::Mpi().warn("taking a failed receive's bytes: {}", status.message());
+    MaybeTearDownJob();
+    return;
+  }
+  BatchRun batch_run{.where = BatchRun::Where::kAcrossNodes,
+                     .outcome = std::move(run.outcome),
+                     .transferred = run.bytes,
+                     .transferred_at = Clock::now()};
+  if (batch_run.outcome.status.ok() && !status.ok()) {
+    // The peer's half may be half done: MPI cannot be trusted with this
+    // world any more, and what the transfer holds stays MPI's.
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat("job '", job_->id(), "' could not move the ", run.batch.tensors.front().name,
+                     " across nodes: ", status.message()));
+    log::Mpi().error("{}", why.message());
+    BreakWorld(why, /*abandon_mpi=*/true);
+    (void)run.transfer.release();
+    batch_run.outcome.status = why;
+    batch_run.breaks_job = true;
+  } else if (batch_run.outcome.status.ok()) {
+    executor_.CheckFaults(run.batch, *job_->results(), batch_run.outcome);
+    batch_run.breaks_job = !batch_run.outcome.corrupted.empty() || batch_run.outcome.results_lost;
+  }
+  CompleteBatch(run.batch, batch_run);
+  MaybeTearDownJob();
+}
+
+void Engine::AbandonMessages(const absl::Status& why) {
+  for (MessageRun& run : message_runs_) {
+    (void)run.transfer.release();  // MPI keeps the buffers it may still write
+    (void)run.drain.release();
+    if (!run.batch.tensors.empty()) FailTensor(run.batch.tensors.front(), why);
+  }
+  message_runs_.clear();
+  for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
+    CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
+  }
+  receives_waiting_space_.clear();
+  if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeAll(), why);
 }
 
 }  // namespace collective::daemon::engine

@@ -57,7 +57,9 @@ bool Engine::WaitsForWorld() const { return !world_->single() && !world_->abando
 
 Clock::time_point Engine::NextWorldPoll() const {
   const Clock::time_point now = Clock::now();
-  if (across_.transferring() || now < fast_poll_until_) return now + kFastPoll;
+  if (across_.transferring() || !message_runs_.empty() || now < fast_poll_until_) {
+    return now + kFastPoll;
+  }
   const Clock::time_point cycle = now + std::chrono::milliseconds(config_.cycle_time_ms);
   const Clock::time_point idle = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   if (exchange_ != nullptr) return cycle;
@@ -66,7 +68,10 @@ Clock::time_point Engine::NextWorldPoll() const {
   // decision (or whose local ranks joined, so that node 0 may decide
   // tensors it never announced) looks every cycle; an idle one only for
   // its heartbeat and for news of failures.
-  if (across_.WaitsForDecisions() || !coordinator_->Joined(0).empty()) return cycle;
+  if (across_.WaitsForDecisions() || !coordinator_->Joined(0).empty() ||
+      (remote_messages_ != nullptr && !remote_messages_->idle())) {
+    return cycle;
+  }
   return std::min(idle, across_.next_heartbeat());
 }
 
@@ -83,6 +88,7 @@ void Engine::FormAcrossNodes(const job::NodeLayout& layout) {
     AbortFormation(begun);
     return;
   }
+  remote_messages_ = std::make_unique<negotiation::RemoteMessages>(across_.link(), layout);
   FinishFormation(layout);
   if (job_ == nullptr || job_->state() != job::JobState::kRunning) {
     // This node could not form what the others did: they must hear it.
@@ -142,6 +148,16 @@ bool Engine::PollWorld() {
     return true;
   }
   bool worked = heard->worked;
+  if (absl::StatusOr<bool> moved = PollMessages(); !moved.ok()) {
+    const absl::Status why = absl::UnavailableError(absl::StrCat(
+        "the daemons of job '", job_->id(), "' lost each other: ", moved.status().message()));
+    BreakWorld(why, /*abandon_mpi=*/true);
+    FailJob(why);
+    return true;
+  } else {
+    worked = worked || *moved;
+  }
+  if (job_ == nullptr) return true;
   if (worked) KeepPollingFast();
   for (const auto& [from, event] : heard->events) {
     if (job_ == nullptr) break;
@@ -249,6 +265,16 @@ void Engine::RequestStop() {
 }
 
 void Engine::EndWorldJob() {
+  // Messages still moving (MPI abandoned, or the daemon stops) are left to
+  // MPI with their buffers, as across_ leaves an abandoned world's
+  // transfers.
+  for (MessageRun& run : message_runs_) {
+    (void)run.transfer.release();
+    (void)run.drain.release();
+  }
+  message_runs_.clear();
+  receives_waiting_space_.clear();
+  remote_messages_.reset();  // its link goes with the negotiation
   across_.End(totals_);
   if (!world_broken_.ok()) RequestStop();
 }

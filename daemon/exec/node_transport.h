@@ -12,6 +12,9 @@
 // way. Every node of a set plans the same stages and transfers, in the same
 // order, from the same decisions, so the transport's calls pair up.
 //
+// Point-to-point messages between ranks of two nodes move their bytes here
+// too (StartSend/StartReceive), outside any stage.
+//
 // Transfers are started and tested by the engine thread only.
 #pragma once
 
@@ -82,6 +85,14 @@ class NodeTransport {
   virtual absl::StatusOr<Pending> StartExchange(
       const job::SetSpan& span, uint64_t row_bytes, const std::vector<std::vector<RowBlock>>& send,
       const std::vector<std::vector<RowBlock>>& receive) = 0;
+  // A point-to-point message's bytes, between this node and the node at
+  // place `peer` of the span: `tag` tells apart the messages in flight
+  // between the two, and the bytes travel in pieces of at most
+  // `chunk_bytes`, received in the order sent.
+  virtual absl::StatusOr<Pending> StartSend(const job::SetSpan& span, int peer, const void* data,
+                                            uint64_t bytes, int tag, uint64_t chunk_bytes) = 0;
+  virtual absl::StatusOr<Pending> StartReceive(const job::SetSpan& span, int peer, void* data,
+                                               uint64_t bytes, int tag, uint64_t chunk_bytes) = 0;
 };
 
 // Starts one planned transfer.

@@ -22,6 +22,9 @@ enum class ControlTag : int {
   kDecisions = 2,  // Decisions, node 0 -> nodes
   kHeartbeat = 3,  // Heartbeat
   kJobEvent = 4,   // JobEvent, any node -> every other node
+  // Point-to-point messages between nodes (remote_messages.h).
+  kMessageNotice = 5,  // MessageNotice, the receiver's node -> the sender's
+  kMessageReply = 6,   // MessageReply, the sender's node -> the receiver's
 };
 
 class ControlLink {

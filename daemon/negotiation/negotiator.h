@@ -90,6 +90,9 @@ class Negotiator {
   void EndAll(const absl::Status& why);
 
   bool coordinator() const { return link_->node() == 0; }
+  // The link, for the other control messages of the job (point-to-point
+  // messages' rendezvous, remote_messages.h).
+  ControlLink& link() { return *link_; }
   void Describe(v1::NegotiationStatus* out) const;
   // Adds this job's negotiation counters to the daemon's totals.
   void AddTo(v1::Totals& totals) const;

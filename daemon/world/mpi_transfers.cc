@@ -192,6 +192,46 @@ absl::Status StartBroadcast(MPI_Comm comm, void* data, uint64_t bytes, int root,
 
 namespace {
 
+// A message's pieces: each at most `chunk_bytes` (and what one MPI call can
+// count), so that a large message streams as several requests.
+template <typename Start>
+absl::Status StartPieces(uint64_t bytes, uint64_t chunk_bytes, Start start) {
+  const uint64_t most = std::min(kMaxCount, std::max<uint64_t>(chunk_bytes, 1));
+  for (uint64_t done = 0; done < bytes || (bytes == 0 && done == 0);) {
+    const uint64_t piece = std::min(most, bytes - done);
+    if (absl::Status started = start(done, piece); !started.ok()) return started;
+    done += piece;
+    if (piece == 0) break;  // an empty message still pairs its two halves
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status StartSend(MPI_Comm comm, int peer, const void* data, uint64_t bytes, int tag,
+                       uint64_t chunk_bytes, InFlightMpi& mpi) {
+  const auto* base = static_cast<const std::byte*>(data);
+  return StartPieces(bytes, chunk_bytes, [&](uint64_t at, uint64_t piece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int error =
+        MPI_Isend(base + at, static_cast<int>(piece), MPI_BYTE, peer, tag, comm, &request);
+    return Started(error, request, "MPI_Isend of a message across nodes", mpi);
+  });
+}
+
+absl::Status StartReceive(MPI_Comm comm, int peer, void* data, uint64_t bytes, int tag,
+                          uint64_t chunk_bytes, InFlightMpi& mpi) {
+  auto* base = static_cast<std::byte*>(data);
+  return StartPieces(bytes, chunk_bytes, [&](uint64_t at, uint64_t piece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int error =
+        MPI_Irecv(base + at, static_cast<int>(piece), MPI_BYTE, peer, tag, comm, &request);
+    return Started(error, request, "MPI_Irecv of a message across nodes", mpi);
+  });
+}
+
+namespace {
+
 // One type per peer listing its blocks at their absolute addresses (so the
 // buffer argument is MPI_BOTTOM); count 0 for a peer without rows.
 absl::Status BlockTypes(MPI_Datatype row, const std::vector<std::vector<exec::RowBlock>>& blocks,

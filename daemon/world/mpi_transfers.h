@@ -55,4 +55,12 @@ absl::Status StartExchange(MPI_Comm comm, uint64_t row_bytes,
                            const std::vector<std::vector<exec::RowBlock>>& receive,
                            InFlightMpi& mpi);
 
+// A message's `bytes` to (or from) comm rank `peer`, with `tag`, in pieces
+// of at most `chunk_bytes` (MPI_Isend / MPI_Irecv each), which MPI keeps in
+// order.
+absl::Status StartSend(MPI_Comm comm, int peer, const void* data, uint64_t bytes, int tag,
+                       uint64_t chunk_bytes, InFlightMpi& mpi);
+absl::Status StartReceive(MPI_Comm comm, int peer, void* data, uint64_t bytes, int tag,
+                          uint64_t chunk_bytes, InFlightMpi& mpi);
+
 }  // namespace collective::daemon::world

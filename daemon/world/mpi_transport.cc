@@ -99,4 +99,20 @@ absl::StatusOr<exec::Pending> MpiTransport::StartExchange(
   });
 }
 
+absl::StatusOr<exec::Pending> MpiTransport::StartSend(const job::SetSpan& span, int peer,
+                                                      const void* data, uint64_t bytes, int tag,
+                                                      uint64_t chunk_bytes) {
+  return Begin(span, [&](MPI_Comm comm, InFlightMpi& mpi) {
+    return world::StartSend(comm, peer, data, bytes, tag, chunk_bytes, mpi);
+  });
+}
+
+absl::StatusOr<exec::Pending> MpiTransport::StartReceive(const job::SetSpan& span, int peer,
+                                                         void* data, uint64_t bytes, int tag,
+                                                         uint64_t chunk_bytes) {
+  return Begin(span, [&](MPI_Comm comm, InFlightMpi& mpi) {
+    return world::StartReceive(comm, peer, data, bytes, tag, chunk_bytes, mpi);
+  });
+}
+
 }  // namespace collective::daemon::world

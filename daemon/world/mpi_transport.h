@@ -25,6 +25,11 @@ class MpiTransport : public exec::NodeTransport {
       const job::SetSpan& span, uint64_t row_bytes,
       const std::vector<std::vector<exec::RowBlock>>& send,
       const std::vector<std::vector<exec::RowBlock>>& receive) override;
+  absl::StatusOr<exec::Pending> StartSend(const job::SetSpan& span, int peer, const void* data,
+                                          uint64_t bytes, int tag, uint64_t chunk_bytes) override;
+  absl::StatusOr<exec::Pending> StartReceive(const job::SetSpan& span, int peer, void* data,
+                                             uint64_t bytes, int tag,
+                                             uint64_t chunk_bytes) override;
 };
 
 }  // namespace collective::daemon::world

@@ -9,7 +9,6 @@ gradient W_r: autograd through the reference gives it exactly, cross-rank
 terms included.
 """
 
-import pytest
 import torch
 
 import collective.mpi4torch as mpi4torch
@@ -78,15 +77,3 @@ def gradcheck_each_rank(function, inputs):
             return outputs
 
         assert torch.autograd.gradcheck(masked, tuple(inputs)), f'round {k}'
-
-
-def _spans_nodes():
-    import collective.torch as hvd  # conftest has joined the job
-    return hvd.cross_size() > 1
-
-
-# Point-to-point messages run between the ranks of one node; across nodes they
-# are not built yet and fail at once, which test_p2p_binding.py asserts there.
-one_node_messages = pytest.mark.skipif(
-    _spans_nodes(), reason='point-to-point messages between nodes are not built yet (issue 18); '
-    'test_p2p_binding.py checks that they fail at once saying so')

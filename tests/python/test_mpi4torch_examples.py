@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from mpi4torch_checks import comm, one_node_messages
+from mpi4torch_checks import comm
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..',
                                 'examples', 'python'))
@@ -33,7 +33,6 @@ def test_least_squares_fit_matches_the_single_process_solution():
                           atol=1e-6)
 
 
-@one_node_messages
 def test_ring():
     res, grad = mpi4torch_ring.ring(comm)
     left = (comm.rank - 1) % comm.size

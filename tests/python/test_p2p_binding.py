@@ -2,10 +2,9 @@
 tensors (collective.mpi4torch's Isend/Irecv/Send/Recv are built on them): a ring exchange
 over dtypes, received as views and into outputs, message order within and across tags,
 self-sends, mismatched receives failing on both ranks, and argument errors at the call.
-Messages run between the ranks of one node: the rings go round each node's ranks, and
-across nodes (multinode_python_test) a message to or from another node's rank must fail
-at once, saying so. Every rank runs the same tests in the same order (conftest.py
-connected them)."""
+The rings go round every rank of the job, so across nodes (multinode_python_test) their
+messages cross from node to node. Every rank runs the same tests in the same order
+(conftest.py connected them)."""
 
 import zlib
 
@@ -24,11 +23,9 @@ def _client():
     return connection.current().client
 
 
-def _node_ring():
-    """(next, previous): this rank's neighbours in the ring of its node's ranks."""
-    first = hvd.rank() - hvd.local_rank()
-    local, size = hvd.local_rank(), hvd.local_size()
-    return first + (local + 1) % size, first + (local - 1) % size
+def _ring():
+    """(next, previous): this rank's neighbours in the ring of every rank."""
+    return (hvd.rank() + 1) % hvd.size(), (hvd.rank() - 1) % hvd.size()
 
 
 def _data(name, rank, shape, dtype):
@@ -50,7 +47,7 @@ def _received(result, like):
 @pytest.mark.parametrize('into_output', [False, True])
 def test_a_ring_exchange_delivers_the_senders_tensor(dtype, into_output):
     rank = hvd.rank()
-    following, previous = _node_ring()
+    following, previous = _ring()
     name = 'ring.%s.%s' % (dtype, into_output)
     mine = _data(name, rank, (5, 3), dtype)
     like = torch.empty((5, 3), dtype=dtype)
@@ -74,7 +71,7 @@ def test_a_ring_exchange_delivers_the_senders_tensor(dtype, into_output):
 
 def test_messages_of_a_tag_arrive_in_order_and_tags_do_not_overtake():
     rank = hvd.rank()
-    following, source = _node_ring()
+    following, source = _ring()
     client = _client()
     tags = [1, 2, 1, 2, 1]
     # Held while the calls read them: arg() keeps only the address.
@@ -112,7 +109,7 @@ def test_a_rank_sends_to_itself(receive_first):
 
 @pytest.mark.parametrize('kind', ['bytes', 'dtype'])
 def test_a_mismatched_receive_fails_on_both_ranks(kind):
-    following, previous = _node_ring()
+    following, previous = _ring()
     client = _client()
     wrong = torch.empty(8) if kind == 'bytes' else torch.empty(4, dtype=torch.int32)
     ones = torch.ones(4)
@@ -138,19 +135,26 @@ def test_arguments_are_refused_at_the_call():
         client.recv_async(tensor_args.arg(t), 0, 0, GLOBAL, output=t.data_ptr(), output_bytes=4)
 
 
-def test_a_message_to_or_from_another_node_fails_at_once_saying_so():
+def test_a_message_to_and_from_another_node_arrives():
     if hvd.size() == hvd.local_size():
         pytest.skip('one node: every rank is local (multinode_python_test runs this across nodes)')
     client = _client()
     first = hvd.rank() - hvd.local_rank()
-    # The first rank after this node's, or the last before it.
+    # The first rank after this node's, or the last before it: on another node.
     other = first + hvd.local_size() if first + hvd.local_size() < hvd.size() else first - 1
-    t = torch.ones(3)
-    handles = [client.send_async(tensor_args.arg(t), other, 0, GLOBAL),
-               client.recv_async(tensor_args.arg(t), other, 0, GLOBAL)]
-    for handle in handles:
-        with pytest.raises(NotImplementedError,
-                           match='point-to-point messages between ranks of different nodes are '
-                                 'not supported yet'):
-            client.wait(handle)
+    # Every rank sends to its `other` and receives from each rank whose
+    # `other` it is.
+    others = hvd.allgather(torch.tensor([other])).tolist()
+    sent = _data('across', hvd.rank(), (3, 5), torch.float64)
+    send = client.send_async(tensor_args.arg(sent), other, 21, GLOBAL)
+    received = []
+    for source in [r for r in range(hvd.size()) if others[r] == hvd.rank()]:
+        out = torch.empty(3, 5, dtype=torch.float64)
+        handle = client.recv_async(tensor_args.arg(out), source, 21, GLOBAL,
+                                   output=out.data_ptr(), output_bytes=out.numel() * 8)
+        received.append((source, handle, out))
+    for source, handle, out in received:
+        client.wait(handle)
+        assert torch.equal(out, _data('across', source, (3, 5), torch.float64)), source
+    client.wait(send)
     assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [hvd.size()] * 2

@@ -31,6 +31,7 @@ const CollectiveOp* OpFor(v1::Collective collective) {
     case v1::COLLECTIVE_SCATTER:
       return &ScatterOp();
     case v1::COLLECTIVE_SEND:
+    case v1::COLLECTIVE_RECV:  // a receive alone: its half of a message across nodes
       return &MessageOp();
     default:
       return nullptr;

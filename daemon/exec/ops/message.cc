@@ -3,8 +3,10 @@
 // copied once, straight from its arena into the receiver's result: the
 // output the receive names in its own arena (TensorRequest.output_offset),
 // else the tensor's slot in the result segment. The sender's result is
-// empty. Messages between nodes are refused at submission, so this op never
-// runs across nodes.
+// empty. Between ranks of different nodes each daemon runs its own half
+// alone (submissions[0] is the local send or receive): the transport moves
+// the bytes (engine_messages.cc), this op only sizes the receiver's slot and
+// describes each half's result.
 #include "absl/strings/str_cat.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
@@ -41,14 +43,21 @@ class Message final : public CollectiveOp {
   // Only the two ranks take part: the set's other ranks, joined or not, do
   // not matter.
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
-    if (tensor.submissions.size() != 2 || tensor.across_nodes) {
-      return absl::InternalError(
-          absl::StrCat("the ", tensor.name, " is not a send and a receive on one node"));
+    if (tensor.submissions.size() != (tensor.across_nodes ? 1 : 2)) {
+      return absl::InternalError(absl::StrCat("the ", tensor.name,
+                                              " is not a send and a receive on one node, nor one "
+                                              "half of a message across nodes"));
     }
     return absl::OkStatus();
   }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
+    if (tensor.across_nodes) {
+      const v1::TensorRequest& local = tensor.submissions.front().request;
+      return local.collective() == v1::COLLECTIVE_SEND || local.has_output_offset()
+                 ? 0
+                 : shm::RoundUp(local.length(), shm::kDataAlignment);
+    }
     if (WritesOutput(tensor)) return 0;
     return shm::RoundUp(SendOf(tensor).request.length(), shm::kDataAlignment);
   }
@@ -64,6 +73,14 @@ class Message final : public CollectiveOp {
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    if (tensor.across_nodes) {
+      const v1::TensorRequest& local = tensor.submissions.front().request;
+      if (local.collective() == v1::COLLECTIVE_SEND) return {};
+      return {.offset = 0,
+              .bytes = local.length(),
+              .dim0 = Dim0(local),
+              .in_output = local.has_output_offset()};
+    }
     if (index == 0) return {};
     const v1::TensorRequest& receive = ReceiveOf(tensor).request;
     return {.offset = 0,

@@ -66,12 +66,36 @@ TEST(MultiNodeAdasumTest, TheAdasumTestsPassOnTwoNodesOfTwoRanks) {
   RunPytestFile({2, 2}, "vader,self", PYTHON_TESTS_DIR "/test_adasum.py");
 }
 
-// Point-to-point messages across nodes are not built yet: between a node's
-// own ranks they work, and to or from another node's rank they fail at
-// once, saying so (test_p2p_binding.py), on nodes of 1 and 2 ranks.
-TEST(MultiNodePointToPointTest, MessagesWorkWithinANodeAndFailClearlyAcrossNodes) {
-  RunPytestFile({1, 2}, "tcp,self", PYTHON_TESTS_DIR "/test_p2p_binding.py");
+// Point-to-point messages between ranks of different nodes: the binding's
+// tests (its rings go round every rank, so messages cross nodes),
+// collective.mpi4torch's point-to-point functions and adjoints, and its
+// examples (the Isend/Recv/Wait ring), on nodes of 1 and 2 ranks and on
+// three nodes of one rank.
+struct PointToPointCase {
+  std::vector<int> local_sizes;
+  std::string file;
+};
+
+void PrintTo(const PointToPointCase& c, std::ostream* os) {
+  *os << c.file << " on local sizes [" << absl::StrJoin(c.local_sizes, ", ") << "]";
 }
+
+class MultiNodePointToPointTest : public ::testing::TestWithParam<PointToPointCase> {};
+
+TEST_P(MultiNodePointToPointTest, MessagesCrossNodesInEveryPytestOfThem) {
+  RunPytestFile(GetParam().local_sizes, "tcp,self",
+                absl::StrCat(PYTHON_TESTS_DIR, "/", GetParam().file, ".py"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, MultiNodePointToPointTest,
+    ::testing::Values(PointToPointCase{{1, 2}, "test_p2p_binding"},
+                      PointToPointCase{{1, 2}, "test_mpi4torch_point_to_point"},
+                      PointToPointCase{{1, 1, 1}, "test_mpi4torch_point_to_point"},
+                      PointToPointCase{{1, 2}, "test_mpi4torch_examples"}),
+    [](const ::testing::TestParamInfo<PointToPointCase>& param) {
+      return absl::StrCat(param.param.file, "_", absl::StrJoin(param.param.local_sizes, "_"));
+    });
 
 INSTANTIATE_TEST_SUITE_P(Worlds, MultiNodePythonTest,
                          ::testing::Values(PythonCase{{1, 2}, "tcp,self"},

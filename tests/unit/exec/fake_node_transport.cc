@@ -19,7 +19,7 @@ class FakeGroup : public job::NodeGroup {
   const int32_t size;
 };
 
-enum class Kind { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kExchange };
+enum class Kind { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kExchange, kMessage };
 
 }  // namespace
 
@@ -121,6 +121,55 @@ absl::StatusOr<bool> FakeFabric::Done(const Meeting& meeting) const {
   return true;
 }
 
+std::vector<std::shared_ptr<FakeFabric::Meeting>> FakeFabric::Post(const job::SetSpan& span,
+                                                                   int peer, bool send, void* data,
+                                                                   uint64_t bytes, int tag,
+                                                                   uint64_t chunk_bytes) {
+  const auto& group = static_cast<const FakeGroup&>(*span.group);
+  std::lock_guard lock(mutex_);
+  const auto key =
+      std::make_tuple(group.id, send ? span.index : peer, send ? peer : span.index, tag);
+  std::deque<std::shared_ptr<Meeting>>& waiting = posts_[key];
+  std::vector<std::shared_ptr<Meeting>> pieces;
+  const uint64_t most = std::max<uint64_t>(chunk_bytes, 1);
+  for (uint64_t at = 0; at < bytes || (bytes == 0 && at == 0);) {
+    const uint64_t piece = std::min(most, bytes - at);
+    Call call{.kind = Kind::kMessage, .data = static_cast<std::byte*>(data) + at, .count = piece};
+    const size_t place = send ? 0 : 1;
+    if (send) ++pieces_sent_;
+    if (!waiting.empty() && !waiting.front()->by_place[place].has_value()) {
+      std::shared_ptr<Meeting> meeting = std::move(waiting.front());
+      waiting.pop_front();
+      meeting->by_place[place] = std::move(call);
+      meeting->done = true;
+      ++completed_;
+      const Call& sent = *meeting->by_place[0];
+      const Call& received = *meeting->by_place[1];
+      if (sent.count != received.count) {
+        meeting->status = absl::InternalError("a message's pieces differ in size");
+      } else if (sent.count > 0) {
+        std::memcpy(received.data, sent.data, sent.count);
+      }
+      pieces.push_back(std::move(meeting));
+    } else {
+      auto meeting = std::make_shared<Meeting>();
+      meeting->by_place.resize(2);
+      meeting->by_place[place] = std::move(call);
+      waiting.push_back(meeting);
+      pieces.push_back(std::move(meeting));
+    }
+    at += piece;
+    if (piece == 0) break;
+  }
+  if (waiting.empty()) posts_.erase(key);
+  return pieces;
+}
+
+int FakeFabric::pieces_sent() const {
+  std::lock_guard lock(mutex_);
+  return pieces_sent_;
+}
+
 void FakeFabric::Happen(Meeting& meeting) {
   meeting.done = true;
   ++completed_;
@@ -168,6 +217,8 @@ void FakeFabric::Happen(Meeting& meeting) {
         std::memcpy(calls[place]->data, calls[static_cast<size_t>(first.root)]->data, first.count);
       }
       return;
+    case Kind::kMessage:
+      return;  // paired piece by piece in Post
     case Kind::kExchange:
       for (size_t from = 0; from < calls.size(); ++from) {
         for (size_t to = 0; to < calls.size(); ++to) {
@@ -212,6 +263,33 @@ class FakePending : public PendingTransfer {
   bool finished_ = false;
 };
 
+// A message's pieces: done when every one happened.
+class FakeMessagePending : public PendingTransfer {
+ public:
+  FakeMessagePending(FakeFabric& fabric, std::vector<std::shared_ptr<FakeFabric::Meeting>> pieces)
+      : fabric_(fabric), pieces_(std::move(pieces)) {}
+  ~FakeMessagePending() override {
+    if (!finished_) fabric_.Abandon();
+  }
+  absl::StatusOr<bool> Test() override {
+    for (const auto& piece : pieces_) {
+      absl::StatusOr<bool> done = fabric_.Done(*piece);
+      if (!done.ok()) {
+        finished_ = true;
+        return done;
+      }
+      if (!*done) return false;
+    }
+    finished_ = true;
+    return true;
+  }
+
+ private:
+  FakeFabric& fabric_;
+  std::vector<std::shared_ptr<FakeFabric::Meeting>> pieces_;
+  bool finished_ = false;
+};
+
 class FakeTransport : public NodeTransport {
  public:
   FakeTransport(FakeFabric& fabric, int32_t node) : fabric_(fabric), node_(node) {}
@@ -246,6 +324,17 @@ class FakeTransport : public NodeTransport {
       const std::vector<std::vector<RowBlock>>& receive) override {
     return Start(span,
                  {.kind = Kind::kExchange, .count = row_bytes, .send = send, .receive = receive});
+  }
+  absl::StatusOr<Pending> StartSend(const job::SetSpan& span, int peer, const void* data,
+                                    uint64_t bytes, int tag, uint64_t chunk_bytes) override {
+    return std::make_unique<FakeMessagePending>(
+        fabric_,
+        fabric_.Post(span, peer, /*send=*/true, const_cast<void*>(data), bytes, tag, chunk_bytes));
+  }
+  absl::StatusOr<Pending> StartReceive(const job::SetSpan& span, int peer, void* data,
+                                       uint64_t bytes, int tag, uint64_t chunk_bytes) override {
+    return std::make_unique<FakeMessagePending>(
+        fabric_, fabric_.Post(span, peer, /*send=*/false, data, bytes, tag, chunk_bytes));
   }
 
  private:

@@ -5,13 +5,16 @@
 // that group, as MPI's collectives on a communicator do; the transfer
 // happens when the last of them starts, and each node's Test() sees it from
 // then on. Calls that do not pair up (another kind, another size) fail on
-// every node. Thread-safe.
+// every node. Point-to-point messages pair piece by piece instead, by the
+// two places and the tag. Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +49,14 @@ class FakeFabric {
   std::shared_ptr<Meeting> Join(const job::SetSpan& span, int32_t node, Call call);
   absl::StatusOr<bool> Done(const Meeting& meeting) const;
   void Abandon();
+  // A message's pieces (`send` or receive, at `place` of `group`, with the
+  // node at place `peer`): the n-th piece sent pairs with the n-th received
+  // between the same places with the same tag, and happens when both came.
+  std::vector<std::shared_ptr<Meeting>> Post(const job::SetSpan& span, int peer, bool send,
+                                             void* data, uint64_t bytes, int tag,
+                                             uint64_t chunk_bytes);
+  // Pieces of messages sent so far.
+  int pieces_sent() const;
 
  private:
   void Happen(Meeting& meeting);
@@ -56,6 +67,10 @@ class FakeFabric {
   std::map<std::pair<int32_t, int32_t>, uint64_t> calls_;
   // By (group, sequence number).
   std::map<std::pair<int32_t, uint64_t>, std::shared_ptr<Meeting>> meetings_;
+  // By (group, sending place, receiving place, tag): pieces posted by one
+  // side that wait for the other's.
+  std::map<std::tuple<int32_t, int, int, int>, std::deque<std::shared_ptr<Meeting>>> posts_;
+  int pieces_sent_ = 0;
   absl::Status fail_next_;
   int abandoned_ = 0;
   int completed_ = 0;
