@@ -365,10 +365,16 @@ class Engine {
     exec::Executor::Outcome outcome;
     exec::Pending transfer;
     uint64_t bytes = 0;
-    // Bytes taken only to be dropped (DrainRemoteReceive): no half completes.
+    // Bytes taken only to be dropped (DrainRemoteReceive): no half completes;
+    // the set's span keeps its communicator open meanwhile.
     std::unique_ptr<std::vector<std::byte>> drain;
+    std::shared_ptr<const job::SetSpan> drain_span;
   };
   std::deque<MessageRun> message_runs_;
+  // The spans (and so the communicators) of removed sets whose receives,
+  // failed with the set, may still be answered with bytes: by receive id,
+  // until the bytes are taken or the job ends.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const job::SetSpan>> retired_receive_spans_;
   std::deque<exec::FusedBatch> deferred_;  // ready, waiting for result space
   // While a timeline records: batches of CUDA tensors on the GPU, by batch
   // id, with their rows and bytes.

@@ -123,7 +123,16 @@ void Engine::RunControl(const negotiation::ReadyTensor& tensor) {
           absl::CancelledError(absl::StrCat("process set ", id, " was removed"));
       FailSubmissions(coordinator_->TakePending(id), removed_why);
       FailMessages(messages_->TakeSet(id), removed_why);
-      if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeSet(id), removed_why);
+      if (remote_messages_ != nullptr) {
+        std::vector<uint64_t> announced;
+        FailMessages(remote_messages_->TakeSet(id, &announced), removed_why);
+        // The sender's node may have matched one of these receives first:
+        // its bytes then still come, on this set's communicator, which must
+        // stay open to take them (the set's id may name another set soon).
+        for (const uint64_t receive : announced) {
+          retired_receive_spans_[receive] = across_.SpanOf(id);
+        }
+      }
       across_.RemoveSet(id);
       log::Coord().info("job '{}': process set {} removed", job_->id(), id);
       CompleteControl(tensor, id);

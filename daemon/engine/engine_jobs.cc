@@ -491,7 +491,8 @@ void Engine::MaybeTearDownJob() {
   // the messages whose bytes move (MPI writes into its segments).
   if (across_.view().unfinished() || !message_runs_.empty()) return;
   observe::ReportJobEnded(*job_, metrics_);
-  EndWorldJob();  // stops the daemon if its world broke
+  retired_receive_spans_.clear();  // before the world's communicators go
+  EndWorldJob();                   // stops the daemon if its world broke
   coordinator_.reset();
   messages_.reset();
   deferred_.clear();

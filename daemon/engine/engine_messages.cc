@@ -266,14 +266,22 @@ bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& re
 
 void Engine::DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive) {
   const v1::TensorRequest& request = receive.send.request;
-  std::shared_ptr<const job::SetSpan> span = across_.SpanOf(request.process_set_id());
+  std::shared_ptr<const job::SetSpan> span;
+  if (auto retired = retired_receive_spans_.find(receive.id);
+      retired != retired_receive_spans_.end()) {
+    span = std::move(retired->second);  // its set was removed (see RunControl)
+    retired_receive_spans_.erase(retired);
+  } else {
+    span = across_.SpanOf(request.process_set_id());
+  }
   if (span == nullptr) {
     log::Mpi().warn("no communicator for process set {} to take the {} bytes of a failed receive",
                     request.process_set_id(), request.length());
     return;
   }
   MessageRun run{.bytes = request.length(),
-                 .drain = std::make_unique<std::vector<std::byte>>(request.length())};
+                 .drain = std::make_unique<std::vector<std::byte>>(request.length()),
+                 .drain_span = span};
   absl::StatusOr<exec::Pending> started = transport_.StartReceive(
       *span, span->IndexOf(receive.send.set_rank), run.drain->data(), request.length(),
       negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);

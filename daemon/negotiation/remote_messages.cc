@@ -191,7 +191,8 @@ std::vector<Submission> RemoteMessages::TakeAll() {
   return taken;
 }
 
-std::vector<Submission> RemoteMessages::TakeSet(int32_t process_set_id) {
+std::vector<Submission> RemoteMessages::TakeSet(int32_t process_set_id,
+                                                std::vector<uint64_t>* announced) {
   std::vector<Submission> taken;
   for (auto it = sends_.begin(); it != sends_.end();) {
     if (std::get<0>(it->first) != process_set_id) {
@@ -209,6 +210,7 @@ std::vector<Submission> RemoteMessages::TakeSet(int32_t process_set_id) {
       ++it;
       continue;
     }
+    if (announced != nullptr) announced->push_back(it->first);
     taken.push_back(std::move(it->second.submission));
     it = receives_.erase(it);
   }

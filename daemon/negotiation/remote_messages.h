@@ -90,9 +90,12 @@ class RemoteMessages {
 
   // Every local half still waiting (the job failed), or those of one set
   // (it was removed): the caller fails each. Notices from other nodes of
-  // that set are dropped.
+  // that set are dropped. `announced`, if given, gets the ids of the
+  // receives taken whose notice went out: their answer may still come, with
+  // bytes that follow on the set's communicator (Polled::orphaned).
   std::vector<Submission> TakeAll();
-  std::vector<Submission> TakeSet(int32_t process_set_id);
+  std::vector<Submission> TakeSet(int32_t process_set_id,
+                                  std::vector<uint64_t>* announced = nullptr);
 
   // Local halves waiting for their other half, and the other nodes'
   // receives that wait for a send from a rank here, for status.

@@ -210,9 +210,11 @@ TEST_F(RemoteMessagesTest, AFailedJobOrRemovedSetTakesWhatWaits) {
   odd.request.set_process_set_id(4);
   odd.request.set_peer_rank(4);
   ASSERT_TRUE(nodes_[0]->Add(std::move(odd), other).ok());
-  std::vector<Submission> taken = nodes_[0]->TakeSet(4);
+  std::vector<uint64_t> announced;
+  std::vector<Submission> taken = nodes_[0]->TakeSet(4, &announced);
   ASSERT_THAT(taken, SizeIs(1));
   EXPECT_EQ(taken[0].request.request_id(), 3u);
+  EXPECT_THAT(announced, IsEmpty());  // a send: no notice of this node's went out
   taken = nodes_[0]->TakeAll();
   EXPECT_THAT(taken, SizeIs(2));
   EXPECT_TRUE(nodes_[0]->idle());
@@ -233,7 +235,11 @@ TEST_F(RemoteMessagesTest, AFailedJobOrRemovedSetTakesWhatWaits) {
   EXPECT_THAT(sender.sends, IsEmpty());
   ASSERT_THAT(sender.refused, SizeIs(1));  // 4 MiB against 16 bytes: refused, nothing follows
   Add(v1::COLLECTIVE_RECV, 1, 3, 2, 12, /*elements=*/1 << 20);
-  ASSERT_THAT(nodes_[0]->TakeAll(), SizeIs(1));
+  // Taken with its set (the global one here, as a removed set would be): its
+  // notice went out, so its answer may still bring bytes.
+  announced.clear();
+  ASSERT_THAT(nodes_[0]->TakeSet(global_.id, &announced), SizeIs(1));
+  ASSERT_THAT(announced, SizeIs(1));
   Add(v1::COLLECTIVE_SEND, 3, 1, 2, 13, /*elements=*/1 << 20);
   sender = Poll(1);
   ASSERT_THAT(sender.sends, SizeIs(1));
@@ -243,6 +249,7 @@ TEST_F(RemoteMessagesTest, AFailedJobOrRemovedSetTakesWhatWaits) {
   ASSERT_THAT(late.orphaned, SizeIs(1));
   EXPECT_EQ(late.orphaned[0].node, 1);
   EXPECT_EQ(late.orphaned[0].id, sender.sends[0].id);
+  EXPECT_EQ(late.orphaned[0].id, announced[0]);
   EXPECT_EQ(late.orphaned[0].send.request.length(), 4u << 20);
   EXPECT_EQ(late.orphaned[0].send.set_rank, 3);
 }
