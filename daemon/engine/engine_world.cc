@@ -58,7 +58,7 @@ bool Engine::WaitsForWorld() const { return !world_->single() && !world_->abando
 Clock::time_point Engine::NextWorldPoll() const {
   const Clock::time_point now = Clock::now();
   if (across_.transferring() || now < fast_poll_until_) return now + kFastPoll;
-  const Clock::time_point cycle = now + std::chrono::milliseconds(config_.cycle_time_ms);
+  const Clock::time_point cycle = now + std::chrono::milliseconds(knobs_.cycle_time_ms);
   const Clock::time_point idle = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   if (exchange_ != nullptr) return cycle;
   if (!across_.view().active()) return idle;
@@ -71,7 +71,7 @@ Clock::time_point Engine::NextWorldPoll() const {
 }
 
 void Engine::KeepPollingFast() {
-  fast_poll_until_ = Clock::now() + 2 * std::chrono::milliseconds(config_.cycle_time_ms);
+  fast_poll_until_ = Clock::now() + 2 * std::chrono::milliseconds(knobs_.cycle_time_ms);
 }
 
 void Engine::FormAcrossNodes(const job::NodeLayout& layout) {
