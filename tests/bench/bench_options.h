@@ -60,8 +60,8 @@ struct BenchOptions {
   // "fusion=SIZE"; empty: one configuration, the --daemon-arg flags'.
   std::vector<std::string> configs;
   // The autotune configuration's budget: trials, and steps per sample.
-  int autotune_trials = 12;
-  int autotune_steps_per_sample = 2;
+  int autotune_trials = 20;
+  int autotune_steps_per_sample = 5;
   // Client workers: steps before the warm-up and the timed steps, not timed
   // (while the autotuner tries values).
   int untimed_steps = 0;
