@@ -3,7 +3,6 @@
 // is a line of the log file, and the job ends with the best values fixed.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,18 +12,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "tests/common/csv_rows.h"
 #include "tests/integration/collectives_job.h"
 
 namespace collective::testing {
 namespace {
-
-std::vector<std::vector<std::string>> ReadCsv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(absl::StrSplit(line, ','));
-  return rows;
-}
 
 TEST(AutotuneTest, TrialsMoveTheFusionThresholdAndTheBestIsFixed) {
   constexpr int kTrials = 4;
@@ -64,7 +56,7 @@ TEST(AutotuneTest, TrialsMoveTheFusionThresholdAndTheBestIsFixed) {
 
   // The log: a header, one line per trial (the first the configured
   // values), then the best, which status shows in force.
-  const std::vector<std::vector<std::string>> rows = ReadCsv(log);
+  const std::vector<std::vector<std::string>> rows = ReadCsvRows(log);
   ASSERT_EQ(rows.size(), 1u + kTrials + 1u) << tuned.process().Stderr();
   EXPECT_EQ(rows[1][1], absl::StrCat(64u << 20));
   bool tried_is_a_trial = false;

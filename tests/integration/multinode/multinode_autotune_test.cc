@@ -3,7 +3,6 @@
 // so every node ends with the same values in force (and every result of
 // the steps that ran while they moved is right: the workers check them).
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "tests/common/csv_rows.h"
 #include "tests/integration/collectives_job.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/multinode/mpi_daemons.h"
@@ -37,9 +36,7 @@ TEST(MultiNodeAutotuneTest, EveryNodeEndsWithNodeZerosBestValues) {
   ASSERT_TRUE(workers.ok()) << workers.status();
   ASSERT_EQ(WaitForWorkers(*workers, absl::Seconds(240)), "");
 
-  std::ifstream in(log);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(absl::StrSplit(line, ','));
+  const std::vector<std::vector<std::string>> rows = ReadCsvRows(log);
   ASSERT_EQ(rows.size(), 1u + kTrials + 1u) << "only node 0 writes the log, once";
   ASSERT_EQ(rows.back()[0], "best");
   for (int node = 0; node < 2; ++node) {

@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,10 +15,12 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "tests/common/csv_rows.h"
 
 namespace collective::daemon::tune {
 namespace {
+
+using ::collective::testing::ReadCsvRows;
 
 using ::testing::HasSubstr;
 
@@ -72,13 +73,6 @@ std::string TempPath() {
                       ::testing::UnitTest::GetInstance()->current_test_info()->name(), ".csv");
 }
 
-std::vector<std::vector<std::string>> ReadCsv(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::vector<std::string>> rows;
-  for (std::string line; std::getline(in, line);) rows.push_back(absl::StrSplit(line, ','));
-  return rows;
-}
-
 TEST(ParameterManagerTest, DiscardsWarmupLogsEveryTrialAndFixesTheBest) {
   const std::string log = TempPath();
   const TunedValues initial{
@@ -97,13 +91,13 @@ TEST(ParameterManagerTest, DiscardsWarmupLogsEveryTrialAndFixesTheBest) {
   EXPECT_EQ(changes, 0);
   EXPECT_EQ((*tuner)->values(), initial);
   EXPECT_EQ((*tuner)->trial(), 1);
-  EXPECT_EQ(ReadCsv(log).size(), 1u) << "only the header: warm-up samples are not trials";
+  EXPECT_EQ(ReadCsvRows(log).size(), 1u) << "only the header: warm-up samples are not trials";
 
   for (int step = 0; step < 3 * 8 && (*tuner)->tuning(); ++step) changes += job.Step();
   EXPECT_FALSE((*tuner)->tuning());
   EXPECT_GT(changes, 0);
 
-  const std::vector<std::vector<std::string>> rows = ReadCsv(log);
+  const std::vector<std::vector<std::string>> rows = ReadCsvRows(log);
   ASSERT_EQ(rows.size(), 1u + 8u + 1u);  // header, trials, best
   EXPECT_EQ(rows[0][0], "trial");
   EXPECT_EQ(rows[0][1], "fusion_threshold_bytes");
@@ -133,7 +127,7 @@ TEST(ParameterManagerTest, DiscardsWarmupLogsEveryTrialAndFixesTheBest) {
   const TunedValues fixed = (*tuner)->values();
   for (int step = 0; step < 20; ++step) EXPECT_EQ(job.Step(), 0);
   EXPECT_EQ((*tuner)->values(), fixed);
-  EXPECT_EQ(ReadCsv(log).size(), 10u);
+  EXPECT_EQ(ReadCsvRows(log).size(), 10u);
   std::remove(log.c_str());
 }
 
