@@ -14,6 +14,7 @@
 // engine's, across nodes node 0's, whose values travel with its decisions.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -61,9 +62,12 @@ class ParameterManager {
 
   // Still trying values (false once the best are fixed).
   bool tuning() const { return tuning_; }
-  // The trial being measured, from 1 (0 while warming up), and how many
-  // there are.
-  int trial() const { return warmup_left_ > 0 ? 0 : static_cast<int>(trials_.size()) + 1; }
+  // The trial being measured, from 1 (0 while warming up; the last once
+  // the best values are fixed), and how many there are.
+  int trial() const {
+    if (warmup_left_ > 0) return 0;
+    return std::min(static_cast<int>(trials_.size()) + 1, std::max(options_.max_samples, 1));
+  }
   int max_samples() const { return options_.max_samples; }
   // Best score so far in bytes per second (0 before the first trial).
   double best_score() const { return best_score_; }

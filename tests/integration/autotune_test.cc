@@ -39,10 +39,10 @@ TEST(AutotuneTest, TrialsMoveTheFusionThresholdAndTheBestIsFixed) {
   auto workers = tuned.StartWorkers(CollectivesWorkerBinary(), 2,
                                     {"repeat", "--steps", "600", "--tensors", "8"});
   ASSERT_TRUE(workers.ok()) << workers.status();
+  // Trial 2 or later, or, on a machine too busy for this test to look in
+  // time, the values fixed after the last trial.
   auto trying = tuned.AwaitStatus(
-      [](const v1::StatusResponse& status) {
-        return status.autotune().tuning() && status.autotune().trial() >= 2;
-      },
+      [](const v1::StatusResponse& status) { return status.autotune().trial() >= 2; },
       absl::Seconds(120));
   ASSERT_TRUE(trying.ok()) << trying.status();
   EXPECT_EQ(trying->autotune().max_trials(), kTrials);
@@ -66,7 +66,7 @@ TEST(AutotuneTest, TrialsMoveTheFusionThresholdAndTheBestIsFixed) {
     tried_is_a_trial = tried_is_a_trial || rows[trial][1] == absl::StrCat(tried);
     best = std::max<uint64_t>(best, std::stoull(rows[trial][4]));
   }
-  EXPECT_TRUE(tried_is_a_trial) << "status showed " << tried << " during trial "
+  EXPECT_TRUE(tried_is_a_trial) << "status showed " << tried << " in trial "
                                 << trying->autotune().trial();
   EXPECT_NE(rows[2][1], rows[1][1]) << "the second trial tries other values";
   ASSERT_EQ(rows.back()[0], "best");
