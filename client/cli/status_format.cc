@@ -140,7 +140,7 @@ std::string FormatStatus(const v1::StatusResponse& status) {
       state = tune.trial() == 0 ? fmt::format("warming up (then {} trials)", tune.max_trials())
                                 : fmt::format("trial {} of {}", tune.trial(), tune.max_trials());
     } else if (tune.enabled()) {
-      state = "on, values fixed";
+      state = tune.trial() == 0 ? "on, no job tuned yet" : "on, values fixed";
     }
     out += fmt::format(
         "autotune: {}; fusion threshold {}, cycle time {} ms, cross-node chunk {}, response "

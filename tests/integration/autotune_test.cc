@@ -34,6 +34,9 @@ TEST(AutotuneTest, TrialsMoveTheFusionThresholdAndTheBestIsFixed) {
   EXPECT_TRUE(idle->autotune().enabled());
   EXPECT_FALSE(idle->autotune().tuning());
   EXPECT_EQ(idle->autotune().fusion_threshold_bytes(), 64u << 20);
+  const CommandResult before = RunCollectivectl(tuned.socket(), {"status"});
+  ASSERT_EQ(before.exit_code, 0) << before.err;
+  EXPECT_TRUE(absl::StrContains(before.out, "autotune: on, no job tuned yet;")) << before.out;
 
   // (1 warm-up + 4 trials) × 20 steps end well before 600 steps do.
   auto workers = tuned.StartWorkers(CollectivesWorkerBinary(), 2,
