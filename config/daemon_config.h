@@ -81,6 +81,18 @@ struct DaemonConfig {
   // reduction of one overlapping the transfer of the one before.
   uint64_t cross_node_chunk_bytes = 4ull << 20;
 
+  // Autotuning (as HOROVOD_AUTOTUNE): the engine tries values of
+  // fusion_threshold_bytes (and across nodes cycle_time_ms and
+  // cross_node_chunk_bytes) during each job's first steps, by Bayesian
+  // optimization of the measured throughput, then keeps the best.
+  bool autotune = false;
+  // CSV of every trial (values and score); empty: none.
+  std::string autotune_log_file;
+  // Samples discarded first, training steps per sample, and trials.
+  uint32_t autotune_warmup_samples = 3;
+  uint32_t autotune_steps_per_sample = 10;
+  uint32_t autotune_bayes_opt_max_samples = 20;
+
   // HOST:PORT where the daemon serves its Prometheus metrics over HTTP (GET
   // /metrics); empty: only `collectivectl metrics` shows them.
   std::string metrics_listen;

@@ -388,6 +388,31 @@ std::vector<Knob> BuildTable() {
                 "reduction of one overlapping the transfer of the one before. Every node "
                 "must use the same value."),
       });
+  AddSection(
+      table, "Autotuning",
+      {
+          Bool(COLLECTIVE_KNOB(autotune),
+               "Tune fusion_threshold_bytes (and, for a job across nodes, cycle_time_ms and "
+               "cross_node_chunk_bytes) during each job's first steps: every trial measures the "
+               "bytes reduced per second over a few training steps, Bayesian optimization "
+               "(a Gaussian process, expected improvement) picks the next values, and after "
+               "the last trial the best measured values stay. The configured values are the "
+               "first trial. Across nodes node 0 decides and its values travel with its "
+               "decisions, so every node uses the same values from the same step."),
+          Text(COLLECTIVE_KNOB(autotune_log_file), KnobType::kPath, CheckTimelinePath,
+               "absolute path, or empty",
+               "CSV file that autotuning writes, one line per trial (its values and score in "
+               "bytes per second) and a last line with the values it kept; empty: none. Across "
+               "nodes only node 0 writes it."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(autotune_warmup_samples), 0, 1000,
+                             "Samples measured and discarded before the first trial (a job's "
+                             "first steps are slow)."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(autotune_steps_per_sample), 1, 10000,
+                             "Training steps per sample; a step is recognised by a tensor "
+                             "name coming again."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(autotune_bayes_opt_max_samples), 1, 1000,
+                             "Trials before autotuning keeps the best values it measured."),
+      });
   AddSection(table, "GPU",
              {
                  Seconds(COLLECTIVE_KNOB(gpu_timeout_seconds), 86400.0,

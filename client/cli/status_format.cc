@@ -133,6 +133,21 @@ std::string FormatStatus(const v1::StatusResponse& status) {
         negotiation.node(), negotiation.nodes(), absl::StrJoin(negotiation.local_sizes(), ", "),
         negotiation.cache_entries(), negotiation.cache_capacity());
   }
+  if (status.has_autotune()) {
+    const v1::AutotuneStatus& tune = status.autotune();
+    std::string state = "off";
+    if (tune.enabled() && tune.tuning()) {
+      state = tune.trial() == 0 ? fmt::format("warming up (then {} trials)", tune.max_trials())
+                                : fmt::format("trial {} of {}", tune.trial(), tune.max_trials());
+    } else if (tune.enabled()) {
+      state = tune.trial() == 0 ? "on, no job tuned yet" : "on, values fixed";
+    }
+    out += fmt::format(
+        "autotune: {}; fusion threshold {}, cycle time {} ms, cross-node chunk {}, response "
+        "cache {}\n",
+        state, HumanBytes(tune.fusion_threshold_bytes()), tune.cycle_time_ms(),
+        HumanBytes(tune.cross_node_chunk_bytes()), tune.response_cache() ? "on" : "off");
+  }
   if (!status.metrics_url().empty()) out += fmt::format("metrics: {}\n", status.metrics_url());
   if (status.timeline().active()) {
     out += fmt::format("timeline: recording to {} ({} events so far)\n", status.timeline().path(),

@@ -25,10 +25,11 @@ Clock::duration Ticks(Duration duration) {
 
 }  // namespace
 
-AcrossNodes::AcrossNodes(const config::DaemonConfig& config, Host& host, exec::Executor& executor,
-                         exec::ThreadPool& pool, world::MpiTransport& transport,
-                         std::function<void()> wake)
+AcrossNodes::AcrossNodes(const config::DaemonConfig& config, const tune::TunedValues& knobs,
+                         Host& host, exec::Executor& executor, exec::ThreadPool& pool,
+                         world::MpiTransport& transport, std::function<void()> wake)
     : config_(config),
+      knobs_(knobs),
       host_(host),
       executor_(executor),
       pool_(pool),
@@ -182,6 +183,7 @@ std::optional<negotiation::ReadyTensor> AcrossNodes::DecidedTensor(
 }
 
 void AcrossNodes::Decide(v1::Decisions decisions) {
+  if (decisions.has_tuning()) host_.Tuned(decisions.tuning());
   std::vector<negotiation::ReadyTensor> data;
   std::vector<negotiation::ReadyTensor> alone;   // alltoall: one transfer each, never fused
   std::vector<negotiation::ReadyTensor> device;  // CUDA tensors
@@ -242,21 +244,22 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
     }
     device.clear();
   }
-  host_.RunOnDevice(exec::PlanFusion(std::move(device), config_.fusion_threshold_bytes));
+  host_.RunOnDevice(exec::PlanFusion(std::move(device), knobs_.fusion_threshold_bytes));
   // Every node plans the same batches from the same decisions, so that the
   // MPI transfers pair up. Fusion sizes are the same everywhere (they count
   // every rank's data), but for alltoall, whose slot holds only this node's
   // receivers: it runs alone.
-  for (exec::FusedBatch& batch :
-       exec::PlanFusion(std::move(data), config_.fusion_threshold_bytes)) {
+  for (exec::FusedBatch& batch : exec::PlanFusion(std::move(data), knobs_.fusion_threshold_bytes)) {
     log::Coord().trace("decided: '{}' and {} more", batch.tensors.front().name,
                        batch.tensors.size() - 1);
+    batch.chunk_bytes = knobs_.cross_node_chunk_bytes;
     queue_.push_back(std::move(batch));
   }
   for (negotiation::ReadyTensor& tensor : alone) {
     exec::FusedBatch batch;
     batch.bytes = exec::SlotBytes(tensor);
     batch.tensors.push_back(std::move(tensor));
+    batch.chunk_bytes = knobs_.cross_node_chunk_bytes;
     queue_.push_back(std::move(batch));
   }
   Advance();
@@ -286,7 +289,7 @@ bool AcrossNodes::Advance() {
       queue_.pop_front();
       const exec::ops::PlanContext context{.data = job.results()->data(),
                                            .zeros = executor_.zeros(),
-                                           .chunk_bytes = config_.cross_node_chunk_bytes};
+                                           .chunk_bytes = batch.chunk_bytes};
       std::vector<exec::CrossNodeStage> stages;
       exec::ops::OpFor(batch.tensors.front().request().collective())
           ->PlanAcrossNodes(batch, outcome.slots, context, stages);
@@ -337,6 +340,10 @@ std::vector<negotiation::ReadyTensor> AcrossNodes::Abandon() {
 absl::Status AcrossNodes::Tell(const v1::JobEvent& event) {
   if (negotiator_ == nullptr) return absl::OkStatus();
   return negotiator_->Tell(event);
+}
+
+void AcrossNodes::Tune(v1::Tuning tuning) {
+  if (negotiator_ != nullptr) negotiator_->Tune(std::move(tuning));
 }
 
 bool AcrossNodes::View::unfinished() const {

@@ -30,6 +30,7 @@
 #include "daemon/exec/thread_pool.h"
 #include "daemon/job/job.h"
 #include "daemon/negotiation/negotiator.h"
+#include "daemon/tune/tuned_values.h"
 #include "daemon/world/mpi_transport.h"
 #include "daemon/world/set_communicators.h"
 #include "daemon/world/world.h"
@@ -60,6 +61,9 @@ class AcrossNodes {
     virtual void BreakAndFail(const absl::Status& why) = 0;
     // Work ended: the job may be finished.
     virtual void MaybeTearDown() = 0;
+    // Node 0's autotuned values: in force from the decisions that carry
+    // them on (`knobs`, below, must hold them before those are planned).
+    virtual void Tuned(const v1::Tuning& tuning) = 0;
   };
 
   // What status and metrics read: nothing of it changes.
@@ -84,8 +88,11 @@ class AcrossNodes {
     const AcrossNodes& across_;
   };
 
-  AcrossNodes(const config::DaemonConfig& config, Host& host, exec::Executor& executor,
-              exec::ThreadPool& pool, world::MpiTransport& transport, std::function<void()> wake);
+  // `knobs`: the fusion threshold and chunk size in force (autotuning moves
+  // them; the engine owns them).
+  AcrossNodes(const config::DaemonConfig& config, const tune::TunedValues& knobs, Host& host,
+              exec::Executor& executor, exec::ThreadPool& pool, world::MpiTransport& transport,
+              std::function<void()> wake);
 
   View view() const { return View(*this); }
 
@@ -150,6 +157,8 @@ class AcrossNodes {
   std::vector<negotiation::ReadyTensor> Abandon();
   // Tells the other nodes of the job's failure or end.
   absl::Status Tell(const v1::JobEvent& event);
+  // Node 0: autotuned values for every node, with the next decisions.
+  void Tune(v1::Tuning tuning);
 
   // "node 1 (host-b, ranks 2-3)".
   static std::string DescribeNode(const job::Job* job, int node);
@@ -168,6 +177,7 @@ class AcrossNodes {
       const negotiation::ResponseCache::Entry*& cached);
 
   const config::DaemonConfig& config_;
+  const tune::TunedValues& knobs_;
   Host& host_;
   exec::Executor& executor_;
   exec::ThreadPool& pool_;

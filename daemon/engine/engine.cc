@@ -56,8 +56,12 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string m
       names_(daemon_uid_, config.socket, epoch),
       pool_(ReduceThreads(config.reduce_threads)),
       executor_(pool_),
+      knobs_{.fusion_threshold_bytes = config.fusion_threshold_bytes,
+             .cycle_time_ms = config.cycle_time_ms,
+             .cross_node_chunk_bytes = config.cross_node_chunk_bytes},
       stop_(std::move(stop)),
-      across_(config_, across_host_, executor_, pool_, transport_, [this] { doorbell_.Ring(); }),
+      across_(config_, knobs_, across_host_, executor_, pool_, transport_,
+              [this] { doorbell_.Ring(); }),
       stalls_(config.stall_check_seconds, config.stall_shutdown_seconds),
       metrics_(std::move(metrics_url)),
       systemd_status_(config.socket),
@@ -452,6 +456,7 @@ void Engine::OnStatus(const StatusEvent& event) const {
   timeline->set_active(timeline_.active());
   timeline->set_path(timeline_.path());
   timeline->set_events_written(timeline_.events_written());
+  DescribeTuning(response);
   v1::JobStatus* job = response.mutable_job();
   if (job_ == nullptr) {
     job->set_state(shutting_down_ ? v1::JOB_STATE_UNSPECIFIED : v1::JOB_STATE_IDLE);

@@ -60,6 +60,8 @@
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
 #include "daemon/observe/timeline.h"
+#include "daemon/tune/parameter_manager.h"
+#include "daemon/tune/tuned_values.h"
 #include "daemon/world/mpi_transport.h"
 #include "daemon/world/node_exchange.h"
 #include "daemon/world/world.h"
@@ -261,6 +263,7 @@ class Engine {
                   std::unique_ptr<exec::CrossNodeRun> run, absl::Status status) override;
     void BreakAndFail(const absl::Status& why) override;
     void MaybeTearDown() override;
+    void Tuned(const v1::Tuning& tuning) override;
 
    private:
     Engine& engine_;
@@ -311,6 +314,18 @@ class Engine {
   // The row a tensor gets in the timeline: names are per process set.
   static std::string TimelineName(const negotiation::ReadyTensor& tensor);
 
+  // engine_tuning.cc: autotuning (daemon/tune).
+  // A job formed: the knobs start at the configuration's values, and the
+  // tuner (on one node, or on node 0) starts measuring.
+  void StartTuning();
+  // A batch completed, having reduced `bytes`: the tuner's measurement. Its
+  // next values are in force at once on one node, and across nodes from
+  // node 0's next batch of decisions.
+  void MeasureForTuning(const exec::FusedBatch& batch, uint64_t bytes);
+  // Node 0's values, arrived with its decisions (on node 0 too).
+  void OnTuned(const v1::Tuning& tuning);
+  void DescribeTuning(v1::StatusResponse& response) const;
+
   // engine_gpu.cc
   void OnRegisterCuda(job::ClientRecord& client, const v1::RegisterCuda& message);
   // Runs the batch of CUDA tensors at the front of deferred_; false when it
@@ -330,6 +345,12 @@ class Engine {
   shm::SegmentNames names_;
   exec::ThreadPool pool_;
   exec::Executor executor_;
+  // The knobs autotuning moves, as in force (before across_, which reads
+  // them); the tuner, while a job runs on one node or on node 0 with
+  // autotune on; and where tuning stands, as status shows it.
+  tune::TunedValues knobs_;
+  std::unique_ptr<tune::ParameterManager> tuner_;
+  v1::Tuning tuning_;
 
   // The MPI world of daemons (engine thread only, like all of MPI).
   const StopRequest stop_;

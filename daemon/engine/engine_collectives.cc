@@ -48,8 +48,7 @@ bool Engine::RunReady() {
       data.push_back(std::move(tensor));
     }
   }
-  for (exec::FusedBatch& batch :
-       exec::PlanFusion(std::move(data), config_.fusion_threshold_bytes)) {
+  for (exec::FusedBatch& batch : exec::PlanFusion(std::move(data), knobs_.fusion_threshold_bytes)) {
     deferred_.push_back(std::move(batch));
   }
   return RunDeferred() || ran;
@@ -183,6 +182,7 @@ void Engine::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run) {
   std::vector<std::pair<std::string, uint64_t>>* rows =
       device && timeline_.active() ? &gpu_rows_[run.device_batch] : nullptr;
   uint64_t splits_at = run.splits_block;
+  uint64_t batch_bytes = 0;
   for (size_t t = 0; t < batch.tensors.size(); ++t) {
     const negotiation::ReadyTensor& tensor = batch.tensors[t];
     const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
@@ -191,6 +191,7 @@ void Engine::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run) {
       bytes += submission.request.length();
     totals_.set_collectives(totals_.collectives() + 1);
     totals_.set_bytes_reduced(totals_.bytes_reduced() + bytes);
+    batch_bytes += bytes;
     const std::string name = timeline_.active() ? TimelineName(tensor) : std::string();
     if (timeline_.active()) {
       timeline_.Phase(name, exec::kPhaseQueue, Nanos(tensor.ready_at), Nanos(outcome.started), 0);
@@ -214,6 +215,7 @@ void Engine::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& run) {
                op.ResultOf(tensor, i), name);
     }
   }
+  MeasureForTuning(batch, batch_bytes);
 }
 
 void Engine::RecordNegotiation(const negotiation::ReadyTensor& tensor) {

@@ -281,6 +281,7 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
   coordinator_ = std::make_unique<negotiation::Coordinator>();
   messages_ = std::make_unique<negotiation::MessageMatcher>();
   totals_.set_jobs(totals_.jobs() + 1);
+  StartTuning();
 
   const Clock::duration timeout = RegisterTimeout(config_);
   const shm::ResultSegment& segment = job_->results()->segment();

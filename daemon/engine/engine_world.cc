@@ -60,7 +60,7 @@ Clock::time_point Engine::NextWorldPoll() const {
   if (across_.transferring() || !message_runs_.empty() || now < fast_poll_until_) {
     return now + kFastPoll;
   }
-  const Clock::time_point cycle = now + std::chrono::milliseconds(config_.cycle_time_ms);
+  const Clock::time_point cycle = now + std::chrono::milliseconds(knobs_.cycle_time_ms);
   const Clock::time_point idle = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   if (exchange_ != nullptr) return cycle;
   if (!across_.view().active()) return idle;
@@ -76,7 +76,7 @@ Clock::time_point Engine::NextWorldPoll() const {
 }
 
 void Engine::KeepPollingFast() {
-  fast_poll_until_ = Clock::now() + 2 * std::chrono::milliseconds(config_.cycle_time_ms);
+  fast_poll_until_ = Clock::now() + 2 * std::chrono::milliseconds(knobs_.cycle_time_ms);
 }
 
 void Engine::FormAcrossNodes(const job::NodeLayout& layout) {

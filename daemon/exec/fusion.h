@@ -15,6 +15,10 @@ struct FusedBatch {
   std::vector<negotiation::ReadyTensor> tensors;
   // Bytes of the fused buffer: every tensor's slot rounded up to a cache line.
   uint64_t bytes = 0;
+  // Across nodes: the chunk size of its transfers, fixed when node 0's
+  // decisions planned it, so that every node chunks it alike whatever
+  // autotuning decided since.
+  uint64_t chunk_bytes = 0;
 };
 
 // Bytes a tensor's result takes in a fused buffer.

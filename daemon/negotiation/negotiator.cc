@@ -108,6 +108,7 @@ absl::Status Negotiator::Coordinate(const job::ProcessSetTable& sets, Clock::tim
     bits_->Acknowledge(message.from, ready.batches_applied());
   }
   if (std::optional<v1::Decisions> batch = table_->TakeBatch(); batch.has_value()) {
+    if (tuning_.has_value()) *batch->mutable_tuning() = *std::exchange(tuning_, std::nullopt);
     for (int node = 1; node < link_->nodes(); ++node) {
       if (absl::Status sent = link_->Send(node, ControlTag::kDecisions, *batch); !sent.ok()) {
         return sent;

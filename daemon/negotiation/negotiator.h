@@ -88,6 +88,9 @@ class Negotiator {
   bool Fail(int32_t process_set_id, const std::string& name, const absl::Status& why);
   // Node 0: a rank left; what waits fails, now and when announced later.
   void EndAll(const absl::Status& why);
+  // Node 0: autotuned values, sent with the next batch of decisions (the
+  // latest replaces one not sent yet).
+  void Tune(v1::Tuning tuning) { tuning_ = std::move(tuning); }
 
   bool coordinator() const { return link_->node() == 0; }
   // The link, for the other control messages of the job (point-to-point
@@ -118,6 +121,7 @@ class Negotiator {
   // Node 0 only.
   std::unique_ptr<CacheBits> bits_;
   std::unique_ptr<GlobalTable> table_;
+  std::optional<v1::Tuning> tuning_;
 };
 
 }  // namespace collective::daemon::negotiation

@@ -152,6 +152,31 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
                  "--daemon-arg=--fusion-threshold-bytes=1048576")
       ->type_name("FLAG")
       ->allow_extra_args(false);
+  app.add_option("--configs", options_.configs,
+                 "compare daemon configurations in one run, each on daemons of its own: "
+                 "defaults, autotune (the autotuner's trials run as untimed steps first, then "
+                 "the timed steps measure the values it fixed), fusion=SIZE (a hand-set "
+                 "fusion_threshold_bytes, e.g. fusion=4MiB); comma-separated")
+      ->type_name("LIST")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](const std::string& value) -> std::string {
+            if (value == "defaults" || value == "autotune" || value.rfind("fusion=", 0) == 0) {
+              return "";
+            }
+            return "expected defaults, autotune or fusion=SIZE, not " + value;
+          },
+          "defaults|autotune|fusion=SIZE"));
+  app.add_option("--autotune-trials", options_.autotune_trials,
+                 "trials of the autotune configuration (--configs)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--autotune-steps-per-sample", options_.autotune_steps_per_sample,
+                 "ResNet steps per autotuning sample (--configs autotune)")
+      ->type_name("N")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   app.add_option("--compare", compare_,
                  "also run the workloads with the matching MPI collective over mpirun (see --op) "
                  "and print the ratios")
@@ -191,6 +216,7 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
   app.add_option("--role", role_)->check(CLI::IsMember({"launcher", "client", "mpi"}))->group("");
   app.add_option("--rank", options_.rank)->group("");
   app.add_option("--parent", options_.parent)->group("");
+  app.add_option("--untimed-steps", options_.untimed_steps)->group("");
 }
 
 absl::Status OptionParser::FinishOptions() {
@@ -219,6 +245,11 @@ absl::Status OptionParser::FinishOptions() {
   if (options_.nodes > 1 && !options_.socket.empty()) {
     return absl::InvalidArgumentError(
         "--socket names one running daemon, one node; --nodes starts daemons of its own");
+  }
+  if (!options_.configs.empty() && !options_.socket.empty()) {
+    return absl::InvalidArgumentError(
+        "--configs starts daemons of its own for each configuration; --socket names one "
+        "running daemon: drop one of them");
   }
   if (btl_option_->count() == 0) options_.btl = options_.nodes > 1 ? "tcp,self" : "vader,self";
   const bool allreduce = options_.collective == Collective::kAllreduce;
@@ -321,7 +352,10 @@ std::vector<std::string> WorkerArguments(const BenchOptions& options, Role role,
       args.insert(args.end(), {"--placement", PlacementName(placement)});
     }
   }
-  if (mode == BenchMode::kResnet) args.insert(args.end(), {"--workload", options.workload});
+  if (mode == BenchMode::kResnet) {
+    args.insert(args.end(), {"--workload", options.workload, "--untimed-steps",
+                             std::to_string(options.untimed_steps)});
+  }
   return args;
 }
 

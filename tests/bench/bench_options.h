@@ -55,6 +55,16 @@ struct BenchOptions {
 
   std::string socket;  // empty: start a private daemon
   std::vector<std::string> daemon_args;
+  // Daemon configurations compared in one run, each on daemons of its own
+  // (after the --daemon-arg flags): "defaults", "autotune", or
+  // "fusion=SIZE"; empty: one configuration, the --daemon-arg flags'.
+  std::vector<std::string> configs;
+  // The autotune configuration's budget: trials, and steps per sample.
+  int autotune_trials = 20;
+  int autotune_steps_per_sample = 5;
+  // Client workers: steps before the warm-up and the timed steps, not timed
+  // (while the autotuner tries values).
+  int untimed_steps = 0;
   bool compare_mpi = false;
   std::string mpirun;
   // Open MPI's byte transfer layers, for the daemons' world and the MPI

@@ -58,5 +58,26 @@ TEST(WorkerArgumentsTest, MpiWorkersTakeNoPlacement) {
   EXPECT_EQ(ParseWorker(args).role, Role::kMpi);
 }
 
+// --configs autotune: the steps its trials take reach the ResNet workers,
+// which run them untimed before the timed ones.
+TEST(WorkerArgumentsTest, TheAutotunersUntimedStepsReachTheResnetWorker) {
+  BenchOptions launcher = Launcher();
+  launcher.untimed_steps = 28;
+  const BenchOptions worker = ParseWorker(
+      WorkerArguments(launcher, Role::kClient, BenchMode::kResnet, Placement::kZeroCopy));
+  EXPECT_EQ(worker.untimed_steps, 28);
+}
+
+TEST(ConfigsOptionTest, NamesDefaultsAutotuneAndFusionThresholds) {
+  const BenchOptions options =
+      ParseWorker({"--mode", "latency", "--configs", "defaults,autotune,fusion=4MiB"});
+  EXPECT_EQ(options.configs, (std::vector<std::string>{"defaults", "autotune", "fusion=4MiB"}));
+  CLI::App app;
+  BenchOptions refused;
+  OptionParser parser(app, refused);
+  const std::vector<const char*> argv = {"collective-bench", "--configs", "fast"};
+  EXPECT_THROW(app.parse(static_cast<int>(argv.size()), argv.data()), CLI::ValidationError);
+}
+
 }  // namespace
 }  // namespace collective::bench

@@ -337,7 +337,7 @@ class ClientBench {
       ASSIGN_OR_RETURN(PlacedTensor tensor, Place(patterns.back()));
       tensors.push_back(std::move(tensor));
     }
-    const int warmup = WarmupIterations(options_.steps);
+    const int warmup = options_.untimed_steps + WarmupIterations(options_.steps);
     std::vector<int64_t> nanos;
     std::vector<Client::Handle> handles(workload.size());
     std::vector<Received> results(workload.size());

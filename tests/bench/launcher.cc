@@ -74,35 +74,26 @@ class Launcher {
     }
     report_ = std::make_unique<Report>(info, options_.json, stdout);
 
-    const std::string binary = testing::ExecutableDirectory() + "/collectived";
-    if (options_.nodes > 1) {
-      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartWorld(MpirunCommand(options_, options_.nodes),
-                                                           options_.nodes, binary, DaemonFlags(),
-                                                           kDaemonStartTimeout, interrupts_));
-      report_->PrintHeader(absl::StrCat("a collectived per node, started by mpirun (btl ",
-                                        options_.btl, "), on ", daemon_->socket(0), " to ",
-                                        daemon_->socket(options_.nodes - 1)));
-    } else if (options_.socket.empty()) {
-      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartPrivate(binary, DaemonFlags(),
-                                                             kDaemonStartTimeout, interrupts_));
-      report_->PrintHeader(absl::StrCat("private collectived on ", daemon_->socket(0)));
-    } else {
-      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::UseRunning(options_.socket, kRunningDaemonTimeout));
-      report_->PrintHeader(absl::StrCat("collectived on ", options_.socket));
-    }
-    for (const BenchMode mode : options_.modes) {
-      if (options_.compare_mpi) {
-        Progress(mode, "mpi");
-        ASSIGN_OR_RETURN(const SeriesMap series, RunMpi(mode));
-        RETURN_IF_ERROR(Record(kMpi, mode, std::nullopt, series));
+    if (options_.configs.empty()) {
+      RETURN_IF_ERROR(StartDaemons({}, /*header=*/true));
+      for (const BenchMode mode : options_.modes) {
+        RETURN_IF_ERROR(RunMode(mode, /*with_mpi=*/options_.compare_mpi, {}));
+        report_->PrintMode(mode);
       }
-      for (const Placement placement : options_.placements) {
-        Progress(mode, absl::StrCat("collectived ", PlacementName(placement)));
-        ASSIGN_OR_RETURN(const SeriesMap series, RunClients(mode, placement));
-        RETURN_IF_ERROR(Record(kCollectived, mode, placement, series));
-      }
-      report_->PrintMode(mode);
+      return absl::OkStatus();
     }
+    // One configuration after the other, each on daemons of its own; MPI
+    // once.
+    for (size_t c = 0; c < options_.configs.size(); ++c) {
+      const std::string& config = options_.configs[c];
+      RETURN_IF_ERROR(StartDaemons(ConfigFlags(config), /*header=*/c == 0));
+      for (const BenchMode mode : options_.modes) {
+        RETURN_IF_ERROR(RunMode(mode, options_.compare_mpi && c == 0, config));
+      }
+      RETURN_IF_ERROR(daemon_->Stop());
+      daemon_.reset();
+    }
+    for (const BenchMode mode : options_.modes) report_->PrintMode(mode);
     return absl::OkStatus();
   }
 
@@ -110,6 +101,90 @@ class Launcher {
   absl::Status StopDaemon() { return daemon_ ? daemon_->Stop() : absl::OkStatus(); }
 
  private:
+  absl::Status StartDaemons(const std::vector<std::string>& extra, bool header) {
+    const std::string binary = testing::ExecutableDirectory() + "/collectived";
+    std::vector<std::string> flags = DaemonFlags();
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    std::string where;
+    if (options_.nodes > 1) {
+      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::StartWorld(MpirunCommand(options_, options_.nodes),
+                                                           options_.nodes, binary, flags,
+                                                           kDaemonStartTimeout, interrupts_));
+      where =
+          absl::StrCat("a collectived per node, started by mpirun (btl ", options_.btl, "), on ",
+                       daemon_->socket(0), " to ", daemon_->socket(options_.nodes - 1));
+    } else if (options_.socket.empty()) {
+      ASSIGN_OR_RETURN(
+          daemon_, DaemonLauncher::StartPrivate(binary, flags, kDaemonStartTimeout, interrupts_));
+      where = absl::StrCat("private collectived on ", daemon_->socket(0));
+    } else {
+      ASSIGN_OR_RETURN(daemon_, DaemonLauncher::UseRunning(options_.socket, kRunningDaemonTimeout));
+      where = absl::StrCat("collectived on ", options_.socket);
+    }
+    if (!options_.configs.empty()) {
+      where = absl::StrCat(options_.configs.size(), " configurations in turn, each a ", where);
+    }
+    if (header) report_->PrintHeader(where);
+    return absl::OkStatus();
+  }
+
+  // The daemon flags of a configuration of --configs; the autotune one also
+  // makes the client workers run its trials' steps untimed first.
+  std::vector<std::string> ConfigFlags(const std::string& config) {
+    untimed_steps_ = 0;
+    tune_log_.clear();
+    if (absl::StartsWith(config, "fusion=")) {
+      return {absl::StrCat("--fusion-threshold-bytes=", absl::StripPrefix(config, "fusion="))};
+    }
+    if (config != "autotune") return {};
+    // One warm-up sample, the trials, and the step that ends the last one.
+    untimed_steps_ = (1 + options_.autotune_trials) * options_.autotune_steps_per_sample + 2;
+    tune_log_ = absl::StrCat(std::filesystem::temp_directory_path().string(),
+                             "/collective-bench-autotune-", ::getpid(), ".csv");
+    return {"--autotune=true", "--autotune-warmup-samples=1",
+            absl::StrCat("--autotune-steps-per-sample=", options_.autotune_steps_per_sample),
+            absl::StrCat("--autotune-bayes-opt-max-samples=", options_.autotune_trials),
+            absl::StrCat("--autotune-log-file=", tune_log_)};
+  }
+
+  // One mode: MPI (if asked), then every placement on the daemons running.
+  absl::Status RunMode(BenchMode mode, bool with_mpi, const std::string& config) {
+    if (with_mpi) {
+      Progress(mode, "mpi");
+      ASSIGN_OR_RETURN(const SeriesMap series, RunMpi(mode));
+      RETURN_IF_ERROR(Record(kMpi, mode, std::nullopt, series, {}));
+    }
+    for (const Placement placement : options_.placements) {
+      Progress(mode, absl::StrCat("collectived ", PlacementName(placement),
+                                  config.empty() ? "" : absl::StrCat(" [", config, "]")));
+      ASSIGN_OR_RETURN(const SeriesMap series, RunClients(mode, placement));
+      RETURN_IF_ERROR(Record(kCollectived, mode, placement, series, config));
+      if (!tune_log_.empty()) ReportTuned(mode, placement);
+    }
+    return absl::OkStatus();
+  }
+
+  // What the autotuner of the job just measured kept: the last line of its
+  // log (it rewrites the file for every job).
+  void ReportTuned(BenchMode mode, Placement placement) const {
+    std::FILE* log = std::fopen(tune_log_.c_str(), "r");
+    std::string last;
+    if (log != nullptr) {
+      char line[512];
+      while (std::fgets(line, sizeof line, log) != nullptr) last = line;
+      std::fclose(log);
+      std::remove(tune_log_.c_str());
+    }
+    std::fprintf(stderr, "collective-bench: %s %s autotune: %s", ModeName(mode),
+                 PlacementName(placement),
+                 absl::StartsWith(last, "best,")
+                     ? absl::StrCat("kept (trial,fusion_threshold_bytes,cycle_time_ms,"
+                                    "cross_node_chunk_bytes,bytes/s) ",
+                                    last)
+                           .c_str()
+                     : "did not finish its trials within the untimed steps\n");
+  }
+
   std::vector<std::string> DaemonFlags() const {
     std::vector<std::string> flags;
     const bool result_arena_set =
@@ -163,9 +238,11 @@ class Launcher {
     std::vector<WatchedChild> watched;
     workers.reserve(static_cast<size_t>(options_.ranks()));
     // Global ranks follow node order: node offset + local rank.
+    BenchOptions worker_options = options_;
+    worker_options.untimed_steps = untimed_steps_;
     for (int rank = 0; rank < options_.ranks(); ++rank) {
       std::vector<std::string> argv = {self_};
-      const auto args = WorkerArguments(options_, Role::kClient, mode, placement);
+      const auto args = WorkerArguments(worker_options, Role::kClient, mode, placement);
       argv.insert(argv.end(), args.begin(), args.end());
       argv.insert(argv.end(), {"--rank", std::to_string(rank)});
       const std::string local_rank = std::to_string(rank % options_.clients);
@@ -225,7 +302,7 @@ class Launcher {
   }
 
   absl::Status Record(const char* system, BenchMode mode, std::optional<Placement> placement,
-                      const SeriesMap& series) {
+                      const SeriesMap& series, const std::string& config) {
     auto add = [&](const std::string& key, uint64_t bytes) -> absl::Status {
       auto found = series.find(key);
       if (found == series.end() || found->second.nanos.empty()) {
@@ -241,6 +318,7 @@ class Launcher {
       report_->Add({.system = system,
                     .mode = mode,
                     .placement = placement,
+                    .config = config,
                     .bytes = bytes,
                     .verified_ranks = found->second.verified_ranks,
                     .time = Summarize(found->second.nanos)});
@@ -271,6 +349,10 @@ class Launcher {
   std::unique_ptr<DaemonLauncher> daemon_;
   std::unique_ptr<Report> report_;
   int phase_ = 0;
+  // The configuration running (--configs autotune): untimed steps per
+  // client, and the autotuner's log.
+  int untimed_steps_ = 0;
+  std::string tune_log_;
 };
 
 }  // namespace

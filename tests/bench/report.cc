@@ -38,7 +38,8 @@ class JsonObject {
 
 std::string Label(const Measurement& measurement) {
   return measurement.placement
-             ? absl::StrCat(kCollectived, " ", PlacementName(*measurement.placement))
+             ? absl::StrCat(kCollectived, " ", PlacementName(*measurement.placement),
+                            measurement.config.empty() ? "" : " " + measurement.config)
              : measurement.system;
 }
 
@@ -158,6 +159,7 @@ std::string Report::JsonLine(const Measurement& m) const {
   JsonObject json;
   json.Str("system", m.system).Str("mode", ModeName(m.mode));
   if (m.placement) json.Str("placement", PlacementName(*m.placement));
+  if (!m.config.empty()) json.Str("config", m.config);
   const Collective collective = CollectiveOf(m.mode);
   json.Str("op", CollectiveName(collective));
   if (Reduces(collective)) json.Str("reduce_op", ReduceOpName(info_.reduce_op));
@@ -331,12 +333,35 @@ void Report::PrintResnet() const {
                "waited\n",
                info_.workload_name.c_str(), info_.workload_tensors,
                static_cast<double>(info_.workload_bytes) / 1e6);
-  std::fprintf(out_, "  %-22s %6s %9s %9s %10s %10s   %s\n", "system", "steps", "step ms", "p99 ms",
-               "algbw GB/s", "busbw GB/s", mpi ? "vs mpi" : "");
+  // With --configs: each step's median against the defaults' of the same
+  // placement (above 1: faster than the defaults).
+  int width = 22;
+  bool configs = false;
   for (const Measurement& m : measurements_) {
     if (m.mode != BenchMode::kResnet) continue;
-    std::fprintf(out_, "  %-22s %6zu %9.2f %9.2f %10.2f %10.2f   %s\n", Label(m).c_str(),
+    width = std::max(width, static_cast<int>(Label(m).size()));
+    configs = configs || !m.config.empty();
+  }
+  auto defaults_of = [&](const Measurement& m) -> const Measurement* {
+    for (const Measurement& d : measurements_) {
+      if (d.mode == BenchMode::kResnet && d.config == "defaults" && d.placement == m.placement) {
+        return &d;
+      }
+    }
+    return nullptr;
+  };
+  std::fprintf(out_, "  %-*s %6s %9s %9s %10s %10s %s  %s\n", width, "system", "steps", "step ms",
+               "p99 ms", "algbw GB/s", "busbw GB/s", configs ? "vs defaults" : "",
+               mpi ? "vs mpi" : "");
+  for (const Measurement& m : measurements_) {
+    if (m.mode != BenchMode::kResnet) continue;
+    const Measurement* defaults = m.placement ? defaults_of(m) : nullptr;
+    const std::string vs_defaults =
+        defaults != nullptr ? absl::StrFormat("%11.3f", defaults->time.median_ns / m.time.median_ns)
+                            : std::string(configs ? 11 : 0, ' ');
+    std::fprintf(out_, "  %-*s %6zu %9.2f %9.2f %10.2f %10.2f %s  %s\n", width, Label(m).c_str(),
                  m.time.count, m.time.median_ns / 1e6, m.time.p99_ns / 1e6, AlgBw(m), BusBw(m),
+                 vs_defaults.c_str(),
                  mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
   }
   const Measurement* cuda =

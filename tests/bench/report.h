@@ -24,6 +24,9 @@ struct Measurement {
   std::string system;  // kCollectived or kMpi
   BenchMode mode = BenchMode::kSweep;
   std::optional<Placement> placement;  // collectived only
+  // The daemon configuration (--configs): "defaults", "autotune",
+  // "fusion=4MiB"; empty: the one configuration of the run.
+  std::string config;
   // Per rank: one tensor's input (a sweep point: what each rank puts in), or
   // the whole workload.
   uint64_t bytes = 0;

@@ -15,8 +15,9 @@ BELOW = {
     "gpu": {"job", "negotiation", "exec"},
     "world": {"job", "negotiation", "exec", "gpu"},
     "observe": {"job", "negotiation", "exec"},
-    "engine": {"job", "negotiation", "exec", "gpu", "world", "observe"},
-    "service": {"job", "negotiation", "exec", "gpu", "world", "observe", "engine"},
+    "tune": set(),
+    "engine": {"job", "negotiation", "exec", "gpu", "world", "observe", "tune"},
+    "service": {"job", "negotiation", "exec", "gpu", "world", "observe", "tune", "engine"},
 }
 # The kernels are a leaf library (collective_kernels) every layer may use.
 LEAF = {"daemon/exec/reduce_kernels.h", "daemon/exec/adasum_kernel.h"}
