@@ -192,6 +192,9 @@ void Engine::StartRemoteSend(negotiation::RemoteMessages::MatchedSend send) {
                    : absl::string_view(),
       !inline_bytes);
   if (answered.ok() && !inline_bytes) {
+    // The configured chunk size, never the tuned one: the receiver's node
+    // must cut the bytes alike, and a message is no decision that carries
+    // tuned values to every node at the same point.
     absl::StatusOr<exec::Pending> started =
         span == nullptr ? absl::InternalError(absl::StrCat("no communicator for process set ",
                                                            send.send.request.process_set_id()))
