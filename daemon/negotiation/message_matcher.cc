@@ -82,21 +82,23 @@ std::vector<Submission> MessageMatcher::TakeSet(int32_t process_set_id) {
   return taken;
 }
 
+WaitingMessage WaitingOf(const Submission& submission, int32_t peer) {
+  const v1::TensorRequest& request = submission.request;
+  return {.process_set_id = request.process_set_id(),
+          .collective = request.collective(),
+          .rank = submission.rank,
+          .peer = peer,
+          .tag = request.tag(),
+          .dtype = request.dtype(),
+          .bytes = request.length(),
+          .since = submission.at};
+}
+
 std::vector<WaitingMessage> MessageMatcher::Waiting() const {
   std::vector<WaitingMessage> waiting;
   for (const auto& [key, queues] : queues_) {
     for (const std::deque<Half>* halves : {&queues.sends, &queues.receives}) {
-      for (const Half& half : *halves) {
-        const v1::TensorRequest& request = half.submission.request;
-        waiting.push_back({.process_set_id = request.process_set_id(),
-                           .collective = request.collective(),
-                           .rank = half.submission.rank,
-                           .peer = half.peer,
-                           .tag = request.tag(),
-                           .dtype = request.dtype(),
-                           .bytes = request.length(),
-                           .since = half.submission.at});
-      }
+      for (const Half& half : *halves) waiting.push_back(WaitingOf(half.submission, half.peer));
     }
   }
   std::sort(waiting.begin(), waiting.end(),

@@ -42,6 +42,10 @@ struct WaitingMessage {
   Clock::time_point since;
 };
 
+// `submission`'s half, a send to or a receive from global rank `peer`, as
+// status shows it while it waits.
+WaitingMessage WaitingOf(const Submission& submission, int32_t peer);
+
 class MessageMatcher {
  public:
   // Records a send (to request.peer_rank) or a receive (from it) of

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 #include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
@@ -15,6 +18,24 @@ namespace {
 // nodes must differ, and MPI keeps those of one tag in order anyway.
 constexpr int kFirstDataTag = 1000;
 constexpr uint64_t kDataTags = 30000;
+
+// Takes every control message of `tag` that arrived and hands each, parsed as
+// a `Message`, to `on(from, message)`; DATA_LOSS, naming the node, for one
+// that does not parse (`what` says what it should have been).
+template <typename Message, typename On>
+absl::Status ReceiveEach(ControlLink& link, ControlTag tag, absl::string_view what, On on) {
+  std::vector<ControlLink::Received> arrived;
+  if (absl::Status received = link.Receive(tag, arrived); !received.ok()) return received;
+  for (ControlLink::Received& message : arrived) {
+    Message parsed;
+    if (!parsed.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent a ", what, " that does not parse"));
+    }
+    on(message.from, std::move(parsed));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -134,30 +155,12 @@ void RemoteMessages::OnReply(int from, v1::MessageReply reply) {
 }
 
 absl::StatusOr<RemoteMessages::Polled> RemoteMessages::Poll() {
-  std::vector<ControlLink::Received> arrived;
-  if (absl::Status received = link_.Receive(ControlTag::kMessageNotice, arrived); !received.ok()) {
-    return received;
-  }
-  for (ControlLink::Received& message : arrived) {
-    v1::MessageNotice notice;
-    if (!notice.ParseFromString(message.bytes)) {
-      return absl::DataLossError(
-          absl::StrCat("node ", message.from, " sent a message notice that does not parse"));
-    }
-    OnNotice(message.from, std::move(notice));
-  }
-  arrived.clear();
-  if (absl::Status received = link_.Receive(ControlTag::kMessageReply, arrived); !received.ok()) {
-    return received;
-  }
-  for (ControlLink::Received& message : arrived) {
-    v1::MessageReply reply;
-    if (!reply.ParseFromString(message.bytes)) {
-      return absl::DataLossError(
-          absl::StrCat("node ", message.from, " sent a message answer that does not parse"));
-    }
-    OnReply(message.from, std::move(reply));
-  }
+  RETURN_IF_ERROR(ReceiveEach<v1::MessageNotice>(
+      link_, ControlTag::kMessageNotice, "message notice",
+      [this](int from, v1::MessageNotice notice) { OnNotice(from, std::move(notice)); }));
+  RETURN_IF_ERROR(ReceiveEach<v1::MessageReply>(
+      link_, ControlTag::kMessageReply, "message answer",
+      [this](int from, v1::MessageReply reply) { OnReply(from, std::move(reply)); }));
   return std::exchange(polled_, {});
 }
 
@@ -220,15 +223,7 @@ std::vector<Submission> RemoteMessages::TakeSet(int32_t process_set_id,
 std::vector<WaitingMessage> RemoteMessages::Waiting() const {
   std::vector<WaitingMessage> waiting;
   const auto add = [&](const Half& half) {
-    const v1::TensorRequest& request = half.submission.request;
-    waiting.push_back({.process_set_id = request.process_set_id(),
-                       .collective = request.collective(),
-                       .rank = half.submission.rank,
-                       .peer = half.peer,
-                       .tag = request.tag(),
-                       .dtype = request.dtype(),
-                       .bytes = request.length(),
-                       .since = half.submission.at});
+    waiting.push_back(WaitingOf(half.submission, half.peer));
   };
   for (const auto& [key, halves] : sends_) {
     for (const Half& half : halves) add(half);
