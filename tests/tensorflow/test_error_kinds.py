@@ -1,14 +1,18 @@
 """Errors of collective.tensorflow's ops that every rank sees as a tf.errors exception with the
-daemon's message, after which the job goes on: dtypes that differ across ranks, a name
-submitted twice while the first is outstanding. (A rank that dies and a tensor that stalls end
-a job: tests/tensorflow/failure_check.py runs them in jobs of their own.)"""
+daemon's message, after which the job goes on: dtypes that differ across ranks. (A rank that
+dies and a tensor that stalls end a job: tests/tensorflow/failure_check.py runs them in jobs
+of their own.)
 
-import numpy as np
+Not tested here: two ops of one name in one step. Whether the second is refused
+(AlreadyExistsError) depends on timing on each rank: once the first has completed, the second
+is a new collective that the ranks which refused theirs never submit, and the stall inspector
+ends it. Horovod's ops race alike; collective.torch refuses at the call instead, as its names
+stay in use until synchronize."""
+
 import pytest
 import tensorflow as tf
 
 import collective.tensorflow as hvd
-from collective.tensorflow import mpi_ops
 
 
 def test_mismatched_dtypes_fail_on_every_rank():
@@ -20,20 +24,3 @@ def test_mismatched_dtypes_fail_on_every_rank():
     # The job goes on.
     assert hvd.allreduce(tf.ones([2]), op=hvd.Sum, name='errors.dtype.after').numpy().tolist() \
         == [hvd.size()] * 2
-
-
-def test_a_name_outstanding_twice_is_refused_and_the_first_completes():
-    @tf.function
-    def twice(x):
-        # Two ops of one name in one step: TensorFlow runs them concurrently.
-        first = mpi_ops._allreduce(x, name='errors.twice', op=hvd.Sum)  # noqa: SLF001
-        second = mpi_ops._allreduce(x * 2, name='errors.twice', op=hvd.Sum)  # noqa: SLF001
-        return first, second
-
-    with pytest.raises(tf.errors.AlreadyExistsError,
-                       match="tensor 'allreduce.errors.twice' is already outstanding on this rank"):
-        twice(tf.ones([4]))
-    # Whichever of the two went first completed on every rank: the job goes on.
-    np.testing.assert_array_equal(
-        hvd.allreduce(tf.ones([1]), op=hvd.Sum, name='errors.twice.after').numpy(),
-        [hvd.size()])
