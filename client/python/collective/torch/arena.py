@@ -36,16 +36,19 @@ def _shape(size):
     return tuple(size)
 
 
+def _nbytes(shape, dtype):
+    return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+
+
 def empty(*size, dtype=None):
     """An uninitialised CPU tensor of ``size`` and ``dtype`` (torch's default dtype unless
     given) in this process's shared-memory arena. Needs ``init()``."""
     shape = _shape(size)
     dtype = dtype or torch.get_default_dtype()
     numel = math.prod(shape)
-    element = torch.empty((), dtype=dtype).element_size()
     if numel == 0:
         return torch.empty(shape, dtype=dtype)  # nothing to place: no arena block
-    buffer = connections.current().client.allocate(numel * element)
+    buffer = connections.current().client.allocate(_nbytes(shape, dtype))
     # frombuffer keeps the Buffer (and with it the block) alive as long as the tensor.
     return torch.frombuffer(buffer, dtype=dtype, count=numel).view(shape)
 
@@ -57,8 +60,7 @@ def result_tensor(shape, dtype, min_bytes=1 << 16):
     there, with no copy out, and a later collective reads it in place; otherwise an ordinary
     tensor (the copy path)."""
     shape = tuple(shape)
-    element = torch.empty((), dtype=dtype).element_size()
-    nbytes = math.prod(shape) * element
+    nbytes = _nbytes(shape, dtype)
     client = connections.current().client
     if nbytes < min_bytes or client.arena_free_bytes - nbytes < client.arena_bytes // 2:
         return torch.empty(shape, dtype=dtype)
