@@ -1,6 +1,7 @@
 // collective::Client: point-to-point messages (send and receive). The daemon
 // matches them (daemon/negotiation/message_matcher.h) and copies the send's
-// bytes once into the receiver's result.
+// bytes once into the receiver's result: its arena or result segment, or for
+// CUDA tensors its device memory (a copy on one device, NCCL between two).
 #include <utility>
 #include <vector>
 
@@ -21,10 +22,9 @@ constexpr char kSendName[] = "__collective__.send";
 constexpr char kRecvName[] = "__collective__.recv";
 
 // What the client can judge itself, so that argument errors surface at the
-// call: the peer is a rank of the set, the tag is not negative, and the
-// tensor is on the host.
-absl::Status CheckMessage(internal::ClientCore& core, absl::string_view what,
-                          const TensorView& tensor, int peer, int tag, int32_t process_set) {
+// call: the peer is a rank of the set and the tag is not negative.
+absl::Status CheckMessage(internal::ClientCore& core, absl::string_view what, int peer, int tag,
+                          int32_t process_set) {
   ASSIGN_OR_RETURN(const ProcessSet set, core.FindProcessSet(process_set));
   if (peer < 0 || peer >= set.size()) {
     return absl::InvalidArgumentError(absl::StrCat(what, " rank ", peer,
@@ -34,12 +34,6 @@ absl::Status CheckMessage(internal::ClientCore& core, absl::string_view what,
   if (tag < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " rank ", peer, ": tag ", tag, " is negative"));
-  }
-  if (tensor.device == Device::kCuda) {
-    return absl::UnimplementedError(
-        absl::StrCat(what, " rank ", peer,
-                     ": point-to-point messages of CUDA tensors are not supported yet; send a "
-                     "copy on the host"));
   }
   return absl::OkStatus();
 }
@@ -55,7 +49,7 @@ absl::StatusOr<Client::Handle> SubmitMessage(internal::ClientCore& core, Prepare
 
 absl::StatusOr<Client::Handle> Client::SendAsync(const TensorView& input, int dest, int tag,
                                                  int32_t process_set) {
-  RETURN_IF_ERROR(CheckMessage(*core_, "send to", input, dest, tag, process_set));
+  RETURN_IF_ERROR(CheckMessage(*core_, "send to", dest, tag, process_set));
   ASSIGN_OR_RETURN(PreparedRequest prepared, internal::PrepareData(*core_, v1::COLLECTIVE_SEND,
                                                                    kSendName, input, process_set));
   prepared.request.set_peer_rank(dest);
@@ -66,11 +60,24 @@ absl::StatusOr<Client::Handle> Client::SendAsync(const TensorView& input, int de
 absl::StatusOr<Client::Handle> Client::RecvAsync(const TensorView& like, int source, int tag,
                                                  int32_t process_set, void* output,
                                                  size_t output_bytes) {
-  RETURN_IF_ERROR(CheckMessage(*core_, "receive from", like, source, tag, process_set));
+  RETURN_IF_ERROR(CheckMessage(*core_, "receive from", source, tag, process_set));
   ASSIGN_OR_RETURN(
       PreparedRequest prepared,
       internal::PrepareDescription(*core_, v1::COLLECTIVE_RECV, kRecvName, like, process_set));
   const uint64_t bytes = prepared.request.length();
+  if (like.device == Device::kCuda) {
+    // The message lands in device memory: `output`, else `like`'s own.
+    if (output == nullptr) {
+      if (like.data == nullptr && bytes > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "receive from rank ", source, ": a CUDA receive needs an output, or `like`'s data"));
+      }
+      output = const_cast<void*>(like.data);  // the caller's own buffer, written in place
+      output_bytes = bytes;
+    }
+    prepared.request.set_memory(v1::MEMORY_KIND_CUDA);
+    prepared.cuda = internal::CudaTensor{.input = output, .stream = like.cuda_stream};
+  }
   if (output != nullptr && output_bytes < bytes) {
     return absl::InvalidArgumentError(absl::StrCat("receive from rank ", source,
                                                    ": the output holds ", output_bytes,

@@ -35,6 +35,17 @@ absl::StatusOr<Client::Handle> Client::GatherAsync(absl::string_view name, const
                                                    int root_rank, int32_t process_set, void* output,
                                                    size_t output_bytes) {
   RETURN_IF_ERROR(NeedsRows("gather", name, input));
+  if (input.device == Device::kCuda && output == nullptr) {
+    // Only the root receives rows; its output cannot be a view of the
+    // result segment, which holds host memory.
+    ASSIGN_OR_RETURN(const ProcessSet found, core_->FindProcessSet(process_set));
+    if (found.rank_of(rank()) == root_rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gather of '", name,
+                       "': the root of a gather of CUDA tensors needs an output in device "
+                       "memory for every rank's rows"));
+    }
+  }
   ProcessSet set;
   auto prepared =
       internal::PrepareData(*core_, v1::COLLECTIVE_GATHER, name, input, process_set, &set);
@@ -58,6 +69,13 @@ absl::StatusOr<Client::Handle> Client::ScatterAsync(absl::string_view name, cons
   if (__builtin_mul_overflow(row_bytes, static_cast<uint64_t>(receive_rows), &bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("scatter of '", name, "': ", receive_rows,
                                                    " rows are more bytes than a tensor can hold"));
+  }
+  if (input.device == Device::kCuda && output == nullptr && bytes > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scatter of '", name,
+                     "': a scatter of CUDA tensors needs an output in device "
+                     "memory for this rank's ",
+                     receive_rows, " rows"));
   }
   if (output != nullptr && output_bytes < bytes) {
     return absl::InvalidArgumentError(absl::StrCat("scatter of '", name, "': the output holds ",

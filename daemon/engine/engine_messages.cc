@@ -32,11 +32,16 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
     status = absl::InvalidArgumentError(absl::StrCat(what, ": rank ", request.peer_rank(),
                                                      " is not a rank of process set ", set.id,
                                                      " (size ", set.size(), ")"));
-  } else if (const int32_t peer = set.ranks[request.peer_rank()];
-             !job_->layout().IsLocal(peer) && remote_messages_ == nullptr) {
-    status = absl::InternalError(absl::StrCat(what, ": rank ", peer, " (global) runs on node ",
-                                              job_->layout().NodeOf(peer),
-                                              " but this job does not run across nodes"));
+  } else if (const int32_t peer = set.ranks[request.peer_rank()]; !job_->layout().IsLocal(peer)) {
+    if (remote_messages_ == nullptr) {
+      status = absl::InternalError(absl::StrCat(what, ": rank ", peer, " (global) runs on node ",
+                                                job_->layout().NodeOf(peer),
+                                                " but this job does not run across nodes"));
+    } else if (request.memory() == v1::MEMORY_KIND_CUDA) {
+      status = absl::UnimplementedError(absl::StrCat(
+          what, ": rank ", peer, " (global) runs on node ", job_->layout().NodeOf(peer),
+          "; CUDA tensors travel between ranks of one node only (send a host copy across nodes)"));
+    }
   }
   if (!status.ok()) {
     const log::ScopedContext about({.rank = client.topology.rank(), .tensor = request.name()});

@@ -1,5 +1,6 @@
-// Broadcast, allgather and alltoall on CUDA devices (see device_ops.h): the
-// collectives that move data without reducing it.
+// Broadcast, allgather, alltoall, gather, scatter and point-to-point
+// messages on CUDA devices (see device_ops.h): the collectives that move
+// data without reducing it.
 #include <numeric>
 
 #include "common/status_macros.h"
@@ -83,6 +84,50 @@ uint64_t GatheredBytes(const DeviceTensor& tensor) {
   return bytes;
 }
 
+// One block of a collective that moves bytes from one rank to another.
+struct Block {
+  const DeviceMember* sender;
+  const DeviceMember* receiver;
+  const std::byte* source;
+  std::byte* destination;
+  uint64_t bytes;
+};
+
+// Moves every block once: a copy where both ranks share a device, else
+// NCCL send/recv between the two devices, all in one group.
+absl::Status MoveBlocks(DeviceIssue& issue, const std::vector<Block>& blocks) {
+  std::vector<const Block*> between;
+  std::vector<std::vector<DeviceCopy>> copies(static_cast<size_t>(issue.devices()));
+  for (const Block& block : blocks) {
+    // An empty block, or a rank's own rows already where they belong (a
+    // gather's root whose input lies at its place in the output).
+    if (block.bytes == 0 || block.source == block.destination) continue;
+    if (block.sender->device == block.receiver->device) {
+      copies[static_cast<size_t>(block.receiver->device)].push_back(
+          {block.source, block.destination, block.bytes});
+    } else {
+      between.push_back(&block);
+    }
+  }
+  for (int d = 0; d < issue.devices(); ++d) RETURN_IF_ERROR(issue.Copy(d, copies[d]));
+  if (between.empty()) return absl::OkStatus();
+  DeviceBackend& backend = issue.backend();
+  // Sends and receives between two devices pair up in the order they are
+  // posted, which is the same on both sides.
+  const auto exchange = [&]() -> absl::Status {
+    for (const Block* block : between) {
+      RETURN_IF_ERROR(backend.Send(issue.comm().id, issue.ordinal(block->sender->device),
+                                   block->source, block->bytes,
+                                   issue.rank(block->receiver->device)));
+      RETURN_IF_ERROR(backend.Recv(issue.comm().id, issue.ordinal(block->receiver->device),
+                                   block->destination, block->bytes,
+                                   issue.rank(block->sender->device)));
+    }
+    return absl::OkStatus();
+  };
+  return issue.Grouped(exchange);
+}
+
 }  // namespace
 
 absl::Status IssueBroadcast(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
@@ -115,15 +160,7 @@ absl::Status IssueAllgather(DeviceIssue& issue, std::span<const DeviceTensor> te
 }
 
 absl::Status IssueAlltoall(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
-  struct Transfer {
-    const DeviceMember* sender;
-    const DeviceMember* receiver;
-    const std::byte* source;
-    std::byte* destination;
-    uint64_t bytes;
-  };
-  std::vector<Transfer> transfers;
-  std::vector<std::vector<DeviceCopy>> copies(static_cast<size_t>(issue.devices()));
+  std::vector<Block> blocks;
   for (const DeviceTensor& tensor : tensors) {
     const auto splits = exec::ops::AlltoallSplits(*tensor.tensor);
     const uint64_t row_bytes = exec::ops::RowBytes(tensor.tensor->request());
@@ -135,37 +172,57 @@ absl::Status IssueAlltoall(DeviceIssue& issue, std::span<const DeviceTensor> ten
         const uint64_t skip = static_cast<uint64_t>(std::accumulate(
             sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(j), int64_t{0}));
         const uint64_t bytes = static_cast<uint64_t>(sent[j]) * row_bytes;
-        const Transfer transfer{&tensor.members[r], &tensor.members[j],
-                                tensor.members[r].input + skip * row_bytes,
-                                tensor.members[j].output + received, bytes};
+        blocks.push_back({&tensor.members[r], &tensor.members[j],
+                          tensor.members[r].input + skip * row_bytes,
+                          tensor.members[j].output + received, bytes});
         received += bytes;
-        if (bytes == 0) continue;
-        if (transfer.sender->device == transfer.receiver->device) {
-          copies[static_cast<size_t>(transfer.receiver->device)].push_back(
-              {transfer.source, transfer.destination, bytes});
-        } else {
-          transfers.push_back(transfer);
-        }
       }
     }
   }
-  for (int d = 0; d < issue.devices(); ++d) RETURN_IF_ERROR(issue.Copy(d, copies[d]));
-  if (transfers.empty()) return absl::OkStatus();
-  DeviceBackend& backend = issue.backend();
-  // Sends and receives between two devices pair up in the order they are
-  // posted, which is the same on both sides.
-  const auto exchange = [&]() -> absl::Status {
-    for (const Transfer& transfer : transfers) {
-      RETURN_IF_ERROR(backend.Send(issue.comm().id, issue.ordinal(transfer.sender->device),
-                                   transfer.source, transfer.bytes,
-                                   issue.rank(transfer.receiver->device)));
-      RETURN_IF_ERROR(backend.Recv(issue.comm().id, issue.ordinal(transfer.receiver->device),
-                                   transfer.destination, transfer.bytes,
-                                   issue.rank(transfer.sender->device)));
+  return MoveBlocks(issue, blocks);
+}
+
+absl::Status IssueGather(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  std::vector<Block> blocks;
+  for (const DeviceTensor& tensor : tensors) {
+    // Without joined ranks (CheckRoot), members are indexed by set rank.
+    const DeviceMember& root =
+        tensor.members[static_cast<size_t>(tensor.tensor->request().root_rank())];
+    uint64_t offset = 0;
+    for (size_t r = 0; r < tensor.members.size(); ++r) {
+      const uint64_t bytes = tensor.tensor->submissions[r].request.length();
+      blocks.push_back(
+          {&tensor.members[r], &root, tensor.members[r].input, root.output + offset, bytes});
+      offset += bytes;
     }
-    return absl::OkStatus();
-  };
-  return issue.Grouped(exchange);
+  }
+  return MoveBlocks(issue, blocks);
+}
+
+absl::Status IssueScatter(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  std::vector<Block> blocks;
+  for (const DeviceTensor& tensor : tensors) {
+    const DeviceMember& root =
+        tensor.members[static_cast<size_t>(tensor.tensor->request().root_rank())];
+    // On one node a rank's result offset is where its rows start among the
+    // root's.
+    for (size_t r = 0; r < tensor.members.size(); ++r) {
+      const exec::ops::RankResult rows = exec::ops::ScatterOp().ResultOf(*tensor.tensor, r);
+      blocks.push_back({&root, &tensor.members[r], root.input + rows.offset,
+                        tensor.members[r].output, rows.bytes});
+    }
+  }
+  return MoveBlocks(issue, blocks);
+}
+
+absl::Status IssueMessages(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  std::vector<Block> blocks;
+  for (const DeviceTensor& tensor : tensors) {
+    const DeviceMember& send = tensor.members[0];
+    const DeviceMember& receive = tensor.members[1];
+    blocks.push_back({&send, &receive, send.input, receive.output, Length(tensor)});
+  }
+  return MoveBlocks(issue, blocks);
 }
 
 }  // namespace collective::daemon::gpu

@@ -18,6 +18,11 @@
 //  - broadcast: one ncclBroadcast from the root's device; allgather: one
 //    per rank's block; the devices' other clients get copies.
 //  - alltoall: NCCL send/recv between devices, copies within one.
+//  - reduce: as reducescatter, with one block (the whole tensor) for the
+//    root.
+//  - gather, scatter and point-to-point messages: each block moves once,
+//    from the rank that holds it to the rank that receives it (a copy on
+//    one device, NCCL send/recv between two), as alltoall's blocks do.
 //
 // Devices of the communicator without a member of the tensor's process set
 // still take part (with the op's identity, or a scratch buffer to receive).
@@ -101,5 +106,11 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
 absl::Status IssueBroadcast(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
 absl::Status IssueAllgather(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
 absl::Status IssueAlltoall(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
+absl::Status IssueReduce(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
+absl::Status IssueGather(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
+absl::Status IssueScatter(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
+// Matched sends and receives (exec/ops/message.cc: members[0] sends,
+// members[1] receives).
+absl::Status IssueMessages(DeviceIssue& issue, std::span<const DeviceTensor> tensors);
 
 }  // namespace collective::daemon::gpu

@@ -1,4 +1,4 @@
-// Allreduce and reducescatter on CUDA devices (see device_ops.h).
+// Allreduce, reducescatter and reduce on CUDA devices (see device_ops.h).
 #include <algorithm>
 
 #include "common/dtype.h"
@@ -205,14 +205,11 @@ absl::Status AllreduceOne(DeviceIssue& issue, const DeviceTensor& tensor) {
   return ReduceAcrossDevices(issue, reduction, send, result, count, copies);
 }
 
-}  // namespace
-
-absl::Status IssueAllreduce(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
-  if (tensors.size() == 1) return AllreduceOne(issue, tensors.front());
-  return AllreduceFused(issue, tensors);
-}
-
-absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+// Reducescatter and reduce: every device's contribution reduced by NCCL
+// into the blocks the op's results name (each rank's block of a
+// reducescatter, the whole tensor for a reduce's root), each on the device
+// of the rank that keeps it.
+absl::Status ReduceToOwners(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
   DeviceBackend& backend = issue.backend();
   // Each device's contribution to each tensor: a lone client's input, or
   // the local reduction of the clients sharing the device.
@@ -222,8 +219,8 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
     const Placement placement = Place(issue, tensor);
     reductions.push_back(ReductionOf(issue, tensor, placement));
     const Reduction& reduction = reductions.back();
-    // Reducescatter divides its blocks among the set's ranks, not the
-    // devices: NCCL's own average cannot stand in.
+    // The average divides by the set's ranks, not the devices: NCCL's own
+    // cannot stand in.
     if (reduction.nccl_op == v1::REDUCE_OP_AVERAGE) {
       reductions.back().nccl_op = v1::REDUCE_OP_SUM;
       reductions.back().scale_after = true;
@@ -244,8 +241,9 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
   // Rank r's block goes to r's device, whose output receives it.
   const auto for_each_block = [&](size_t t, auto&& each) -> absl::Status {
     const DeviceTensor& tensor = tensors[t];
+    const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.tensor->request().collective());
     for (size_t i = 0; i < tensor.members.size(); ++i) {
-      const exec::ops::RankResult block = exec::ops::ReducescatterOp().ResultOf(*tensor.tensor, i);
+      const exec::ops::RankResult block = op.ResultOf(*tensor.tensor, i);
       if (block.bytes == 0) continue;
       RETURN_IF_ERROR(each(tensor.members[i], block));
     }
@@ -283,6 +281,21 @@ absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor
     RETURN_IF_ERROR(for_each_block(t, scale));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status IssueAllreduce(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  if (tensors.size() == 1) return AllreduceOne(issue, tensors.front());
+  return AllreduceFused(issue, tensors);
+}
+
+absl::Status IssueReducescatter(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  return ReduceToOwners(issue, tensors);
+}
+
+absl::Status IssueReduce(DeviceIssue& issue, std::span<const DeviceTensor> tensors) {
+  return ReduceToOwners(issue, tensors);
 }
 
 }  // namespace collective::daemon::gpu

@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/exec/ops/collective_op.h"
+#include "daemon/gpu/device_aliasing.h"
 
 namespace collective::daemon::gpu {
 namespace {
@@ -97,7 +98,7 @@ absl::Status GpuExecutor::Check(const negotiation::ReadyTensor& tensor) {
                        request.device_output().bytes(), " bytes; its result needs ", needed));
     }
   }
-  return absl::OkStatus();
+  return CheckAliasing(tensor);
 }
 
 absl::Status GpuExecutor::CheckAcrossNodes(const negotiation::ReadyTensor& everyone) {
@@ -222,6 +223,19 @@ absl::Status GpuExecutor::Issue(const exec::FusedBatch& batch, const Communicato
       break;
     case v1::COLLECTIVE_ALLTOALL:
       status = IssueAlltoall(issue, tensors);
+      break;
+    case v1::COLLECTIVE_REDUCE:
+      status = IssueReduce(issue, tensors);
+      break;
+    case v1::COLLECTIVE_GATHER:
+      status = IssueGather(issue, tensors);
+      break;
+    case v1::COLLECTIVE_SCATTER:
+      status = IssueScatter(issue, tensors);
+      break;
+    case v1::COLLECTIVE_SEND:
+    case v1::COLLECTIVE_RECV:
+      status = IssueMessages(issue, tensors);
       break;
     default:
       status = absl::InternalError("not a data collective");

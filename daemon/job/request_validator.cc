@@ -63,10 +63,6 @@ absl::Status CheckMessage(const v1::TensorRequest& request) {
     }
     return absl::OkStatus();
   }
-  if (request.memory() != v1::MEMORY_KIND_HOST) {
-    return absl::UnimplementedError(
-        "point-to-point messages of CUDA tensors are not supported yet; send a copy on the host");
-  }
   if (request.peer_rank() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("peer rank ", request.peer_rank(), " is negative"));
@@ -238,12 +234,6 @@ absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& 
     return absl::OkStatus();
   }
   const v1::Collective collective = request.collective();
-  if (IsRooted(collective)) {
-    return absl::UnimplementedError(
-        absl::StrCat(CollectiveName(collective),
-                     " is implemented for host tensors only; copy a CUDA tensor to the host to ",
-                     CollectiveName(collective), " it"));
-  }
   if (!limits.cuda) {
     return absl::UnimplementedError(
         "CUDA tensors need a collectived built with CUDA and NCCL; this one was built without "
@@ -258,10 +248,13 @@ absl::Status CheckMemory(const v1::TensorRequest& request, const RequestLimits& 
     return absl::InvalidArgumentError(
         "a CUDA tensor needs device_input in a registered CUDA allocation");
   }
-  // An allreduce's, broadcast's or allgather's result holds at least the
-  // rank's own input; an alltoall's or reducescatter's share may be empty.
-  const bool whole_result =
-      collective == v1::COLLECTIVE_ALLREDUCE || collective == v1::COLLECTIVE_BROADCAST;
+  // An allreduce's, broadcast's, receive's or allgather's result holds at
+  // least the rank's own input (a receive's describes what arrives); an
+  // alltoall's, reducescatter's, scatter's share may be empty, and only the
+  // root of a reduce or gather has a result (GpuExecutor::Check).
+  const bool whole_result = collective == v1::COLLECTIVE_ALLREDUCE ||
+                            collective == v1::COLLECTIVE_BROADCAST ||
+                            collective == v1::COLLECTIVE_RECV;
   const bool holds_input = whole_result || collective == v1::COLLECTIVE_ALLGATHER;
   if (request.device_output().allocation_id() == 0 &&
       (request.device_output().bytes() > 0 || (holds_input && request.length() > 0))) {

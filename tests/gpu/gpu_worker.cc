@@ -5,14 +5,17 @@
 // data every rank can regenerate. Exit 0 on success; otherwise the reason on
 // stderr.
 //
-//   matrix  every collective; allreduce on every dtype and op, in and out of
-//           place, with and without scale factors
+//   matrix  every collective and point-to-point messages; allreduce on every
+//           dtype and op, in and out of place, with and without scale
+//           factors; reduce, gather and scatter from every root
 //   fusion  many small allreduces submitted before any is waited for
 //   kill    one successful allreduce; then the last rank dies (SIGKILL)
 //           mid-operation and the others must see the job fail
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -69,7 +72,9 @@ class Worker {
     RETURN_IF_ERROR(Broadcasts());
     RETURN_IF_ERROR(Allgather());
     RETURN_IF_ERROR(Alltoall());
-    return Reducescatter();
+    RETURN_IF_ERROR(Reducescatter());
+    RETURN_IF_ERROR(Rooted());
+    return Messages();
   }
 
   absl::Status Fusion() {
@@ -150,6 +155,11 @@ class Worker {
   absl::Status Upload(const DeviceBuffer& buffer, const void* host, size_t bytes) {
     return Cuda(cudaMemcpyAsync(buffer.data(), host, bytes, cudaMemcpyHostToDevice, stream_),
                 "cudaMemcpyAsync to the device");
+  }
+
+  absl::StatusOr<Result> WaitFor(absl::StatusOr<Client::Handle> handle) {
+    if (!handle.ok()) return handle.status();
+    return client_.Wait(*handle);
   }
 
   // The result, once the stream (which waits for the daemon) got there.
@@ -339,8 +349,142 @@ class Worker {
     return absl::OkStatus();
   }
 
+  // Reduce (sum, in place and not), gather of uneven rows and scatter, each
+  // from every root; ranks that receive nothing keep their memory.
+  absl::Status Rooted() {
+    constexpr float kUntouched = -7.0f;
+    const auto check = [](const std::string& what, const std::vector<float>& expected,
+                          const std::vector<std::byte>& got) -> absl::Status {
+      if (std::string diff =
+              CompareBitwise(v1::DATA_TYPE_FLOAT32, expected.data(), got.data(), expected.size());
+          !diff.empty()) {
+        return absl::DataLossError(absl::StrCat(what, ": ", diff));
+      }
+      return absl::OkStatus();
+    };
+    const auto filled = [this](size_t count, auto value) -> absl::StatusOr<DeviceBuffer*> {
+      std::vector<float> host(count);
+      for (size_t i = 0; i < count; ++i) host[i] = value(i);
+      buffers_.push_back(std::make_unique<DeviceBuffer>(count * sizeof(float)));
+      RETURN_IF_ERROR(Upload(*buffers_.back(), host.data(), buffers_.back()->bytes()));
+      return buffers_.back().get();
+    };
+    const size_t k = static_cast<size_t>(size());
+    const size_t me = static_cast<size_t>(rank());
+    for (int root = 0; root < size(); ++root) {
+      const bool is_root = rank() == root;
+      for (const bool in_place : {false, true}) {
+        // Reduce: 257 floats, rank r's element i is (r + 1) i.
+        constexpr size_t kCount = 257;
+        ASSIGN_OR_RETURN(DeviceBuffer * input, filled(kCount, [me](size_t i) {
+                           return static_cast<float>((me + 1) * i);
+                         }));
+        ASSIGN_OR_RETURN(DeviceBuffer * output, filled(kCount, [](size_t) { return kUntouched; }));
+        const std::string name = absl::StrCat("reduce.", root, in_place ? ".in_place" : "");
+        RETURN_IF_ERROR(
+            WaitFor(client_.ReduceAsync(name, OnDevice(*input, DataType::kFloat32, {kCount}),
+                                        in_place ? nullptr : output->data(), root))
+                .status());
+        ASSIGN_OR_RETURN(std::vector<std::byte> got,
+                         Download(in_place ? *input : *output, kCount * sizeof(float)));
+        std::vector<float> expected(kCount);
+        for (size_t i = 0; i < kCount; ++i) {
+          expected[i] = is_root    ? static_cast<float>(k * (k + 1) / 2 * i)
+                        : in_place ? static_cast<float>((me + 1) * i)
+                                   : kUntouched;
+        }
+        RETURN_IF_ERROR(check(name, expected, got));
+      }
+      // Gather: rank r sends r + 1 rows of 4 floats, 100 r + i.
+      size_t total = 0;
+      std::vector<float> gathered;
+      for (size_t r = 0; r < k; ++r) {
+        for (size_t i = 0; i < 4 * (r + 1); ++i)
+          gathered.push_back(static_cast<float>(100 * r + i));
+      }
+      total = gathered.size();
+      ASSIGN_OR_RETURN(DeviceBuffer * rows, filled(4 * (me + 1), [me](size_t i) {
+                         return static_cast<float>(100 * me + i);
+                       }));
+      ASSIGN_OR_RETURN(DeviceBuffer * all, filled(total, [](size_t) { return kUntouched; }));
+      const std::string gather = absl::StrCat("gather.", root);
+      auto gather_result = WaitFor(client_.GatherAsync(
+          gather, OnDevice(*rows, DataType::kFloat32, {static_cast<int64_t>(me + 1), 4}), root,
+          kGlobalProcessSet, all->data(), all->bytes()));
+      if (!gather_result.ok()) return gather_result.status();
+      if (is_root && gather_result->shape().front() != static_cast<int64_t>(k * (k + 1) / 2)) {
+        return absl::DataLossError(absl::StrCat(gather, ": the root's first dimension is ",
+                                                gather_result->shape().front()));
+      }
+      ASSIGN_OR_RETURN(std::vector<std::byte> got_all, Download(*all, all->bytes()));
+      if (!is_root) std::fill(gathered.begin(), gathered.end(), kUntouched);
+      RETURN_IF_ERROR(check(gather, gathered, got_all));
+      // Scatter: the root's row j holds 10 j; rank r receives r + 1 rows of 4.
+      const size_t root_rows = is_root ? k * (k + 1) / 2 : 0;
+      ASSIGN_OR_RETURN(DeviceBuffer * source,
+                       filled(std::max<size_t>(4 * root_rows, 1),
+                              [](size_t i) { return static_cast<float>(10 * (i / 4)); }));
+      ASSIGN_OR_RETURN(DeviceBuffer * mine,
+                       filled(4 * (me + 1), [](size_t) { return kUntouched; }));
+      const std::string scatter = absl::StrCat("scatter.", root);
+      RETURN_IF_ERROR(WaitFor(client_.ScatterAsync(scatter,
+                                                   OnDevice(*source, DataType::kFloat32,
+                                                            {static_cast<int64_t>(root_rows), 4}),
+                                                   static_cast<int64_t>(me + 1), root,
+                                                   kGlobalProcessSet, mine->data(), mine->bytes()))
+                          .status());
+      ASSIGN_OR_RETURN(std::vector<std::byte> got_mine, Download(*mine, mine->bytes()));
+      const size_t first = me * (me + 1) / 2;
+      std::vector<float> expected_mine(4 * (me + 1));
+      for (size_t i = 0; i < expected_mine.size(); ++i) {
+        expected_mine[i] = static_cast<float>(10 * (first + i / 4));
+      }
+      RETURN_IF_ERROR(check(scatter, expected_mine, got_mine));
+    }
+    buffers_.clear();
+    return absl::OkStatus();
+  }
+
+  // A ring (each rank sends to the next, tags 1 and 2 in that order, both
+  // received in the opposite order) and a send to itself.
+  absl::Status Messages() {
+    constexpr size_t kCount = 1000;
+    const int next = (rank() + 1) % size();
+    const int previous = (rank() + size() - 1) % size();
+    std::vector<std::unique_ptr<DeviceBuffer>> sent;
+    std::vector<Client::Handle> sends;
+    for (int tag : {1, 2, 3}) {
+      std::vector<double> host(kCount);
+      for (size_t i = 0; i < kCount; ++i) host[i] = 1e6 * tag + 1000.0 * rank() + i;
+      sent.push_back(std::make_unique<DeviceBuffer>(kCount * sizeof(double)));
+      RETURN_IF_ERROR(Upload(*sent.back(), host.data(), sent.back()->bytes()));
+      auto handle = client_.SendAsync(OnDevice(*sent.back(), DataType::kFloat64, {kCount}),
+                                      tag == 3 ? rank() : next, tag);
+      if (!handle.ok()) return handle.status();
+      sends.push_back(*handle);
+    }
+    for (int tag : {3, 2, 1}) {
+      const int source = tag == 3 ? rank() : previous;
+      DeviceBuffer received(kCount * sizeof(double));
+      auto result = client_.Wait(
+          *client_.RecvAsync(OnDevice(received, DataType::kFloat64, {kCount}), source, tag));
+      if (!result.ok()) return result.status();
+      ASSIGN_OR_RETURN(std::vector<std::byte> got, Download(received, received.bytes()));
+      const auto* values = reinterpret_cast<const double*>(got.data());
+      for (size_t i = 0; i < kCount; ++i) {
+        if (values[i] != 1e6 * tag + 1000.0 * source + i) {
+          return absl::DataLossError(absl::StrCat("message with tag ", tag, " from rank ", source,
+                                                  ": element ", i, " is ", values[i]));
+        }
+      }
+    }
+    for (Client::Handle handle : sends) RETURN_IF_ERROR(client_.Wait(handle).status());
+    return absl::OkStatus();
+  }
+
   Client& client_;
   cudaStream_t stream_;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
 };
 
 int Run(const std::string& scenario) {

@@ -281,6 +281,9 @@ class Client {
 
   // Rooted collectives (client_rooted.cc); `root_rank` counts within the
   // process set. Their results are empty on the ranks that receive nothing.
+  // CUDA tensors work on one node as the collectives' do (results written
+  // on the device; a CUDA reduce without output reduces in place); a CUDA
+  // gather's root and a CUDA scatter's receivers need an output.
   //
   // Reduce: every rank's input reduced as allreduce reduces it (any op but
   // Adasum, prescale and postscale), the result at the root only. `output`
@@ -314,14 +317,17 @@ class Client {
   // send to itself. The receive names the send's dtype and byte size (its
   // shape may differ), else both fail. Only the two ranks take part. Both
   // complete once the bytes are in the receiver's result; a send's result
-  // is empty. CPU tensors of ranks on one node (a message between nodes
-  // fails with UNIMPLEMENTED).
+  // is empty. CPU tensors between any two ranks; CUDA tensors between ranks
+  // of one node (the daemon copies on a device, or NCCL moves the bytes
+  // between two; between nodes a CUDA message fails with UNIMPLEMENTED).
   absl::StatusOr<Handle> SendAsync(const TensorView& input, int dest, int tag,
                                    int32_t process_set = kGlobalProcessSet);
   // `like` gives the dtype and shape received (its data is not read).
   // Without `output`, Wait returns a view of the bytes received; with one
   // (holding `output_bytes`), they are copied there — by the daemon itself
-  // when it lies in this client's arena.
+  // when it lies in this client's arena. A CUDA `like` receives into device
+  // memory: `output`, else `like`'s own data, ordered on its stream as the
+  // collectives' outputs are.
   absl::StatusOr<Handle> RecvAsync(const TensorView& like, int source, int tag,
                                    int32_t process_set = kGlobalProcessSet, void* output = nullptr,
                                    size_t output_bytes = 0);

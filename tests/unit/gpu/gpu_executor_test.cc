@@ -33,33 +33,11 @@ using testing::CompareClose;
 using testing::FillTestData;
 using testing::ReferenceReduce;
 
-// Where each rank's client runs: its device, and how many devices there are.
-struct Layout {
-  std::string name;
-  std::vector<int> devices;
-  int device_count;
-};
-
-void PrintTo(const Layout& layout, std::ostream* out) { *out << layout.name; }
-
-std::vector<Layout> Layouts() {
-  return {{"OneClient", {0}, 1},
-          {"TwoClientsShareADevice", {0, 0}, 1},
-          {"TwoDevices", {0, 1}, 2},
-          {"FourClientsOnTwoDevices", {0, 0, 1, 1}, 2},
-          {"InterleavedOnTwoDevices", {0, 1, 0}, 2},
-          {"FourDevices", {0, 1, 2, 3}, 4}};
-}
-
 class GpuCollectivesTest : public ::testing::TestWithParam<Layout> {
  protected:
   GpuCollectivesTest() : job_(GetParam().devices, GetParam().device_count) {}
 
-  std::vector<size_t> Ranks() const {
-    std::vector<size_t> ranks(job_.size());
-    std::iota(ranks.begin(), ranks.end(), size_t{0});
-    return ranks;
-  }
+  std::vector<size_t> Ranks() const { return job_.Ranks(); }
 
   GpuTestJob job_;
   int next_name_ = 0;

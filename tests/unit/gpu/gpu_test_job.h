@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,24 @@
 namespace collective::daemon::gpu {
 
 inline constexpr int kSlotsPerClient = 8;
+
+// Where each rank's client runs: its device, and how many devices there are.
+struct Layout {
+  std::string name;
+  std::vector<int> devices;
+  int device_count;
+};
+
+inline void PrintTo(const Layout& layout, std::ostream* out) { *out << layout.name; }
+
+inline std::vector<Layout> Layouts() {
+  return {{"OneClient", {0}, 1},
+          {"TwoClientsShareADevice", {0, 0}, 1},
+          {"TwoDevices", {0, 1}, 2},
+          {"FourClientsOnTwoDevices", {0, 0, 1, 1}, 2},
+          {"InterleavedOnTwoDevices", {0, 1, 0}, 2},
+          {"FourDevices", {0, 1, 2, 3}, 4}};
+}
 
 class GpuTestJob {
  public:
@@ -60,6 +80,12 @@ class GpuTestJob {
   GpuExecutor& executor() { return *executor_; }
   Client& client(size_t rank) { return *clients_[rank]; }
   size_t size() const { return clients_.size(); }
+  // 0, 1, ..., size() - 1: every rank, in order.
+  std::vector<size_t> Ranks() const {
+    std::vector<size_t> ranks(size());
+    std::iota(ranks.begin(), ranks.end(), size_t{0});
+    return ranks;
+  }
   // Batch ids the executor reported done on a device, in order.
   std::vector<uint64_t>& done() { return done_; }
 

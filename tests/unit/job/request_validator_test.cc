@@ -1002,7 +1002,7 @@ TEST(RequestValidatorTest, RefusesWhatRootedCollectivesDoNotTake) {
             "only allreduce, allgather and reducescatter can be grouped, not reduce");
 }
 
-TEST(RequestValidatorTest, RefusesCudaTensorsOfRootedCollectives) {
+TEST(RequestValidatorTest, AcceptsCudaTensorsOfRootedCollectives) {
   for (v1::Collective collective :
        {v1::COLLECTIVE_REDUCE, v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
     v1::TensorRequest request = ValidCuda();
@@ -1010,12 +1010,10 @@ TEST(RequestValidatorTest, RefusesCudaTensorsOfRootedCollectives) {
     request.set_root_rank(0);
     if (collective == v1::COLLECTIVE_SCATTER) request.set_receive_rows(2);
     if (collective != v1::COLLECTIVE_REDUCE) request.clear_op();
-    const absl::Status status = Validate(request, CudaLimits());
-    EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-    const std::string name = CollectiveName(collective);
-    EXPECT_EQ(Reason(status),
-              name + " is implemented for host tensors only; copy a CUDA tensor to the host to " +
-                  name + " it");
+    EXPECT_TRUE(Validate(request, CudaLimits()).ok()) << CollectiveName(collective);
+    // A rank that is not the root may have no output at all.
+    request.clear_device_output();
+    EXPECT_TRUE(Validate(request, CudaLimits()).ok()) << CollectiveName(collective);
   }
 }
 
@@ -1068,15 +1066,24 @@ TEST(RequestValidatorTest, SendsAndReceivesNameAPeerAndATag) {
             "peer_rank and tag apply to send and receive, not to allreduce");
 }
 
-TEST(RequestValidatorTest, MessagesOfCudaTensorsAreNotSupportedYet) {
+TEST(RequestValidatorTest, MessagesOfCudaTensorsNeedAReceiveOutputThatHoldsTheMessage) {
   v1::TensorRequest send = ValidCuda();
   send.set_collective(v1::COLLECTIVE_SEND);
   send.clear_op();
-  const absl::Status status = Validate(send, CudaLimits());
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(
-      Reason(status),
-      "point-to-point messages of CUDA tensors are not supported yet; send a copy on the host");
+  send.clear_device_output();
+  EXPECT_TRUE(Validate(send, CudaLimits()).ok());
+
+  v1::TensorRequest receive = ValidCuda();
+  receive.set_collective(v1::COLLECTIVE_RECV);
+  receive.clear_op();
+  EXPECT_TRUE(Validate(receive, CudaLimits()).ok());
+  receive.mutable_device_output()->set_bytes(receive.length() - 1);
+  EXPECT_EQ(Reason(Validate(receive, CudaLimits())),
+            absl::StrCat("device_output holds ", receive.length() - 1,
+                         " bytes; the recv result needs ", receive.length()));
+  receive.clear_device_output();
+  EXPECT_THAT(Reason(Validate(receive, CudaLimits())),
+              HasSubstr("a CUDA tensor needs device_output (recv writes"));
 }
 
 }  // namespace
