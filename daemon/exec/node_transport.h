@@ -65,6 +65,12 @@ class NodeTransport {
   virtual absl::StatusOr<Pending> StartAllreduce(const job::SetSpan& span, void* data,
                                                  uint64_t count, v1::DataType dtype,
                                                  v1::ReduceOp op) = 0;
+  // data = op over the nodes of their data, into the data of the node at
+  // place `root` only (the others' is left as it was): a reduce's
+  // combination, which sends each node's part once rather than to every
+  // node.
+  virtual absl::StatusOr<Pending> StartReduce(const job::SetSpan& span, void* data, uint64_t count,
+                                              v1::DataType dtype, v1::ReduceOp op, int root) = 0;
   // The reduction over the nodes of `data` (every node's whole partial
   // result), of which the node at place i keeps `counts[i]` elements, the
   // i-th block, at the start of its `data`.
@@ -77,6 +83,11 @@ class NodeTransport {
                                                  uint64_t row_bytes,
                                                  const std::vector<uint64_t>& rows,
                                                  const std::vector<uint64_t>& displs) = 0;
+  // As StartAllgather, into the data of the node at place `root` only (a
+  // gather: each node's block crosses the network once).
+  virtual absl::StatusOr<Pending> StartGather(const job::SetSpan& span, void* data,
+                                              uint64_t row_bytes, const std::vector<uint64_t>& rows,
+                                              const std::vector<uint64_t>& displs, int root) = 0;
   // The `bytes` at `data` of the node at place `root`, to every node's `data`.
   virtual absl::StatusOr<Pending> StartBroadcast(const job::SetSpan& span, void* data,
                                                  uint64_t bytes, int root) = 0;

@@ -144,6 +144,33 @@ absl::Status StartAllreduce(MPI_Comm comm, void* data, uint64_t count, v1::DataT
   return absl::OkStatus();
 }
 
+absl::Status StartReduce(MPI_Comm comm, void* data, uint64_t count, v1::DataType dtype,
+                         v1::ReduceOp op, int root, InFlightMpi& mpi) {
+  auto reduction = Reduction(dtype, op);
+  if (!reduction.ok()) return reduction.status();
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  auto* bytes = static_cast<std::byte*>(data);
+  const size_t element = ElementSize(dtype);
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t piece = std::min(kMaxCount, count - done);
+    std::byte* at = bytes + done * element;
+    MPI_Request request = MPI_REQUEST_NULL;
+    // The root reduces in place; the others' receive buffer is never used.
+    const int error = me == root
+                          ? MPI_Ireduce(MPI_IN_PLACE, at, static_cast<int>(piece), reduction->type,
+                                        reduction->op, root, comm, &request)
+                          : MPI_Ireduce(at, nullptr, static_cast<int>(piece), reduction->type,
+                                        reduction->op, root, comm, &request);
+    if (absl::Status started = Started(error, request, "MPI_Ireduce across nodes", mpi);
+        !started.ok()) {
+      return started;
+    }
+    done += piece;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StartReduceScatter(MPI_Comm comm, void* data, const std::vector<uint64_t>& counts,
                                 v1::DataType dtype, v1::ReduceOp op, InFlightMpi& mpi) {
   auto reduction = Reduction(dtype, op);
@@ -172,6 +199,31 @@ absl::Status StartAllgather(MPI_Comm comm, void* data, uint64_t row_bytes,
   const int error = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, kept_counts.data(),
                                     kept_displs.data(), *row, comm, &request);
   return Started(error, request, "MPI_Iallgatherv across nodes", mpi);
+}
+
+absl::Status StartGather(MPI_Comm comm, void* data, uint64_t row_bytes,
+                         const std::vector<uint64_t>& rows, const std::vector<uint64_t>& displs,
+                         int root, InFlightMpi& mpi) {
+  auto counts = IntCounts(rows, "a node's rows of a gather");
+  if (!counts.ok()) return counts.status();
+  auto offsets = IntCounts(displs, "the offset, in rows, of a node's part of a gather");
+  if (!offsets.ok()) return offsets.status();
+  auto row = RowType(row_bytes, mpi);
+  if (!row.ok()) return row.status();
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  std::vector<int>& kept_counts = mpi.int_arrays.emplace_back(std::move(*counts));
+  std::vector<int>& kept_displs = mpi.int_arrays.emplace_back(std::move(*offsets));
+  MPI_Request request = MPI_REQUEST_NULL;
+  // The root's own block already lies in place; the others send theirs.
+  const auto mine = static_cast<size_t>(me);
+  const int error = me == root
+                        ? MPI_Igatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, kept_counts.data(),
+                                       kept_displs.data(), *row, root, comm, &request)
+                        : MPI_Igatherv(static_cast<std::byte*>(data) + displs[mine] * row_bytes,
+                                       kept_counts[mine], *row, nullptr, kept_counts.data(),
+                                       kept_displs.data(), *row, root, comm, &request);
+  return Started(error, request, "MPI_Igatherv across nodes", mpi);
 }
 
 absl::Status StartBroadcast(MPI_Comm comm, void* data, uint64_t bytes, int root, InFlightMpi& mpi) {

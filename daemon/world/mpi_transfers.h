@@ -32,6 +32,11 @@ struct InFlightMpi {
 absl::Status StartAllreduce(MPI_Comm comm, void* data, uint64_t count, v1::DataType dtype,
                             v1::ReduceOp op, InFlightMpi& mpi);
 
+// The same reduction into the `data` of comm rank `root` only (MPI_Ireduce;
+// the other nodes' data is only read).
+absl::Status StartReduce(MPI_Comm comm, void* data, uint64_t count, v1::DataType dtype,
+                         v1::ReduceOp op, int root, InFlightMpi& mpi);
+
 // The reduction over the set's nodes of `data` (every node's whole partial
 // result), of which the node at comm rank i keeps `counts[i]` elements, the
 // i-th block, at the start of its `data`.
@@ -43,6 +48,11 @@ absl::Status StartReduceScatter(MPI_Comm comm, void* data, const std::vector<uin
 absl::Status StartAllgather(MPI_Comm comm, void* data, uint64_t row_bytes,
                             const std::vector<uint64_t>& rows, const std::vector<uint64_t>& displs,
                             InFlightMpi& mpi);
+
+// The same blocks into the `data` of comm rank `root` only (MPI_Igatherv).
+absl::Status StartGather(MPI_Comm comm, void* data, uint64_t row_bytes,
+                         const std::vector<uint64_t>& rows, const std::vector<uint64_t>& displs,
+                         int root, InFlightMpi& mpi);
 
 // The root node's `bytes` at `data`, to every node's `data`.
 absl::Status StartBroadcast(MPI_Comm comm, void* data, uint64_t bytes, int root, InFlightMpi& mpi);

@@ -65,6 +65,14 @@ absl::StatusOr<exec::Pending> MpiTransport::StartAllreduce(const job::SetSpan& s
   });
 }
 
+absl::StatusOr<exec::Pending> MpiTransport::StartReduce(const job::SetSpan& span, void* data,
+                                                        uint64_t count, v1::DataType dtype,
+                                                        v1::ReduceOp op, int root) {
+  return Begin(span, [&](MPI_Comm comm, InFlightMpi& mpi) {
+    return world::StartReduce(comm, data, count, dtype, op, root, mpi);
+  });
+}
+
 absl::StatusOr<exec::Pending> MpiTransport::StartReduceScatter(const job::SetSpan& span, void* data,
                                                                const std::vector<uint64_t>& counts,
                                                                v1::DataType dtype,
@@ -80,6 +88,16 @@ absl::StatusOr<exec::Pending> MpiTransport::StartAllgather(const job::SetSpan& s
                                                            const std::vector<uint64_t>& displs) {
   return Begin(span, [&](MPI_Comm comm, InFlightMpi& mpi) {
     return world::StartAllgather(comm, data, row_bytes, rows, displs, mpi);
+  });
+}
+
+absl::StatusOr<exec::Pending> MpiTransport::StartGather(const job::SetSpan& span, void* data,
+                                                        uint64_t row_bytes,
+                                                        const std::vector<uint64_t>& rows,
+                                                        const std::vector<uint64_t>& displs,
+                                                        int root) {
+  return Begin(span, [&](MPI_Comm comm, InFlightMpi& mpi) {
+    return world::StartGather(comm, data, row_bytes, rows, displs, root, mpi);
   });
 }
 

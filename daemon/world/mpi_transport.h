@@ -12,6 +12,8 @@ class MpiTransport : public exec::NodeTransport {
  public:
   absl::StatusOr<exec::Pending> StartAllreduce(const job::SetSpan& span, void* data, uint64_t count,
                                                v1::DataType dtype, v1::ReduceOp op) override;
+  absl::StatusOr<exec::Pending> StartReduce(const job::SetSpan& span, void* data, uint64_t count,
+                                            v1::DataType dtype, v1::ReduceOp op, int root) override;
   absl::StatusOr<exec::Pending> StartReduceScatter(const job::SetSpan& span, void* data,
                                                    const std::vector<uint64_t>& counts,
                                                    v1::DataType dtype, v1::ReduceOp op) override;
@@ -19,6 +21,9 @@ class MpiTransport : public exec::NodeTransport {
                                                uint64_t row_bytes,
                                                const std::vector<uint64_t>& rows,
                                                const std::vector<uint64_t>& displs) override;
+  absl::StatusOr<exec::Pending> StartGather(const job::SetSpan& span, void* data,
+                                            uint64_t row_bytes, const std::vector<uint64_t>& rows,
+                                            const std::vector<uint64_t>& displs, int root) override;
   absl::StatusOr<exec::Pending> StartBroadcast(const job::SetSpan& span, void* data, uint64_t bytes,
                                                int root) override;
   absl::StatusOr<exec::Pending> StartExchange(

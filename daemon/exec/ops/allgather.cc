@@ -65,30 +65,36 @@ class Allgather final : public CollectiveOp {
 
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
-    const uint64_t row_bytes = RowBytes(tensor.request());
-    const std::vector<uint64_t> lengths = Lengths(tensor);
-    const uint64_t total = std::accumulate(lengths.begin(), lengths.end(), uint64_t{0});
-    if (row_bytes == 0 || total == 0) return;
-    const job::SetSpan& span = Span(tensor);
-    std::vector<uint64_t> rows(span.nodes.size(), 0);
-    std::vector<uint64_t> displs(span.nodes.size(), 0);
-    uint64_t offset = 0;
-    for (int32_t i = 0; i < span.size(); ++i) {
-      displs[i] = offset;
-      for (int32_t r = span.first[i]; r < span.first[i] + span.count[i]; ++r) {
-        rows[i] += lengths[r] / row_bytes;
-      }
-      offset += rows[i];
-    }
-    stage.bytes += total;
-    stage.transfers.push_back(
-        [span = tensor.span, slot, row_bytes, rows, displs](NodeTransport& transport) {
-          return transport.StartAllgather(*span, slot, row_bytes, rows, displs);
-        });
+    const NodeRows blocks = NodeRowsOf(tensor);
+    if (blocks.row_bytes == 0 || blocks.total_bytes == 0) return;
+    stage.bytes += blocks.total_bytes;
+    stage.transfers.push_back([span = tensor.span, slot, blocks](NodeTransport& transport) {
+      return transport.StartAllgather(*span, slot, blocks.row_bytes, blocks.rows, blocks.displs);
+    });
   }
 };
 
 }  // namespace
+
+NodeRows NodeRowsOf(const negotiation::ReadyTensor& tensor) {
+  NodeRows blocks;
+  blocks.row_bytes = RowBytes(tensor.request());
+  const std::vector<uint64_t> lengths = Lengths(tensor);
+  blocks.total_bytes = std::accumulate(lengths.begin(), lengths.end(), uint64_t{0});
+  if (blocks.row_bytes == 0) return blocks;
+  const job::SetSpan& span = Span(tensor);
+  blocks.rows.assign(span.nodes.size(), 0);
+  blocks.displs.assign(span.nodes.size(), 0);
+  uint64_t offset = 0;
+  for (int32_t i = 0; i < span.size(); ++i) {
+    blocks.displs[i] = offset;
+    for (int32_t r = span.first[i]; r < span.first[i] + span.count[i]; ++r) {
+      blocks.rows[i] += lengths[r] / blocks.row_bytes;
+    }
+    offset += blocks.rows[i];
+  }
+  return blocks;
+}
 
 const CollectiveOp& AllgatherOp() {
   static const Allgather op;

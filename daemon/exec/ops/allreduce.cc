@@ -24,6 +24,23 @@ WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
   return IsAdasum(tensor) ? WorkList::Outputs{} : ArenaOutputsOf(tensor);
 }
 
+// The combination of `count` elements at `data` among the set's nodes: an
+// allreduce, or a reduce into the node at place `root_node`.
+void AddCombination(const negotiation::ReadyTensor& tensor, std::byte* data, uint64_t count,
+                    int32_t root_node, CrossNodeStage& stage) {
+  const v1::TensorRequest& request = tensor.request();
+  const v1::DataType dtype = request.dtype();
+  // Average divides after the sum, in the final scale.
+  const v1::ReduceOp op = request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
+  std::shared_ptr<const job::SetSpan> span = tensor.span;
+  stage.bytes += count * ElementSize(dtype);
+  stage.transfers.push_back([span, data, count, dtype, op, root_node](NodeTransport& transport) {
+    return root_node == kEveryNode
+               ? transport.StartAllreduce(*span, data, count, dtype, op)
+               : transport.StartReduce(*span, data, count, dtype, op, root_node);
+  });
+}
+
 class Allreduce final : public CollectiveOp {
  public:
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
@@ -54,62 +71,59 @@ class Allreduce final : public CollectiveOp {
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddTransfers(tensor, slot, stage);
-    const v1::TensorRequest& request = tensor.request();
-    const uint64_t count = request.length() / ElementSize(request.dtype());
-    AddCombination(tensor, slot, count, stage);
-    AddFinalScaleRange(tensor, slot, stage.after, 0, count);
+    AddReductionTransfers(tensor, slot, stage, kEveryNode);
   }
 
-  // The fused block is one array of one dtype (fusion joins only tensors of
-  // the same dtype, op and scale, and slots are aligned to a multiple of
-  // every element size): it is combined in chunks, slot padding included,
-  // whatever tensors the chunks cut.
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                        const PlanContext& context,
                        std::vector<CrossNodeStage>& stages) const override {
-    const negotiation::ReadyTensor& head = batch.tensors.front();
-    if (IsAdasum(head)) return AdasumAllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
-    const uint64_t element = ElementSize(head.request().dtype());
-    const uint64_t total = batch.bytes / element;
-    const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);
-    std::byte* block = context.data + slots.front();
-    for (uint64_t first = 0; first < total; first += chunk) {
-      const uint64_t end = std::min(total, first + chunk);
-      CrossNodeStage& stage = stages.emplace_back(context.zeros);
-      stage.tensor = head.name;
-      for (size_t t = 0; t < batch.tensors.size(); ++t) {
-        const negotiation::ReadyTensor& tensor = batch.tensors[t];
-        const uint64_t start = (slots[t] - slots.front()) / element;
-        const uint64_t length = tensor.request().length() / element;
-        const uint64_t low = std::max(first, start);
-        const uint64_t high = std::min(end, start + length);
-        if (low >= high) continue;
-        std::byte* slot = context.data + slots[t];
-        AddReductionRange(tensor, slot, stage.before, low - start, high - low);
-        AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low);
-      }
-      AddCombination(head, block + first * element, end - first, stage);
+    if (IsAdasum(batch.tensors.front())) {
+      return AdasumAllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
     }
-  }
-
- private:
-  // The MPI allreduce of `count` elements at `data` among the set's nodes.
-  static void AddCombination(const negotiation::ReadyTensor& tensor, std::byte* data,
-                             uint64_t count, CrossNodeStage& stage) {
-    const v1::TensorRequest& request = tensor.request();
-    const v1::DataType dtype = request.dtype();
-    // Average divides after the sum, in the final scale.
-    const v1::ReduceOp op =
-        request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
-    std::shared_ptr<const job::SetSpan> span = tensor.span;
-    stage.bytes += count * ElementSize(dtype);
-    stage.transfers.push_back([span, data, count, dtype, op](NodeTransport& transport) {
-      return transport.StartAllreduce(*span, data, count, dtype, op);
-    });
+    PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode);
   }
 };
 
 }  // namespace
+
+void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                           CrossNodeStage& stage, int32_t root_node) {
+  const v1::TensorRequest& request = tensor.request();
+  const uint64_t count = request.length() / ElementSize(request.dtype());
+  AddCombination(tensor, slot, count, root_node, stage);
+  AddFinalScaleRange(tensor, slot, stage.after, 0, count);
+}
+
+// The fused block is one array of one dtype (fusion joins only tensors of
+// the same dtype, op and scale, and slots are aligned to a multiple of
+// every element size): it is combined in chunks, slot padding included,
+// whatever tensors the chunks cut.
+void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                              const PlanContext& context, std::vector<CrossNodeStage>& stages,
+                              int32_t root_node) {
+  const negotiation::ReadyTensor& head = batch.tensors.front();
+  const uint64_t element = ElementSize(head.request().dtype());
+  const uint64_t total = batch.bytes / element;
+  const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);
+  std::byte* block = context.data + slots.front();
+  for (uint64_t first = 0; first < total; first += chunk) {
+    const uint64_t end = std::min(total, first + chunk);
+    CrossNodeStage& stage = stages.emplace_back(context.zeros);
+    stage.tensor = head.name;
+    for (size_t t = 0; t < batch.tensors.size(); ++t) {
+      const negotiation::ReadyTensor& tensor = batch.tensors[t];
+      const uint64_t start = (slots[t] - slots.front()) / element;
+      const uint64_t length = tensor.request().length() / element;
+      const uint64_t low = std::max(first, start);
+      const uint64_t high = std::min(end, start + length);
+      if (low >= high) continue;
+      std::byte* slot = context.data + slots[t];
+      AddReductionRange(tensor, slot, stage.before, low - start, high - low);
+      AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low);
+    }
+    AddCombination(head, block + first * element, end - first, root_node, stage);
+  }
+}
 
 exec::ReduceSpec ReductionSpec(const negotiation::ReadyTensor& tensor) {
   const v1::TensorRequest& request = tensor.request();

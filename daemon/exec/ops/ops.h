@@ -47,6 +47,27 @@ void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, W
 // than at the tensor's start (a reducescatter rank's block and its output).
 void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
                          uint64_t first, uint64_t count, const WorkList::Outputs& copies = {});
+// Across nodes, a reduction's transfers (allreduce's and reduce's): the
+// nodes combine their partial results (an allreduce with kEveryNode, else a
+// reduce into the node at place `root_node` of the span), then the final
+// scale. For one tensor, and for a fused batch in chunks, the local
+// reduction of one chunk overlapping the combination of the one before.
+inline constexpr int32_t kEveryNode = -1;
+void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
+                           CrossNodeStage& stage, int32_t root_node);
+void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                              const PlanContext& context, std::vector<CrossNodeStage>& stages,
+                              int32_t root_node);
+// Across nodes, allgather's and gather's blocks: each node's rows (its ranks
+// are consecutive in the set) and where, in rows, its block starts.
+struct NodeRows {
+  uint64_t row_bytes = 0;
+  uint64_t total_bytes = 0;
+  std::vector<uint64_t> rows;
+  std::vector<uint64_t> displs;
+};
+NodeRows NodeRowsOf(const negotiation::ReadyTensor& tensor);
+
 // Across nodes: FinalScaleSpec applied in place to `count` elements of
 // `out` from element `first`, when there is anything to apply.
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

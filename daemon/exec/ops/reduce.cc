@@ -4,8 +4,7 @@
 // empty. On one node, a root whose request names an output in its own
 // arena (output_offset) receives the result there in the reducing pass, as
 // allreduce's ranks do. Across nodes the nodes combine their partial
-// results with allreduce's chunked MPI transfers (MPI_Iallreduce), and the
-// root's node keeps the result: the daemons run no rooted MPI operation.
+// results in allreduce's chunks, with MPI_Ireduce into the root's node.
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 
@@ -61,16 +60,22 @@ class Reduce final : public CollectiveOp {
 
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
-    AllreduceOp().AddTransfers(tensor, slot, stage);
+    AddReductionTransfers(tensor, slot, stage, RootNode(tensor));
   }
 
   // Allreduce's plan (chunks of the fused block, each reduced here,
-  // combined among the nodes, then scaled) fits unchanged: only which rank
-  // reads the result differs.
+  // combined among the nodes, then scaled), the nodes combining into the
+  // root's node only (fusion joins only tensors of one root).
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                        const PlanContext& context,
                        std::vector<CrossNodeStage>& stages) const override {
-    AllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
+    PlanReductionAcrossNodes(batch, slots, context, stages, RootNode(batch.tensors.front()));
+  }
+
+ private:
+  // The place, in the set's span, of the node that holds the root.
+  static int32_t RootNode(const negotiation::ReadyTensor& tensor) {
+    return Span(tensor).IndexOf(tensor.request().root_rank());
   }
 };
 

@@ -364,6 +364,11 @@ TEST_F(CrossNodeRunTest, ReduceReachesTheRootOnItsNodeOnly) {
         request.set_postscale(2);
       });
   RunAll(/*chunk_bytes=*/16);
+  // The slot in chunks of 16 bytes: each a reduction into the root's node,
+  // which the others only send to (no allreduce).
+  const std::vector<std::string> kinds = fabric_.TakeKinds();
+  EXPECT_GE(kinds.size(), 3u);
+  EXPECT_THAT(kinds, ::testing::Each(std::string("reduce")));
   for (size_t n = 0; n < nodes_.size(); ++n) {
     ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
     for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
@@ -387,6 +392,7 @@ TEST_F(CrossNodeRunTest, GatherCollectsUnevenRowsAtTheRoot) {
       [](int32_t rank, int64_t i) { return static_cast<float>(rank * 10 + i); },
       [](v1::TensorRequest& request) { request.set_root_rank(1); });
   RunAll(/*chunk_bytes=*/1 << 20);
+  EXPECT_EQ(fabric_.TakeKinds(), std::vector<std::string>{"gather"});
   ASSERT_TRUE(nodes_[1].run->status().ok()) << nodes_[1].run->status();
   EXPECT_EQ(ResultOf(1, 0, 0), (std::vector<float>{0, 1, 2, 3, 10, 11}));
   EXPECT_TRUE(ResultOf(0, 0, 0).empty());

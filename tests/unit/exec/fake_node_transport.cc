@@ -19,7 +19,38 @@ class FakeGroup : public job::NodeGroup {
   const int32_t size;
 };
 
-enum class Kind { kAllreduce, kReduceScatter, kAllgather, kBroadcast, kExchange, kMessage };
+enum class Kind {
+  kAllreduce,
+  kReduce,
+  kReduceScatter,
+  kAllgather,
+  kGather,
+  kBroadcast,
+  kExchange,
+  kMessage
+};
+
+const char* KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kReduce:
+      return "reduce";
+    case Kind::kReduceScatter:
+      return "reducescatter";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kGather:
+      return "gather";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kExchange:
+      return "exchange";
+    case Kind::kMessage:
+      return "message";
+  }
+  return "?";
+}
 
 }  // namespace
 
@@ -170,9 +201,15 @@ int FakeFabric::pieces_sent() const {
   return pieces_sent_;
 }
 
+std::vector<std::string> FakeFabric::TakeKinds() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(kinds_, {});
+}
+
 void FakeFabric::Happen(Meeting& meeting) {
   meeting.done = true;
   ++completed_;
+  kinds_.push_back(KindName(meeting.by_place.front()->kind));
   if (!fail_next_.ok()) {
     meeting.status = std::exchange(fail_next_, absl::OkStatus());
     return;
@@ -186,6 +223,10 @@ void FakeFabric::Happen(Meeting& meeting) {
     case Kind::kAllreduce:
       Reduce(calls, first.count, combined);
       for (const auto& call : calls) std::memcpy(call->data, combined.data(), combined.size());
+      return;
+    case Kind::kReduce:
+      Reduce(calls, first.count, combined);
+      std::memcpy(calls[static_cast<size_t>(first.root)]->data, combined.data(), combined.size());
       return;
     case Kind::kReduceScatter: {
       uint64_t total = 0;
@@ -209,6 +250,16 @@ void FakeFabric::Happen(Meeting& meeting) {
           std::memcpy(static_cast<std::byte*>(calls[to]->data) + offset,
                       static_cast<const std::byte*>(calls[from]->data) + offset, bytes);
         }
+      }
+      return;
+    case Kind::kGather:
+      for (size_t from = 0; from < calls.size(); ++from) {
+        const uint64_t offset = first.displs[from] * first.count;
+        const uint64_t bytes = first.counts[from] * first.count;
+        const auto to = static_cast<size_t>(first.root);
+        if (to == from || bytes == 0) continue;
+        std::memcpy(static_cast<std::byte*>(calls[to]->data) + offset,
+                    static_cast<const std::byte*>(calls[from]->data) + offset, bytes);
       }
       return;
     case Kind::kBroadcast:
@@ -299,6 +350,15 @@ class FakeTransport : public NodeTransport {
     return Start(
         span, {.kind = Kind::kAllreduce, .data = data, .count = count, .dtype = dtype, .op = op});
   }
+  absl::StatusOr<Pending> StartReduce(const job::SetSpan& span, void* data, uint64_t count,
+                                      v1::DataType dtype, v1::ReduceOp op, int root) override {
+    return Start(span, {.kind = Kind::kReduce,
+                        .data = data,
+                        .count = count,
+                        .dtype = dtype,
+                        .op = op,
+                        .root = root});
+  }
   absl::StatusOr<Pending> StartReduceScatter(const job::SetSpan& span, void* data,
                                              const std::vector<uint64_t>& counts,
                                              v1::DataType dtype, v1::ReduceOp op) override {
@@ -314,6 +374,16 @@ class FakeTransport : public NodeTransport {
                         .count = row_bytes,
                         .counts = rows,
                         .displs = displs});
+  }
+  absl::StatusOr<Pending> StartGather(const job::SetSpan& span, void* data, uint64_t row_bytes,
+                                      const std::vector<uint64_t>& rows,
+                                      const std::vector<uint64_t>& displs, int root) override {
+    return Start(span, {.kind = Kind::kGather,
+                        .data = data,
+                        .count = row_bytes,
+                        .counts = rows,
+                        .displs = displs,
+                        .root = root});
   }
   absl::StatusOr<Pending> StartBroadcast(const job::SetSpan& span, void* data, uint64_t bytes,
                                          int root) override {

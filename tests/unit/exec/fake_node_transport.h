@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -40,6 +41,9 @@ class FakeFabric {
   int abandoned() const;
   // Transfers that happened.
   int completed() const;
+  // The kinds of the collective transfers that happened since the last
+  // call ("allreduce", "reduce", "allgather", "gather", ...), in order.
+  std::vector<std::string> TakeKinds();
 
   // One node's side of a call (the Start* arguments).
   struct Call;
@@ -71,6 +75,7 @@ class FakeFabric {
   // side that wait for the other's.
   std::map<std::tuple<int32_t, int, int, int>, std::deque<std::shared_ptr<Meeting>>> posts_;
   int pieces_sent_ = 0;
+  std::vector<std::string> kinds_;
   absl::Status fail_next_;
   int abandoned_ = 0;
   int completed_ = 0;
