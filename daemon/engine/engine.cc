@@ -340,6 +340,7 @@ void Engine::CheckStalls(Clock::time_point now) {
     log::Coord().error("{}", why.message());
     FailSubmissions(std::move(failed), why);
   }
+  stalls_.InspectMessages(now, AllWaitingMessages());
 }
 
 void Engine::DescribePending(Clock::time_point now, v1::StatusResponse& response) const {

@@ -195,6 +195,9 @@ class Engine {
   void OnMessage(job::ClientRecord& client, v1::TensorRequest& request, const job::ProcessSet& set);
   void FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why);
   void DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const;
+  // This node's sends and receives that wait for their other half, local
+  // and across nodes, oldest first.
+  std::vector<negotiation::WaitingMessage> AllWaitingMessages() const;
   // Across nodes: the rendezvous with the other nodes' halves, the
   // messages waiting for result space, and the bytes in flight; true if
   // anything moved. An error: the daemons lost each other.

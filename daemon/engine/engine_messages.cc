@@ -82,7 +82,7 @@ void Engine::FailMessages(std::vector<negotiation::Submission> halves, const abs
   }
 }
 
-void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const {
+std::vector<negotiation::WaitingMessage> Engine::AllWaitingMessages() const {
   std::vector<negotiation::WaitingMessage> all = messages_->Waiting();
   if (remote_messages_ != nullptr) {
     std::vector<negotiation::WaitingMessage> remote = remote_messages_->Waiting();
@@ -91,7 +91,11 @@ void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& respons
                      [](const negotiation::WaitingMessage& a,
                         const negotiation::WaitingMessage& b) { return a.since < b.since; });
   }
-  for (const negotiation::WaitingMessage& waiting : all) {
+  return all;
+}
+
+void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const {
+  for (const negotiation::WaitingMessage& waiting : AllWaitingMessages()) {
     v1::PendingMessage* message = response.add_pending_messages();
     message->set_process_set_id(waiting.process_set_id);
     message->set_collective(waiting.collective);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 
@@ -54,6 +55,35 @@ std::vector<StalledTensor> StallInspector::Inspect(Clock::time_point now,
         FormatMissingRanks(stalled));
   }
   return expired;
+}
+
+void StallInspector::InspectMessages(Clock::time_point now,
+                                     const std::vector<WaitingMessage>& waiting) {
+  if (!enabled() || now - last_message_report_ < check_) return;
+  std::string report;
+  size_t shown = 0;
+  size_t stalled = 0;
+  for (const WaitingMessage& half : waiting) {  // oldest first
+    const Clock::duration age = now - half.since;
+    if (age < check_) continue;
+    if (++stalled > kRanksShown) continue;
+    ++shown;
+    const bool send = half.collective == v1::COLLECTIVE_SEND;
+    absl::StrAppend(
+        &report, "\n", half.rank, ": ", send ? "send to" : "receive from", " rank ", half.peer,
+        " with tag ", half.tag,
+        half.process_set_id == 0 ? "" : absl::StrCat(" (process set ", half.process_set_id, ")"),
+        ", ", half.bytes, " bytes, waiting ",
+        absl::StrFormat("%.1f", std::chrono::duration<double>(age).count()), " s");
+  }
+  if (stalled == 0) return;
+  if (stalled > shown) absl::StrAppend(&report, "\n... and ", stalled - shown, " more");
+  last_message_report_ = now;
+  log::Coord().warn(
+      "One or more point-to-point messages have waited more than {} s for the other rank's half "
+      "(global ranks; a send or receive whose peer never posts its half waits as long as the "
+      "job runs, as in MPI, and is not failed by stall_shutdown_seconds):{}",
+      std::chrono::duration<double>(check_).count(), report);
 }
 
 std::string StallInspector::ShutdownMessage(const StalledTensor& tensor) const {

@@ -2,7 +2,9 @@
 // ranks of a process set submitted and others did not, for longer than
 // stall_check_seconds, are logged (at most once per period) as which rank is
 // missing which tensors; after stall_shutdown_seconds the inspector hands them
-// back to be failed on every rank.
+// back to be failed on every rank. Point-to-point halves that have waited
+// as long for their peer are reported too, but never failed: as in MPI, a
+// receive may wait for a send as long as the job runs.
 #pragma once
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "daemon/negotiation/coordinator.h"
+#include "daemon/negotiation/message_matcher.h"
 
 namespace collective::daemon::negotiation {
 
@@ -33,6 +36,11 @@ class StallInspector {
   std::vector<StalledTensor> Inspect(Clock::time_point now,
                                      const std::vector<WaitingTensor>& waiting);
 
+  // The same report, at most once per period, of the sends and receives
+  // (this node's halves) that have waited for their peer longer than
+  // stall_check_seconds.
+  void InspectMessages(Clock::time_point now, const std::vector<WaitingMessage>& waiting);
+
   // The text for a tensor failed by the shutdown limit.
   std::string ShutdownMessage(const StalledTensor& tensor) const;
 
@@ -40,6 +48,7 @@ class StallInspector {
   Clock::duration check_;
   Clock::duration shutdown_;
   Clock::time_point last_report_{};
+  Clock::time_point last_message_report_{};
 };
 
 // "Missing ranks:\n 2: [a, b, c ... and 7 more]\n" for the report, bounded

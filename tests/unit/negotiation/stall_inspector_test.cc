@@ -220,6 +220,38 @@ negotiation::StalledTensor Stalled(const std::string& name, Ranks missing) {
   return {.process_set_id = 0, .name = name, .missing_ranks = std::move(missing), .age = {}};
 }
 
+TEST_F(StallInspectorTest, ReportsMessagesThatWaitForTheirPeerButNeverFailsThem) {
+  negotiation::StallInspector inspector(10, 20);
+  const std::vector<negotiation::WaitingMessage> waiting = {{.process_set_id = 0,
+                                                             .collective = v1::COLLECTIVE_RECV,
+                                                             .rank = 1,
+                                                             .peer = 0,
+                                                             .tag = 7,
+                                                             .dtype = v1::DATA_TYPE_FLOAT32,
+                                                             .bytes = 16,
+                                                             .since = t0_},
+                                                            {.process_set_id = 1,
+                                                             .collective = v1::COLLECTIVE_SEND,
+                                                             .rank = 3,
+                                                             .peer = 1,
+                                                             .tag = 0,
+                                                             .bytes = 4,
+                                                             .since = t0_ + 5 * kSecond}};
+  inspector.InspectMessages(t0_ + 10 * kSecond - kMilli, waiting);
+  EXPECT_EQ(TakeLog(), "") << "nothing has waited 10 s yet";
+  inspector.InspectMessages(t0_ + 12 * kSecond, waiting);
+  const std::string report = TakeLog();
+  EXPECT_THAT(report, HasSubstr("have waited more than 10 s for the other rank's half"));
+  EXPECT_THAT(report, HasSubstr("is not failed by stall_shutdown_seconds"));
+  EXPECT_THAT(report, HasSubstr("\n1: receive from rank 0 with tag 7, 16 bytes, waiting 12.0 s"));
+  EXPECT_THAT(report, Not(HasSubstr("3: send"))) << "it has waited only 7 s";
+  inspector.InspectMessages(t0_ + 21 * kSecond, waiting);
+  EXPECT_EQ(TakeLog(), "") << "within the period of the last report";
+  inspector.InspectMessages(t0_ + 30 * kSecond, waiting);
+  EXPECT_THAT(TakeLog(), HasSubstr("\n3: send to rank 1 with tag 0 (process set 1), 4 bytes, "
+                                   "waiting 25.0 s"));
+}
+
 TEST(FormatMissingRanksTest, ListsTensorsByRankInAscendingRankOrder) {
   EXPECT_EQ(negotiation::FormatMissingRanks({}), "Missing ranks:");
   EXPECT_EQ(
