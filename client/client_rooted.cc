@@ -24,10 +24,13 @@ absl::StatusOr<Client::Handle> Client::ReduceAsync(absl::string_view name, const
   auto prepared =
       internal::PrepareReduction(*core_, v1::COLLECTIVE_REDUCE, name, input, options, &set);
   // Only the root receives the result, and only its output can be the
-  // daemon's to write.
+  // daemon's to write. Another rank's CUDA output is not handed on: it is
+  // never written, and may be smaller than the input (or null).
   const bool root = set.rank_of(rank()) == root_rank;
   const uint64_t length = prepared.ok() ? prepared->request.length() : 0;
-  return SubmitRooted(*core_, std::move(prepared), set, root_rank, output, length,
+  const bool unused_device_output = !root && input.device == Device::kCuda;
+  return SubmitRooted(*core_, std::move(prepared), set, root_rank,
+                      unused_device_output ? nullptr : output, unused_device_output ? 0 : length,
                       root ? length : 0);
 }
 
