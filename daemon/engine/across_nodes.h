@@ -142,6 +142,9 @@ class AcrossNodes {
   Clock::time_point next_heartbeat() const { return negotiator_->next_heartbeat(); }
   // Transfers run now: the engine looks for their end often.
   bool transferring() const;
+  // Tensors announced here await node 0's decision, or transfers run: the
+  // other daemons' next message is due within microseconds.
+  bool AwaitsOtherNodes() const { return !announced_.empty() || transferring(); }
 
   // Runs the decided batches, one at a time, in decision order; true if any
   // progressed.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 #include <future>
+#include <thread>
 
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -151,9 +152,16 @@ void Engine::Loop() {
       worked = true;
       if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
     }
-    RunTimers(Clock::now());
+    const Clock::time_point now = Clock::now();
+    RunTimers(now);
     systemd_status_.Observe(job_.get());
-    if (!worked) doorbell_.Sleep(NextTimer());
+    if (worked) {
+      world_spin_.Worked(now);
+    } else if (SpinsForWorld(now)) {
+      std::this_thread::yield();
+    } else {
+      doorbell_.Sleep(NextTimer());
+    }
   }
   // MPI ends on the thread that began it: the other daemons hear that this
   // one stops (they stop too), then MPI_Finalize meets them — unless MPI

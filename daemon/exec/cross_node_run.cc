@@ -91,6 +91,13 @@ bool CrossNodeRun::Advance() {
       ++next_local_;
       local_running_ = true;
       local_done_.store(false, std::memory_order_relaxed);
+      if (before.bytes() < ThreadPool::kInlineBytes) {
+        // A small batch's latency is mostly the hand-offs: a worker's
+        // wake-up, then the engine's.
+        for (size_t i = 0; i < before.size(); ++i) before.Run(i);
+        local_done_.store(true, std::memory_order_relaxed);
+        continue;
+      }
       pool_.Start(
           before.size(), [&before](size_t i) { before.Run(i); },
           [this] {

@@ -1,7 +1,8 @@
 // One fused batch whose process set spans nodes, carried out without
 // blocking the engine: stage by stage, this node's local work runs on the
 // thread pool's workers while the engine thread drives the transfers
-// of the stages before it (the pipelining of a large allreduce), and the
+// of the stages before it (the pipelining of a large allreduce; less than
+// ThreadPool::kInlineBytes of it runs on the engine thread at once), and the
 // work after a stage's transfers runs once they complete. The engine calls
 // Advance whenever it loops; every node of the set runs the same stages and
 // starts their transfers, through the transport among the daemons, in the
@@ -23,8 +24,8 @@ namespace collective::daemon::exec {
 
 class CrossNodeRun {
  public:
-  // `wake` is called (from a worker) when local work finishes, so that the
-  // engine looks again at once.
+  // `wake` is called (from a worker) when local work the workers ran
+  // finishes, so that the engine looks again at once.
   CrossNodeRun(std::vector<CrossNodeStage> stages, NodeTransport& transport, ThreadPool& pool,
                std::function<void()> wake);
   // A run that ends unfinished (the job failed) abandons its transfers to

@@ -10,13 +10,6 @@
 #include "daemon/job/job.h"
 
 namespace collective::daemon::exec {
-namespace {
-
-// Below this much work, waking the pool costs more than it saves.
-constexpr uint64_t kInlineBytes = 256 << 10;
-
-}  // namespace
-
 Executor::Executor(ThreadPool& pool) : pool_(pool) {
   void* zeros = ::mmap(nullptr, ops::kPieceBytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (zeros == MAP_FAILED) std::abort();  // 4 MiB of address space at start-up
@@ -63,7 +56,7 @@ Executor::Outcome Executor::Run(const FusedBatch& batch, job::ResultArena& resul
     ops::OpFor(tensor.request().collective())
         ->AddWork(tensor, results.data() + outcome.slots[t], work);
   }
-  if (work.bytes() < kInlineBytes) {
+  if (work.bytes() < ThreadPool::kInlineBytes) {
     for (size_t i = 0; i < work.size(); ++i) work.Run(i);
   } else {
     pool_.Run(work.size(), [&work](size_t i) { work.Run(i); });

@@ -10,6 +10,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -19,6 +20,10 @@ namespace collective::daemon::exec {
 
 class ThreadPool {
  public:
+  // Below this much work, waking the pool costs more than it saves: the
+  // caller runs it itself.
+  static constexpr uint64_t kInlineBytes = 256 << 10;
+
   // `threads` counts the caller: 1 means no extra threads.
   explicit ThreadPool(size_t threads);
   ~ThreadPool();

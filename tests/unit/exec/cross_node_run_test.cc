@@ -7,6 +7,7 @@
 #include "daemon/exec/cross_node_run.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -34,7 +35,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr uint64_t kArenaBytes = 64 << 10;
+constexpr uint64_t kArenaBytes = 512 << 10;
 constexpr uint64_t kInputOffset = 64;
 
 // One node of the fake job: its ranks' clients, its thread pool, its
@@ -159,8 +160,8 @@ class CrossNodeRunTest : public ::testing::Test {
       ops::OpFor(node.batch.tensors.front().request().collective())
           ->PlanAcrossNodes(node.batch, node.slots, context, stages);
       stages_ = stages.size();
-      node.run =
-          std::make_unique<CrossNodeRun>(std::move(stages), *node.transport, *node.pool, [] {});
+      node.run = std::make_unique<CrossNodeRun>(std::move(stages), *node.transport, *node.pool,
+                                                [this] { wakes_.fetch_add(1); });
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     std::vector<bool> done(nodes_.size(), false);
@@ -194,6 +195,8 @@ class CrossNodeRunTest : public ::testing::Test {
   std::map<int32_t, uint64_t> offsets_;
   std::vector<std::byte> zeros_;
   size_t stages_ = 0;
+  // How often a worker woke the engine: local work it ran finished.
+  std::atomic<int> wakes_{0};
 };
 
 TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
@@ -223,6 +226,45 @@ TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
     }
   }
   EXPECT_EQ(fabric_.abandoned(), 0);
+}
+
+// A small batch's local part runs on the engine thread, at once: a worker's
+// wake-up and then the engine's would cost more than the work (the latency
+// of a small allreduce across nodes).
+TEST_F(CrossNodeRunTest, ASmallBatchsLocalPartRunsOnTheEngineThread) {
+  Form({2, 1});
+  for (Node& node : nodes_) node.pool = std::make_unique<ThreadPool>(2);
+  AddTensor(
+      "small", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 1; }, 1,
+      [](int32_t rank, int64_t) { return static_cast<float>(rank + 1); });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  EXPECT_EQ(wakes_.load(), 0) << "no worker ran the local part of 4 bytes";
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      EXPECT_THAT(ResultOf(n, 0, local), ::testing::ElementsAre(6.0f));
+    }
+  }
+}
+
+// A large one's goes to the workers, which wake the engine when it is done.
+TEST_F(CrossNodeRunTest, ALargeBatchsLocalPartRunsOnTheWorkers) {
+  Form({1, 1});
+  for (Node& node : nodes_) node.pool = std::make_unique<ThreadPool>(2);
+  constexpr int64_t kLarge = (ThreadPool::kInlineBytes / sizeof(float)) + 1024;
+  AddTensor(
+      "large", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return kLarge; }, 1,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank + i % 7); });
+  RunAll(/*chunk_bytes=*/64 << 20);
+  EXPECT_EQ(wakes_.load(), 2) << "each node's workers ran its local part, in one stage";
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    const std::vector<float> result = ResultOf(n, 0, 0);
+    ASSERT_EQ(result.size(), static_cast<size_t>(kLarge));
+    for (int64_t i = 0; i < kLarge; ++i) {
+      ASSERT_FLOAT_EQ(result[i], static_cast<float>(1 + 2 * (i % 7))) << "element " << i;
+    }
+  }
 }
 
 // Adasum across nodes is the tree one node would build over every rank:
