@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include "absl/strings/match.h"
@@ -59,19 +60,29 @@ absl::StatusOr<std::unique_ptr<ElasticWorld>> ElasticWorld::Create(Options optio
   // mkdtemp makes it 0700: only this user reads or replaces the world.
   std::string directory = base + "/collectiverun-elastic-XXXXXX";
   if (::mkdtemp(directory.data()) == nullptr) return Errno(absl::StrCat("mkdtemp ", directory));
-  return std::unique_ptr<ElasticWorld>(new ElasticWorld(
-      options, job, environment, std::move(command), prefix_output, std::move(directory)));
+  UniqueFd watch(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+  if (!watch.valid() ||
+      ::inotify_add_watch(watch.get(), directory.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
+    const absl::Status error = Errno(absl::StrCat("cannot watch ", directory));
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+    return error;
+  }
+  return std::unique_ptr<ElasticWorld>(new ElasticWorld(options, job, environment,
+                                                        std::move(command), prefix_output,
+                                                        std::move(directory), std::move(watch)));
 }
 
 ElasticWorld::ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
                            std::vector<std::string> command, bool prefix_output,
-                           std::string directory)
+                           std::string directory, UniqueFd watch)
     : options_(options),
       job_(job),
       environment_(environment),
       command_(std::move(command)),
       prefix_output_(prefix_output),
-      directory_(std::move(directory)) {}
+      directory_(std::move(directory)),
+      watch_(std::move(watch)) {}
 
 ElasticWorld::~ElasticWorld() {
   std::error_code ignored;
@@ -129,6 +140,51 @@ void ElasticWorld::Exited(int worker) {
   // Best effort: without it, a worker that waits to join gives up at its
   // deadline rather than hanging.
   WriteNewFile(absl::StrCat(directory_, "/exited-", worker), "").IgnoreError();
+}
+
+absl::StatusOr<std::optional<std::string>> ElasticWorld::OnDirectoryChanged(
+    TrainerGroup& trainers) {
+  // Drains the events: which file changed does not matter, the markers do.
+  alignas(inotify_event) char events[4096];
+  while (::read(watch_.get(), events, sizeof(events)) > 0) {
+  }
+  if (!EveryWorkerAwaitsReset()) return std::nullopt;
+  ++failures_;
+  if (absl::Status published = Publish(workers_, {}, trainers); !published.ok()) {
+    return published;
+  }
+  return absl::StrCat("a collective failed on every worker; re-forming the job with the same ",
+                      Workers(static_cast<int>(workers_.size())), " as generation ", generation_);
+}
+
+bool ElasticWorld::EveryWorkerAwaitsReset() const {
+  std::error_code error;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
+    names.push_back(entry.path().filename().string());
+  }
+  if (error) return false;
+  const auto has = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  const auto joined = [&](int worker) {
+    const std::string suffix = absl::StrCat("-", worker);
+    return std::any_of(names.begin(), names.end(), [&](const std::string& name) {
+      return absl::StartsWith(name, "joining-") && absl::EndsWith(name, suffix) &&
+             name.find('-', 8) == name.size() - suffix.size();
+    });
+  };
+  bool any = false;
+  for (int worker : workers_) {
+    if (has(absl::StrCat("reset-", failures_, "-", worker))) {
+      any = true;
+    } else if (joined(worker)) {
+      return false;  // still running its job, or yet to notice that it failed
+    }
+    // Else it was added and has not joined yet: it joins the generation
+    // published next.
+  }
+  return any;
 }
 
 absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<int>& added,

@@ -9,17 +9,21 @@
 // rank 0 of a new generation always holds the state it broadcasts. The
 // directory (0700, the launcher's) holds `world`, the latest generation,
 // replaced atomically (written beside it, then renamed), and markers that
-// say a worker has exited (written here) or joins a generation (written by
-// the worker); collective.common.elastic_rendezvous watches them with inotify.
+// say a worker has exited (written here), joins a generation or waits for
+// the job to re-form after a collective failed (written by the worker);
+// collective.common.elastic_rendezvous and the launcher watch them with
+// inotify.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/launcher/rank_environment.h"
 #include "client/launcher/trainer_group.h"
+#include "client/launcher/unique_fd.h"
 
 namespace collective::launcher {
 
@@ -56,12 +60,26 @@ class ElasticWorld {
   // Worker `worker` exited (any way, before Remove for a failure): no later
   // generation lists it, and workers waiting to join learn that it is gone.
   void Exited(int worker);
+  // The directory changed (`watch_fd()` is readable): once every live worker
+  // that has joined a generation asked to re-form after the failures so far
+  // (`reset-<failures>-<worker>`: a collective failed on every rank, and no
+  // worker died), publishes the next generation with the same workers, as
+  // Horovod's driver re-forms the job once every worker reported ready.
+  // Returns what happened, in words, or nullopt.
+  absl::StatusOr<std::optional<std::string>> OnDirectoryChanged(TrainerGroup& trainers);
 
   const std::string& directory() const { return directory_; }
+  // inotify on the directory: readable when a file there was written.
+  int watch_fd() const { return watch_.get(); }
 
  private:
   ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
-               std::vector<std::string> command, bool prefix_output, std::string directory);
+               std::vector<std::string> command, bool prefix_output, std::string directory,
+               UniqueFd watch);
+
+  // Every live worker that has joined a generation asked to re-form after
+  // `failures_` failures, and at least one did.
+  bool EveryWorkerAwaitsReset() const;
 
   // Starts workers `added` as members of a generation of `workers` (their
   // ranks are their positions), then makes that generation current.
@@ -75,12 +93,14 @@ class ElasticWorld {
   std::vector<std::string> command_;
   bool prefix_output_;
   std::string directory_;
+  UniqueFd watch_;
   int generation_ = -1;
   std::vector<int> workers_;  // of the current generation, in rank order
   int next_worker_ = 0;
-  // Workers that failed so far: a generation published after a failure says
-  // so, which tells the survivors it is the one to join (an earlier one,
-  // made while workers were added, may still list the dead worker).
+  // Failures so far (workers that died, jobs that failed on every rank): a
+  // generation published after a failure says so, which tells the survivors
+  // it is the one to join (an earlier one, made while workers were added,
+  // may still list a dead worker).
   int failures_ = 0;
 };
 

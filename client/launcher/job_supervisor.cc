@@ -32,6 +32,9 @@ int JobSupervisor::Run() {
     });
     trainers_.Watch(set, [this](Trainer& trainer) { OnTrainerExit(trainer); });
     if (daemon_ != nullptr) daemon_->Watch(set, [this](int status) { OnDaemonExit(status); });
+    if (elastic_ != nullptr && !stopping_) {
+      set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
+    }
     if (!set.Wait(kill_deadline_)) {
       Say(absl::StrCat(Ranks(trainers_.running()), " still running after ",
                        absl::FormatDuration(options_.grace), "; sending SIGKILL"));
@@ -92,6 +95,20 @@ bool JobSupervisor::ReformWithout(const Trainer& trainer, const std::string& wha
   Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
                    reformed.status().message()));
   return false;
+}
+
+void JobSupervisor::OnElasticMarkers() {
+  const absl::StatusOr<std::optional<std::string>> reformed =
+      elastic_->OnDirectoryChanged(trainers_);
+  if (reformed.ok() && !reformed->has_value()) return;
+  if (reformed.ok()) {
+    Say(**reformed);
+    return;
+  }
+  Say(absl::StrCat("cannot re-form the job: ", reformed.status().message(), "; stopping the ",
+                   Ranks(trainers_.running())));
+  Fail(1);
+  StopTrainers(SIGTERM);
 }
 
 void JobSupervisor::OnDaemonExit(int status) {

@@ -38,6 +38,9 @@ class JobSupervisor {
   void OnTrainerExit(const Trainer& trainer);
   // An elastic job's worker failed: true if the job goes on without it.
   bool ReformWithout(const Trainer& trainer, const std::string& what);
+  // An elastic job's rendezvous directory changed: the workers may all wait
+  // to re-form after a failed collective.
+  void OnElasticMarkers();
   void OnDaemonExit(int status);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);

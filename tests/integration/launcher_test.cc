@@ -473,6 +473,30 @@ TEST(LauncherTest, AnElasticJobGoesOnWithoutAFailedWorker) {
       << run.out;
 }
 
+TEST(LauncherTest, AnElasticJobReformsWithTheSameWorkersOnceEveryWorkerAsks) {
+  // Every worker has joined generation 0 (its marker, as init() writes it),
+  // then waits as after a collective that failed on every rank: it asks to
+  // re-form (reset-0-<worker>). No worker dies, so only the last request
+  // makes the launcher publish generation 1, with the same workers.
+  const LaunchResult run = RunLauncher(
+      Concat(
+          {"--elastic", "-np", "3"},
+          Shell(absl::StrCat(": > \"$COLLECTIVE_ELASTIC_DIR/joining-0-$COLLECTIVE_ELASTIC_WORKER\""
+                             "; exec ",
+                             AwaitWorld()))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: a collective failed on every worker; re-forming "
+                                 "the job with the same 3 workers as generation 1"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1, 2]",
+                                          "[1] worker 1 sees generation 1 1 [0, 1, 2]",
+                                          "[2] worker 2 sees generation 1 1 [0, 1, 2]"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AnElasticJobStopsBelowMinNp) {
   const LaunchResult run = RunLauncher(
       Concat({"--elastic", "-np", "3", "--grace-seconds", "30"},

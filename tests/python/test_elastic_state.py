@@ -200,6 +200,8 @@ def test_a_survivor_waits_for_the_generation_after_the_failure(rendezvous_dir):
     _publish(rendezvous_dir, 2, [0, 1, 3], failures=1)
     waiter.join(30)
     assert not waiter.is_alive() and [w.generation for w in found] == [2]
+    # It asked the launcher to re-form after the failures it knew of (none).
+    assert (rendezvous_dir / 'reset-0-1').exists()
 
 
 def test_an_added_worker_joins_the_latest_generation_once_the_others_left(rendezvous_dir,
@@ -226,6 +228,6 @@ def test_an_added_worker_joins_the_latest_generation_once_the_others_left(rendez
 def test_waiting_gives_up_at_the_deadline(rendezvous_dir, monkeypatch):
     monkeypatch.setenv('COLLECTIVE_ELASTIC_TIMEOUT_S', '0.2')
     _publish(rendezvous_dir, 0, [0, 1])
-    with pytest.raises(TimeoutError, match='a generation without the failed worker did not '
+    with pytest.raises(TimeoutError, match='a generation after the failure did not '
                                            'happen within 0.2 s'):
         rendezvous.wait_for_next_world(True)

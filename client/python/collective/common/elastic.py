@@ -8,6 +8,9 @@ joins the one the launcher re-forms without the dead worker, receives rank
 0's state and runs the function again. When workers are added, every rank
 raises ``HostsUpdatedInterrupt`` at the same ``commit()``/``check_host_updates()``,
 keeps its state, re-forms with the newcomers and sends them the state.
+A collective that fails on every rank without a death (mismatched tensors)
+also raises ``HorovodInternalError``: every rank rolls back, and the
+launcher re-forms the job with the same workers once all have asked.
 How the job re-forms is ``collective.common.elastic_rendezvous``.
 """
 
@@ -149,7 +152,7 @@ def run_fn(func, reset):
 
 def reset_job(shutdown, init, after_failure):
     """Leaves the current generation and joins the latest one, once the launcher has published
-    what comes after it (after a failure: a generation without the failed worker)."""
+    what comes after it (after a failure: a generation published since, without a dead worker)."""
     shutdown()
     rendezvous.wait_for_next_world(after_failure)
     init()  # joins the latest generation (see elastic_rendezvous.join_latest_generation)

@@ -34,7 +34,8 @@ _SIZE_NAMES = ('COLLECTIVE_LOCAL_SIZE', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_SIZE', 'W
 
 class World:
     """One generation of the job: ``workers`` lists the worker numbers in rank order;
-    ``failures`` counts the workers that had failed when the launcher published it."""
+    ``failures`` counts the failures (workers that died, jobs that failed on every rank) the
+    launcher had seen when it published it."""
 
     def __init__(self, generation, job_id, workers, failures):
         self.generation = generation
@@ -62,7 +63,7 @@ def generation():
 
 
 def failures():
-    """How many workers had failed when that generation was published."""
+    """How many failures the launcher had seen when that generation was published."""
     return int(os.environ.get('COLLECTIVE_ELASTIC_FAILURES', '0'))
 
 
@@ -139,16 +140,33 @@ def _wait_until(condition, what):
         watch.close()
 
 
+def request_reset():
+    """Tells the launcher that this worker's job failed and that it waits to re-form.
+
+    ``reset-<failures>-<worker>``: when every live worker that has joined a
+    generation asked so after the same count of failures (a collective that
+    failed on every rank without a death: mismatched tensors, a stall), the
+    launcher publishes the next generation with the same workers, as
+    Horovod's driver re-forms the job once every worker reported ready. A
+    death re-forms it without the dead worker before that.
+    """
+    with open(os.path.join(directory(), f'reset-{failures()}-{worker()}'), 'w'):
+        pass
+
+
 def wait_for_next_world(after_failure):
     """Waits until the launcher has published what comes after this process's generation.
 
-    After a failure that is a generation published since a worker failed:
-    one published before (workers were being added) may still list the dead
-    worker, whose job would never form. Otherwise any newer generation.
+    After a failure that is a generation published since the job failed
+    (``request_reset``): one published before (workers were being added)
+    may still list a dead worker, whose job would never form. Otherwise any
+    newer generation.
     """
     if directory() is None:
         return None
     current, failed = generation(), failures()
+    if after_failure:
+        request_reset()
 
     def next_world():
         world = read_world()
@@ -156,7 +174,7 @@ def wait_for_next_world(after_failure):
             return world if world.failures > failed else None
         return world if world.generation > current else None
 
-    return _wait_until(next_world, 'a generation without the failed worker' if after_failure
+    return _wait_until(next_world, 'a generation after the failure' if after_failure
                        else f'a generation after {current}')
 
 
