@@ -76,8 +76,9 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
     v1::ProcessSet* set = request.add_static_process_sets();
     for (int rank : ranks) set->add_ranks(rank);
   }
-  ASSIGN_OR_RETURN(const v1::RegisterResponse response,
-                   session->Register(request, options.register_timeout));
+  ASSIGN_OR_RETURN(
+      const v1::RegisterResponse response,
+      session->Register(request, options.register_timeout, options.cancellation.get()));
 
   std::shared_ptr<ClientCore> core(new ClientCore(std::move(session), options));
   auto segment = shm::ClientSegment::Open(response.arena().name(), response.arena().size_bytes(),

@@ -220,12 +220,21 @@ Session::~Session() {
 }
 
 absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest& request,
-                                                       absl::Duration timeout) {
+                                                       absl::Duration timeout,
+                                                       ConnectCancellation* cancellation) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(timeout));
+  if (cancellation != nullptr && !cancellation->Arm([&context] { context.TryCancel(); })) {
+    return absl::CancelledError("the registration was cancelled before it started");
+  }
   v1::RegisterResponse response;
   const grpc::Status status = stub_->Register(&context, request, &response);
+  if (cancellation != nullptr) cancellation->Disarm();
   if (status.ok()) return response;
+  if (status.error_code() == grpc::StatusCode::CANCELLED && cancellation != nullptr &&
+      cancellation->cancelled()) {
+    return absl::CancelledError("the registration was cancelled while the job formed");
+  }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
       status.error_message().find("collectived") == std::string::npos) {
     return absl::UnavailableError(

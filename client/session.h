@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collective/client.h"
 #include "collective/v1/collective.grpc.pb.h"
 
 namespace collective::internal {
@@ -40,9 +41,11 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // Blocks until the job has formed, or the timeout passes.
+  // Blocks until the job has formed, the timeout passes, or `cancellation`
+  // (may be null) is cancelled.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request,
-                                                absl::Duration timeout);
+                                                absl::Duration timeout,
+                                                ConnectCancellation* cancellation);
 
   // Opens the stream and attaches it to the registered client; returns once
   // the daemon confirmed. `listener` must outlive the session.

@@ -1,5 +1,6 @@
 // The life of jobs and of the daemon: a client killed mid-allreduce, a job
-// that never forms, a rank killed while forming, inconsistent registrations,
+// that never forms, a rank killed while forming, a registration cancelled
+// while forming, inconsistent registrations,
 // a rank that leaves while another waits on it, SIGTERM with requests
 // pending, SIGTERM in any state with a notification socket nobody reads, a
 // daemon killed under its clients and its successor on the same
@@ -186,6 +187,28 @@ TEST(RegisterTimeoutTest, RankKilledWhileFormingFreesItsPlace) {
   ASSERT_TRUE(workers.ok()) << workers.status();
   EXPECT_EQ(WaitForWorkers(*workers, kJobTimeout), "");
   ExpectIdleAndClean(**daemon);
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
+TEST(RegisterTimeoutTest, ACancelledRegistrationIsForgotten) {
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto waiting = (*daemon)->StartWorker(TestWorkerBinary(), 0, 2, {"cancel-on-signal"});
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  auto forming = (*daemon)->AwaitStatus(
+      [](const v1::StatusResponse& s) { return s.job().registered() == 1; }, kStateTimeout);
+  ASSERT_TRUE(forming.ok()) << forming.status();
+  waiting->Signal(SIGUSR1);
+  const auto cancelled = waiting->Wait(kFailureBound);
+  EXPECT_TRUE(ExitedCleanly(cancelled))
+      << (cancelled ? waiting->Describe(*cancelled) : "still runs") << waiting->Stderr();
+  EXPECT_EQ(waiting->Stdout(),
+            "error: CANCELLED: the registration was cancelled while the job formed\n");
+  // The daemon forgot it: no job, no segment, and a new job of 2 forms.
+  ExpectIdleAndClean(**daemon);
+  auto workers = (*daemon)->StartWorkers(TestWorkerBinary(), 2, kMatrix);
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  EXPECT_EQ(WaitForWorkers(*workers, kJobTimeout), "");
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
 

@@ -17,6 +17,7 @@
 //                                      (on each rank in turn, as 'dup.RANK')
 //   bad-args                           arguments the client library refuses itself
 //   leave-on-signal                    connect, then Close on SIGUSR1
+//   cancel-on-signal                   connect; SIGUSR1 cancels it (ConnectCancellation)
 //   reinit [--times N]                 connect, allreduce, barrier, Close; N times
 //
 // wait-stuck and victim take --daemon-timeout-ms N (ClientOptions::
@@ -29,7 +30,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grp.h>
@@ -435,6 +438,27 @@ int LeaveOnSignal(const Args&) {
   return 0;
 }
 
+// Connects to a job that cannot form, and cancels that from another thread
+// on SIGUSR1; prints the error Connect returned.
+int CancelOnSignal(const Args&) {
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, nullptr);  // before any thread starts
+  ClientOptions options;
+  options.cancellation = std::make_shared<ConnectCancellation>();
+  std::thread canceller([cancellation = options.cancellation, usr1] {
+    int received = 0;
+    sigwait(&usr1, &received);
+    cancellation->Cancel();
+  });
+  auto client = Client::Connect(options);
+  canceller.join();
+  if (client.ok()) Die("Connect succeeded");
+  std::printf("error: %s\n", client.status().ToString().c_str());
+  return 0;
+}
+
 // Initialises, allreduces, passes a barrier and leaves, --times N times
 // over, as Horovod's suite (shutdown and init after every test) and elastic
 // training do: a rank that left connects again at once, whether or not the
@@ -464,10 +488,17 @@ int Reinit(const Args& args) {
 
 int RunScenario(const std::string& name, const Args& args) {
   const std::map<std::string, std::function<int(const Args&)>> scenarios = {
-      {"matrix", Matrix},       {"mismatch", Mismatch},          {"wait-stuck", WaitStuck},
-      {"victim", Victim},       {"connect-error", ConnectError}, {"as-uid", AsUid},
-      {"duplicate", Duplicate}, {"bad-args", BadArgs},           {"leave-on-signal", LeaveOnSignal},
+      {"matrix", Matrix},
+      {"mismatch", Mismatch},
+      {"wait-stuck", WaitStuck},
+      {"victim", Victim},
+      {"connect-error", ConnectError},
+      {"as-uid", AsUid},
+      {"duplicate", Duplicate},
+      {"bad-args", BadArgs},
+      {"leave-on-signal", LeaveOnSignal},
       {"reinit", Reinit},
+      {"cancel-on-signal", CancelOnSignal},
   };
   const auto it = scenarios.find(name);
   if (it == scenarios.end()) Die("unknown scenario " + name);

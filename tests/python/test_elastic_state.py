@@ -231,3 +231,58 @@ def test_waiting_gives_up_at_the_deadline(rendezvous_dir, monkeypatch):
     with pytest.raises(TimeoutError, match='a generation after the failure did not '
                                            'happen within 0.2 s'):
         rendezvous.wait_for_next_world(True)
+
+
+class _FakeCancellation:
+    """collective._core.ConnectCancellation's surface, over a threading.Event."""
+
+    def __init__(self):
+        self.event = threading.Event()
+
+    def cancel(self):
+        self.event.set()
+
+    @property
+    def cancelled(self):
+        return self.event.is_set()
+
+
+def test_a_registration_that_a_failure_supersedes_is_cancelled(rendezvous_dir):
+    _publish(rendezvous_dir, 0, [0, 1, 2])
+    cancellation = _FakeCancellation()
+
+    def connect():  # as the daemon: waits until the job forms, or the cancellation
+        cancellation.event.wait(30)
+        raise RuntimeError('the registration was cancelled while the job formed')
+
+    outcome = []
+    waiter = threading.Thread(target=lambda: outcome.append(
+        rendezvous.connect_unless_superseded(connect, cancellation)))
+    waiter.start()
+    _publish(rendezvous_dir, 1, [0, 1, 2, 3])  # a worker added, then one died
+    _publish(rendezvous_dir, 2, [0, 1, 3], failures=1)
+    waiter.join(30)
+    assert not waiter.is_alive() and outcome == [None] and cancellation.cancelled
+
+
+def test_a_registration_that_forms_returns_its_client_and_its_errors(rendezvous_dir):
+    _publish(rendezvous_dir, 0, [0, 1])
+    assert rendezvous.connect_unless_superseded(lambda: 'client', _FakeCancellation()) == 'client'
+
+    def refused():
+        raise ValueError('refused')
+
+    with pytest.raises(ValueError, match='refused'):
+        rendezvous.connect_unless_superseded(refused, _FakeCancellation())
+
+
+def test_only_a_refusal_naming_an_earlier_generation_is_retried(rendezvous_dir, monkeypatch):
+    monkeypatch.setenv('COLLECTIVE_JOB_ID', 'job.2')
+    monkeypatch.setenv('COLLECTIVE_ELASTIC_GENERATION', '2')
+    assert rendezvous.refused_for_an_earlier_generation(
+        "collectived is serving job 'job.1'; job 'job.2' can register when it has ended")
+    assert not rendezvous.refused_for_an_earlier_generation(
+        "collectived is serving job 'job.2'; job 'job.3' can register when it has ended")
+    assert not rendezvous.refused_for_an_earlier_generation(
+        "collectived is serving job 'other.1'; job 'job.2' can register when it has ended")
+    assert not rendezvous.refused_for_an_earlier_generation('local rank 0 is already registered')

@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,7 +34,28 @@ namespace collective {
 
 namespace internal {
 class ClientCore;
+class Session;
 }  // namespace internal
+
+// Cancels a Client::Connect that waits for its job to form, from any thread:
+// that Connect returns CANCELLED and the daemon forgets the registration (an
+// elastic worker gives up a generation that a death superseded before it
+// formed). Cancel before the Connect starts cancels it too; one per Connect.
+class ConnectCancellation {
+ public:
+  void Cancel();
+  bool cancelled() const;
+
+ private:
+  friend class internal::Session;
+  // While registering: `cancel` runs on Cancel. False if cancelled already.
+  bool Arm(std::function<void()> cancel);
+  void Disarm();
+
+  mutable std::mutex mutex_;
+  bool cancelled_ = false;
+  std::function<void()> cancel_;
+};
 
 struct ClientOptions {
   // Empty: $COLLECTIVE_SOCKET, else /run/collectived/collectived.sock.
@@ -55,6 +78,8 @@ struct ClientOptions {
   std::vector<std::vector<int>> static_process_sets;
   // A daemon whose heartbeat is older than this is considered hung.
   absl::Duration daemon_timeout = absl::Seconds(60);
+  // Null: Connect waits for the job to form until register_timeout.
+  std::shared_ptr<ConnectCancellation> cancellation;
 
   // Fills every field left unset from the environment. Errors name the
   // variable and what is wrong with it.

@@ -23,8 +23,10 @@ namespace py = pybind11;
 
 std::unique_ptr<Client> Connect(std::vector<std::vector<int>> static_process_sets,
                                 std::string socket_path, std::string job_id, int local_rank,
-                                int local_size, uint64_t arena_bytes, double register_timeout_s) {
+                                int local_size, uint64_t arena_bytes, double register_timeout_s,
+                                std::shared_ptr<ConnectCancellation> cancellation) {
   ClientOptions options;
+  options.cancellation = std::move(cancellation);
   options.static_process_sets = std::move(static_process_sets);
   options.socket_path = std::move(socket_path);
   options.job_id = std::move(job_id);
@@ -68,12 +70,19 @@ std::vector<std::pair<int32_t, std::vector<int>>> ProcessSets(const Client& clie
 }  // namespace
 
 void BindClient(py::module_& m) {
+  py::class_<ConnectCancellation, std::shared_ptr<ConnectCancellation>>(
+      m, "ConnectCancellation",
+      "Cancels a Client.connect that waits for its job to form, from another thread: that "
+      "connect raises, and the daemon forgets the registration.")
+      .def(py::init<>())
+      .def("cancel", &ConnectCancellation::Cancel, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("cancelled", &ConnectCancellation::cancelled);
   py::class_<Client, std::unique_ptr<Client>>(m, "Client", "A trainer's connection to collectived.")
       .def_static("connect", &Connect,
                   py::arg("static_process_sets") = std::vector<std::vector<int>>{},
                   py::arg("socket_path") = "", py::arg("job_id") = "", py::arg("local_rank") = -1,
                   py::arg("local_size") = -1, py::arg("arena_bytes") = 0,
-                  py::arg("register_timeout_s") = 300.0,
+                  py::arg("register_timeout_s") = 300.0, py::arg("cancellation") = nullptr,
                   "Registers with the daemon and waits until the whole job has formed. Unset "
                   "arguments come from the environment (COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID, "
                   "COLLECTIVE_LOCAL_RANK/SIZE, ...).")

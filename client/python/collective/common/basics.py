@@ -15,6 +15,7 @@ from collective import _core
 from collective.common import connection
 from collective.common import elastic_rendezvous
 from collective.common import process_sets as sets
+from collective.common.exceptions import HorovodInternalError
 
 _atexit_registered = False
 
@@ -47,7 +48,9 @@ def init(comm=None, process_sets=None):
     if not connection.is_open():
         # In an elastic job: the latest generation, once the one before has left.
         elastic_rendezvous.join_latest_generation()
-    connected = connection.open_connection([list(s.ranks) for s in requested])
+    connected = connection.open_connection(
+        [list(s.ranks) for s in requested],
+        _connect_elastic if elastic_rendezvous.directory() is not None else None)
     if connected and not _atexit_registered:
         atexit.register(shutdown)
         _atexit_registered = True
@@ -59,6 +62,29 @@ def init(comm=None, process_sets=None):
             f'init(comm={comm}): comm must list every rank of the job (0 to {job_size - 1}) '
             'or none; collectived forms the job from every process the launcher started')
     sets.bind_process_sets(requested)
+
+
+def _connect_elastic(static_process_sets):
+    """Connects to the latest generation of an elastic job, again whenever a failure supersedes
+    the one it waits to form (a member that died before registering)."""
+    retry = elastic_rendezvous.Backoff()
+    while True:
+        cancellation = _core.ConnectCancellation()
+        try:
+            client = elastic_rendezvous.connect_unless_superseded(
+                lambda: _core.Client.connect(static_process_sets=static_process_sets,
+                                             cancellation=cancellation), cancellation)
+        except HorovodInternalError as error:
+            # The daemon has not yet taken in that another survivor gave up
+            # the superseded generation: moments away.
+            if not elastic_rendezvous.refused_for_an_earlier_generation(str(error)):
+                raise
+            retry.wait(str(error))
+            continue
+        if client is not None:
+            return client
+        # The others of the superseded generation first give it up.
+        elastic_rendezvous.join_latest_generation(after_superseded=True)
 
 
 def shutdown():

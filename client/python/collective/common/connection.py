@@ -43,17 +43,22 @@ _lock = threading.Lock()
 _current = None  # the connection of this process, while initialized
 
 
-def open_connection(static_process_sets):
+def open_connection(static_process_sets, connect=None):
     """Connects to the node's daemon unless connected already; True if this call connected.
 
     ``static_process_sets``: lists of ranks to create when the job forms
-    (ignored when connected already).
+    (ignored when connected already). ``connect(static_process_sets)``
+    returns the ``_core.Client``; by default ``_core.Client.connect``.
     """
     global _current
     with _lock:
         if _current is not None:
             return False
-        _current = Connection(_core.Client.connect(static_process_sets=static_process_sets))
+        if connect is None:
+            client = _core.Client.connect(static_process_sets=static_process_sets)
+        else:
+            client = connect(static_process_sets)
+        _current = Connection(client)
         return True
 
 

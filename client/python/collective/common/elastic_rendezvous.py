@@ -19,6 +19,7 @@ job cannot re-form.
 import ctypes
 import os
 import select
+import threading
 import time
 
 _IN_NONBLOCK = os.O_NONBLOCK
@@ -101,13 +102,16 @@ class _DirectoryWatch:
             os.close(self._fd)
             raise OSError(errno, f'cannot watch {path}')
 
-    def wait(self, deadline):
-        """Waits for a change until ``deadline`` (time.monotonic()); False if it passed."""
+    def wait(self, deadline, also=None):
+        """Waits for a change, or for ``also`` (a descriptor) to be readable, until ``deadline``
+        (time.monotonic()); False if it passed."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
+        if also is not None:
+            poller.register(also, select.POLLIN)
         if not poller.poll(remaining * 1000):
             return False
         try:
@@ -121,8 +125,9 @@ class _DirectoryWatch:
         os.close(self._fd)
 
 
-def _wait_until(condition, what):
-    """Returns condition()'s first truthy value, re-checked whenever the directory changes."""
+def _wait_until(condition, what, also=None):
+    """Returns condition()'s first truthy value, re-checked whenever the directory changes (or
+    ``also``, a descriptor, becomes readable)."""
     deadline = time.monotonic() + timeout_s()
     watch = _DirectoryWatch(directory())
     try:
@@ -132,7 +137,7 @@ def _wait_until(condition, what):
             value = condition()
             if value:
                 return value
-            if not watch.wait(deadline):
+            if not watch.wait(deadline, also):
                 raise TimeoutError(
                     f'elastic worker {worker()}: {what} did not happen within '
                     f'{timeout_s():g} s (COLLECTIVE_ELASTIC_TIMEOUT_S)')
@@ -190,13 +195,15 @@ def point_environment_at(world):
         os.environ[name] = str(len(world.workers))
 
 
-def join_latest_generation():
+def join_latest_generation(after_superseded=False):
     """Points ``init()`` at the latest generation, which this worker belongs to (the launcher
     keeps every live worker), once the workers of the generation before have left theirs.
 
     The daemon serves one job at a time, so a worker that is added must not
     register before the running ranks left their job. ``COLLECTIVE_ELASTIC_AWAIT``
-    (set for added workers, read once) lists the workers it waits for: each
+    (set for added workers, read once; after this worker gave up a generation
+    that a failure superseded, the other workers of the latest) lists the
+    workers it waits for: each
     has exited (``exited-<worker>``, written by the launcher) or is joining
     this generation or a later one (``joining-<generation>-<worker>``, written
     here by every worker before it registers). Nothing to do outside an
@@ -207,6 +214,14 @@ def join_latest_generation():
     if base is None:
         return
     mine = generation()
+    if after_superseded:
+        # This worker gave up a generation that never formed; so do the
+        # others that live on, and none registers with the latest before
+        # all have (each says so first, so that none waits for another).
+        latest = read_world()
+        mine = latest.generation
+        awaited = [w for w in latest.workers if w != worker()]
+        _mark_joining(base, mine)
 
     def gone_or_joining(names, member):
         if f'exited-{member}' in names:
@@ -226,5 +241,84 @@ def join_latest_generation():
         _wait_until(all_left, 'the workers of the previous generation leaving it')
     world = read_world()
     point_environment_at(world)
-    with open(os.path.join(base, f'joining-{world.generation}-{worker()}'), 'w'):
+    _mark_joining(base, world.generation)
+
+
+def _mark_joining(base, target):
+    with open(os.path.join(base, f'joining-{target}-{worker()}'), 'w'):
         pass
+
+
+def connect_unless_superseded(connect, cancellation):
+    """Registers with this worker's generation and waits for it to form, unless a failure
+    supersedes it first.
+
+    ``connect()`` registers and blocks until the job forms (it runs on a
+    thread of its own); ``cancellation.cancel()`` makes it give up. A member
+    that dies before it registers would leave the others waiting for it until
+    the daemon's registration deadline: as soon as the launcher publishes a
+    generation after a failure, the registration is cancelled (the daemon
+    forgets it) and None is returned, for the caller to join the latest
+    generation. Returns the connected client, or raises what ``connect()``
+    raised.
+    """
+    outcome = {}
+    done_read, done_write = os.pipe()
+
+    def register():
+        try:
+            outcome['client'] = connect()
+        except BaseException as error:  # noqa: BLE001  handed to the waiting thread
+            outcome['error'] = error
+        finally:
+            os.write(done_write, b'.')
+
+    failed = failures()
+    registering = threading.Thread(target=register, name='collective-elastic-register',
+                                   daemon=True)
+    registering.start()
+    try:
+        def formed_or_superseded():
+            if outcome:
+                return 'done'
+            return 'superseded' if read_world().failures > failed else None
+
+        if _wait_until(formed_or_superseded, f'generation {generation()} forming',
+                       also=done_read) == 'superseded':
+            cancellation.cancel()
+        registering.join()
+    finally:
+        os.close(done_read)
+        os.close(done_write)
+    if 'client' in outcome:
+        return outcome['client']  # formed before the cancellation reached it
+    if cancellation.cancelled:
+        return None
+    raise outcome['error']
+
+
+def refused_for_an_earlier_generation(message):
+    """Whether the daemon refused a registration because it still forms an earlier generation
+    of this elastic job (``collectived is serving job '<job>.<n>'; ...``)."""
+    base = os.environ.get('COLLECTIVE_JOB_ID', '').rpartition('.')[0]
+    prefix = f"collectived is serving job '{base}."
+    if not base or not message.startswith(prefix):
+        return False
+    serving = message[len(prefix):].partition("'")[0]
+    return serving.isdigit() and int(serving) < generation()
+
+
+class Backoff:
+    """Waits before a retry, 5 ms doubling to 100 ms, until the elastic deadline; for the one
+    race no file announces: the daemon taking in a registration another process cancelled."""
+
+    def __init__(self):
+        self._deadline = time.monotonic() + timeout_s()
+        self._delay = 0.005
+
+    def wait(self, why):
+        if time.monotonic() + self._delay > self._deadline:
+            raise TimeoutError(f'elastic worker {worker()}: still refused after '
+                               f'{timeout_s():g} s (COLLECTIVE_ELASTIC_TIMEOUT_S): {why}')
+        time.sleep(self._delay)
+        self._delay = min(self._delay * 2, 0.1)
