@@ -150,6 +150,13 @@ void ExpectEveryModeAgainstMpi(const BenchRun& run, const EveryModeRun& expected
         EXPECT_GT(Number(line, "memcpy_GBps"), 0) << text;
       }
     }
+    if (mode == "latency") {
+      // The wake-up floor bounds one node only, and no step can beat it.
+      EXPECT_EQ(Has(line, "wakeup_floor_p50_us"), expected.nodes == 1) << text;
+      if (expected.nodes == 1) {
+        EXPECT_GT(Number(line, "wakeup_floor_p50_us"), 0) << text;
+      }
+    }
     ++lines_per_mode[mode];
     points.insert(
         absl::StrCat(system, "/", Text(line, "placement"), "/", mode, "/", Number(line, "bytes")));

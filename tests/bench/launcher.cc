@@ -23,6 +23,7 @@
 #include "tests/bench/mpirun_command.h"
 #include "tests/bench/report.h"
 #include "tests/bench/samples.h"
+#include "tests/bench/wakeup_floor.h"
 #include "tests/common/subprocess.h"
 
 namespace collective::bench {
@@ -71,6 +72,17 @@ class Launcher {
         MeasureMemcpy(kMemcpyBytes, static_cast<int>(std::thread::hardware_concurrency()));
     if (OnGpu()) {
       ASSIGN_OR_RETURN(info.device_copy_bytes_per_second, MeasureDeviceCopy(kMemcpyBytes));
+    }
+    if (options_.nodes == 1 && std::find(options_.modes.begin(), options_.modes.end(),
+                                         BenchMode::kLatency) != options_.modes.end()) {
+      WakeupFloor floor;
+      ASSIGN_OR_RETURN(
+          floor.last_wakes,
+          MeasureWakeupFloor(options_.clients, options_.latency_iterations, Arrival::kLastWakes));
+      ASSIGN_OR_RETURN(
+          floor.each_wakes,
+          MeasureWakeupFloor(options_.clients, options_.latency_iterations, Arrival::kEachWakes));
+      info.wakeup_floor = floor;
     }
     report_ = std::make_unique<Report>(info, options_.json, stdout);
 

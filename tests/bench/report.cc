@@ -185,6 +185,10 @@ std::string Report::JsonLine(const Measurement& m) const {
         .Int("iterations", static_cast<int64_t>(m.time.count))
         .Num("median_us", m.time.median_ns / 1e3);
     if (m.mode == BenchMode::kLatency) json.Num("p50_us", m.time.median_ns / 1e3);
+    if (m.mode == BenchMode::kLatency && info_.wakeup_floor.has_value()) {
+      json.Num("wakeup_floor_p50_us", info_.wakeup_floor->last_wakes.median_ns / 1e3)
+          .Num("wakeup_floor_each_wakes_p50_us", info_.wakeup_floor->each_wakes.median_ns / 1e3);
+    }
     json.Num("p99_us", m.time.p99_ns / 1e3).Num("min_us", m.time.min_ns / 1e3);
     if (mpi != nullptr) json.Num("mpi_median_us", mpi->time.median_ns / 1e3);
     if (mpi != nullptr && m.mode == BenchMode::kLatency) {
@@ -398,6 +402,21 @@ void Report::PrintLatency() const {
     std::fprintf(out_, "  %-22s %7zu %9.1f %9.1f %9.1f   %s\n", Label(m).c_str(), m.time.count,
                  m.time.median_ns / 1e3, m.time.p99_ns / 1e3, m.time.min_ns / 1e3,
                  mpi && &m != mpi ? Ratio(m.time.median_ns, mpi->time.median_ns).c_str() : "");
+  }
+  if (!info_.wakeup_floor.has_value()) return;
+  const Summary& floor = info_.wakeup_floor->last_wakes;
+  const Summary& each = info_.wakeup_floor->each_wakes;
+  std::fprintf(out_,
+               "  wake-up floor: %d processes hand a step to one more and are woken back "
+               "(futex, nothing done)\n"
+               "    the last arrival wakes it:  p50 %.1f us, p99 %.1f us, min %.1f us\n"
+               "    every arrival wakes it:     p50 %.1f us, p99 %.1f us, min %.1f us\n",
+               info_.clients_per_node, floor.median_ns / 1e3, floor.p99_ns / 1e3,
+               floor.min_ns / 1e3, each.median_ns / 1e3, each.p99_ns / 1e3, each.min_ns / 1e3);
+  for (const Measurement& m : measurements_) {
+    if (m.mode != BenchMode::kLatency || m.system != kCollectived) continue;
+    std::fprintf(out_, "  %-22s p50 = %.2fx the wake-up floor\n", Label(m).c_str(),
+                 m.time.median_ns / floor.median_ns);
   }
 }
 

@@ -14,6 +14,7 @@
 #include "tests/bench/collectives.h"
 #include "tests/bench/memcpy_bandwidth.h"
 #include "tests/bench/stats.h"
+#include "tests/bench/wakeup_floor.h"
 
 namespace collective::bench {
 
@@ -46,6 +47,9 @@ struct RunInfo {
   MemcpyBandwidth memcpy;
   // --device cuda: bytes per second of a device-to-device copy on GPU 0.
   double device_copy_bytes_per_second = 0;
+  // One node, latency mode: the clients' futex round trip through one more
+  // process, with nothing done (wakeup_floor.h).
+  std::optional<WakeupFloor> wakeup_floor;
 
   int ranks() const { return nodes * clients_per_node; }
 };
