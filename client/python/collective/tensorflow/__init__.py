@@ -8,6 +8,7 @@ asynchronous kernels (see ``mpi_ops``); what is not built yet is listed in
 README "TensorFlow".
 """
 
+from collective.tensorflow import elastic
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (DistributedGradientTape,
                                              PartialDistributedGradientTape, allgather_object,
@@ -19,7 +20,7 @@ from collective.tensorflow.mpi_ops import *  # noqa: F401,F403  (see mpi_ops.__a
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 
 __all__ = list(_mpi_ops_all) + [
-    'Compression', 'DistributedGradientTape', 'PartialDistributedGradientTape',
+    'Compression', 'DistributedGradientTape', 'elastic', 'PartialDistributedGradientTape',
     'allgather_object', 'allreduce', 'broadcast_', 'broadcast_object', 'broadcast_object_fn',
     'broadcast_variables',
     'grouped_allreduce', 'grouped_reducescatter', 'reducescatter',

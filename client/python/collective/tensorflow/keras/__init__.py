@@ -7,6 +7,8 @@ Everything of ``collective.tensorflow``, plus ``DistributedOptimizer``,
 do.
 """
 
+import importlib
+
 from collective.tensorflow import *  # noqa: F401,F403  (see collective.tensorflow.__all__)
 from collective.tensorflow import __all__ as _tensorflow_all
 from collective.tensorflow.keras import callbacks
@@ -15,5 +17,9 @@ from collective.tensorflow.keras.optimizer import DistributedOptimizer, PartialD
 from collective.tensorflow.keras.value_collectives import (allgather, allreduce, broadcast,
                                                            load_model, reducescatter)
 
+# Keras' own (KerasState and the callbacks), over the star import's
+# collective.tensorflow.elastic: `from ... import elastic` would take that one.
+elastic = importlib.import_module(__name__ + '.elastic')
+
 __all__ = list(_tensorflow_all) + ['DistributedOptimizer', 'PartialDistributedOptimizer',
-                                   'callbacks', 'load_model']
+                                   'callbacks', 'elastic', 'load_model']
