@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "config/horovod_environment.h"
 #include "config/knobs.h"
 
 namespace collective::config {
@@ -246,6 +247,25 @@ absl::Status ApplyEnvironment(const std::map<std::string, std::string>& environm
   return absl::OkStatus();
 }
 
+absl::Status ApplyHorovodEnvironment(const std::map<std::string, std::string>& environment,
+                                     Merger& merger) {
+  for (const HorovodVariable& variable : HorovodVariables()) {
+    const auto it = environment.find(std::string(variable.variable));
+    if (it == environment.end()) continue;
+    const Knob* knob = FindKnob(variable.knob);
+    const std::string where = absl::StrCat("env ", variable.variable);
+    absl::StatusOr<std::optional<std::string>> text = variable.translate(it->second);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat(knob->name, " (", where, "): ", text.status().message()));
+    }
+    if (!text->has_value()) continue;
+    RETURN_IF_ERROR(merger.Set(*knob, **text, Source::kHorovodEnvironment, where));
+    merger.config().horovod_variables[std::string(knob->name)] = std::string(variable.variable);
+  }
+  return absl::OkStatus();
+}
+
 // --config FILE must exist; the default file is read only when it exists.
 absl::StatusOr<std::string> ChooseFile(const std::string& given, bool was_given,
                                        const std::string& default_path) {
@@ -340,12 +360,14 @@ std::string YamlValue(const Knob& knob, const DaemonConfig& values) {
   }
 }
 
-std::string SourceComment(const Knob& knob, Source source, const std::string& file) {
+std::string SourceComment(const Knob& knob, Source source, const EffectiveConfig& config) {
   switch (source) {
     case Source::kDefault:
       return "default";
     case Source::kFile:
-      return absl::StrCat("file ", file);
+      return absl::StrCat("file ", config.file);
+    case Source::kHorovodEnvironment:
+      return absl::StrCat("env ", config.horovod_variables.at(std::string(knob.name)));
     case Source::kEnvironment:
       return absl::StrCat("env ", knob.EnvName());
     case Source::kFlag:
@@ -394,6 +416,7 @@ absl::StatusOr<EffectiveConfig> ConfigLoader::Load(
     RETURN_IF_ERROR(ApplyFile(file, merger));
     merger.config().file = file;
   }
+  RETURN_IF_ERROR(ApplyHorovodEnvironment(environment, merger));
   RETURN_IF_ERROR(ApplyEnvironment(environment, merger));
   const std::vector<Knob>& knobs = Knobs();
   for (size_t i = 0; i < knobs.size(); ++i) {
@@ -414,7 +437,7 @@ std::string FormatEffectiveConfig(const EffectiveConfig& config) {
     const auto it = config.sources.find(std::string(knob.name));
     const Source source = it == config.sources.end() ? Source::kDefault : it->second;
     lines.emplace_back(absl::StrCat(knob.name, ": ", YamlValue(knob, config.values)),
-                       SourceComment(knob, source, config.file));
+                       SourceComment(knob, source, config));
     width = std::max(width, lines.back().first.size());
   }
   std::string text = absl::StrCat("# collectived effective configuration; file: ",

@@ -110,12 +110,16 @@ struct DaemonConfig {
   friend bool operator==(const DaemonConfig&, const DaemonConfig&) = default;
 };
 
-enum class Source { kDefault, kFile, kEnvironment, kFlag };
+// kHorovodEnvironment: one of Horovod's HOROVOD_* variables
+// (config/horovod_environment.h).
+enum class Source { kDefault, kFile, kHorovodEnvironment, kEnvironment, kFlag };
 
 struct EffectiveConfig {
   DaemonConfig values;
   // Knob name -> where its value came from.
   std::map<std::string, Source> sources;
+  // Knob name -> the HOROVOD_* variable it came from (kHorovodEnvironment).
+  std::map<std::string, std::string> horovod_variables;
   // The YAML file that was read; empty if none.
   std::string file;
 };

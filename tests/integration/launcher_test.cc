@@ -363,6 +363,21 @@ TEST(LauncherTest, ADaemonThatCannotStartIsReportedWithItsOutput) {
   EXPECT_THAT(missing.err, HasSubstr("cannot start '/nonexistent/collectived': No such file"));
 }
 
+// A job launched with Horovod's tuning variables gets them from its private
+// daemon (config/horovod_environment.h), as the rank's collectivectl sees.
+TEST(LauncherTest, ThePrivateDaemonTakesHorovodsTuningVariables) {
+  const LaunchResult run =
+      RunLauncher(Concat({"-np", "1", "--no-prefix"},
+                         Shell(absl::StrCat(CollectivectlBinary(), " status --json"))),
+                  {{"COLLECTIVE_SOCKET", ""},
+                   {"COLLECTIVE_JOB_ID", ""},
+                   {"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                   {"HOROVOD_CYCLE_TIME", "2.5"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\"fusion_threshold_bytes\":\"1048576\""));
+  EXPECT_THAT(run.out, HasSubstr("\"cycle_time_ms\":3,"));  // rounded up to a whole ms
+}
+
 TEST(LauncherTest, UsesAConfiguredDaemonAndLeavesItRunning) {
   auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
   ASSERT_TRUE(daemon.ok()) << daemon.status();

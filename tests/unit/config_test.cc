@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "config/config_loader.h"
+#include "config/horovod_environment.h"
 #include "config/knob_values.h"
 #include "config/knobs.h"
 
@@ -133,6 +134,73 @@ TEST_F(ConfigTest, FileThenEnvironmentThenFlagsWin) {
   EXPECT_EQ(v.heartbeat_interval_ms, DaemonConfig{}.heartbeat_interval_ms);
   EXPECT_EQ(sources.at("heartbeat_interval_ms"), Source::kDefault);
   EXPECT_EQ(config->file, file);
+}
+
+TEST_F(ConfigTest, HorovodsVariablesSetTheirKnobsBelowOurOwn) {
+  const std::string file = WriteFile("c.yaml",
+                                     "fusion_threshold_bytes: 1MiB\n"
+                                     "response_cache_capacity: 7\n");
+  const Env env = {{"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                   {"HOROVOD_CACHE_CAPACITY", "0"},
+                   {"HOROVOD_CYCLE_TIME", "0.1"},
+                   {"HOROVOD_AUTOTUNE", "1"},
+                   {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "5"},
+                   {"HOROVOD_TIMELINE", "trace.json"},
+                   {"HOROVOD_TIMELINE_MARK_CYCLES", "0"},
+                   {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+                   {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90"},
+                   {"HOROVOD_LOG_LEVEL", "WARNING"},
+                   // Ours win over Horovod's.
+                   {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "3"},
+                   {"COLLECTIVED_AUTOTUNE_STEPS_PER_SAMPLE", "4"}};
+  const auto config = Load({"--config", file}, env);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const DaemonConfig& v = config->values;
+  // Over the file.
+  EXPECT_EQ(v.fusion_threshold_bytes, 32 * kMiB);
+  EXPECT_EQ(config->sources.at("fusion_threshold_bytes"), Source::kHorovodEnvironment);
+  EXPECT_EQ(v.response_cache_capacity, 0u);
+  // 0.1 ms rounds up to the engine's whole millisecond.
+  EXPECT_EQ(v.cycle_time_ms, 1u);
+  EXPECT_TRUE(v.autotune);
+  EXPECT_EQ(v.autotune_warmup_samples, 5u);
+  EXPECT_EQ(v.autotune_steps_per_sample, 4u);
+  EXPECT_EQ(config->sources.at("autotune_steps_per_sample"), Source::kEnvironment);
+  // A relative path is taken from the daemon's working directory.
+  EXPECT_EQ(v.timeline_file, (std::filesystem::current_path() / "trace.json").string());
+  EXPECT_FALSE(v.timeline_mark_cycles);
+  EXPECT_EQ(v.stall_check_seconds, 30.0);
+  EXPECT_EQ(v.stall_shutdown_seconds, 90.0);
+  EXPECT_EQ(v.log_level, "warn");
+  // --print-config names the variable.
+  EXPECT_THAT(FormatEffectiveConfig(*config), HasSubstr("# env HOROVOD_CYCLE_TIME\n"));
+}
+
+TEST_F(ConfigTest, HorovodsSwitchesAndSpecialValues) {
+  auto config = Load({}, {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+                          {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+                          {"HOROVOD_TIMELINE", "DYNAMIC"},
+                          {"HOROVOD_CYCLE_TIME", "2.5"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->values.stall_check_seconds, 0.0);  // disabled wins
+  EXPECT_EQ(config->values.timeline_file, "");         // started by start_timeline, if at all
+  EXPECT_EQ(config->sources.at("timeline_file"), Source::kDefault);
+  EXPECT_EQ(config->values.cycle_time_ms, 3u);
+  config =
+      Load({}, {{"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"}, {"HOROVOD_STALL_CHECK_DISABLE", "0"}});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->values.stall_check_seconds, 30.0);
+}
+
+TEST_F(ConfigTest, BadHorovodValuesNameTheVariable) {
+  EXPECT_EQ(ErrorOf(Load({}, {{"HOROVOD_CYCLE_TIME", "fast"}})),
+            "cycle_time_ms (env HOROVOD_CYCLE_TIME): 'fast' is not a positive number of "
+            "milliseconds");
+  EXPECT_EQ(ErrorOf(Load({}, {{"HOROVOD_LOG_LEVEL", "loud"}})),
+            "log_level (env HOROVOD_LOG_LEVEL): 'loud' is not one of Horovod's levels (TRACE, "
+            "DEBUG, INFO, WARNING, ERROR, FATAL)");
+  EXPECT_THAT(ErrorOf(Load({}, {{"HOROVOD_FUSION_THRESHOLD", "-1"}})),
+              HasSubstr("fusion_threshold_bytes (env HOROVOD_FUSION_THRESHOLD): "));
 }
 
 TEST_F(ConfigTest, RepeatedFlagTakesTheLastValue) {
@@ -632,6 +700,21 @@ TEST(ReadmeTest, ConfigurationReferenceListsEveryKnob) {
     EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
                             [&](const std::string& line) { return absl::StartsWith(line, row); }))
         << "README.md has no configuration row for " << knob.name;
+  }
+}
+
+// ... and one for every Horovod variable that sets a knob.
+TEST(ReadmeTest, ConfigurationReferenceListsEveryHorovodVariable) {
+  const std::string path = COLLECTIVE_SOURCE_DIR "/README.md";
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  for (const HorovodVariable& variable : HorovodVariables()) {
+    ASSERT_NE(FindKnob(variable.knob), nullptr) << variable.variable;
+    EXPECT_THAT(text.str(),
+                HasSubstr(absl::StrCat("| `", variable.variable, "` | `", variable.knob, "` |")))
+        << "README.md has no row for " << variable.variable;
   }
 }
 
