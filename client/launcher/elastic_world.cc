@@ -190,6 +190,11 @@ bool ElasticWorld::EveryWorkerAwaitsReset() const {
 absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<int>& added,
                                    TrainerGroup& trainers) {
   const int generation = generation_ + 1;
+  if (options_.reset_limit >= 0 && generation > options_.reset_limit) {
+    return absl::FailedPreconditionError(absl::StrCat("the job has re-formed ", generation_,
+                                                      " times, as many as --reset-limit ",
+                                                      options_.reset_limit, " allows"));
+  }
   const JobIdentity job{.socket = job_.socket,
                         .job_id = absl::StrCat(job_.job_id, ".", generation),
                         .size = static_cast<int>(workers.size())};

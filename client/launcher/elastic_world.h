@@ -34,6 +34,9 @@ class ElasticWorld {
     int max_ranks = 1;
     // Failed workers replaced by new ones, at most this many in all.
     int restarts = 0;
+    // Generations after the first, at most this many (-1: no limit); one
+    // more is refused with FAILED_PRECONDITION.
+    int reset_limit = -1;
   };
 
   // Makes the rendezvous directory (under $TMPDIR or /tmp) for a job whose

@@ -109,7 +109,8 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   if (options.elastic) {
     auto world = ElasticWorld::Create({.min_ranks = options.min_ranks,
                                        .max_ranks = options.max_ranks,
-                                       .restarts = options.restarts},
+                                       .restarts = options.restarts,
+                                       .reset_limit = options.reset_limit},
                                       job, environment, options.command, options.prefix_output);
     if (!world.ok()) {
       Say(world.status().message());

@@ -35,7 +35,8 @@ With --elastic (collective.torch.elastic), a rank that fails is not fatal
 while --min-np ranks remain: the others re-form the job without it, renumbered
 (README, "Elastic training"); --restart-failed N starts a new worker in place
 of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
-to --max-np. The exit status is then 0 when every rank that did not fail
+to --max-np; --reset-limit N stops the job instead of re-forming it a
+(N+1)-th time. The exit status is then 0 when every rank that did not fail
 exited 0.
 
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
@@ -124,6 +125,11 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
                  "with --elastic: replace each of the first N ranks that fail by a new one")
       ->type_name("N")
       ->check(CLI::Range(0, 1000000).description(""));
+  app.add_option("--reset-limit", options.reset_limit,
+                 "with --elastic: stop the job rather than re-form it more than N times "
+                 "(Horovod's --reset-limit; default: no limit)")
+      ->type_name("N")
+      ->check(CLI::Range(0, 1000000).description(""));
 
   TranslateMpiStyleFlags(app, args);
   std::vector<const char*> argv;
@@ -134,9 +140,10 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
-  if (!options.elastic &&
-      (options.min_ranks != 0 || options.max_ranks != 0 || options.restarts != 0)) {
-    err << "collectiverun: --min-np, --max-np and --restart-failed need --elastic\n"
+  if (!options.elastic && (options.min_ranks != 0 || options.max_ranks != 0 ||
+                           options.restarts != 0 || options.reset_limit >= 0)) {
+    err << "collectiverun: --min-np, --max-np, --restart-failed and --reset-limit need "
+           "--elastic\n"
         << "Run with --help for more information.\n";
     return 2;
   }

@@ -29,6 +29,9 @@ struct LauncherOptions {
   int min_ranks = 0;
   int max_ranks = 0;
   int restarts = 0;  // --restart-failed N
+  // --reset-limit N: re-formations after which the job stops (Horovod's
+  // option); -1: no limit.
+  int reset_limit = -1;
   // The trainer's command line: everything after the launcher's options.
   std::vector<std::string> command;
 };

@@ -523,6 +523,22 @@ TEST(LauncherTest, AnElasticJobStopsBelowMinNp) {
   EXPECT_THAT(run.err, HasSubstr("stopping the other 2 ranks"));
 }
 
+TEST(LauncherTest, AnElasticJobStopsPastItsResetLimit) {
+  // Workers 0 and 1 fail: whichever the launcher sees second would need a
+  // second re-formation, one more than --reset-limit 1 allows.
+  const LaunchResult run = RunLauncher(Concat(
+      {"--elastic", "--min-np", "1", "-np", "3", "--reset-limit", "1", "--grace-seconds", "30"},
+      Shell("case $COLLECTIVE_ELASTIC_WORKER in 0|1) exit 3;; esac; exec sleep 1000")));
+  EXPECT_EQ(run.exit_code, 3) << run.how << "\n" << run.err;
+  EXPECT_LT(run.wall, absl::Seconds(15));
+  EXPECT_THAT(run.err, HasSubstr("re-forming the job with 2 workers as generation 1"));
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: cannot re-form the job without worker [01]: the job )"
+                          R"(has re-formed 1 times, as many as --reset-limit 1 allows)")))
+      << run.err;
+  EXPECT_THAT(run.err, HasSubstr("stopping the other 1 rank"));
+}
+
 TEST(LauncherTest, AnElasticJobReplacesAFailedWorker) {
   // Worker 1 fails at once; worker 2 takes its place as rank 1 of
   // generation 1 and says where it stands and what it waits for.

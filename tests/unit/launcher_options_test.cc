@@ -117,12 +117,15 @@ TEST(LauncherOptionsTest, ElasticBoundsDefaultToTheRankCount) {
   EXPECT_EQ(plain.options().min_ranks, 3);
   EXPECT_EQ(plain.options().max_ranks, 3);
   EXPECT_EQ(plain.options().restarts, 0);
-  const Parsed bounded = Parse({"--elastic", "--min-np", "2", "--max-np", "5", "-np", "3",
-                                "--restart-failed", "4", "python", "--min-np", "9"});
+  EXPECT_EQ(plain.options().reset_limit, -1);
+  const Parsed bounded =
+      Parse({"--elastic", "--min-np", "2", "--max-np", "5", "-np", "3", "--restart-failed", "4",
+             "--reset-limit", "6", "python", "--min-np", "9"});
   ASSERT_TRUE(bounded.ok()) << bounded.err;
   EXPECT_EQ(bounded.options().min_ranks, 2);
   EXPECT_EQ(bounded.options().max_ranks, 5);
   EXPECT_EQ(bounded.options().restarts, 4);
+  EXPECT_EQ(bounded.options().reset_limit, 6);
   EXPECT_THAT(bounded.options().command, ElementsAre("python", "--min-np", "9"));
 }
 
@@ -134,6 +137,7 @@ TEST(LauncherOptionsTest, ElasticUsageErrors) {
   const Case cases[] = {
       {{"-np", "2", "--min-np", "1", "x"}, "need --elastic"},
       {{"-np", "2", "--restart-failed", "1", "x"}, "need --elastic"},
+      {{"-np", "2", "--reset-limit", "1", "x"}, "need --elastic"},
       {{"-np", "2", "--elastic", "--min-np", "3", "x"}, "--min-np <= -np <= --max-np"},
       {{"-np", "4", "--elastic", "--max-np", "3", "x"}, "but they are 4, 4 and 3"},
   };
