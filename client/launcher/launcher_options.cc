@@ -31,9 +31,9 @@ rank = local rank). Its stdin is /dev/null; each line it writes appears as
 the ranks. When a rank fails, the others are stopped (SIGTERM, then SIGKILL
 after --grace-seconds).
 
-With --elastic (collective.torch.elastic), a rank that fails is not fatal
-while --min-np ranks remain: the others re-form the job without it, renumbered
-(README, "Elastic training"); --restart-failed N starts a new worker in place
+With --elastic (collective.torch.elastic, collective.tensorflow.elastic), a
+rank that fails is not fatal while --min-np ranks remain: the others re-form
+the job without it, renumbered (README, "Elastic training"); --restart-failed N starts a new worker in place
 of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
 to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. The exit status is then 0 when every rank that did not fail
