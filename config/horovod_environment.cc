@@ -31,7 +31,7 @@ absl::StatusOr<bool> Switch(absl::string_view value) {
 
 Translation Flag(absl::string_view value) {
   ASSIGN_OR_RETURN(const bool on, Switch(value));
-  return std::string(on ? "true" : "false");
+  return FormatBool(on);
 }
 
 // Relative paths are taken from the daemon's working directory, which a

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace collective::launcher {
 namespace {
@@ -167,11 +168,11 @@ bool ElasticWorld::EveryWorkerAwaitsReset() const {
   const auto has = [&](const std::string& name) {
     return std::find(names.begin(), names.end(), name) != names.end();
   };
+  // joining-<generation>-<worker>, for any generation.
   const auto joined = [&](int worker) {
-    const std::string suffix = absl::StrCat("-", worker);
     return std::any_of(names.begin(), names.end(), [&](const std::string& name) {
-      return absl::StartsWith(name, "joining-") && absl::EndsWith(name, suffix) &&
-             name.find('-', 8) == name.size() - suffix.size();
+      const std::vector<absl::string_view> parts = absl::StrSplit(name, '-');
+      return parts.size() == 3 && parts[0] == "joining" && parts[2] == absl::StrCat(worker);
     });
   };
   bool any = false;

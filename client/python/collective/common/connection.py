@@ -55,10 +55,9 @@ def open_connection(static_process_sets, connect=None):
         if _current is not None:
             return False
         if connect is None:
-            client = _core.Client.connect(static_process_sets=static_process_sets)
+            _current = Connection(_core.Client.connect(static_process_sets=static_process_sets))
         else:
-            client = connect(static_process_sets)
-        _current = Connection(client)
+            _current = Connection(connect(static_process_sets))
         return True
 
 

@@ -277,23 +277,26 @@ def connect_unless_superseded(connect, cancellation):
     registering = threading.Thread(target=register, name='collective-elastic-register',
                                    daemon=True)
     registering.start()
-    try:
-        def formed_or_superseded():
-            if outcome:
-                return 'done'
-            return 'superseded' if read_world().failures > failed else None
 
-        if _wait_until(formed_or_superseded, f'generation {generation()} forming',
-                       also=done_read) == 'superseded':
-            cancellation.cancel()
-        registering.join()
+    def formed_or_superseded():
+        if outcome:
+            return 'done'
+        return 'superseded' if read_world().failures > failed else None
+
+    try:
+        _wait_until(formed_or_superseded, f'generation {generation()} forming', also=done_read)
     finally:
+        # Superseded, or this wait failed (its deadline): the registration
+        # gives up (no-op once it has its answer), and the thread is done
+        # with the pipe before it is closed.
+        cancellation.cancel()
+        registering.join()
         os.close(done_read)
         os.close(done_write)
     if 'client' in outcome:
-        return outcome['client']  # formed before the cancellation reached it
-    if cancellation.cancelled:
-        return None
+        return outcome['client']  # formed, perhaps before the cancellation reached it
+    if read_world().failures > failed:
+        return None  # superseded: the error is the cancellation's
     raise outcome['error']
 
 

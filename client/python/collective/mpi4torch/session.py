@@ -21,6 +21,7 @@ import atexit
 import sys
 import threading
 
+from collective import _core
 from collective.common import basics, connection
 
 _finalize_lock = threading.Lock()
@@ -62,6 +63,6 @@ def _finalize():
     if _uncaught_exception or not connection.is_open():
         return
     try:
-        connection.current().client.barrier(0)
+        connection.current().client.barrier(_core.GLOBAL_PROCESS_SET)
     except Exception:  # noqa: BLE001  a peer that died or left: the leave that follows is all
         pass           # that is left to do, and the peers hear of it from the daemon.

@@ -89,18 +89,17 @@ class ObjectState(_ObjectState):
 
 
 class _Variables:
-    """Saves, restores and broadcasts a list of variables: eagerly, or through ``session``."""
+    """Saves, restores and broadcasts the variables ``source()`` lists: eagerly, or through
+    ``session`` in a TF1 graph."""
 
-    def __init__(self, variables, session):
-        self.variables = list(variables)
+    def __init__(self, source, session):
+        self._source = source
         self.session = session
-        if session is None:
-            self._broadcast = lambda: broadcast_variables(self.variables, root_rank=0)
-        else:
+        self.variables = list(source())
+        if session is not None:
             # Built once: a graph grows with every op made.
             with session.graph.as_default():
-                assignments = broadcast_variables(self.variables, root_rank=0)
-            self._broadcast = lambda: session.run(assignments)
+                self._assignments = broadcast_variables(self.variables, root_rank=0)
         self.save()
 
     def save(self):
@@ -117,11 +116,40 @@ class _Variables:
                 variable.load(value, self.session)
 
     def sync(self):
-        self._broadcast()
+        if self.session is None:
+            # Listed again: an optimizer makes its slots at its first step.
+            self.variables = list(self._source())
+            broadcast_variables(self.variables, root_rank=0)
+        else:
+            self.session.run(self._assignments)
         self.save()
 
 
-class TensorFlowState(ObjectState):
+class _VariablesState(ObjectState):
+    """An ``ObjectState`` that also saves, restores and broadcasts groups of variables."""
+
+    def __init__(self, groups, session, **kwargs):
+        self._groups = groups
+        _ObjectState.__init__(self, bcast_object=_object_broadcast(session), get_rank=rank,
+                              agree_generation=_agree_generation(session), **kwargs)
+
+    def save(self):
+        for group in self._groups:
+            group.save()
+        super().save()
+
+    def restore(self):
+        for group in self._groups:
+            group.restore()
+        super().restore()
+
+    def sync(self):
+        for group in self._groups:
+            group.sync()
+        super().sync()
+
+
+class TensorFlowState(_VariablesState):
     """Horovod's ``TensorFlowState(variables=None, session=None, **kwargs)``.
 
     ``variables`` (default: ``tf.compat.v1.global_variables()``) are copied at
@@ -135,26 +163,13 @@ class TensorFlowState(ObjectState):
             session = tf.compat.v1.get_default_session()
         if variables is None:
             variables = tf.compat.v1.global_variables()
-        self._variables = _Variables(variables, session)
-        self.variables = self._variables.variables
+        variables = list(variables)
+        self.variables = variables
         self.session = session
-        _ObjectState.__init__(self, bcast_object=_object_broadcast(session), get_rank=rank,
-                              agree_generation=_agree_generation(session), **kwargs)
-
-    def save(self):
-        self._variables.save()
-        super().save()
-
-    def restore(self):
-        self._variables.restore()
-        super().restore()
-
-    def sync(self):
-        self._variables.sync()
-        super().sync()
+        super().__init__([_Variables(lambda: variables, session)], session, **kwargs)
 
 
-class TensorFlowKerasState(ObjectState):
+class TensorFlowKerasState(_VariablesState):
     """Horovod's ``TensorFlowKerasState(model, optimizer=None, backend=None, **kwargs)``.
 
     The model's variables and the optimizer's (``optimizer`` or the model's
@@ -172,29 +187,9 @@ class TensorFlowKerasState(ObjectState):
         session = None
         if backend is not None and not tf.executing_eagerly():
             session = backend.get_session()
-        self._model_variables = _Variables(model.variables, session)
-        self._optimizer_variables = _Variables(_optimizer_variables(self.optimizer), session)
-        _ObjectState.__init__(self, bcast_object=_object_broadcast(session), get_rank=rank,
-                              agree_generation=_agree_generation(session), **kwargs)
-
-    def save(self):
-        self._model_variables.save()
-        self._optimizer_variables.save()
-        super().save()
-
-    def restore(self):
-        self._model_variables.restore()
-        self._optimizer_variables.restore()
-        super().restore()
-
-    def sync(self):
-        self._model_variables.sync()
-        # An optimizer creates its slots at its first step: a newcomer may
-        # have fewer than rank 0 until then.
-        self._optimizer_variables = _Variables(_optimizer_variables(self.optimizer),
-                                               self._optimizer_variables.session)
-        self._optimizer_variables.sync()
-        super().sync()
+        groups = [_Variables(lambda: model.variables, session),
+                  _Variables(lambda: _optimizer_variables(self.optimizer), session)]
+        super().__init__(groups, session, **kwargs)
 
 
 def _optimizer_variables(optimizer):
