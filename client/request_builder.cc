@@ -98,6 +98,10 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
                      "': Adasum is defined for floating-point tensors (float16, bfloat16, float32 "
                      "and float64) only"));
   }
+  if (options.adasum_scope != AdasumScope::kRanks && options.op != ReduceOp::kAdasum) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': an Adasum scope applies to the Adasum reduce op only"));
+  }
   if (input.dtype == DataType::kBool && options.op != ReduceOp::kMin &&
       options.op != ReduceOp::kMax) {
     return absl::InvalidArgumentError(
@@ -109,6 +113,7 @@ absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collectiv
   request.set_op(static_cast<v1::ReduceOp>(options.op));
   if (options.prescale != 1.0) request.set_prescale(options.prescale);
   if (options.postscale != 1.0) request.set_postscale(options.postscale);
+  request.set_adasum_scope(static_cast<v1::AdasumScope>(options.adasum_scope));
   return prepared;
 }
 

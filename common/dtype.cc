@@ -85,6 +85,17 @@ std::string ReduceOpName(v1::ReduceOp op) {
   }
 }
 
+std::string AdasumScopeName(v1::AdasumScope scope) {
+  switch (scope) {
+    case v1::ADASUM_SCOPE_RANKS:
+      return "ranks";
+    case v1::ADASUM_SCOPE_NODES:
+      return "nodes";
+    default:
+      return absl::StrCat("unknown(", static_cast<int>(scope), ")");
+  }
+}
+
 std::string CollectiveName(v1::Collective collective) {
   switch (collective) {
     case v1::COLLECTIVE_ALLREDUCE:

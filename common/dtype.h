@@ -18,6 +18,8 @@ bool IsFloatingPoint(v1::DataType dtype);
 // enum print as "unknown(<n>)" so that a bad request can still be described.
 std::string DataTypeName(v1::DataType dtype);
 std::string ReduceOpName(v1::ReduceOp op);
+// "ranks" or "nodes".
+std::string AdasumScopeName(v1::AdasumScope scope);
 std::string CollectiveName(v1::Collective collective);
 
 }  // namespace collective

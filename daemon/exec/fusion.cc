@@ -9,8 +9,8 @@ double ScaleOf(bool present, double value) { return present ? value : 1.0; }
 
 bool Compatible(const v1::TensorRequest& a, const v1::TensorRequest& b) {
   return a.collective() == b.collective() && a.memory() == b.memory() && a.dtype() == b.dtype() &&
-         a.op() == b.op() && a.process_set_id() == b.process_set_id() &&
-         a.root_rank() == b.root_rank() &&
+         a.op() == b.op() && a.adasum_scope() == b.adasum_scope() &&
+         a.process_set_id() == b.process_set_id() && a.root_rank() == b.root_rank() &&
          ScaleOf(a.has_prescale(), a.prescale()) == ScaleOf(b.has_prescale(), b.prescale()) &&
          ScaleOf(a.has_postscale(), a.postscale()) == ScaleOf(b.has_postscale(), b.postscale());
 }

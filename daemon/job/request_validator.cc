@@ -167,6 +167,14 @@ absl::Status CheckControl(const v1::TensorRequest& request) {
 absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
   const v1::Collective collective = request.collective();
   const v1::DataType dtype = request.dtype();
+  if (!v1::AdasumScope_IsValid(request.adasum_scope())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown Adasum scope ", static_cast<int>(request.adasum_scope())));
+  }
+  if (request.adasum_scope() != v1::ADASUM_SCOPE_RANKS && request.op() != v1::REDUCE_OP_ADASUM) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an Adasum scope applies to the adasum reduce op, not ", ReduceOpName(request.op())));
+  }
   if (!IsReduction(collective)) {
     if (request.has_prescale() && request.prescale() != 1.0) {
       return absl::InvalidArgumentError(

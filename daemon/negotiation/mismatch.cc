@@ -93,6 +93,12 @@ absl::Status CheckReduction(const ReadyTensor& tensor, const Submission& first,
   if (b.op() != a.op()) {
     return Mismatch(tensor, "reduce ops", first, ReduceOpName(a.op()), other, ReduceOpName(b.op()));
   }
+  if (b.adasum_scope() != a.adasum_scope()) {
+    return Mismatch(tensor, "Adasum scopes", first, AdasumScopeName(a.adasum_scope()), other,
+                    AdasumScopeName(b.adasum_scope()),
+                    " (GPU tensors combine the nodes' sums, as Horovod's NCCL build does, host "
+                    "tensors every rank: pass tensors on the same device on every rank)");
+  }
   if (!SameShape(a, b)) {
     return Mismatch(tensor, absl::StrCat(CollectiveName(a.collective()), " tensor shapes"), first,
                     ShapeString(ShapeOf(a.shape())), other, ShapeString(ShapeOf(b.shape())));

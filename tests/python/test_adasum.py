@@ -12,6 +12,10 @@ import pytest
 import torch
 
 import collective.torch as hvd
+from collective import _core
+from collective.common import basics, connection, reduce_ops
+from collective.common.exceptions import HorovodInternalError
+from collective.torch import async_ops, tensor_args
 from rank_tensors import FLOAT_DTYPES
 
 TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5,
@@ -217,3 +221,97 @@ def test_adasum_on_a_process_set_is_refused_at_the_call(static_process_sets):
         total = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=evens)
         assert total.tolist() == [float(evens.size())]
     hvd.barrier()  # the others stay in the job until the set is done
+
+
+# Horovod's NCCL build combines GPU tensors otherwise: each node's ranks summed, the nodes'
+# sums combined by Adasum, the result divided by the local size. collective.torch asks the
+# daemon for that scope for CUDA tensors when it runs them through NCCL (nccl_built()); these
+# tests ask for it with host tensors, through the call the CUDA path makes after its copy to
+# host memory, so that they run on machines without a GPU.
+
+def _nodes_scope_allreduce(tensor, name, prescale=1.0, postscale=1.0):
+    output = torch.empty_like(tensor)
+    # Named as hvd.allreduce names its tensors.
+    base = async_ops._base_name('allreduce', name, _core.GLOBAL_PROCESS_SET)
+    handle = async_ops._reduction_async(
+        base, [tensor], [tensor_args.Destination(output)], hvd.Adasum, prescale, postscale,
+        _core.GLOBAL_PROCESS_SET, False, connection.current().client.allreduce_async,
+        async_ops._place('allreduce', [tensor]), adasum_scope=_core.ADASUM_SCOPES['nodes'])
+    return hvd.synchronize(handle)
+
+
+def _nodes_scope_expected(shape, dtype, seed, prescale=1.0, postscale=1.0):
+    """The nodes' sums (of consecutive ranks) combined by the Adasum tree, times postscale over
+    the local size."""
+    local = hvd.local_size()
+    inputs = [(prescale * rank_vector(r, shape, dtype, seed).double()) for r in range(hvd.size())]
+    sums = [sum(inputs[n * local:(n + 1) * local]).to(dtype) for n in range(hvd.size() // local)]
+    return reference_adasum(sums, dtype).reshape(shape) * (postscale / local)
+
+
+def _nodes_scope_supported():
+    nodes = hvd.size() // hvd.local_size()
+    return hvd.is_homogeneous() and nodes & (nodes - 1) == 0
+
+
+@pytest.mark.parametrize('dtype', FLOAT_DTYPES, ids=str)
+def test_gpu_adasum_combines_the_nodes_sums_over_the_local_size(dtype):
+    # Any number of ranks on a node (3 included), as in Horovod's NCCL build.
+    assert hvd.local_rank() == hvd.rank() % hvd.local_size() or not hvd.is_homogeneous()
+    for shape in [(1,), (17,), (5, 3)]:
+        name = f'adasum.nodes.{dtype}.{shape}'
+        tensor = rank_vector(hvd.rank(), shape, dtype, seed=5)
+        if not _nodes_scope_supported():
+            with pytest.raises(NotImplementedError,
+                               match='needs every node to hold the same number'):
+                _nodes_scope_allreduce(tensor, name)
+            continue
+        result = _nodes_scope_allreduce(tensor, name, prescale=2.0, postscale=0.5)
+        assert result.dtype == dtype and result.shape == tensor.shape
+        _assert_close(result, _nodes_scope_expected(shape, dtype, 5, 2.0, 0.5), dtype)
+    if _nodes_scope_supported() and hvd.size() == hvd.local_size():
+        # On one node it is the average.
+        tensor = rank_vector(hvd.rank(), (9,), torch.float64, seed=6)
+        assert torch.allclose(_nodes_scope_allreduce(tensor, 'adasum.nodes.average'),
+                              hvd.allreduce(tensor, op=hvd.Average), rtol=1e-12, atol=1e-12)
+
+
+def test_ranks_asking_for_different_adasum_scopes_fail_together():
+    # A rank with a GPU tensor where the others pass host tensors, under one name.
+    if not (_supported() and _nodes_scope_supported()) or hvd.size() == 1:
+        pytest.skip('needs a job both variants support, of more than one rank')
+    tensor = rank_vector(hvd.rank(), (4,), torch.float32)
+    with pytest.raises(HorovodInternalError, match='Mismatched Adasum scopes'):
+        if hvd.rank() == 0:
+            _nodes_scope_allreduce(tensor, 'adasum.scope.mixed')
+        else:
+            hvd.allreduce(tensor, op=hvd.Adasum, name='adasum.scope.mixed')
+
+
+def test_gpu_adasum_refusals_are_horovods(monkeypatch):
+    # The checks of a CUDA tensor's Adasum where the daemon has its NCCL path, at the call.
+    monkeypatch.setattr(basics, 'nccl_built', lambda: True)
+    scope = reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True) \
+        if _nodes_scope_supported() else None
+    if scope is not None:
+        assert scope == _core.ADASUM_SCOPES['nodes']
+    monkeypatch.setattr(basics, 'is_homogeneous', lambda: False)
+    with pytest.raises(NotImplementedError, match='heterogeneous cluster'):
+        reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True)
+    monkeypatch.setattr(basics, 'is_homogeneous', lambda: True)
+    monkeypatch.setattr(basics, 'size', lambda: 6)
+    monkeypatch.setattr(basics, 'local_size', lambda: 2)
+    with pytest.raises(NotImplementedError, match='non-power of 2 nodes'):
+        reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True)
+    monkeypatch.setattr(basics, 'local_size', lambda: 3)
+    assert reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True) == \
+        _core.ADASUM_SCOPES['nodes']
+    # Without the NCCL path, GPU tensors take the host tensors' rules, with a warning.
+    monkeypatch.setattr(basics, 'nccl_built', lambda: False)
+    with pytest.warns(UserWarning, match='no NCCL path'):
+        if _power_of_two():
+            assert reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True) == \
+                _core.ADASUM_SCOPES['ranks']
+        else:
+            with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+                reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True)

@@ -333,15 +333,35 @@ def test_sync_batch_norm_normalizes_over_every_ranks_batch():
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16],
                          ids=str)
-def test_adasum_of_cuda_tensors_equals_the_host_adasum(dtype):
-    # Through host memory, as Horovod without NCCL: the same bits as the CPU tensors' Adasum.
+def test_adasum_of_cuda_tensors_is_horovods_for_the_build(dtype):
+    # With the daemon's NCCL path (nccl_built()), Horovod's NCCL build's variant: the nodes'
+    # sums combined by Adasum, over the local size; on one node, the average, for any number
+    # of ranks. Without it, as Horovod without NCCL: through host memory, the same bits as the
+    # CPU tensors' Adasum.
     size = hvd.size()
+    a = (_rank_tensor(hvd.rank(), (33,), torch.float64, seed=3) + hvd.rank()).to(dtype)
+    b = (_rank_tensor(hvd.rank(), (4, 5), torch.float64, seed=4) - hvd.rank()).to(dtype)
+    if hvd.nccl_built():
+        if hvd.cross_size() != 1:
+            pytest.skip("the reference below is one node's")
+        tolerance = {torch.float16: 1e-3, torch.bfloat16: 1e-2}.get(dtype, 1e-6)
+        combined = hvd.allreduce(a, op=hvd.Adasum, name=f'cuda.adasum.{dtype}')
+        assert combined.device == a.device and combined.dtype == dtype
+        average = hvd.allreduce(a.cpu(), op=hvd.Average, name=f'cuda.adasum.host.{dtype}')
+        assert torch.allclose(combined.cpu().double(), average.double(), rtol=tolerance,
+                              atol=tolerance)
+        in_place = [a.clone(), b.clone()]
+        hvd.grouped_allreduce_(in_place, op=hvd.Adasum)
+        for got, want in zip(in_place, hvd.grouped_allreduce([a.cpu(), b.cpu()])):
+            assert got.device == a.device
+            assert torch.allclose(got.cpu().double(), want.double(), rtol=tolerance,
+                                  atol=tolerance)
+        _job_goes_on()
+        return
     if size & (size - 1):
         with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
             hvd.allreduce(torch.ones(3, device=_device()), op=hvd.Adasum)
         return
-    a = (_rank_tensor(hvd.rank(), (33,), torch.float64, seed=3) + hvd.rank()).to(dtype)
-    b = (_rank_tensor(hvd.rank(), (4, 5), torch.float64, seed=4) - hvd.rank()).to(dtype)
     on_host = hvd.allreduce(a.cpu(), op=hvd.Adasum, name=f'cuda.adasum.host.{dtype}')
     combined = hvd.allreduce(a, op=hvd.Adasum, name=f'cuda.adasum.{dtype}')
     assert combined.device == a.device and combined.dtype == dtype

@@ -115,6 +115,8 @@ struct AllreduceOptions {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t process_set = kGlobalProcessSet;
+  // ReduceOp::kAdasum only.
+  AdasumScope adasum_scope = AdasumScope::kRanks;
 };
 
 // Reducescatter supports kSum and kAverage.

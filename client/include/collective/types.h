@@ -30,6 +30,18 @@ enum class ReduceOp : int32_t {
   kAdasum = 6,  // Horovod's Adasum: allreduce of floating-point host tensors
 };
 
+// Which ranks ReduceOp::kAdasum combines. Values are those of the wire's
+// AdasumScope.
+enum class AdasumScope : int32_t {
+  // Every rank, as a binary tree in set-rank order (Horovod's host tensors);
+  // needs a power-of-two number of ranks.
+  kRanks = 0,
+  // Horovod's NCCL build for GPU tensors: each node's ranks summed, the
+  // nodes' sums combined by Adasum, the result divided by the ranks per node
+  // (the average on one node); needs a power-of-two number of nodes.
+  kNodes = 1,
+};
+
 // Where a tensor's data lies. Values are those of the wire's MemoryKind.
 enum class Device : int32_t {
   kCpu = 0,   // host memory (the client's arena, or copied into it)

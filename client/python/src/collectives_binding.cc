@@ -29,13 +29,14 @@ template <auto kSubmit>
 Handles Reduction(Client& client, const std::vector<std::string>& names,
                   const std::vector<TensorArg>& inputs, const std::vector<std::uintptr_t>& outputs,
                   int op, double prescale, double postscale, int32_t process_set, int device,
-                  std::uintptr_t cuda_stream) {
+                  std::uintptr_t cuda_stream, int adasum_scope) {
   const std::vector<TensorView> views = ToTensorViews(inputs, ToPlacement(device, cuda_stream));
   const std::vector<void*> pointers = ToPointers(outputs);
   const AllreduceOptions options{.op = ToReduceOp(op),
                                  .prescale = prescale,
                                  .postscale = postscale,
-                                 .process_set = process_set};
+                                 .process_set = process_set,
+                                 .adasum_scope = ToAdasumScope(adasum_scope)};
   py::gil_scoped_release release;
   return ValueOrThrow((client.*kSubmit)(names, views, pointers, options), ErrorPhase::kCall);
 }
@@ -85,10 +86,11 @@ void BindCollectives(py::module_& m) {
       .def("allreduce_async", &Reduction<&Client::GroupedAllreduceAsync>, py::arg("names"),
            py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
            py::arg("postscale"), py::arg("process_set"), py::arg("device") = 0,
-           py::arg("cuda_stream") = 0,
+           py::arg("cuda_stream") = 0, py::arg("adasum_scope") = 0,
            "Allreduce of each (address, dtype, shape) input into the output at the same "
            "position; returns one handle per tensor. device: the code of the device every "
-           "tensor lies on (DEVICES); cuda_stream: for CUDA, the stream that orders the call.")
+           "tensor lies on (DEVICES); cuda_stream: for CUDA, the stream that orders the call; "
+           "adasum_scope: with the adasum op, which ranks it combines (ADASUM_SCOPES).")
       .def("allgather_async", &Allgather, py::arg("names"), py::arg("inputs"),
            py::arg("process_set"), py::arg("outputs") = std::vector<std::uintptr_t>{},
            py::arg("output_bytes") = std::vector<size_t>{}, py::arg("device") = 0,
@@ -106,7 +108,8 @@ void BindCollectives(py::module_& m) {
       .def("reducescatter_async", &Reduction<&Client::GroupedReducescatterAsync>, py::arg("names"),
            py::arg("inputs"), py::arg("outputs"), py::arg("op"), py::arg("prescale"),
            py::arg("postscale"), py::arg("process_set"), py::arg("device") = 0,
-           py::arg("cuda_stream") = 0, "Reducescatter into outputs holding this rank's rows.")
+           py::arg("cuda_stream") = 0, py::arg("adasum_scope") = 0,
+           "Reducescatter into outputs holding this rank's rows.")
       .def(
           "barrier",
           [](Client& self, int32_t process_set) {

@@ -28,6 +28,9 @@ constexpr std::pair<const char*, ReduceOp> kReduceOps[] = {
     {"sum", ReduceOp::kSum}, {"average", ReduceOp::kAverage}, {"min", ReduceOp::kMin},
     {"max", ReduceOp::kMax}, {"product", ReduceOp::kProduct}, {"adasum", ReduceOp::kAdasum}};
 
+constexpr std::pair<const char*, collective::AdasumScope> kAdasumScopes[] = {
+    {"ranks", collective::AdasumScope::kRanks}, {"nodes", collective::AdasumScope::kNodes}};
+
 constexpr std::pair<const char*, collective::Device> kDevices[] = {
     {"cpu", collective::Device::kCpu}, {"cuda", collective::Device::kCuda}};
 
@@ -61,6 +64,7 @@ PYBIND11_MODULE(_core, m) {
   collective::python::BindPointToPoint(m);
   m.attr("DTYPES") = Codes(kDataTypes);
   m.attr("REDUCE_OPS") = Codes(kReduceOps);
+  m.attr("ADASUM_SCOPES") = Codes(kAdasumScopes);
   m.attr("DEVICES") = Codes(kDevices);
   m.def("cuda_driver_error", &CudaDriverError,
         "None when libcollective can load the NVIDIA driver (libcuda.so.1) with every function "

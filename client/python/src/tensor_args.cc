@@ -58,4 +58,13 @@ ReduceOp ToReduceOp(int code) {
   return static_cast<ReduceOp>(code);
 }
 
+AdasumScope ToAdasumScope(int code) {
+  if (code != static_cast<int>(AdasumScope::kRanks) &&
+      code != static_cast<int>(AdasumScope::kNodes)) {
+    throw StatusError(absl::InvalidArgumentError(absl::StrCat("unknown Adasum scope code ", code)),
+                      ErrorPhase::kCall);
+  }
+  return static_cast<AdasumScope>(code);
+}
+
 }  // namespace collective::python

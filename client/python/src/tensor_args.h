@@ -37,5 +37,7 @@ void* ToPointer(std::uintptr_t address);
 
 // Wire codes of the reduce ops (collective::ReduceOp); throws on others.
 ReduceOp ToReduceOp(int code);
+// An ADASUM_SCOPES code; InvalidArgument (at the call) for any other.
+AdasumScope ToAdasumScope(int code);
 
 }  // namespace collective::python

@@ -9,6 +9,12 @@
 // blocks, and every node combines the blocks in node order into the result
 // at the start of the slot — the same numbers on every node, the same tree
 // as Horovod's.
+//
+// ADASUM_SCOPE_NODES is Horovod's NCCL build's GPU Adasum: a node sums its
+// ranks (prescaled) into its block instead, the nodes' blocks are combined
+// as above, and the result is scaled by postscale / ranks per node (Horovod
+// divides the postscale factor by the local size). On one node that is the
+// average.
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +36,21 @@ uint64_t Count(const negotiation::ReadyTensor& tensor) {
   return tensor.request().length() / ElementSize(tensor.request().dtype());
 }
 
+bool IsNodeScope(const negotiation::ReadyTensor& tensor) {
+  return tensor.request().adasum_scope() == v1::ADASUM_SCOPE_NODES;
+}
+
+// The factor applied to the combined result: postscale, divided by the ranks
+// per node for the node scope (in double, as Horovod divides its factor).
+double FinalScale(const negotiation::ReadyTensor& tensor) {
+  const v1::TensorRequest& request = tensor.request();
+  const double postscale = request.has_postscale() ? request.postscale() : 1.0;
+  if (!IsNodeScope(tensor)) return postscale;
+  const int32_t per_node =
+      tensor.span != nullptr ? Span(tensor).count[Span(tensor).index] : tensor.set_size;
+  return postscale / per_node;
+}
+
 class AdasumAllreduce final : public CollectiveOp {
  public:
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
@@ -47,6 +68,18 @@ class AdasumAllreduce final : public CollectiveOp {
               absl::StrJoin(span.count, ", "), " ranks"));
         }
       }
+    }
+    if (IsNodeScope(tensor)) {
+      const int32_t nodes = tensor.span != nullptr ? Span(tensor).size() : 1;
+      if (!IsAdasumSize(nodes)) {
+        return absl::UnimplementedError(absl::StrCat(
+            "tensor '", tensor.name,
+            "': Adasum of GPU tensors combines the nodes' sums pairwise (node n with n ^ 1, "
+            "n ^ 2, ... as Horovod's NCCL build does) and needs a power-of-two number of nodes; "
+            "the process set spans ",
+            nodes));
+      }
+      return absl::OkStatus();
     }
     if (!IsAdasumSize(tensor.set_size)) {
       return absl::UnimplementedError(absl::StrCat(
@@ -82,7 +115,18 @@ class AdasumAllreduce final : public CollectiveOp {
     for (const negotiation::Submission& submission : tensor.submissions) {
       inputs[submission.set_rank - first] = InputOf(submission);
     }
-    work.AddAdasum(ReductionSpec(tensor), inputs, out, Count(tensor));
+    if (!IsNodeScope(tensor)) {
+      work.AddAdasum(ReductionSpec(tensor), inputs, out, Count(tensor));
+      return;
+    }
+    const v1::TensorRequest& request = tensor.request();
+    exec::ReduceSpec sum{.dtype = request.dtype(),
+                         .op = v1::REDUCE_OP_SUM,
+                         .prescale = request.has_prescale() ? request.prescale() : 1.0};
+    // On one node the sum is the result; across nodes the scale follows
+    // the nodes' combination.
+    if (!tensor.across_nodes) sum.postscale = FinalScale(tensor);
+    work.AddReduce(sum, inputs, out, Count(tensor));
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
@@ -106,10 +150,9 @@ class AdasumAllreduce final : public CollectiveOp {
         });
     WorkList::Inputs partials;
     for (size_t i = 0; i < nodes; ++i) partials.push_back(slot + block * (1 + i));
-    const v1::TensorRequest& request = tensor.request();
-    const exec::ReduceSpec spec{.dtype = request.dtype(),
+    const exec::ReduceSpec spec{.dtype = tensor.request().dtype(),
                                 .op = v1::REDUCE_OP_ADASUM,
-                                .postscale = request.has_postscale() ? request.postscale() : 1.0};
+                                .postscale = FinalScale(tensor)};
     stage.after.AddAdasum(spec, partials, slot, Count(tensor));
   }
 };

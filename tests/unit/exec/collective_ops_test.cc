@@ -314,6 +314,60 @@ TEST_F(CollectiveOpsTest, AllreduceAdasumRefusesSizesOtherThanPowersOfTwoAndUnev
   EXPECT_TRUE(Check(tensor).ok()) << Check(tensor);
 }
 
+// Horovod's NCCL build for GPU tensors: on one node the sum of the ranks'
+// prescaled inputs times postscale / local size, whatever the number of
+// ranks (3 here, which the tree over ranks refuses).
+TEST_F(CollectiveOpsTest, AllreduceAdasumOverNodesAveragesTheRanksOfOneNode) {
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 3);
+  const auto nodes = [](v1::TensorRequest& r) {
+    r.set_op(v1::REDUCE_OP_ADASUM);
+    r.set_adasum_scope(v1::ADASUM_SCOPE_NODES);
+    r.set_prescale(2);
+    r.set_postscale(0.5);
+  };
+  Submit(tensor, 0, v1::DATA_TYPE_FLOAT64, {3}, std::vector<double>{1, 0, 3}, nodes);
+  Submit(tensor, 1, v1::DATA_TYPE_FLOAT64, {3}, std::vector<double>{2, 6, -3}, nodes);
+  Submit(tensor, 2, v1::DATA_TYPE_FLOAT64, {3}, std::vector<double>{3, 3, 9}, nodes);
+  ASSERT_TRUE(Check(tensor).ok()) << Check(tensor);
+  ASSERT_NO_FATAL_FAILURE(Run(tensor));
+  // 2·(6, 9, 9)·0.5/3.
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_THAT(ResultOf<double>(tensor, i),
+                ElementsAre(::testing::DoubleNear(2, 1e-12), ::testing::DoubleNear(3, 1e-12),
+                            ::testing::DoubleNear(3, 1e-12)));
+  }
+}
+
+TEST_F(CollectiveOpsTest, AllreduceAdasumOverNodesNeedsAPowerOfTwoNodesOfEqualSize) {
+  negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 6);
+  const auto nodes = [](v1::TensorRequest& r) {
+    r.set_op(v1::REDUCE_OP_ADASUM);
+    r.set_adasum_scope(v1::ADASUM_SCOPE_NODES);
+  };
+  for (int32_t rank = 0; rank < 6; ++rank) {
+    Submit(tensor, rank, v1::DATA_TYPE_FLOAT32, {2}, Floats({1, 2}), nodes);
+  }
+  auto span = std::make_shared<job::SetSpan>();
+  span->nodes = {0, 1, 2};
+  span->first = {0, 2, 4};
+  span->count = {2, 2, 2};
+  tensor.span = span;
+  tensor.across_nodes = true;
+  absl::Status status = Check(tensor);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(status.message(),
+            "tensor 'w': Adasum of GPU tensors combines the nodes' sums pairwise (node n with "
+            "n ^ 1, n ^ 2, ... as Horovod's NCCL build does) and needs a power-of-two number of "
+            "nodes; the process set spans 3");
+  span->count = {3, 2, 1};
+  EXPECT_THAT(Check(tensor).message(),
+              ::testing::HasSubstr("needs every node to hold the same number of the set's ranks"));
+  span->nodes = {0, 1};
+  span->first = {0, 3};
+  span->count = {3, 3};
+  EXPECT_TRUE(Check(tensor).ok()) << Check(tensor);
+}
+
 TEST_F(CollectiveOpsTest, AllreduceOfAnEmptyTensorTakesNoSpace) {
   negotiation::ReadyTensor tensor = Tensor(v1::COLLECTIVE_ALLREDUCE, 2);
   Submit(tensor, 0, v1::DATA_TYPE_FLOAT32, {0, 3}, Floats({}));

@@ -57,7 +57,11 @@ class CrossNodeRunTest : public ::testing::Test {
 
   // Nodes holding `local_sizes[i]` ranks each; global (and set) ranks are
   // numbered node by node. One set spans them all.
+  // Forms a new world (after the previous one, if any, is dropped).
   void Form(const std::vector<int32_t>& local_sizes) {
+    nodes_.clear();
+    first_.clear();
+    offsets_.clear();
     group_ = fabric_.NewGroup(static_cast<int32_t>(local_sizes.size()));
     int32_t rank = 0;
     for (size_t n = 0; n < local_sizes.size(); ++n) {
@@ -275,9 +279,6 @@ TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
        {std::vector<int32_t>{2, 2}, std::vector<int32_t>{1, 1, 1, 1},
         std::vector<int32_t>{2, 2, 2, 2}}) {
     SCOPED_TRACE(local_sizes.size());
-    nodes_.clear();
-    first_.clear();
-    offsets_.clear();
     Form(local_sizes);
     const auto adasum = [](v1::TensorRequest& request) {
       request.set_op(v1::REDUCE_OP_ADASUM);
@@ -309,6 +310,50 @@ TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
         for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
           EXPECT_EQ(ResultOf(n, t, local), expected) << "node " << n << " tensor " << t;
         }
+      }
+    }
+  }
+}
+
+// Horovod's NCCL build for GPU tensors: each node sums its ranks, the nodes'
+// sums are combined by Adasum in node order, and the result is scaled by
+// postscale / ranks per node.
+TEST_F(CrossNodeRunTest, AdasumOverNodesCombinesTheNodesSums) {
+  for (const std::vector<int32_t>& local_sizes :
+       {std::vector<int32_t>{3, 3}, std::vector<int32_t>{1, 1, 1, 1},
+        std::vector<int32_t>{2, 2, 2, 2}}) {
+    SCOPED_TRACE(local_sizes.size());
+    Form(local_sizes);
+    const auto adasum = [](v1::TensorRequest& request) {
+      request.set_op(v1::REDUCE_OP_ADASUM);
+      request.set_adasum_scope(v1::ADASUM_SCOPE_NODES);
+      request.set_postscale(0.5);
+    };
+    const auto value = [](int32_t rank, int64_t i) {
+      return static_cast<float>(((rank + 1) * (i + 3) * 7919) % 23) - 11.0f;
+    };
+    AddTensor(
+        "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 9; }, 7, value, adasum);
+    RunAll(/*chunk_bytes=*/256);
+    const int64_t count = 63;
+    const int32_t per_node = local_sizes.front();
+    std::vector<std::vector<float>> sums(local_sizes.size(), std::vector<float>(count));
+    std::vector<const void*> pointers;
+    for (size_t node = 0; node < local_sizes.size(); ++node) {
+      for (int64_t i = 0; i < count; ++i) {
+        const auto first = static_cast<int32_t>(node) * per_node;
+        float sum = value(first, i);
+        for (int32_t rank = first + 1; rank < first + per_node; ++rank) sum += value(rank, i);
+        sums[node][i] = sum;
+      }
+      pointers.push_back(sums[node].data());
+    }
+    std::vector<float> expected(static_cast<size_t>(count));
+    Adasum(v1::DATA_TYPE_FLOAT32, pointers, expected.data(), expected.size(), 1.0, 0.5 / per_node);
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+      for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+        EXPECT_EQ(ResultOf(n, 0, local), expected) << "node " << n;
       }
     }
   }

@@ -592,6 +592,15 @@ INSTANTIATE_TEST_SUITE_P(
                     r.set_op(v1::REDUCE_OP_UNSPECIFIED);
                   },
                   kInvalid, "unknown reduce op unspecified"},
+        FieldCase{"AdasumScopeOfASum",
+                  [](auto& r) { r.set_adasum_scope(v1::ADASUM_SCOPE_NODES); }, kInvalid,
+                  "an Adasum scope applies to the adasum reduce op, not sum"},
+        FieldCase{"UnknownAdasumScope",
+                  [](auto& r) {
+                    r.set_op(v1::REDUCE_OP_ADASUM);
+                    r.set_adasum_scope(static_cast<v1::AdasumScope>(7));
+                  },
+                  kInvalid, "unknown Adasum scope 7"},
         FieldCase{"ReducescatterAdasum",
                   [](auto& r) {
                     r.set_collective(v1::COLLECTIVE_REDUCESCATTER);

@@ -133,6 +133,16 @@ TEST_F(MismatchTest, PrescaleMessage) {
             "Mismatched prescale factors for 'layer1.weight': rank 10 sent 1, rank 11 sent 0.5");
 }
 
+TEST_F(MismatchTest, AdasumScopeMessage) {
+  // A rank that passes a GPU tensor where the others pass host ones.
+  EXPECT_EQ(MessageAfter(
+                2, [](auto& r) { r.set_adasum_scope(v1::ADASUM_SCOPE_NODES); },
+                [](auto& r) { r.set_op(v1::REDUCE_OP_ADASUM); }),
+            "Mismatched Adasum scopes for 'layer1.weight': rank 10 sent ranks, rank 12 sent "
+            "nodes (GPU tensors combine the nodes' sums, as Horovod's NCCL build does, host "
+            "tensors every rank: pass tensors on the same device on every rank)");
+}
+
 TEST_F(MismatchTest, PostscaleMessage) {
   EXPECT_EQ(MessageAfter(2, [](auto& r) { r.set_postscale(0.25); }),
             "Mismatched postscale factors for 'layer1.weight': rank 10 sent 1, rank 12 sent 0.25");

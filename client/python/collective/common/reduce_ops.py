@@ -3,6 +3,7 @@
 import warnings
 
 from collective import _core
+from collective.common import basics
 
 # Horovod's values, so that code comparing or storing them keeps working.
 Average = 0
@@ -44,13 +45,35 @@ def wire_code(op):
                          'Product') from None
 
 
-def check_adasum_set(process_set):
+def check_adasum_set(process_set, on_gpu=False):
     """Horovod's refusals of an Adasum allreduce, raised at the call before anything is
-    submitted: over a process set other than the global one, and over a set whose size is not
-    a power of two (it pairs rank r with r ^ 1, r ^ 2, ...). (The daemon checks everything
-    again for every rank; libcollective refuses integer tensors.)"""
+    submitted; returns the daemon's Adasum scope (ADASUM_SCOPES) for the tensors.
+
+    Host tensors are combined over every rank, which needs a power-of-two number of ranks (it
+    pairs rank r with r ^ 1, r ^ 2, ...). GPU tensors (``on_gpu``) with a daemon that runs them
+    through NCCL get Horovod's NCCL build's variant: each node's ranks summed, the nodes' sums
+    combined by Adasum, the result divided by the local size, which needs as many ranks on
+    every node and a power-of-two number of nodes. Any process set but the global one is
+    refused. (The daemon checks everything again for every rank; libcollective refuses integer
+    tensors.)"""
     if process_set.process_set_id != _core.GLOBAL_PROCESS_SET:
         raise NotImplementedError('Adasum does not support non-global process sets yet.')
-    set_size = process_set.size()
-    if set_size < 1 or set_size & (set_size - 1):
+    if on_gpu and basics.nccl_built():
+        if not basics.is_homogeneous():
+            raise NotImplementedError(
+                'Running GPU Adasum on heterogeneous cluster is not supported yet.')
+        if not _power_of_two(basics.size() // basics.local_size()):
+            raise NotImplementedError(
+                'Running GPU Adasum with non-power of 2 nodes is not supported yet.')
+        return _core.ADASUM_SCOPES['nodes']
+    if on_gpu:
+        warnings.warn('Adasum of GPU tensors: the daemon has no NCCL path, so the tensors are '
+                      'copied to host memory and combined over every rank, as Horovod built '
+                      'without NCCL does.', stacklevel=3)
+    if not _power_of_two(process_set.size()):
         raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet.')
+    return _core.ADASUM_SCOPES['ranks']
+
+
+def _power_of_two(count):
+    return count >= 1 and count & (count - 1) == 0

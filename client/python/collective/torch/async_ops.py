@@ -62,17 +62,21 @@ def _exchange(base, row, set_id):
 
 
 def _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
-                     set_id, grouped, submit, placement, then=None):
+                     set_id, grouped, submit, placement, then=None, adasum_scope=0):
     """Submits an allreduce or reducescatter of ``tensors`` (checked by the caller) into
     ``destinations``; ``then``, if given, makes synchronize's result from the outputs."""
     code = reduce_ops.wire_code(op)
     inputs = [t.contiguous() for t in tensors]
     names = _names(base, len(inputs) if grouped else None)
 
+    # Keyword arguments cost a pybind11 call time: the scope is passed only when it is not
+    # the default.
+    extra = {'adasum_scope': adasum_scope} if adasum_scope else {}
+
     def start():
         return placement.submitter(submit)(
             names, [tensor_args.arg(t) for t in inputs], [d.address for d in destinations],
-            code, float(prescale_factor), float(postscale_factor), set_id)
+            code, float(prescale_factor), float(postscale_factor), set_id, **extra)
 
     def finish(_results):
         outputs = [d.finish() for d in destinations]
@@ -92,12 +96,12 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
     tensors = list(tensors)
     for t in tensors:
         tensor_args.check(t)
-    if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum_set(process_set)
     placement = _place('grouped_allreduce' if grouped else 'allreduce', tensors)
-    if op == reduce_ops.Adasum and placement.is_cuda:
-        return _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_factor,
-                                    set_id, grouped)
+    if op == reduce_ops.Adasum:
+        scope = reduce_ops.check_adasum_set(process_set, on_gpu=placement.is_cuda)
+        if placement.is_cuda:
+            return _adasum_through_host(base, tensors, outputs, prescale_factor,
+                                        postscale_factor, set_id, grouped, scope)
     if outputs is None:
         outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     destinations = [tensor_args.Destination(o) for o in outputs]
@@ -106,9 +110,10 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
 
 
 def _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_factor, set_id,
-                         grouped):
-    """Adasum of CUDA tensors as Horovod built without NCCL runs it: each tensor copied to host
-    memory (after the work queued on its current stream), combined by the daemon's host Adasum,
+                         grouped, scope):
+    """Adasum of CUDA tensors: each tensor copied to host memory (after the work queued on its
+    current stream), combined by the daemon's host Adasum in ``scope`` (the nodes' sums, as
+    Horovod's NCCL build combines GPU tensors, or every rank, as its build without NCCL does),
     and the result copied back on synchronize, on the current stream. ``outputs``: CUDA
     tensors to write into, or None for new ones."""
     hosts = [t.detach().to('cpu', memory_format=torch.contiguous_format) for t in tensors]
@@ -123,7 +128,7 @@ def _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_fact
     return _reduction_async(base, hosts, [tensor_args.Destination(h) for h in hosts],
                             reduce_ops.Adasum, prescale_factor, postscale_factor, set_id,
                             grouped, _client().allreduce_async, _place('allreduce', hosts),
-                            then=copied_back)
+                            then=copied_back, adasum_scope=scope)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

@@ -424,8 +424,10 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     if backward_passes_per_step <= 0:
         raise ValueError('backward_passes_per_step must be > 0')
     if op == Adasum and size() > 1:
-        # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod.
-        check_adasum_set(process_set)
+        # Horovod's delta optimizer (adasum_optimizer.py), over the global set as in Horovod;
+        # GPU parameters take the GPU variant's rules.
+        check_adasum_set(process_set, on_gpu=any(
+            p.is_cuda for group in optimizer.param_groups for p in group['params']))
         return adasum_optimizer(optimizer, named_parameters, compression,
                                 backward_passes_per_step, _DistributedOptimizer._name_parameters)
     if num_groups != 0:
