@@ -129,3 +129,16 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f'\nEpoch {epoch + 1}: finished gradual learning rate warmup to '
                   f'{tf.keras.backend.get_value(self.model.optimizer.learning_rate):g}.')
+
+
+class BestModelCheckpoint(tf.keras.callbacks.ModelCheckpoint):
+    """Horovod's ``BestModelCheckpoint``: Keras' ``ModelCheckpoint`` that keeps only the model
+    with the best ``monitor`` value (``save_best_only``). As in Horovod, its ``filepath`` is
+    None until the caller (Horovod's Spark estimators) sets it, and it saves on every rank that
+    has it in its callbacks: give it to rank 0 only, as Horovod's examples do with checkpoints.
+    """
+
+    def __init__(self, monitor='val_loss', verbose=0, save_weights_only=False, mode='auto',
+                 save_freq='epoch'):
+        super().__init__(filepath=None, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
