@@ -8,6 +8,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/launcher/horovodrun_flags.h"
 #include "collective/build_config.h"
 
 namespace collective::launcher {
@@ -131,6 +133,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->type_name("N")
       ->check(CLI::Range(0, 1000000).description(""));
 
+  HorovodrunFlags horovodrun;
+  horovodrun.AddTo(app);
+
   TranslateMpiStyleFlags(app, args);
   std::vector<const char*> argv;
   for (const std::string& arg : args) argv.push_back(arg.c_str());
@@ -140,6 +145,7 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
+  options.horovod_variables = horovodrun.Variables();
   if (!options.elastic && (options.min_ranks != 0 || options.max_ranks != 0 ||
                            options.restarts != 0 || options.reset_limit >= 0)) {
     err << "collectiverun: --min-np, --max-np, --restart-failed and --reset-limit need "
@@ -195,6 +201,14 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
           "on ",
           options.socket, " (--socket or COLLECTIVE_SOCKET)"));
     }
+    if (!options.horovod_variables.empty()) {
+      std::vector<std::string> names;
+      for (const auto& variable : options.horovod_variables) names.push_back(variable.first);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "horovodrun's tuning flags set the private daemon's ", absl::StrJoin(names, ", "),
+          ", but the job uses the collectived on ", options.socket,
+          " (--socket or COLLECTIVE_SOCKET), which keeps its own configuration"));
+    }
     // The ranks may change directory; the socket must not move with them.
     std::error_code error;
     const std::filesystem::path absolute = std::filesystem::absolute(options.socket, error);
@@ -213,6 +227,11 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
   }
   if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
   return absl::OkStatus();
+}
+
+Environment JobEnvironment(const LauncherOptions& options, Environment environment) {
+  for (const auto& [name, value] : options.horovod_variables) environment[name] = value;
+  return environment;
 }
 
 }  // namespace collective::launcher

@@ -1,6 +1,7 @@
 // The launcher's command line (CLI11), and what the environment adds to it.
 #pragma once
 
+#include <map>
 #include <ostream>
 #include <string>
 #include <variant>
@@ -32,6 +33,9 @@ struct LauncherOptions {
   // --reset-limit N: re-formations after which the job stops (Horovod's
   // option); -1: no limit.
   int reset_limit = -1;
+  // horovodrun's tuning flags, as the HOROVOD_* variables they set
+  // (horovodrun_flags.h); for the private daemon only.
+  std::map<std::string, std::string> horovod_variables;
   // The trainer's command line: everything after the launcher's options.
   std::vector<std::string> command;
 };
@@ -50,5 +54,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
 // would make each node's private daemon try to join an MPI world, and the
 // ranks' RANK/WORLD_SIZE wrong).
 absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& options);
+
+// The environment of the private daemon and the ranks: `environment` with
+// the variables of horovodrun's flags set over it, as horovodrun sets them.
+Environment JobEnvironment(const LauncherOptions& options, Environment environment);
 
 }  // namespace collective::launcher

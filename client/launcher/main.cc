@@ -18,5 +18,5 @@ int main(int argc, char** argv) {
     Say(status.message());
     return 2;
   }
-  return RunJob(options, environment);
+  return RunJob(options, JobEnvironment(options, environment));
 }

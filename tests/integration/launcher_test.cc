@@ -5,6 +5,7 @@
 // elastic job's workers re-forming it without a failed one.
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -371,11 +372,28 @@ TEST(LauncherTest, ThePrivateDaemonTakesHorovodsTuningVariables) {
                          Shell(absl::StrCat(CollectivectlBinary(), " status --json"))),
                   {{"COLLECTIVE_SOCKET", ""},
                    {"COLLECTIVE_JOB_ID", ""},
-                   {"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                   {"HOROVOD_CACHE_CAPACITY", "0"},
                    {"HOROVOD_CYCLE_TIME", "2.5"}});
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
-  EXPECT_THAT(run.out, HasSubstr("\"fusion_threshold_bytes\":\"1048576\""));
+  // (The tests' --fusion-threshold-bytes flag would hide HOROVOD_FUSION_THRESHOLD: flags win.)
+  EXPECT_THAT(run.out, HasSubstr("\"response_cache\":false"));
   EXPECT_THAT(run.out, HasSubstr("\"cycle_time_ms\":3,"));  // rounded up to a whole ms
+}
+
+// horovodrun's flags set the same variables, over the environment's.
+TEST(LauncherTest, HorovodrunsTuningFlagsReachThePrivateDaemon) {
+  const std::string timeline =
+      absl::StrCat(::testing::TempDir(), "/launcher-flags-", ::getpid(), ".json");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "1", "--no-prefix", "--cache-capacity", "0", "--cycle-time-ms", "3.5",
+              "--timeline-filename", timeline},
+             Shell(absl::StrCat(CollectivectlBinary(), " status --json"))),
+      {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}, {"HOROVOD_CYCLE_TIME", "9"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\"response_cache\":false"));
+  EXPECT_THAT(run.out, HasSubstr("\"cycle_time_ms\":4,"));  // the flag's, rounded up
+  EXPECT_THAT(run.out, HasSubstr("\"timeline\":{\"active\":true"));
+  std::remove(timeline.c_str());
 }
 
 TEST(LauncherTest, UsesAConfiguredDaemonAndLeavesItRunning) {

@@ -2,6 +2,7 @@
 // the command starts, usage errors) and what the environment adds to it.
 #include "client/launcher/launcher_options.h"
 
+#include <map>
 #include <sstream>
 #include <string>
 #include <variant>
@@ -206,6 +207,89 @@ TEST(LauncherOptionsTest, RefusesWhatCannotWork) {
     EXPECT_TRUE(absl::IsFailedPrecondition(status)) << mpi;
     EXPECT_THAT(status.message(), HasSubstr("mpirun or srun")) << mpi;
   }
+}
+
+// horovodrun's tuning flags become the HOROVOD_* variables horovodrun sets.
+TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
+  const Parsed parsed = Parse({"-np",
+                               "2",
+                               "--fusion-threshold-mb",
+                               "32",
+                               "--cycle-time-ms",
+                               "2.5",
+                               "--cache-capacity",
+                               "0",
+                               "--timeline-filename",
+                               "t.json",
+                               "--timeline-mark-cycles",
+                               "--no-stall-check",
+                               "--stall-check-warning-time-seconds",
+                               "30",
+                               "--stall-check-shutdown-time-seconds",
+                               "90",
+                               "--autotune",
+                               "--autotune-log-file",
+                               "a.csv",
+                               "--autotune-warmup-samples",
+                               "2",
+                               "--autotune-steps-per-sample",
+                               "5",
+                               "--autotune-bayes-opt-max-samples",
+                               "10",
+                               "--log-level",
+                               "warning",
+                               "python",
+                               "train.py",
+                               "--autotune"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_THAT(parsed.options().command, ElementsAre("python", "train.py", "--autotune"));
+  EXPECT_EQ(parsed.options().horovod_variables,
+            (std::map<std::string, std::string>{
+                {"HOROVOD_AUTOTUNE", "1"},
+                {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "10"},
+                {"HOROVOD_AUTOTUNE_LOG", "a.csv"},
+                {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "5"},
+                {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "2"},
+                {"HOROVOD_CACHE_CAPACITY", "0"},
+                {"HOROVOD_CYCLE_TIME", "2.5"},
+                {"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                {"HOROVOD_LOG_LEVEL", "warning"},
+                {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+                {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+                {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90"},
+                {"HOROVOD_TIMELINE", "t.json"},
+                {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+            }));
+  EXPECT_TRUE(Parse({"-np", "2", "x"}).options().horovod_variables.empty());
+
+  // They override the same variables from the environment, as horovodrun's do.
+  const Environment environment = JobEnvironment(
+      parsed.options(),
+      {{"HOROVOD_CYCLE_TIME", "5"}, {"HOROVOD_FUSION_THRESHOLD", "1"}, {"PATH", "/bin"}});
+  EXPECT_EQ(environment.at("HOROVOD_CYCLE_TIME"), "2.5");
+  EXPECT_EQ(environment.at("HOROVOD_FUSION_THRESHOLD"), "33554432");
+  EXPECT_EQ(environment.at("PATH"), "/bin");
+
+  for (const std::vector<std::string>& bad :
+       std::vector<std::vector<std::string>>{{"--fusion-threshold-mb", "1.5"},
+                                             {"--fusion-threshold-mb", "-1"},
+                                             {"--cycle-time-ms", "0"},
+                                             {"--cache-capacity", "many"},
+                                             {"--log-level", "LOUD"}}) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), bad.begin(), bad.end());
+    args.push_back("x");
+    const Parsed refused = Parse(args);
+    ASSERT_FALSE(refused.ok()) << bad[0] << " " << bad[1];
+    EXPECT_EQ(refused.exit_code(), 2);
+    EXPECT_THAT(refused.err, HasSubstr(bad[0])) << refused.err;
+  }
+
+  // A configured daemon keeps its own configuration.
+  LauncherOptions options = Options({"-np", "2", "--cycle-time-ms", "2", "x"});
+  const absl::Status status = ApplyEnvironment({{"COLLECTIVE_SOCKET", "/run/a.sock"}}, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("set the private daemon's HOROVOD_CYCLE_TIME"));
 }
 
 }  // namespace
