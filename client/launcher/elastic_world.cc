@@ -96,11 +96,11 @@ absl::Status ElasticWorld::Start(TrainerGroup& trainers) {
   return Publish(first, first, trainers);
 }
 
-absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& trainers) {
+absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& trainers, bool replace) {
   Exited(worker);  // idempotent
   std::vector<int> survivors = workers_;
   std::vector<int> added;
-  if (options_.restarts > 0 && static_cast<int>(survivors.size()) < options_.max_ranks) {
+  if (replace && options_.restarts > 0 && static_cast<int>(survivors.size()) < options_.max_ranks) {
     added.push_back(next_worker_++);
     --options_.restarts;
   }

@@ -52,11 +52,12 @@ class ElasticWorld {
 
   // Publishes generation 0 and starts its workers in `trainers`.
   absl::Status Start(TrainerGroup& trainers);
-  // Worker `worker` failed: publishes the next generation without it (and
-  // with a replacement while restarts remain). Returns what happened, in
-  // words; FAILED_PRECONDITION when fewer than min_ranks would remain,
-  // and the job must stop.
-  absl::StatusOr<std::string> Remove(int worker, TrainerGroup& trainers);
+  // Worker `worker` failed, or was stopped (`replace` false: the host
+  // discovery script lists fewer slots): publishes the next generation
+  // without it (and, for a failure, with a replacement while restarts
+  // remain). Returns what happened, in words; FAILED_PRECONDITION when
+  // fewer than min_ranks would remain, and the job must stop.
+  absl::StatusOr<std::string> Remove(int worker, TrainerGroup& trainers, bool replace = true);
   // Starts one more worker and publishes the generation that includes it;
   // FAILED_PRECONDITION at max_ranks.
   absl::StatusOr<std::string> Add(TrainerGroup& trainers);
@@ -71,6 +72,8 @@ class ElasticWorld {
   // Returns what happened, in words, or nullopt.
   absl::StatusOr<std::optional<std::string>> OnDirectoryChanged(TrainerGroup& trainers);
 
+  // The workers of the latest generation, in rank order.
+  const std::vector<int>& workers() const { return workers_; }
   const std::string& directory() const { return directory_; }
   // inotify on the directory: readable when a file there was written.
   int watch_fd() const { return watch_.get(); }

@@ -1,5 +1,8 @@
 #include "client/launcher/job_supervisor.h"
 
+#include <algorithm>
+#include <vector>
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -35,11 +38,24 @@ int JobSupervisor::Run() {
     if (elastic_ != nullptr && !stopping_) {
       set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
     }
-    if (!set.Wait(kill_deadline_)) {
+    const bool discovers =
+        options_.discovery != nullptr && elastic_ != nullptr && !stopping_ && !finishing_;
+    if (discovers && !next_discovery_.has_value()) {
+      next_discovery_ = absl::Now() + absl::Seconds(1);
+    }
+    std::optional<absl::Time> deadline = kill_deadline_;
+    if (discovers) deadline = std::min(deadline.value_or(*next_discovery_), *next_discovery_);
+    if (set.Wait(deadline)) continue;
+    const absl::Time now = absl::Now();
+    if (kill_deadline_.has_value() && now >= *kill_deadline_) {
       Say(absl::StrCat(Ranks(trainers_.running()), " still running after ",
                        absl::FormatDuration(options_.grace), "; sending SIGKILL"));
       trainers_.SignalRunning(SIGKILL);
       kill_deadline_.reset();
+    }
+    if (discovers && now >= *next_discovery_) {
+      OnDiscovery();
+      next_discovery_ = absl::Now() + absl::Seconds(1);
     }
   }
   trainers_.DrainOutput();
@@ -74,7 +90,24 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
       absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank, " (pid ",
                    trainer.process.pid(), ") ", DescribeExit(status));
   if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
+  if (retiring_.erase(trainer.rank) > 0 && !stopping_) {
+    // Stopped because the discovery script lists fewer slots: not a failure.
+    const absl::StatusOr<std::string> reformed =
+        elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
+    if (reformed.ok()) {
+      Say(absl::StrCat(what, "; ", *reformed));
+      return;
+    }
+    Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
+                     reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
+    Fail(1);
+    StopTrainers(SIGTERM);
+    return;
+  }
   if (Succeeded(status) || stopping_) {
+    // A worker that finished: the job is ending, and no longer grows or
+    // shrinks (as Horovod's driver stops once a worker has succeeded).
+    if (Succeeded(status)) finishing_ = true;
     if (options_.verbose) Say(what);
     return;
   }
@@ -109,6 +142,65 @@ void JobSupervisor::OnElasticMarkers() {
                    Ranks(trainers_.running())));
   Fail(1);
   StopTrainers(SIGTERM);
+}
+
+void JobSupervisor::OnDiscovery() {
+  const absl::StatusOr<int> slots = options_.discovery->LocalSlots();
+  if (!slots.ok()) {
+    // Retried every second, as horovodrun does after the first run; said once.
+    if (slots.status().message() != last_discovery_error_) {
+      last_discovery_error_ = std::string(slots.status().message());
+      Say(absl::StrCat(last_discovery_error_, "; keeping the job as it is"));
+    }
+    return;
+  }
+  last_discovery_error_.clear();
+  if (*slots < options_.min_ranks) {
+    const absl::Time now = absl::Now();
+    if (!short_since_.has_value()) {
+      short_since_ = now;
+      Say(absl::StrCat("the host discovery script lists ", *slots, " slots, fewer than --min-np ",
+                       options_.min_ranks, "; waiting up to ",
+                       absl::FormatDuration(options_.elastic_timeout), " for more"));
+    } else if (now - *short_since_ >= options_.elastic_timeout) {
+      Say(absl::StrCat("the host discovery script has listed fewer than --min-np ",
+                       options_.min_ranks, " slots for ",
+                       absl::FormatDuration(options_.elastic_timeout), "; stopping the ",
+                       Ranks(trainers_.running())));
+      Fail(1);
+      StopTrainers(SIGTERM);
+    }
+    return;
+  }
+  short_since_.reset();
+  const int target = std::min(*slots, options_.max_ranks);
+  const int live = static_cast<int>(elastic_->workers().size() - retiring_.size());
+  if (target < live) {
+    Retire(live - target, *slots);
+    return;
+  }
+  for (int added = live; added < target; ++added) {
+    const absl::StatusOr<std::string> grown = elastic_->Add(trainers_);
+    Say(grown.ok() ? absl::StrCat("the host discovery script lists ", *slots, " slots: ", *grown)
+                   : grown.status().message());
+    if (!grown.ok()) return;
+  }
+}
+
+void JobSupervisor::Retire(int count, int slots) {
+  const std::vector<int>& workers = elastic_->workers();
+  for (auto it = workers.rbegin(); it != workers.rend() && count > 0; ++it) {
+    if (retiring_.contains(*it)) continue;
+    for (const Trainer& trainer : trainers_.trainers()) {
+      if (trainer.rank != *it || trainer.process.reaped()) continue;
+      Say(absl::StrCat("the host discovery script lists ", slots, " slots: stopping worker ", *it,
+                       " (pid ", trainer.process.pid(), ")"));
+      retiring_.insert(*it);
+      trainer.process.Signal(SIGTERM);
+      --count;
+      break;
+    }
+  }
 }
 
 void JobSupervisor::OnDaemonExit(int status) {

@@ -1,15 +1,19 @@
 // JobSupervisor: watches a running job until every rank has exited, in one
 // poll loop: copies the ranks' output, forwards signals, and stops the job
 // when a rank fails or the private daemon dies. In an elastic job, a worker
-// that fails re-forms the job without it while enough remain, and SIGUSR1
-// adds a worker (see ElasticWorld).
+// that fails re-forms the job without it while enough remain, SIGUSR1 adds
+// a worker (see ElasticWorld), and a host discovery script's slots grow
+// and shrink it.
 #pragma once
 
 #include <optional>
+#include <set>
+#include <string>
 
 #include "absl/time/time.h"
 #include "client/launcher/daemon_runner.h"
 #include "client/launcher/elastic_world.h"
+#include "client/launcher/host_discovery.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
 
@@ -21,6 +25,14 @@ class JobSupervisor {
     // From SIGTERM (or the forwarded signal) to SIGKILL for ranks being stopped.
     absl::Duration grace = absl::Seconds(10);
     bool verbose = false;
+    // An elastic job with a host discovery script: run every second, the
+    // job grows to the slots it lists (up to max_ranks) and shrinks to them
+    // (the newest workers stop); fewer than min_ranks are waited out for
+    // elastic_timeout, then the job stops.
+    const HostDiscovery* discovery = nullptr;
+    int min_ranks = 1;
+    int max_ranks = 1;
+    absl::Duration elastic_timeout = absl::Seconds(600);
   };
 
   // `daemon` is null when the job uses a daemon the launcher did not start;
@@ -42,6 +54,10 @@ class JobSupervisor {
   // to re-form after a failed collective.
   void OnElasticMarkers();
   void OnDaemonExit(int status);
+  // Runs the discovery script and grows or shrinks the job to its slots.
+  void OnDiscovery();
+  // Stops the newest `count` workers that are not stopping already.
+  void Retire(int count, int slots);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);
   void Fail(int exit_code);
@@ -55,6 +71,14 @@ class JobSupervisor {
   bool stopping_ = false;
   bool signalled_ = false;  // a signal was forwarded; the next one kills
   std::optional<absl::Time> kill_deadline_;
+  // Host discovery: when it runs next, the workers it stopped (their exit
+  // re-forms the job without them), since when it lists fewer than
+  // min_ranks slots, and what it last said went wrong.
+  std::optional<absl::Time> next_discovery_;
+  std::set<int> retiring_;
+  std::optional<absl::Time> short_since_;
+  std::string last_discovery_error_;
+  bool finishing_ = false;  // a worker exited 0
 };
 
 }  // namespace collective::launcher

@@ -16,8 +16,10 @@
 #include "absl/time/clock.h"
 #include "client/launcher/daemon_runner.h"
 #include "client/launcher/elastic_world.h"
+#include "client/launcher/host_discovery.h"
 #include "client/launcher/job_supervisor.h"
 #include "client/launcher/launcher_output.h"
+#include "client/launcher/poll_set.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
 
@@ -50,10 +52,58 @@ absl::Status RaiseFileLimit(int ranks) {
   return absl::OkStatus();
 }
 
+// The slots the discovery script lists on this machine, once they are at
+// least `min_ranks` (the script runs every second meanwhile, for up to
+// `timeout`). Its first run must succeed, as horovodrun requires; later
+// failures are retried. CANCELLED when a forwarded signal arrives (it stays
+// pending on `signals`).
+absl::StatusOr<int> AwaitSlots(const HostDiscovery& discovery, int min_ranks,
+                               absl::Duration timeout, const SignalWatcher& signals) {
+  absl::StatusOr<int> slots = discovery.LocalSlots();
+  if (!slots.ok()) return slots.status();
+  const absl::Time deadline = absl::Now() + timeout;
+  bool said = false;
+  while (!slots.ok() || *slots < min_ranks) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the host discovery script did not list --min-np ", min_ranks,
+                       " slots within ", absl::FormatDuration(timeout),
+                       slots.ok() ? absl::StrCat(" (it lists ", *slots, ")")
+                                  : absl::StrCat(": ", slots.status().message())));
+    }
+    if (!said) {
+      Say(absl::StrCat("waiting up to ", absl::FormatDuration(timeout),
+                       " for the host discovery script to list --min-np ", min_ranks, " slots",
+                       slots.ok() ? absl::StrCat(" (it lists ", *slots, ")") : ""));
+      said = true;
+    }
+    bool signalled = false;
+    PollSet set;
+    set.Add(signals.fd(), [&] { signalled = true; });
+    set.Wait(std::min(deadline, absl::Now() + absl::Seconds(1)));
+    if (signalled) return absl::CancelledError("a signal arrived");
+    slots = discovery.LocalSlots();
+  }
+  return slots;
+}
+
 int StartFailureCode(const absl::Status& status) {
   if (absl::IsNotFound(status)) return 127;
   if (absl::IsPermissionDenied(status)) return 126;
   return 1;
+}
+
+// Says why the job could not start and returns the exit code: 128 + the
+// signal that cancelled `while` (CANCELLED), else `code`.
+int ReportStartFailure(const absl::Status& status, const SignalWatcher& signals,
+                       absl::string_view while_doing, int code) {
+  if (absl::IsCancelled(status)) {
+    const int signal = signals.Take().value_or(SIGTERM);
+    Say(absl::StrCat("received ", SignalName(signal), " while ", while_doing));
+    return 128 + signal;
+  }
+  Say(status.message());
+  return code;
 }
 
 }  // namespace
@@ -66,9 +116,11 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   }
   // An elastic job may start up to --max-np workers, and more to replace
   // failed ones, whose descriptors the launcher keeps until the job ends.
-  const int most_ranks = options.elastic
-                             ? std::max(options.ranks, options.max_ranks) + options.restarts
-                             : options.ranks;
+  // A discovery script without --max-np may grow the job without bound, as
+  // in Horovod: room for 256 workers then (a machine runs fewer).
+  int most_ranks = options.elastic ? std::max(options.ranks, options.max_ranks) + options.restarts
+                                   : options.ranks;
+  if (!options.host_discovery_script.empty()) most_ranks = std::min(most_ranks, 256);
   if (absl::Status enough = RaiseFileLimit(most_ranks); !enough.ok()) {
     Say(enough.message());
     return 1;
@@ -77,19 +129,27 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
                   .job_id = options.job_id.empty() ? UniqueJobId() : options.job_id,
                   .size = options.ranks};
 
+  std::unique_ptr<HostDiscovery> discovery;
+  if (!options.host_discovery_script.empty()) {
+    discovery = std::make_unique<HostDiscovery>(options.host_discovery_script,
+                                                options.slots_per_host, environment);
+    const absl::StatusOr<int> slots = AwaitSlots(
+        *discovery, options.min_ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
+    if (!slots.ok()) {
+      return ReportStartFailure(slots.status(), *signals, "waiting for slots", /*code=*/1);
+    }
+    // As many as -np asks, the slots allow and --max-np bounds.
+    job.size = std::min({options.ranks, *slots, options.max_ranks});
+  }
+
   std::unique_ptr<PrivateDaemon> daemon;
   if (job.socket.empty()) {
     auto started = PrivateDaemon::Start(
         {.binary = options.daemon, .args = options.daemon_args, .verbose = options.verbose},
         environment, *signals);
     if (!started.ok()) {
-      if (absl::IsCancelled(started.status())) {
-        const int signal = signals->Take().value_or(SIGTERM);
-        Say(absl::StrCat("received ", SignalName(signal), " while collectived started"));
-        return 128 + signal;
-      }
-      Say(started.status().message());
-      return StartFailureCode(started.status());
+      return ReportStartFailure(started.status(), *signals, "collectived started",
+                                StartFailureCode(started.status()));
     }
     daemon = std::move(*started);
     job.socket = daemon->socket();
@@ -135,9 +195,13 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
         job.size == 1 ? "rank 0 is pid " : absl::StrCat("ranks 0-", job.size - 1, " are pids "),
         absl::StrJoin(pids, ", "), ": ", absl::StrJoin(options.command, " ")));
   }
-  JobSupervisor supervisor(
-      *trainers, daemon.get(), elastic.get(), *signals,
-      {.grace = absl::Seconds(options.grace_seconds), .verbose = options.verbose});
+  JobSupervisor supervisor(*trainers, daemon.get(), elastic.get(), *signals,
+                           {.grace = absl::Seconds(options.grace_seconds),
+                            .verbose = options.verbose,
+                            .discovery = discovery.get(),
+                            .min_ranks = options.min_ranks,
+                            .max_ranks = options.max_ranks,
+                            .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)});
   const int exit_code = supervisor.Run();
   if (daemon != nullptr) daemon->Stop();
   return exit_code;

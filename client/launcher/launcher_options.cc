@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/launcher/horovodrun_flags.h"
@@ -38,8 +39,10 @@ rank that fails is not fatal while --min-np ranks remain: the others re-form
 the job without it, renumbered (README, "Elastic training"); --restart-failed N starts a new worker in place
 of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
 to --max-np; --reset-limit N stops the job instead of re-forming it a
-(N+1)-th time. The exit status is then 0 when every rank that did not fail
-exited 0.
+(N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
+runs PATH every second and grows or shrinks the job to the slots it lists,
+lines "host[:slots]" that must all be this machine. The exit status is then
+0 when every rank that did not fail exited 0.
 
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
 code (128+N for signal N), 128+N after forwarding signal N, 127 when the
@@ -133,6 +136,21 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->type_name("N")
       ->check(CLI::Range(0, 1000000).description(""));
 
+  app.add_option("--host-discovery-script", options.host_discovery_script,
+                 "elastic training on the slots this script lists (lines 'host[:slots]', all of "
+                 "them this machine), run every second; implies --elastic")
+      ->type_name("PATH");
+  app.add_option("--slots-per-host,--slots", options.slots_per_host,
+                 "with --host-discovery-script: the slots of a host listed without ':slots' "
+                 "(default: 1)")
+      ->type_name("N")
+      ->check(CLI::Range(1, kMaxRanks).description(""));
+  app.add_option("--elastic-timeout", options.elastic_timeout_seconds,
+                 "with --host-discovery-script: how long to wait for --min-np slots (default: "
+                 "$HOROVOD_ELASTIC_TIMEOUT, else 600)")
+      ->type_name("S")
+      ->check(CLI::Range(1, 1000000).description(""));
+
   HorovodrunFlags horovodrun;
   horovodrun.AddTo(app);
 
@@ -145,6 +163,13 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
+  const bool discovery = !options.host_discovery_script.empty();
+  if (discovery) options.elastic = true;  // as horovodrun's discovery script does
+  if (!discovery && (app.count("--slots-per-host") > 0 || options.elastic_timeout_seconds != 0)) {
+    err << "collectiverun: --slots-per-host and --elastic-timeout need --host-discovery-script\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
   options.horovod_variables = horovodrun.Variables();
   if (!options.elastic && (options.min_ranks != 0 || options.max_ranks != 0 ||
                            options.restarts != 0 || options.reset_limit >= 0)) {
@@ -156,7 +181,8 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   if (options.elastic) {
     // Horovod's defaults for --min-np; --max-np is bounded on one node.
     if (options.min_ranks == 0) options.min_ranks = options.ranks;
-    if (options.max_ranks == 0) options.max_ranks = options.ranks;
+    // With a discovery script, as many as it lists (Horovod: unbounded).
+    if (options.max_ranks == 0) options.max_ranks = discovery ? kMaxRanks : options.ranks;
     if (options.min_ranks > options.ranks || options.ranks > options.max_ranks) {
       err << "collectiverun: --elastic needs --min-np <= -np <= --max-np, but they are "
           << options.min_ranks << ", " << options.ranks << " and " << options.max_ranks << "\n";
@@ -226,6 +252,16 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     }
   }
   if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
+  if (!options.host_discovery_script.empty() && options.elastic_timeout_seconds == 0) {
+    options.elastic_timeout_seconds = 600;
+    if (const std::string timeout = value("HOROVOD_ELASTIC_TIMEOUT"); !timeout.empty()) {
+      if (!absl::SimpleAtoi(timeout, &options.elastic_timeout_seconds) ||
+          options.elastic_timeout_seconds < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("HOROVOD_ELASTIC_TIMEOUT is '", timeout,
+                                                       "', not a positive number of seconds"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -33,6 +33,14 @@ struct LauncherOptions {
   // --reset-limit N: re-formations after which the job stops (Horovod's
   // option); -1: no limit.
   int reset_limit = -1;
+  // --host-discovery-script (implies --elastic): the job grows and shrinks
+  // to the slots it lists on this machine (host_discovery.h); a host
+  // without ":slots" has --slots-per-host. Fewer slots than min_ranks are
+  // waited out for --elastic-timeout (else $HOROVOD_ELASTIC_TIMEOUT, else
+  // 600 s), then the job stops.
+  std::string host_discovery_script;
+  int slots_per_host = 1;
+  int elastic_timeout_seconds = 0;  // 0: not given
   // horovodrun's tuning flags, as the HOROVOD_* variables they set
   // (horovodrun_flags.h); for the private daemon only.
   std::map<std::string, std::string> horovod_variables;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -476,12 +477,15 @@ TEST(LauncherTest, AConfiguredDaemonThatIsNotThereFailsClearly) {
 // with a deadline), for the generation after a failure and prints it with
 // its own number. Loads the rendezvous module by path: it needs nothing of
 // the package.
-std::string AwaitWorld() {
+// `after_failure`: the generation that follows a failure; otherwise any later one.
+std::string AwaitWorld(bool after_failure = true) {
   return absl::StrCat(
       "/usr/bin/python3 -c \"import importlib.util as u; s = u.spec_from_file_location('r', '",
       COLLECTIVE_SOURCE_DIR,
       "/client/python/collective/common/elastic_rendezvous.py'); r = u.module_from_spec(s); "
-      "s.loader.exec_module(r); w = r.wait_for_next_world(True); "
+      "s.loader.exec_module(r); w = r.wait_for_next_world(",
+      after_failure ? "True" : "False",
+      "); "
       "print('worker', r.worker(), 'sees generation', w.generation, w.job_id.rsplit('.')[-1], "
       "w.workers)\"");
 }
@@ -577,6 +581,101 @@ TEST(LauncherTest, AnElasticJobReplacesAFailedWorker) {
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 2]",
                                           "[2] rank 1 of 2 generation 1 job 1 after 0"}))
       << run.out;
+}
+
+// A host discovery script that prints what the test writes into a file.
+class DiscoveryScript {
+ public:
+  explicit DiscoveryScript(const std::string& hosts) {
+    const std::string base =
+        absl::StrCat(::testing::TempDir(), "/discovery-", ::getpid(), "-",
+                     ::testing::UnitTest::GetInstance()->random_seed(), "-", ++count_);
+    hosts_ = base + ".hosts";
+    script_ = base + ".sh";
+    List(hosts);
+    std::ofstream(script_) << "#!/bin/sh\nexec cat '" << hosts_ << "'\n";
+    ::chmod(script_.c_str(), 0700);
+  }
+  ~DiscoveryScript() {
+    std::filesystem::remove(hosts_);
+    std::filesystem::remove(script_);
+  }
+  void List(const std::string& hosts) const { std::ofstream(hosts_) << hosts << "\n"; }
+  const std::string& hosts() const { return hosts_; }
+  const std::string& script() const { return script_; }
+
+ private:
+  static inline int count_ = 0;
+  std::string hosts_;
+  std::string script_;
+};
+
+TEST(LauncherTest, AHostDiscoveryScriptGrowsTheJob) {
+  // Worker 0 lists a third slot; worker 2 starts and joins generation 1.
+  const DiscoveryScript discovery("localhost:2");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2", "--min-np", "1", "--host-discovery-script", discovery.script()},
+             Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0) echo localhost:3 > '",
+                                discovery.hosts(), "'; exec ", AwaitWorld(false),
+                                ";; 2) echo rank $COLLECTIVE_LOCAL_RANK of $COLLECTIVE_LOCAL_SIZE "
+                                "generation $COLLECTIVE_ELASTIC_GENERATION; exit 0;; *) exec ",
+                                AwaitWorld(false), ";; esac"))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: the host discovery script lists 3 slots: worker "
+                                 "2 added; the job re-forms with 3 workers as generation 1"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1, 2]",
+                                          "[1] worker 1 sees generation 1 1 [0, 1, 2]",
+                                          "[2] rank 2 of 3 generation 1"}))
+      << run.out;
+}
+
+TEST(LauncherTest, AHostDiscoveryScriptShrinksTheJob) {
+  // Every worker joins generation 0 (its marker, as init() writes it);
+  // worker 0 lists a slot fewer; worker 2, the newest, is stopped, and the
+  // others go on in generation 1. A stopped worker is not a failure.
+  const DiscoveryScript discovery("localhost:3");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "3", "--min-np", "2", "--host-discovery-script", discovery.script()},
+             Shell(absl::StrCat(
+                 ": > \"$COLLECTIVE_ELASTIC_DIR/joining-0-$COLLECTIVE_ELASTIC_WORKER\"; "
+                 "case $COLLECTIVE_ELASTIC_WORKER in 0) echo localhost:2 > '",
+                 discovery.hosts(), "'; exec ", AwaitWorld(), ";; 2) exec sleep 1000;; *) exec ",
+                 AwaitWorld(), ";; esac"))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: the host discovery script lists 2 slots: stopping )"
+                          R"(worker 2 \(pid \d+\)\n)")))
+      << run.err;
+  EXPECT_THAT(run.err, HasSubstr("was killed by signal 15 (SIGTERM); re-forming the job with 2 "
+                                 "workers as generation 1"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1]",
+                                          "[1] worker 1 sees generation 1 1 [0, 1]"}))
+      << run.out;
+}
+
+TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
+  // Another machine: collectiverun starts this machine's workers only.
+  const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");
+  LaunchResult run = RunLauncher({"-np", "2", "--host-discovery-script", remote.script(), "true"});
+  EXPECT_EQ(run.exit_code, 1) << run.how << "\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("lists host 'node-that-is-not-here', which is not this machine"));
+
+  // Fewer slots than --min-np, for longer than --elastic-timeout.
+  const DiscoveryScript few("localhost:1");
+  run = RunLauncher(
+      {"-np", "2", "--elastic-timeout", "1", "--host-discovery-script", few.script(), "true"});
+  EXPECT_EQ(run.exit_code, 1) << run.how << "\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("waiting up to 1s for the host discovery script to list "
+                                 "--min-np 2 slots (it lists 1)"));
+  EXPECT_THAT(run.err, HasSubstr("did not list --min-np 2 slots within 1s (it lists 1)"));
 }
 
 }  // namespace

@@ -292,5 +292,46 @@ TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
   EXPECT_THAT(status.message(), HasSubstr("set the private daemon's HOROVOD_CYCLE_TIME"));
 }
 
+// Horovod's --host-discovery-script turns elastic training on, with
+// --slots-per-host (or --slots) and --elastic-timeout.
+TEST(LauncherOptionsTest, AHostDiscoveryScriptMakesTheJobElastic) {
+  Parsed parsed = Parse({"-np", "2", "--host-discovery-script", "./hosts.sh", "--slots", "4",
+                         "--elastic-timeout", "30", "python", "train.py"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_TRUE(parsed.options().elastic);
+  EXPECT_EQ(parsed.options().host_discovery_script, "./hosts.sh");
+  EXPECT_EQ(parsed.options().slots_per_host, 4);
+  EXPECT_EQ(parsed.options().elastic_timeout_seconds, 30);
+  EXPECT_EQ(parsed.options().min_ranks, 2);
+  EXPECT_EQ(parsed.options().max_ranks, 1024) << "as many as the script lists (Horovod: no bound)";
+
+  parsed = Parse({"-np", "2", "--host-discovery-script", "h.sh", "--slots-per-host", "2",
+                  "--max-np", "3", "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_EQ(parsed.options().slots_per_host, 2);
+  EXPECT_EQ(parsed.options().max_ranks, 3);
+  EXPECT_EQ(parsed.options().elastic_timeout_seconds, 0) << "decided with the environment";
+
+  // The timeout: the flag, else HOROVOD_ELASTIC_TIMEOUT, else 600 s.
+  LauncherOptions options = parsed.options();
+  ASSERT_TRUE(ApplyEnvironment({{"HOROVOD_ELASTIC_TIMEOUT", "45"}}, options).ok());
+  EXPECT_EQ(options.elastic_timeout_seconds, 45);
+  options = parsed.options();
+  ASSERT_TRUE(ApplyEnvironment({}, options).ok());
+  EXPECT_EQ(options.elastic_timeout_seconds, 600);
+  options = parsed.options();
+  const absl::Status bad = ApplyEnvironment({{"HOROVOD_ELASTIC_TIMEOUT", "soon"}}, options);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"-np", "2", "--slots", "2", "x"},
+           {"-np", "2", "--elastic", "--elastic-timeout", "5", "x"},
+           {"-np", "2", "--host-discovery-script", "h.sh", "--slots", "0", "x"}}) {
+    const Parsed refused = Parse(args);
+    ASSERT_FALSE(refused.ok()) << args[2];
+    EXPECT_EQ(refused.exit_code(), 2) << args[2];
+  }
+}
+
 }  // namespace
 }  // namespace collective::launcher

@@ -136,3 +136,16 @@ def check_result(state, model):
     assert all(w == everyone[0] for w in everyone), everyone
     assert torch.allclose(weights, reference_weights(), rtol=0, atol=1e-9), (
         weights, reference_weights())
+
+
+def check_grown_job(state, model, facts, added):
+    """What every rank must see after worker ``added`` joined a job of ``added`` workers at its
+    next commit: generation 1 of ``added + 1`` ranks, the newcomer started from rank 0's state
+    (not from scratch) as the last rank, the others re-formed once; and check_result."""
+    assert hvd.size() == added + 1
+    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '1'
+    if worker() == added:
+        assert hvd.rank() == added and facts['first_step'] > 3 and facts['resets'] == 0
+    else:
+        assert hvd.rank() == worker() and facts['resets'] == 1
+    check_result(state, model)

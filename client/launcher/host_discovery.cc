@@ -1,0 +1,138 @@
+#include "client/launcher/host_discovery.h"
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/launcher/child_process.h"
+
+namespace collective::launcher {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  return name;
+}
+
+// Reads `fd` to its end, or until `deadline`; false if the deadline came first.
+bool ReadAll(int fd, absl::Time deadline, std::string& out) {
+  char buffer[4096];
+  while (true) {
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left <= 0) return false;
+    pollfd ready{.fd = fd, .events = POLLIN, .revents = 0};
+    const int polled = ::poll(&ready, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (polled < 0 && errno != EINTR) return false;
+    if (polled <= 0) continue;
+    const ssize_t got = ::read(fd, buffer, sizeof(buffer));
+    if (got == 0) return true;
+    if (got < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return true;
+    }
+    out.append(buffer, static_cast<size_t>(got));
+  }
+}
+
+// Waits for the child's exit until `deadline`; nullopt if it is still running.
+std::optional<int> AwaitExit(ChildProcess& child, absl::Time deadline) {
+  while (!child.TryReap().has_value()) {
+    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+    if (left <= 0) return std::nullopt;
+    pollfd exited{.fd = child.pidfd(), .events = POLLIN, .revents = 0};
+    ::poll(&exited, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+  }
+  return child.status();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_view output,
+                                                                 int default_slots) {
+  std::vector<DiscoveredHost> hosts;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    DiscoveredHost host{.name = std::string(line), .slots = default_slots};
+    // The last colon: "::1:4" is host ::1 with 4 slots; "::1" alone has none.
+    const size_t colon = line.rfind(':');
+    if (colon != absl::string_view::npos && line.find(':') == colon) {
+      host.name = std::string(line.substr(0, colon));
+      if (!absl::SimpleAtoi(line.substr(colon + 1), &host.slots) || host.slots < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the host discovery script printed '", line,
+                         "': a line is 'host' or 'host:slots', with slots a positive number"));
+      }
+    }
+    if (host.name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the host discovery script printed '", line, "', which names no host"));
+    }
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
+}
+
+bool IsThisMachine(absl::string_view host) {
+  const std::string name = absl::AsciiStrToLower(host);
+  if (name == "localhost" || name == "::1" || name == "ip6-localhost") return true;
+  if (name.rfind("127.", 0) == 0) return true;
+  const std::string own = absl::AsciiStrToLower(HostName());
+  if (own.empty()) return false;
+  // This machine's name, with or without its domain.
+  return name == own || name.substr(0, name.find('.')) == own.substr(0, own.find('.'));
+}
+
+absl::StatusOr<int> HostDiscovery::LocalSlots(absl::Duration timeout) const {
+  auto child = ChildProcess::Spawn({.argv = {script_},
+                                    .environment = ToEnvp(environment_),
+                                    .output = SpawnOptions::Output::kSeparatePipes});
+  if (!child.ok()) {
+    return absl::Status(child.status().code(),
+                        absl::StrCat("host discovery: ", child.status().message()));
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  std::string output;
+  std::string errors;
+  UniqueFd out = child->TakeStdout();
+  UniqueFd err = child->TakeStderr();
+  const bool read = ReadAll(out.get(), deadline, output) && ReadAll(err.get(), deadline, errors);
+  const std::optional<int> status = read ? AwaitExit(*child, deadline) : std::nullopt;
+  if (!status.has_value()) {
+    child->Signal(SIGKILL);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the host discovery script ", script_, " ran longer than ", absl::FormatDuration(timeout)));
+  }
+  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the host discovery script ", script_, " ", DescribeExit(*status),
+                     errors.empty() ? "" : ": ", absl::StripTrailingAsciiWhitespace(errors)));
+  }
+  auto hosts = ParseDiscoveredHosts(output, default_slots_);
+  if (!hosts.ok()) return hosts.status();
+  int slots = 0;
+  for (const DiscoveredHost& host : *hosts) {
+    if (!IsThisMachine(host.name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "the host discovery script lists host '", host.name,
+          "', which is not this machine: collectiverun starts the workers of this machine only "
+          "(README, \"Elastic training\")"));
+    }
+    slots += host.slots;
+  }
+  return slots;
+}
+
+}  // namespace collective::launcher

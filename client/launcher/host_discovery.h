@@ -1,0 +1,55 @@
+// HostDiscovery: Horovod's --host-discovery-script contract. The script
+// prints the hosts the job may use, one "host[:slots]" per line (slots: how
+// many workers the host takes; without it, --slots); collectiverun runs it
+// when the job starts and every second after, and grows or shrinks an
+// elastic job to what it lists (JobSupervisor). collectiverun starts the
+// workers of this machine only, so every host listed must be this machine
+// (localhost, a loopback address, or its own name); the slots of those
+// lines add up.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "client/launcher/rank_environment.h"
+
+namespace collective::launcher {
+
+struct DiscoveredHost {
+  std::string name;
+  int slots = 0;
+};
+
+// The script's output as hosts; INVALID_ARGUMENT names a line that is not
+// "host" or "host:slots" with slots a positive number.
+absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_view output,
+                                                                 int default_slots);
+
+// localhost, a loopback address (127.0.0.0/8, ::1), or this machine's name.
+bool IsThisMachine(absl::string_view host);
+
+class HostDiscovery {
+ public:
+  HostDiscovery(std::string script, int default_slots, Environment environment)
+      : script_(std::move(script)),
+        default_slots_(default_slots),
+        environment_(std::move(environment)) {}
+
+  // Runs the script (its stdout is read, its stderr passed through) and
+  // returns the slots it lists on this machine. Fails when the script cannot
+  // start, exits non-zero, prints a malformed line or another host, or takes
+  // longer than `timeout` (it is then killed).
+  absl::StatusOr<int> LocalSlots(absl::Duration timeout = absl::Seconds(10)) const;
+
+  const std::string& script() const { return script_; }
+
+ private:
+  std::string script_;
+  int default_slots_;
+  Environment environment_;
+};
+
+}  // namespace collective::launcher
