@@ -170,7 +170,12 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
         << "Run with --help for more information.\n";
     return 2;
   }
-  options.horovod_variables = horovodrun.Variables();
+  absl::StatusOr<std::map<std::string, std::string>> variables = horovodrun.Variables();
+  if (!variables.ok()) {
+    err << "collectiverun: " << variables.status().message() << "\n";
+    return 2;
+  }
+  options.horovod_variables = std::move(*variables);
   if (!options.elastic && (options.min_ranks != 0 || options.max_ranks != 0 ||
                            options.restarts != 0 || options.reset_limit >= 0)) {
     err << "collectiverun: --min-np, --max-np, --restart-failed and --reset-limit need "

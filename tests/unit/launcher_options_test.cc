@@ -2,14 +2,21 @@
 // the command starts, usage errors) and what the environment adds to it.
 #include "client/launcher/launcher_options.h"
 
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include <unistd.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "client/launcher/horovodrun_flags.h"
 
 namespace collective::launcher {
 namespace {
@@ -331,6 +338,77 @@ TEST(LauncherOptionsTest, AHostDiscoveryScriptMakesTheJobElastic) {
     ASSERT_FALSE(refused.ok()) << args[2];
     EXPECT_EQ(refused.exit_code(), 2) << args[2];
   }
+}
+
+// horovodrun's --config-file: its sections as the variables horovodrun
+// exports, and the flags over them.
+TEST(LauncherOptionsTest, HorovodrunsConfigFileSetsItsVariables) {
+  const char* yaml = R"(
+controller: mpi
+params:
+  fusion_threshold_mb: 32
+  cycle_time_ms: 2.5
+  cache_capacity: 0
+  hierarchical_allreduce: true
+autotune:
+  enabled: true
+  log_file: tune.csv
+  warmup_samples: 3
+timeline:
+  filename: t.json
+  mark_cycles: false
+stall_check:
+  enabled: false
+  warning_time_seconds: 30
+logging:
+  level: DEBUG
+)";
+  auto variables = HorovodrunConfigVariables(yaml);
+  ASSERT_TRUE(variables.ok()) << variables.status();
+  EXPECT_EQ(*variables, (std::map<std::string, std::string>{
+                            {"HOROVOD_AUTOTUNE", "1"},
+                            {"HOROVOD_AUTOTUNE_LOG", "tune.csv"},
+                            {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "3"},
+                            {"HOROVOD_CACHE_CAPACITY", "0"},
+                            {"HOROVOD_CYCLE_TIME", "2.5"},
+                            {"HOROVOD_FUSION_THRESHOLD", "32"},
+                            {"HOROVOD_LOG_LEVEL", "DEBUG"},
+                            {"HOROVOD_STALL_CHECK_DISABLE", "1"},
+                            {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
+                            {"HOROVOD_TIMELINE", "t.json"},
+                            {"HOROVOD_TIMELINE_MARK_CYCLES", "0"},
+                        }));
+  // As horovodrun: autotune's settings only when it is on, marks only with a timeline.
+  variables = HorovodrunConfigVariables(
+      "autotune: {enabled: false, warmup_samples: 3}\ntimeline: {mark_cycles: true}\n");
+  ASSERT_TRUE(variables.ok()) << variables.status();
+  EXPECT_TRUE(variables->empty());
+  EXPECT_TRUE(HorovodrunConfigVariables("")->empty());
+
+  for (const char* bad : {"params: {cycle_time_ms: fast}", "params: {cache_capacity: -1}",
+                          "params: {fusion_threshold_mb: 1.5}", "autotune: {enabled: maybe}",
+                          "params: {cycle_time_ms: [1, 2]}", "params: [", "- a list"}) {
+    const auto refused = HorovodrunConfigVariables(bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr("horovodrun config file")) << bad;
+  }
+
+  // The file through the command line; a flag overrides it.
+  const std::string path = absl::StrCat(::testing::TempDir(), "/horovodrun-", ::getpid(), ".yaml");
+  std::ofstream(path) << yaml;
+  const Parsed parsed =
+      Parse({"-np", "2", "--config-file", path, "--cycle-time-ms", "7", "python", "train.py"});
+  std::remove(path.c_str());
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_CYCLE_TIME"), "7");
+  EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_FUSION_THRESHOLD"), "33554432");
+  EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_STALL_CHECK_DISABLE"), "1");
+
+  const Parsed missing = Parse({"-np", "2", "--config-file", "/nonexistent/h.yaml", "x"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.exit_code(), 2);
+  EXPECT_THAT(missing.err, HasSubstr("cannot read the horovodrun config file /nonexistent/h.yaml"));
 }
 
 }  // namespace
