@@ -153,6 +153,13 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
         "warn of a stall after this long (HOROVOD_STALL_CHECK_TIME_SECONDS)", count);
   value("--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "S",
         "fail a stalled job after this long (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)", count);
+  // Across nodes every collective is hierarchical here (each node's ranks
+  // in shared memory, then the daemons): the switches are taken and set as
+  // horovodrun sets them, and change nothing (README, "Horovod's variables").
+  on("--hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE",
+     "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)");
+  on("--hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER",
+     "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLGATHER)");
   on("--autotune", "HOROVOD_AUTOTUNE", "tune the daemon's knobs online (HOROVOD_AUTOTUNE)");
   value("--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "PATH",
         "record each autotuning trial here (HOROVOD_AUTOTUNE_LOG)", CLI::Validator());

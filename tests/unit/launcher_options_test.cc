@@ -245,6 +245,7 @@ TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
                                "10",
                                "--log-level",
                                "warning",
+                               "--hierarchical-allreduce",
                                "python",
                                "train.py",
                                "--autotune"});
@@ -260,6 +261,7 @@ TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
                 {"HOROVOD_CACHE_CAPACITY", "0"},
                 {"HOROVOD_CYCLE_TIME", "2.5"},
                 {"HOROVOD_FUSION_THRESHOLD", "33554432"},
+                {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
                 {"HOROVOD_LOG_LEVEL", "warning"},
                 {"HOROVOD_STALL_CHECK_DISABLE", "1"},
                 {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
