@@ -13,7 +13,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/launcher/child_process.h"
 
@@ -122,17 +124,53 @@ absl::StatusOr<int> HostDiscovery::LocalSlots(absl::Duration timeout) const {
   }
   auto hosts = ParseDiscoveredHosts(output, default_slots_);
   if (!hosts.ok()) return hosts.status();
+  return SlotsOfThisMachine(*hosts, "the host discovery script");
+}
+
+absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
+                                       absl::string_view source) {
   int slots = 0;
-  for (const DiscoveredHost& host : *hosts) {
+  for (const DiscoveredHost& host : hosts) {
     if (!IsThisMachine(host.name)) {
       return absl::UnimplementedError(absl::StrCat(
-          "the host discovery script lists host '", host.name,
+          source, " lists host '", host.name,
           "', which is not this machine: collectiverun starts the workers of this machine only "
-          "(README, \"Elastic training\")"));
+          "(for several nodes: README, \"Several nodes\")"));
     }
     slots += host.slots;
   }
   return slots;
+}
+
+absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list) {
+  std::string lines = absl::StrReplaceAll(list, {{",", "\n"}});
+  auto hosts = ParseDiscoveredHosts(lines, 1);
+  if (!hosts.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-H '", list, "': each host is 'host' or 'host:slots', with slots a positive number"));
+  }
+  return hosts;
+}
+
+absl::StatusOr<std::vector<DiscoveredHost>> ParseHostfile(absl::string_view text) {
+  std::vector<DiscoveredHost> hosts;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    DiscoveredHost host{.name = std::string(fields[0]), .slots = 1};
+    bool valid = fields.size() <= 2;
+    if (valid && fields.size() == 2) {
+      valid = absl::ConsumePrefix(&fields[1], "slots=") &&
+              absl::SimpleAtoi(fields[1], &host.slots) && host.slots > 0;
+    }
+    if (!valid) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hostfile line '", line, "': a line is '<hostname> slots=<slots>' or '<hostname>'"));
+    }
+    hosts.push_back(std::move(host));
+  }
+  return hosts;
 }
 
 }  // namespace collective::launcher

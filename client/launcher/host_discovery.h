@@ -31,6 +31,17 @@ absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_vi
 // localhost, a loopback address (127.0.0.0/8, ::1), or this machine's name.
 bool IsThisMachine(absl::string_view host);
 
+// The slots of `hosts` added up, every one of them this machine;
+// UNIMPLEMENTED names the first that is not (`source` says where it was
+// listed, e.g. "the host discovery script").
+absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
+                                       absl::string_view source);
+
+// horovodrun's -H/--hosts ("host1:2,host2:4"; a host without ":slots" has
+// one) and --hostfile (lines "host slots=N", '#' comments) as hosts.
+absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list);
+absl::StatusOr<std::vector<DiscoveredHost>> ParseHostfile(absl::string_view text);
+
 class HostDiscovery {
  public:
   HostDiscovery(std::string script, int default_slots, Environment environment)

@@ -1,7 +1,9 @@
 #include "client/launcher/launcher_options.h"
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <system_error>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/launcher/horovodrun_flags.h"
+#include "client/launcher/host_discovery.h"
 #include "collective/build_config.h"
 
 namespace collective::launcher {
@@ -49,9 +52,10 @@ code (128+N for signal N), 128+N after forwarding signal N, 127 when the
 command does not exist (126: cannot be executed), 1 when the daemon fails, 2
 for a usage error.
 
-One node only (-H/--hosts is not supported): for a multi-node job start one
-collectived per node with mpirun or srun, and the ranks with mpirun or srun
-too (README, "Launching a job").
+One node only: -H/--hosts and --hostfile may list this machine only (their
+slots bound -np). For a multi-node job start one collectived per node with
+mpirun or srun, and the ranks with mpirun or srun too (README, "Launching a
+job").
 
 Example: collectiverun -np 4 python -u train.py --epochs 10)";
 
@@ -68,11 +72,43 @@ void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args)
   for (size_t i = 1; i < args.size(); ++i) {
     std::string& arg = args[i];
     if (arg == "--" || !absl::StartsWith(arg, "-") || arg == "-") return;  // the command
-    if (arg == "-np" || absl::StartsWith(arg, "-np=")) arg.insert(0, "-");
+    if (arg == "-np" || absl::StartsWith(arg, "-np=") || arg == "-hostfile" ||
+        absl::StartsWith(arg, "-hostfile=")) {
+      arg.insert(0, "-");
+    }
     if (absl::StrContains(arg, '=') || (arg.size() > 2 && arg[1] != '-')) continue;  // -n4
     const CLI::Option* option = app.get_option_no_throw(arg);
     if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // skip its value
   }
+}
+
+// horovodrun's -H and --hostfile: this machine's slots, enough for -np.
+absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile,
+                           const LauncherOptions& options) {
+  if (hosts.empty() && hostfile.empty()) return absl::OkStatus();
+  if (!hosts.empty() + !hostfile.empty() + !options.host_discovery_script.empty() > 1) {
+    return absl::InvalidArgumentError(
+        "-H, --hostfile and --host-discovery-script exclude each other, as in horovodrun");
+  }
+  absl::StatusOr<std::vector<DiscoveredHost>> listed;
+  if (!hosts.empty()) {
+    listed = ParseHostsOption(hosts);
+  } else {
+    std::ifstream file(hostfile);
+    if (!file)
+      return absl::InvalidArgumentError(absl::StrCat("cannot read the hostfile ", hostfile));
+    std::stringstream text;
+    text << file.rdbuf();
+    listed = ParseHostfile(text.str());
+  }
+  if (!listed.ok()) return listed.status();
+  auto slots = SlotsOfThisMachine(*listed, hosts.empty() ? "the hostfile" : "-H");
+  if (!slots.ok()) return slots.status();
+  if (options.ranks > *slots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-np ", options.ranks, " is more than the ", *slots, " slots the hosts list"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -136,6 +172,16 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->type_name("N")
       ->check(CLI::Range(0, 1000000).description(""));
 
+  std::string hosts;
+  std::string hostfile;
+  app.add_option("-H,--hosts", hosts,
+                 "horovodrun's host list, 'host:slots,...': every host must be this machine, "
+                 "with at least -np slots")
+      ->type_name("HOSTS");
+  app.add_option("--hostfile", hostfile,
+                 "horovodrun's host file, lines '<hostname> slots=<slots>', as -H (-hostfile works "
+                 "too)")
+      ->type_name("PATH");
   app.add_option("--host-discovery-script", options.host_discovery_script,
                  "elastic training on the slots this script lists (lines 'host[:slots]', all of "
                  "them this machine), run every second; implies --elastic")
@@ -163,6 +209,10 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
+  if (absl::Status listed = CheckHostList(hosts, hostfile, options); !listed.ok()) {
+    err << "collectiverun: " << listed.message() << "\n";
+    return 2;
+  }
   const bool discovery = !options.host_discovery_script.empty();
   if (discovery) options.elastic = true;  // as horovodrun's discovery script does
   if (!discovery && (app.count("--slots-per-host") > 0 || options.elastic_timeout_seconds != 0)) {

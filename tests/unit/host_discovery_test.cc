@@ -56,6 +56,32 @@ TEST(HostDiscoveryTest, KnowsThisMachine) {
   }
 }
 
+TEST(HostDiscoveryTest, ReadsHorovodrunsHostListAndHostfile) {
+  auto hosts = ParseHostsOption("localhost:2,127.0.0.1,node-b:4");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  ASSERT_EQ(hosts->size(), 3u);
+  EXPECT_EQ((*hosts)[1].name, "127.0.0.1");
+  EXPECT_EQ((*hosts)[1].slots, 1);
+  EXPECT_EQ((*hosts)[2].slots, 4);
+  EXPECT_FALSE(ParseHostsOption("localhost:0").ok());
+
+  hosts = ParseHostfile("# the cluster\nlocalhost slots=2\n\n127.0.0.1   # one slot\n");
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  ASSERT_EQ(hosts->size(), 2u);
+  EXPECT_EQ((*hosts)[0].name, "localhost");
+  EXPECT_EQ((*hosts)[0].slots, 2);
+  EXPECT_EQ((*hosts)[1].slots, 1);
+  for (const char* bad : {"localhost 2", "localhost slots=x", "localhost slots=2 extra"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseHostfile(bad).status())) << bad;
+  }
+
+  // The slots of this machine only.
+  EXPECT_EQ(*SlotsOfThisMachine(*ParseHostsOption("localhost:2,127.0.0.1:3"), "-H"), 5);
+  const auto remote = SlotsOfThisMachine(*ParseHostsOption("localhost:2,node-b:4"), "-H");
+  EXPECT_TRUE(absl::IsUnimplemented(remote.status()));
+  EXPECT_THAT(remote.status().message(), HasSubstr("-H lists host 'node-b'"));
+}
+
 class ScriptTest : public ::testing::Test {
  protected:
   // A script with `body`, executable.

@@ -162,7 +162,7 @@ TEST(LauncherOptionsTest, HelpExitsWith0AndShowsTheUsage) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.exit_code(), 0);
   EXPECT_THAT(parsed.out, HasSubstr("Usage: collectiverun -np N [OPTIONS] [--] COMMAND [ARGS...]"));
-  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts is not supported"));
+  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts and --hostfile may list this machine only"));
 }
 
 LauncherOptions Options(std::vector<std::string> args) {
@@ -411,6 +411,31 @@ logging:
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.exit_code(), 2);
   EXPECT_THAT(missing.err, HasSubstr("cannot read the horovodrun config file /nonexistent/h.yaml"));
+}
+
+// horovodrun's -H and -hostfile: this machine only, with enough slots.
+TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
+  EXPECT_TRUE(Parse({"-np", "4", "-H", "localhost:4", "python", "train.py"}).ok());
+  EXPECT_TRUE(Parse({"-np", "3", "--hosts", "localhost:2,127.0.0.1", "x"}).ok());
+
+  const std::string path = absl::StrCat(::testing::TempDir(), "/hostfile-", ::getpid());
+  std::ofstream(path) << "localhost slots=2\n";
+  EXPECT_TRUE(Parse({"-np", "2", "-hostfile", path, "x"}).ok());
+  const Parsed too_many = Parse({"-np", "3", "--hostfile", path, "x"});
+  std::remove(path.c_str());
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_THAT(too_many.err, HasSubstr("-np 3 is more than the 2 slots the hosts list"));
+
+  const Parsed remote = Parse({"-np", "2", "-H", "localhost:1,node-b:1", "x"});
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.exit_code(), 2);
+  EXPECT_THAT(remote.err, HasSubstr("-H lists host 'node-b', which is not this machine"));
+
+  const Parsed both =
+      Parse({"-np", "2", "-H", "localhost:2", "--host-discovery-script", "h.sh", "x"});
+  ASSERT_FALSE(both.ok());
+  EXPECT_THAT(both.err, HasSubstr("exclude each other"));
+  EXPECT_FALSE(Parse({"-np", "2", "--hostfile", "/nonexistent/hosts", "x"}).ok());
 }
 
 }  // namespace
