@@ -160,6 +160,15 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
      "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)");
   on("--hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER",
      "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLGATHER)");
+  on("--tcp", "NCCL_IB_DISABLE", "TCP only: NCCL leaves InfiniBand alone (NCCL_IB_DISABLE=1)");
+  // horovodrun's choice of controller and its cache of host checks have no
+  // counterpart: the daemons coordinate the ranks, and collectiverun checks
+  // nothing ahead. Taken so that a horovodrun line runs unchanged.
+  for (const char* flag : {"--gloo", "--mpi", "--disable-cache"}) {
+    app.add_flag_callback(
+           flag, [] {}, "accepted from horovodrun: nothing to choose here")
+        ->group(kGroup);
+  }
   on("--autotune", "HOROVOD_AUTOTUNE", "tune the daemon's knobs online (HOROVOD_AUTOTUNE)");
   value("--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "PATH",
         "record each autotuning trial here (HOROVOD_AUTOTUNE_LOG)", CLI::Validator());

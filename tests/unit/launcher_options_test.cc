@@ -246,6 +246,9 @@ TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
                                "--log-level",
                                "warning",
                                "--hierarchical-allreduce",
+                               "--gloo",
+                               "--disable-cache",
+                               "--tcp",
                                "python",
                                "train.py",
                                "--autotune"});
@@ -268,6 +271,7 @@ TEST(LauncherOptionsTest, HorovodrunsTuningFlagsSetItsVariables) {
                 {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "90"},
                 {"HOROVOD_TIMELINE", "t.json"},
                 {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+                {"NCCL_IB_DISABLE", "1"},
             }));
   EXPECT_TRUE(Parse({"-np", "2", "x"}).options().horovod_variables.empty());
 
