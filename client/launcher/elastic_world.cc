@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<ElasticWorld>> ElasticWorld::Create(Options optio
                                                                    const JobIdentity& job,
                                                                    const Environment& environment,
                                                                    std::vector<std::string> command,
-                                                                   bool prefix_output) {
+                                                                   OutputOptions output) {
   if (absl::StrContains(job.job_id, '\n')) {
     return absl::InvalidArgumentError("the job id of an elastic job must be one line");
   }
@@ -70,18 +70,18 @@ absl::StatusOr<std::unique_ptr<ElasticWorld>> ElasticWorld::Create(Options optio
     return error;
   }
   return std::unique_ptr<ElasticWorld>(new ElasticWorld(options, job, environment,
-                                                        std::move(command), prefix_output,
+                                                        std::move(command), std::move(output),
                                                         std::move(directory), std::move(watch)));
 }
 
 ElasticWorld::ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
-                           std::vector<std::string> command, bool prefix_output,
+                           std::vector<std::string> command, OutputOptions output,
                            std::string directory, UniqueFd watch)
     : options_(options),
       job_(job),
       environment_(environment),
       command_(std::move(command)),
-      prefix_output_(prefix_output),
+      output_(std::move(output)),
       directory_(std::move(directory)),
       watch_(std::move(watch)) {}
 
@@ -212,7 +212,7 @@ absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<i
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
     environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
     environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
-    if (absl::Status started = trainers.Add(worker, command_, environment, prefix_output_);
+    if (absl::Status started = trainers.Add(worker, command_, environment, output_);
         !started.ok()) {
       return started;
     }

@@ -45,7 +45,7 @@ class ElasticWorld {
                                                               const JobIdentity& job,
                                                               const Environment& environment,
                                                               std::vector<std::string> command,
-                                                              bool prefix_output);
+                                                              OutputOptions output);
   ~ElasticWorld();  // removes the directory and what is in it
   ElasticWorld(const ElasticWorld&) = delete;
   ElasticWorld& operator=(const ElasticWorld&) = delete;
@@ -80,7 +80,7 @@ class ElasticWorld {
 
  private:
   ElasticWorld(Options options, const JobIdentity& job, const Environment& environment,
-               std::vector<std::string> command, bool prefix_output, std::string directory,
+               std::vector<std::string> command, OutputOptions output, std::string directory,
                UniqueFd watch);
 
   // Every live worker that has joined a generation asked to re-form after
@@ -97,7 +97,7 @@ class ElasticWorld {
   JobIdentity job_;  // the socket, the base job id; size unused
   Environment environment_;
   std::vector<std::string> command_;
-  bool prefix_output_;
+  OutputOptions output_;
   std::string directory_;
   UniqueFd watch_;
   int generation_ = -1;

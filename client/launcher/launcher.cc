@@ -164,6 +164,12 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     if (options.verbose) Say(absl::StrCat("using the collectived on ", job.socket));
   }
 
+  // Rank numbers padded for the largest the job may reach (an elastic job's
+  // workers are numbered on past it, and their files sort by number less).
+  const OutputOptions output{
+      .prefix = options.prefix_output,
+      .directory = options.output_directory,
+      .rank_digits = static_cast<int>(absl::StrCat(std::max(1, most_ranks - 1)).size())};
   std::unique_ptr<ElasticWorld> elastic;
   absl::StatusOr<TrainerGroup> trainers = TrainerGroup();
   if (options.elastic) {
@@ -171,7 +177,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
                                        .max_ranks = options.max_ranks,
                                        .restarts = options.restarts,
                                        .reset_limit = options.reset_limit},
-                                      job, environment, options.command, options.prefix_output);
+                                      job, environment, options.command, output);
     if (!world.ok()) {
       Say(world.status().message());
       return 1;
@@ -179,7 +185,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     elastic = std::move(*world);
     if (absl::Status started = elastic->Start(*trainers); !started.ok()) trainers = started;
   } else {
-    trainers = TrainerGroup::Start(options.command, job, environment, options.prefix_output);
+    trainers = TrainerGroup::Start(options.command, job, environment, output);
   }
   if (!trainers.ok()) {
     Say(trainers.status().message());

@@ -143,6 +143,10 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   bool no_prefix = false;
   app.add_flag("--no-prefix", no_prefix,
                "pass the ranks' output through, without \"[RANK] \" before each line");
+  app.add_option("--output-filename", options.output_directory,
+                 "also write each rank's stdout and stderr to DIR/rank.<N>/stdout and stderr "
+                 "(horovodrun's; N padded with zeros)")
+      ->type_name("DIR");
   app.add_option("--grace-seconds", options.grace_seconds,
                  "seconds from SIGTERM to SIGKILL for ranks being stopped")
       ->type_name("S")

@@ -22,6 +22,9 @@ struct LauncherOptions {
   // --job-id, else $COLLECTIVE_JOB_ID; empty: a fresh one per launch.
   std::string job_id;
   bool prefix_output = true;
+  // --output-filename DIR (horovodrun's): each rank's output also copied to
+  // DIR/rank.<N>/stdout and stderr.
+  std::string output_directory;
   double grace_seconds = 10;
   bool verbose = false;
   // --elastic: a failed worker is not fatal while min_ranks remain; the job

@@ -15,8 +15,11 @@ constexpr size_t kReadBytes = 64 * 1024;
 
 }  // namespace
 
-PrefixedStream::PrefixedStream(UniqueFd pipe, std::string prefix, int destination)
-    : pipe_(std::move(pipe)), prefixer_(std::move(prefix)), destination_(destination) {
+PrefixedStream::PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy)
+    : pipe_(std::move(pipe)),
+      prefixer_(std::move(prefix)),
+      destination_(destination),
+      copy_(std::move(copy)) {
   if (pipe_.valid()) {
     ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
   }
@@ -43,6 +46,7 @@ bool PrefixedStream::ReadOnce() {
     Close();
     return false;
   }
+  if (copy_.valid()) WriteAll(copy_.get(), {buffer, static_cast<size_t>(got)});
   std::string lines;
   prefixer_.Feed({buffer, static_cast<size_t>(got)}, lines);
   WriteAll(destination_, lines);

@@ -1,5 +1,6 @@
 // PrefixedStream: the read end of one child's output pipe, copied line by
-// line, each line prefixed, to one of the launcher's own outputs.
+// line, each line prefixed, to one of the launcher's own outputs, and, with
+// a `copy`, as read to that file too (--output-filename).
 #pragma once
 
 #include <string>
@@ -14,7 +15,7 @@ class PrefixedStream {
   // `pipe` is made non-blocking: the launcher reads it only when poll says
   // so, and at the end drains it without waiting for a writer that may
   // never close it (a rank's background grandchild).
-  PrefixedStream(UniqueFd pipe, std::string prefix, int destination);
+  PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy = {});
 
   bool open() const { return pipe_.valid(); }
   int fd() const { return pipe_.get(); }
@@ -34,6 +35,7 @@ class PrefixedStream {
   UniqueFd pipe_;
   LinePrefixer prefixer_;
   int destination_;
+  UniqueFd copy_;
 };
 
 }  // namespace collective::launcher

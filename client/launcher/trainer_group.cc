@@ -1,22 +1,28 @@
 #include "client/launcher/trainer_group.h"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace collective::launcher {
 
 absl::StatusOr<TrainerGroup> TrainerGroup::Start(const std::vector<std::string>& command,
                                                  const JobIdentity& job,
                                                  const Environment& environment,
-                                                 bool prefix_output) {
+                                                 const OutputOptions& output) {
   TrainerGroup group;
   for (int rank = 0; rank < job.size; ++rank) {
     // Returning destroys the ranks already started, which kills them.
     if (absl::Status started =
-            group.Add(rank, command, RankEnvironment(environment, job, rank), prefix_output);
+            group.Add(rank, command, RankEnvironment(environment, job, rank), output);
         !started.ok()) {
       return started;
     }
@@ -25,17 +31,37 @@ absl::StatusOr<TrainerGroup> TrainerGroup::Start(const std::vector<std::string>&
 }
 
 absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command,
-                               const Environment& environment, bool prefix_output) {
-  auto process = ChildProcess::Spawn({.argv = command,
-                                      .environment = ToEnvp(environment),
-                                      .output = prefix_output ? SpawnOptions::Output::kSeparatePipes
-                                                              : SpawnOptions::Output::kInherit});
+                               const Environment& environment, const OutputOptions& output) {
+  UniqueFd out_copy, err_copy;
+  if (!output.directory.empty()) {
+    const std::string directory =
+        absl::StrCat(output.directory, "/rank.", absl::StrFormat("%0*d", output.rank_digits, rank));
+    std::error_code error;
+    std::filesystem::create_directories(directory, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat("cannot make ", directory, " for rank ", rank,
+                                                      "'s output: ", error.message()));
+    }
+    for (auto [copy, name] : {std::pair{&out_copy, "stdout"}, std::pair{&err_copy, "stderr"}}) {
+      const std::string path = absl::StrCat(directory, "/", name);
+      copy->Reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!copy->valid()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+      }
+    }
+  }
+  const bool piped = output.prefix || out_copy.valid();
+  auto process = ChildProcess::Spawn(
+      {.argv = command,
+       .environment = ToEnvp(environment),
+       .output = piped ? SpawnOptions::Output::kSeparatePipes : SpawnOptions::Output::kInherit});
   if (!process.ok()) return process.status();
   Trainer& trainer = trainers_.emplace_back(Trainer{rank, std::move(*process), {}, {}});
-  if (prefix_output) {
-    const std::string prefix = absl::StrCat("[", rank, "] ");
-    trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO);
-    trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO);
+  if (piped) {
+    const std::string prefix = output.prefix ? absl::StrCat("[", rank, "] ") : "";
+    trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO, std::move(out_copy));
+    trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO, std::move(err_copy));
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,16 @@
 
 namespace collective::launcher {
 
+// Where the ranks' output goes: the launcher's own stdout and stderr, each
+// line prefixed by the rank or passed through, and with `directory` also
+// copied as written to `<directory>/rank.<N>/stdout` and `stderr` (N padded
+// with zeros to `rank_digits`), horovodrun's --output-filename.
+struct OutputOptions {
+  bool prefix = true;
+  std::string directory;
+  int rank_digits = 1;
+};
+
 struct Trainer {
   // The rank (an elastic job: the worker's number, which it keeps while
   // its rank changes), as the output's prefix shows it.
@@ -33,13 +43,13 @@ class TrainerGroup {
   // command).
   static absl::StatusOr<TrainerGroup> Start(const std::vector<std::string>& command,
                                             const JobIdentity& job, const Environment& environment,
-                                            bool prefix_output);
+                                            const OutputOptions& output);
 
-  // Starts one more: `command` with `environment`, its output prefixed by
-  // `rank` unless `prefix_output` is false. Callbacks of a Watch in progress
-  // stay valid (trainers live in a deque).
+  // Starts one more: `command` with `environment`, its output handled as
+  // `output` says for `rank`. Callbacks of a Watch in progress stay valid
+  // (trainers live in a deque).
   absl::Status Add(int rank, const std::vector<std::string>& command,
-                   const Environment& environment, bool prefix_output);
+                   const Environment& environment, const OutputOptions& output);
 
   std::deque<Trainer>& trainers() { return trainers_; }
   int running() const;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -231,6 +232,38 @@ TEST(LauncherTest, NoPrefixPassesOutputThrough) {
       Concat({"-np", "2", "--no-prefix"}, Shell("echo \"rank $COLLECTIVE_LOCAL_RANK\"")));
   ASSERT_EQ(run.exit_code, 0) << run.how;
   EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"rank 0", "rank 1"})) << run.out;
+}
+
+// horovodrun's --output-filename: each rank's output, as written, in
+// DIR/rank.<N>/stdout and stderr (N padded for the job's largest rank),
+// while the terminal still gets it prefixed.
+TEST(LauncherTest, OutputFilenameKeepsEachRanksOutputInItsFiles) {
+  const std::string directory = absl::StrCat(::testing::TempDir(), "/launcher-output-", ::getpid());
+  std::filesystem::remove_all(directory);
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "11", "--output-filename", directory},
+             Shell("echo \"out $COLLECTIVE_LOCAL_RANK\"; echo \"err $COLLECTIVE_LOCAL_RANK\" >&2; "
+                   "printf unfinished")));
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\n" << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[7] out 7\n"));
+  EXPECT_THAT(run.err, HasSubstr("[10] err 10\n"));
+  const auto read = [](const std::string& path) {
+    std::stringstream text;
+    text << std::ifstream(path).rdbuf();
+    return text.str();
+  };
+  for (int rank = 0; rank < 11; ++rank) {
+    const std::string files = absl::StrCat(directory, "/rank.", rank < 10 ? "0" : "", rank);
+    EXPECT_EQ(read(files + "/stdout"), absl::StrCat("out ", rank, "\nunfinished")) << files;
+    EXPECT_EQ(read(files + "/stderr"), absl::StrCat("err ", rank, "\n")) << files;
+  }
+  std::filesystem::remove_all(directory);
+
+  // An output directory that cannot be made stops the launch, named.
+  const LaunchResult refused =
+      RunLauncher({"-np", "1", "--output-filename", "/proc/no-such-place", "true"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("cannot make /proc/no-such-place/rank.0"));
 }
 
 TEST(LauncherTest, EveryRankKnowsWhereItStands) {
