@@ -145,6 +145,14 @@ void JobSupervisor::OnElasticMarkers() {
 }
 
 void JobSupervisor::OnDiscovery() {
+  // A worker that outlives its SIGTERM by the grace period is killed.
+  for (auto& [worker, stopped_at] : retiring_) {
+    if (!stopped_at.has_value() || absl::Now() - *stopped_at < options_.grace) continue;
+    for (const Trainer& trainer : trainers_.trainers()) {
+      if (trainer.rank == worker) trainer.process.Signal(SIGKILL);
+    }
+    stopped_at.reset();
+  }
   const absl::StatusOr<int> slots = options_.discovery->LocalSlots();
   if (!slots.ok()) {
     // Retried every second, as horovodrun does after the first run; said once.
@@ -195,7 +203,7 @@ void JobSupervisor::Retire(int count, int slots) {
       if (trainer.rank != *it || trainer.process.reaped()) continue;
       Say(absl::StrCat("the host discovery script lists ", slots, " slots: stopping worker ", *it,
                        " (pid ", trainer.process.pid(), ")"));
-      retiring_.insert(*it);
+      retiring_[*it] = absl::Now();
       trainer.process.Signal(SIGTERM);
       --count;
       break;

@@ -6,8 +6,8 @@
 // and shrink it.
 #pragma once
 
+#include <map>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "absl/time/time.h"
@@ -75,7 +75,9 @@ class JobSupervisor {
   // re-forms the job without them), since when it lists fewer than
   // min_ranks slots, and what it last said went wrong.
   std::optional<absl::Time> next_discovery_;
-  std::set<int> retiring_;
+  // Workers stopped for the discovery script: when SIGTERM went, cleared
+  // once SIGKILL follows it (after --grace-seconds).
+  std::map<int, std::optional<absl::Time>> retiring_;
   std::optional<absl::Time> short_since_;
   std::string last_discovery_error_;
   bool finishing_ = false;  // a worker exited 0

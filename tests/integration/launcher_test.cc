@@ -694,6 +694,29 @@ TEST(LauncherTest, AHostDiscoveryScriptShrinksTheJob) {
       << run.out;
 }
 
+TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
+  // As above, but worker 2 ignores SIGTERM: SIGKILL follows --grace-seconds.
+  const DiscoveryScript discovery("localhost:3");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "3", "--min-np", "2", "--grace-seconds", "1", "--host-discovery-script",
+              discovery.script()},
+             Shell(absl::StrCat(
+                 ": > \"$COLLECTIVE_ELASTIC_DIR/joining-0-$COLLECTIVE_ELASTIC_WORKER\"; "
+                 "case $COLLECTIVE_ELASTIC_WORKER in 0) echo localhost:2 > '",
+                 discovery.hosts(), "'; exec ", AwaitWorld(),
+                 ";; 2) trap '' TERM; exec sleep 1000;; *) exec ", AwaitWorld(), ";; esac"))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("was killed by signal 9 (SIGKILL); re-forming the job with 2 "
+                                 "workers as generation 1"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1]",
+                                          "[1] worker 1 sees generation 1 1 [0, 1]"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   // Another machine: collectiverun starts this machine's workers only.
   const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");
