@@ -28,24 +28,30 @@ std::string HostName() {
   return name;
 }
 
-// Reads `fd` to its end, or until `deadline`; false if the deadline came first.
-bool ReadAll(int fd, absl::Time deadline, std::string& out) {
+// Reads the script's stdout and stderr together to their ends (so that a
+// script that writes much to one is never blocked on it while the other is
+// read), or until `deadline`; false if the deadline came first.
+bool ReadBoth(int out_fd, int err_fd, absl::Time deadline, std::string& out, std::string& err) {
+  pollfd fds[2] = {{.fd = out_fd, .events = POLLIN, .revents = 0},
+                   {.fd = err_fd, .events = POLLIN, .revents = 0}};
+  std::string* sinks[2] = {&out, &err};
   char buffer[4096];
-  while (true) {
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
     const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (left <= 0) return false;
-    pollfd ready{.fd = fd, .events = POLLIN, .revents = 0};
-    const int polled = ::poll(&ready, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    const int polled = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000)));
     if (polled < 0 && errno != EINTR) return false;
-    if (polled <= 0) continue;
-    const ssize_t got = ::read(fd, buffer, sizeof(buffer));
-    if (got == 0) return true;
-    if (got < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return true;
+    for (int i = 0; i < 2 && polled > 0; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
+      if (got > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        fds[i].fd = -1;  // its end (poll skips negative descriptors)
+      }
     }
-    out.append(buffer, static_cast<size_t>(got));
   }
+  return true;
 }
 
 // Waits for the child's exit until `deadline`; nullopt if it is still running.
@@ -110,7 +116,7 @@ absl::StatusOr<int> HostDiscovery::LocalSlots(absl::Duration timeout) const {
   std::string errors;
   UniqueFd out = child->TakeStdout();
   UniqueFd err = child->TakeStderr();
-  const bool read = ReadAll(out.get(), deadline, output) && ReadAll(err.get(), deadline, errors);
+  const bool read = ReadBoth(out.get(), err.get(), deadline, output, errors);
   const std::optional<int> status = read ? AwaitExit(*child, deadline) : std::nullopt;
   if (!status.has_value()) {
     child->Signal(SIGKILL);

@@ -95,8 +95,9 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
     listed = ParseHostsOption(hosts);
   } else {
     std::ifstream file(hostfile);
-    if (!file)
+    if (!file) {
       return absl::InvalidArgumentError(absl::StrCat("cannot read the hostfile ", hostfile));
+    }
     std::stringstream text;
     text << file.rdbuf();
     listed = ParseHostfile(text.str());

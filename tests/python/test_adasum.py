@@ -299,11 +299,10 @@ def test_gpu_adasum_refusals_are_horovods(monkeypatch):
     with pytest.raises(NotImplementedError, match='heterogeneous cluster'):
         reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True)
     monkeypatch.setattr(basics, 'is_homogeneous', lambda: True)
-    monkeypatch.setattr(basics, 'size', lambda: 6)
-    monkeypatch.setattr(basics, 'local_size', lambda: 2)
+    monkeypatch.setattr(basics, 'cross_size', lambda: 3)  # 3 nodes
     with pytest.raises(NotImplementedError, match='non-power of 2 nodes'):
         reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True)
-    monkeypatch.setattr(basics, 'local_size', lambda: 3)
+    monkeypatch.setattr(basics, 'cross_size', lambda: 2)  # of any number of ranks each
     assert reduce_ops.check_adasum_set(hvd.global_process_set, on_gpu=True) == \
         _core.ADASUM_SCOPES['nodes']
     # Without the NCCL path, GPU tensors take the host tensors' rules, with a warning.

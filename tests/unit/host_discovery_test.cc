@@ -110,6 +110,16 @@ TEST_F(ScriptTest, AddsUpTheSlotsOfThisMachine) {
   EXPECT_EQ(*slots, 9) << "2, then 3 (--slots-per-host), then 4 from the environment given";
 }
 
+TEST_F(ScriptTest, ReadsAScriptThatWritesMuchToStderr) {
+  // More than a pipe holds on stderr before stdout: both are read together.
+  const HostDiscovery discovery(
+      Script("head -c 300000 /dev/zero | tr '\\0' x >&2; echo localhost:2"), 1,
+      {{"PATH", "/usr/bin:/bin"}});
+  const absl::StatusOr<int> slots = discovery.LocalSlots(absl::Seconds(5));
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(*slots, 2);
+}
+
 TEST_F(ScriptTest, SaysWhyItCannotUseTheScript) {
   const Environment path = {{"PATH", "/usr/bin:/bin"}};
   absl::StatusOr<int> slots =

@@ -119,12 +119,10 @@ class AdasumAllreduce final : public CollectiveOp {
       work.AddAdasum(ReductionSpec(tensor), inputs, out, Count(tensor));
       return;
     }
-    const v1::TensorRequest& request = tensor.request();
-    exec::ReduceSpec sum{.dtype = request.dtype(),
-                         .op = v1::REDUCE_OP_SUM,
-                         .prescale = request.has_prescale() ? request.prescale() : 1.0};
-    // On one node the sum is the result; across nodes the scale follows
-    // the nodes' combination.
+    // The node's sum, prescaled. On one node it is the result; across nodes
+    // the scale follows the nodes' combination (ReductionSpec leaves it out).
+    exec::ReduceSpec sum = ReductionSpec(tensor);
+    sum.op = v1::REDUCE_OP_SUM;
     if (!tensor.across_nodes) sum.postscale = FinalScale(tensor);
     work.AddReduce(sum, inputs, out, Count(tensor));
   }

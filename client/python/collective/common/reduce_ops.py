@@ -62,7 +62,7 @@ def check_adasum_set(process_set, on_gpu=False):
         if not basics.is_homogeneous():
             raise NotImplementedError(
                 'Running GPU Adasum on heterogeneous cluster is not supported yet.')
-        if not _power_of_two(basics.size() // basics.local_size()):
+        if not _power_of_two(basics.cross_size()):
             raise NotImplementedError(
                 'Running GPU Adasum with non-power of 2 nodes is not supported yet.')
         return _core.ADASUM_SCOPES['nodes']
