@@ -1,5 +1,6 @@
 #include "client/launcher/daemon_runner.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/launcher/launcher_output.h"
 #include "shm/segment_names.h"
@@ -58,7 +61,8 @@ absl::StatusOr<std::string> MakeDirectory(const Environment& environment) {
   return pattern;
 }
 
-// A datagram socket for sd_notify(3) messages, in the private directory.
+// A datagram socket for sd_notify(3) messages, in the private directory;
+// each message carries its sender's credentials (SO_PASSCRED).
 absl::StatusOr<UniqueFd> BindNotifySocket(const std::string& path) {
   UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd.valid()) return Errno("socket");
@@ -67,22 +71,50 @@ absl::StatusOr<UniqueFd> BindNotifySocket(const std::string& path) {
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
     return Errno(absl::StrCat("bind ", path));
   }
+  const int on = 1;
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) {
+    return Errno("setsockopt SO_PASSCRED");
+  }
   return fd;
 }
 
-// Reads every pending notification; true if one of them says READY=1.
-bool ReadReady(int fd) {
-  bool ready = false;
+// Reads every pending notification; for each READY=1, records its sender's
+// pid as the daemon of the node whose socket its STATUS names ("idle,
+// serving <socket>"; a single daemon is node 0).
+void ReadReady(int fd, const std::vector<std::string>& sockets, std::vector<pid_t>& pids) {
   char buffer[4096];
-  ssize_t got;
-  while ((got = ::recv(fd, buffer, sizeof(buffer), 0)) > 0 || (got < 0 && errno == EINTR)) {
-    if (got < 0) continue;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
+  while (true) {
+    iovec data{.iov_base = buffer, .iov_len = sizeof(buffer)};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    const ssize_t got = ::recvmsg(fd, &message, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return;
+    pid_t sender = 0;
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+         header = CMSG_NXTHDR(&message, header)) {
+      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_CREDENTIALS) {
+        ucred credentials{};
+        std::memcpy(&credentials, CMSG_DATA(header), sizeof(credentials));
+        sender = credentials.pid;
+      }
+    }
+    bool ready = false;
+    size_t node = sockets.size() == 1 ? 0 : sockets.size();
     for (absl::string_view line :
          absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(got)), '\n')) {
       if (line == "READY=1") ready = true;
+      if (absl::ConsumePrefix(&line, "STATUS=idle, serving ")) {
+        node =
+            static_cast<size_t>(std::find(sockets.begin(), sockets.end(), line) - sockets.begin());
+      }
     }
+    if (ready && node < sockets.size() && sender > 0) pids[node] = sender;
   }
-  return ready;
 }
 
 // Next to collectiverun (an install or a build tree keeps them together),
@@ -97,6 +129,29 @@ std::string DefaultBinary() {
   return "collectived";
 }
 
+// mpirun with one collectived per socket (MPI rank i on sockets[i]), as
+// stand-in nodes of one machine: more daemons than cores allowed, none
+// bound to a core (the trainers share them), a daemon that dies leaving
+// the others running (they report it, and the launcher re-forms the job
+// without its host), root allowed when the launcher runs as root (as for
+// the daemon it starts on its own).
+std::vector<std::string> MpirunArgv(const std::string& daemon,
+                                    const std::vector<std::string>& sockets,
+                                    const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-x",
+                                   "NOTIFY_SOCKET"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  for (size_t node = 0; node < sockets.size(); ++node) {
+    if (node > 0) argv.push_back(":");
+    for (const std::string& arg :
+         {std::string("-np"), std::string("1"), daemon, std::string("--socket"), sockets[node]}) {
+      argv.push_back(arg);
+    }
+    argv.insert(argv.end(), args.begin(), args.end());
+  }
+  return argv;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
@@ -106,7 +161,8 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   auto directory = MakeDirectory(environment);
   if (!directory.ok()) return directory.status();
   daemon->directory_ = *directory;
-  daemon->socket_ = daemon->directory_ + kSocketName;
+  daemon->sockets_ = options.sockets;
+  if (daemon->sockets_.empty()) daemon->sockets_.push_back(daemon->directory_ + kSocketName);
   const std::string notify_path = daemon->directory_ + "/notify";
   auto notify = BindNotifySocket(notify_path);
   if (!notify.ok()) return notify.status();
@@ -115,11 +171,12 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   Environment daemon_environment = environment;
   daemon_environment["NOTIFY_SOCKET"] = notify_path;
   if (!options.verbose) daemon_environment.emplace("COLLECTIVED_LOG_LEVEL", "warn");
-  SpawnOptions spawn{.argv = {options.binary.empty() ? DefaultBinary() : options.binary, "--socket",
-                              daemon->socket_},
+  const std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
+  SpawnOptions spawn{.argv = {binary, "--socket", daemon->socket()},
                      .environment = ToEnvp(daemon_environment),
                      .output = SpawnOptions::Output::kOnePipe};
   spawn.argv.insert(spawn.argv.end(), options.args.begin(), options.args.end());
+  if (daemon->sockets_.size() > 1) spawn.argv = MpirunArgv(binary, daemon->sockets_, options.args);
   auto process = ChildProcess::Spawn(spawn);
   if (!process.ok()) {
     const bool searched = options.binary.empty() && absl::IsNotFound(process.status());
@@ -132,6 +189,15 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   daemon->process_ = std::move(*process);
   daemon->output_.emplace(daemon->process_->TakeStdout(), "[collectived] ", STDERR_FILENO);
   if (absl::Status ready = daemon->AwaitReady(signals); !ready.ok()) return ready;
+  if (daemon->sockets_.size() > 1) {
+    // Each node's daemon, to tell which one exits (mpirun keeps the others:
+    // --enable-recovery).
+    for (pid_t pid : daemon->daemon_pids_) {
+      UniqueFd exit(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      if (!exit.valid()) return Errno(absl::StrCat("pidfd_open of collectived ", pid));
+      daemon->node_exits_.push_back(std::move(exit));
+    }
+  }
   // Nothing reads the daemon's later notifications (its job's state): with
   // the socket gone they fail at once instead of filling a queue no one
   // empties.
@@ -142,22 +208,27 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
 
 absl::Status PrivateDaemon::AwaitReady(const SignalWatcher& signals) {
   const absl::Time deadline = absl::Now() + kStartTimeout;
-  bool ready = false;
   bool interrupted = false;
   std::optional<int> exited;
-  while (!ready) {
+  daemon_pids_.assign(sockets_.size(), 0);
+  const auto ready = [&] { return std::count(daemon_pids_.begin(), daemon_pids_.end(), 0) == 0; };
+  while (!ready()) {
     PollSet set;
-    set.Add(notify_.get(), [&] { ready = ReadReady(notify_.get()); });
+    set.Add(notify_.get(), [&] { ReadReady(notify_.get(), sockets_, daemon_pids_); });
     set.Add(signals.fd(), [&] { interrupted = true; });
     Watch(set, [&](int status) { exited = status; });
     if (!set.Wait(deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("collectived (pid ", pid(),
-                                                      ") did not report ready within ",
-                                                      absl::FormatDuration(kStartTimeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          Describe(), " did not report ready within ", absl::FormatDuration(kStartTimeout),
+          sockets_.size() > 1 ? absl::StrCat(" (",
+                                             std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
+                                                           [](pid_t pid) { return pid > 0; }),
+                                             " did)")
+                              : ""));
     }
     if (exited.has_value()) {
       output_->Drain();
-      return absl::UnavailableError(absl::StrCat("collectived ", DescribeExit(*exited),
+      return absl::UnavailableError(absl::StrCat(Describe(), " ", DescribeExit(*exited),
                                                  " before it was ready (its output, if any, is "
                                                  "above as [collectived] lines)"));
     }
@@ -168,6 +239,11 @@ absl::Status PrivateDaemon::AwaitReady(const SignalWatcher& signals) {
 
 PrivateDaemon::~PrivateDaemon() { Stop(); }
 
+std::string PrivateDaemon::Describe() const {
+  if (sockets_.size() == 1) return absl::StrCat("collectived (pid ", pid(), ")");
+  return absl::StrCat("the ", sockets_.size(), " collectived of mpirun (pid ", pid(), ")");
+}
+
 void PrivateDaemon::Watch(PollSet& set, const std::function<void(int)>& on_exit) {
   if (output_.has_value() && output_->open()) set.Add(output_->fd(), [this] { output_->Pump(); });
   if (process_.has_value() && !process_->reaped()) {
@@ -177,27 +253,48 @@ void PrivateDaemon::Watch(PollSet& set, const std::function<void(int)>& on_exit)
   }
 }
 
+void PrivateDaemon::WatchNodes(PollSet& set, const std::function<void(int)>& on_node_exit) {
+  for (size_t node = 0; node < node_exits_.size(); ++node) {
+    if (!node_exits_[node].valid()) continue;
+    set.Add(node_exits_[node].get(), [this, node, on_node_exit] {
+      node_exits_[node].Reset();
+      on_node_exit(static_cast<int>(node));
+    });
+  }
+}
+
 void PrivateDaemon::Stop() {
   if (stopped_) return;
   stopped_ = true;
   if (process_.has_value() && !process_->reaped()) {
-    process_->Signal(SIGTERM);
+    // mpirun turns a SIGTERM of its own into killing the daemons; each told
+    // to stop as a service manager would, they drain and exit, and so does
+    // mpirun.
+    if (sockets_.size() > 1 && !node_exits_.empty()) {
+      for (size_t node = 0; node < sockets_.size(); ++node) {
+        if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGTERM);
+      }
+    } else {
+      process_->Signal(SIGTERM);
+    }
     const absl::Time deadline = absl::Now() + kStopTimeout;
     bool killed = false;
     while (!process_->reaped()) {
       PollSet set;
       Watch(set, [](int) {});
       if (!set.Wait(killed ? std::nullopt : std::optional<absl::Time>(deadline))) {
-        Say(absl::StrCat("collectived (pid ", pid(), ") did not stop within ",
-                         absl::FormatDuration(kStopTimeout), " of SIGTERM; killing it"));
+        Say(absl::StrCat(Describe(), " did not stop within ", absl::FormatDuration(kStopTimeout),
+                         " of SIGTERM; killing it"));
+        for (size_t node = 0; node < node_exits_.size(); ++node) {
+          if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGKILL);
+        }
         process_->Signal(SIGKILL);
         killed = true;
       }
     }
     const int status = *process_->TryReap();
     if (!killed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      Say(absl::StrCat("collectived (pid ", pid(), ") ", DescribeExit(status),
-                       " when asked to stop"));
+      Say(absl::StrCat(Describe(), " ", DescribeExit(status), " when asked to stop"));
     }
   }
   if (output_.has_value()) output_->Drain();
@@ -214,11 +311,13 @@ void PrivateDaemon::Stop() {
 // A daemon that died or was killed could not remove its segments; nobody
 // else will use a socket path that goes away with its directory.
 void PrivateDaemon::RemoveLeftovers() const {
-  const std::string prefix = shm::SegmentNames(::geteuid(), socket_, 0).prefix();
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
-    const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, prefix)) ::shm_unlink(("/" + name).c_str());
+  for (const std::string& socket : sockets_) {
+    const std::string prefix = shm::SegmentNames(::geteuid(), socket, 0).prefix();
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+      const std::string name = entry.path().filename().string();
+      if (absl::StartsWith(name, prefix)) ::shm_unlink(("/" + name).c_str());
+    }
   }
 }
 

@@ -1,5 +1,7 @@
-// The job's daemon: a private collectived that the launcher starts, waits
-// for and stops, or a check that a configured one listens.
+// The job's daemons: a private collectived that the launcher starts, waits
+// for and stops (or, for an elastic job spread over stand-in nodes, one per
+// node as an MPI world that mpirun starts), or a check that a configured one
+// listens.
 #pragma once
 
 #include <functional>
@@ -26,33 +28,50 @@ struct PrivateDaemonOptions {
   // Off: the daemon logs warnings and errors only (COLLECTIVED_LOG_LEVEL=warn,
   // unless the environment or `args` say otherwise).
   bool verbose = false;
+  // One daemon per socket, in node order; empty: one on a socket in the
+  // private directory. Several form an MPI world of stand-in nodes on this
+  // machine: mpirun starts one collectived per socket, node i (MPI rank i)
+  // on sockets[i].
+  std::vector<std::string> sockets;
 };
 
 class PrivateDaemon {
  public:
   // Makes a fresh 0700 directory (under $TMPDIR when the socket path fits,
-  // else /tmp), starts collectived on a socket in it, in a process group of
-  // its own, and waits until the daemon reports that it serves: READY=1 on
-  // the sd_notify socket it is given, the readiness protocol it already
-  // speaks to systemd, so there is nothing to poll. Its output appears on
-  // stderr as "[collectived] ..." lines. Fails if it exits first (why is in
-  // its output), takes longer than 30 s, or a forwarded signal arrives
-  // (CANCELLED; the signal stays pending on `signals`).
+  // else /tmp), starts collectived on a socket in it (or on each of
+  // `options.sockets`, under mpirun), in a process group of its own, and
+  // waits until every daemon reports that it serves: READY=1 on the
+  // sd_notify socket it is given, the readiness protocol it already speaks
+  // to systemd, so there is nothing to poll. Their output appears on stderr
+  // as "[collectived] ..." lines. Fails if the daemon (or mpirun) exits
+  // first (why is in its output), takes longer than 30 s, or a forwarded
+  // signal arrives (CANCELLED; the signal stays pending on `signals`).
   static absl::StatusOr<std::unique_ptr<PrivateDaemon>> Start(const PrivateDaemonOptions& options,
                                                               const Environment& environment,
                                                               const SignalWatcher& signals);
   ~PrivateDaemon();
 
-  const std::string& socket() const { return socket_; }
+  // Node 0's socket (the only one, unless several were asked for).
+  const std::string& socket() const { return sockets_.front(); }
+  const std::vector<std::string>& sockets() const { return sockets_; }
+  // collectived's pid, or mpirun's for several.
   pid_t pid() const { return process_->pid(); }
+  // "collectived (pid 12)" / "the 3 collectived of mpirun (pid 12)".
+  std::string Describe() const;
 
   // Adds to `set` the daemon's output and, while it runs, its exit, which
   // calls `on_exit` with its wait status.
   void Watch(PollSet& set, const std::function<void(int)>& on_exit);
 
-  // SIGTERM, up to 10 s for the daemon to drain and exit (its output still
-  // copied), then SIGKILL. Removes its directory, and the shared memory
-  // named for its socket if it did not exit cleanly. Runs once.
+  // With several daemons: adds to `set` the exit of each node's daemon that
+  // still runs, which calls `on_node_exit` with its node (the others keep
+  // running).
+  void WatchNodes(PollSet& set, const std::function<void(int)>& on_node_exit);
+
+  // SIGTERM (to each daemon under mpirun, which then exits with them), up
+  // to 10 s for them to drain and exit (their output still copied), then
+  // SIGKILL. Removes the private directory, and the shared memory named for
+  // each socket if a daemon did not exit cleanly. Runs once.
   void Stop();
 
  private:
@@ -61,8 +80,12 @@ class PrivateDaemon {
   void RemoveLeftovers() const;
 
   std::string directory_;
-  std::string socket_;
+  std::vector<std::string> sockets_;
   UniqueFd notify_;
+  // Each node's daemon's pid, from the credentials of its READY=1, and,
+  // with several, a pidfd per node, reset once that daemon exited.
+  std::vector<pid_t> daemon_pids_;
+  std::vector<UniqueFd> node_exits_;
   std::optional<ChildProcess> process_;
   std::optional<PrefixedStream> output_;
   bool stopped_ = false;

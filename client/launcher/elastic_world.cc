@@ -11,9 +11,11 @@
 
 #include <fcntl.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -61,6 +63,12 @@ absl::StatusOr<std::unique_ptr<ElasticWorld>> ElasticWorld::Create(Options optio
   // mkdtemp makes it 0700: only this user reads or replaces the world.
   std::string directory = base + "/collectiverun-elastic-XXXXXX";
   if (::mkdtemp(directory.data()) == nullptr) return Errno(absl::StrCat("mkdtemp ", directory));
+  if (options.daemon_per_host && ::mkdir((directory + "/daemons").c_str(), 0700) != 0) {
+    const absl::Status error = Errno(absl::StrCat("cannot make ", directory, "/daemons"));
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+    return error;
+  }
   UniqueFd watch(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
   if (!watch.valid() ||
       ::inotify_add_watch(watch.get(), directory.c_str(), IN_CLOSE_WRITE | IN_MOVED_TO) < 0) {
@@ -90,10 +98,67 @@ ElasticWorld::~ElasticWorld() {
   std::filesystem::remove_all(directory_, ignored);
 }
 
-absl::Status ElasticWorld::Start(TrainerGroup& trainers) {
+absl::Status ElasticWorld::Start(TrainerGroup& trainers, const std::vector<int>& hosts) {
+  if (hosts_.empty()) hosts_.push_back("localhost");
   std::vector<int> first;
-  for (int i = 0; i < job_.size; ++i) first.push_back(next_worker_++);
+  for (int i = 0; i < job_.size; ++i) {
+    host_of_[next_worker_] = hosts.empty() ? 0 : hosts[static_cast<size_t>(i)];
+    first.push_back(next_worker_++);
+  }
+  if (!options_.daemon_per_host) {
+    // The job's one daemon serves already.
+    planned_epoch_ = 0;
+    if (absl::Status said = DaemonsStarted(); !said.ok()) return said;
+  }
   return Publish(first, first, trainers);
+}
+
+int ElasticWorld::HostNumber(const std::string& name) {
+  const auto known = std::find(hosts_.begin(), hosts_.end(), name);
+  if (known != hosts_.end()) return static_cast<int>(known - hosts_.begin());
+  hosts_.push_back(name);
+  return static_cast<int>(hosts_.size()) - 1;
+}
+
+std::string ElasticWorld::SocketOf(int host) const {
+  if (!options_.daemon_per_host) return job_.socket;
+  return absl::StrCat(directory_, "/daemons/host", host, ".sock");
+}
+
+std::optional<std::vector<int>> ElasticWorld::DaemonsToStart() const {
+  if (!options_.daemon_per_host || planned_epoch_ == running_epoch_) return std::nullopt;
+  std::error_code error;
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, error)) {
+    names.push_back(entry.path().filename().string());
+  }
+  if (error) return std::nullopt;
+  // joining-<generation>-<worker> for a generation of the new world.
+  const auto joins_new_world = [&](int worker) {
+    return std::any_of(names.begin(), names.end(), [&](const std::string& name) {
+      const std::vector<absl::string_view> parts = absl::StrSplit(name, '-');
+      int generation = 0;
+      return parts.size() == 3 && parts[0] == "joining" && parts[2] == absl::StrCat(worker) &&
+             absl::SimpleAtoi(parts[1], &generation) && generation >= planned_since_;
+    });
+  };
+  for (int worker : workers_) {
+    if (started_in_.at(worker) < planned_since_ && !joins_new_world(worker)) return std::nullopt;
+  }
+  return planned_nodes_;
+}
+
+void ElasticWorld::DaemonsLost() {
+  if (planned_epoch_ == running_epoch_) {
+    ++planned_epoch_;
+    planned_since_ = generation_ + 1;
+  }
+  running_epoch_ = -1;
+}
+
+absl::Status ElasticWorld::DaemonsStarted() {
+  running_epoch_ = planned_epoch_;
+  return WriteNewFile(absl::StrCat(directory_, "/daemons-", running_epoch_), "");
 }
 
 absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& trainers, bool replace) {
@@ -101,6 +166,8 @@ absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& train
   std::vector<int> survivors = workers_;
   std::vector<int> added;
   if (replace && options_.restarts > 0 && static_cast<int>(survivors.size()) < options_.max_ranks) {
+    // The replacement takes the failed worker's slot, on its host.
+    host_of_[next_worker_] = host_of_.at(worker);
     added.push_back(next_worker_++);
     --options_.restarts;
   }
@@ -119,21 +186,23 @@ absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& train
       " as generation ", generation_);
 }
 
-absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers) {
+absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers, int host) {
   if (static_cast<int>(workers_.size()) >= options_.max_ranks) {
     return absl::FailedPreconditionError(absl::StrCat("the job has ",
                                                       Workers(static_cast<int>(workers_.size())),
                                                       ", as many as --max-np allows; none added"));
   }
   const int worker = next_worker_++;
+  host_of_[worker] = host;
   std::vector<int> next = workers_;
   next.push_back(worker);
   if (absl::Status published = Publish(next, {worker}, trainers); !published.ok()) {
     return published;
   }
-  return absl::StrCat("worker ", worker, " added; the job re-forms with ",
-                      Workers(static_cast<int>(next.size())), " as generation ", generation_,
-                      " at its next commit");
+  return absl::StrCat("worker ", worker, " added",
+                      options_.daemon_per_host ? absl::StrCat(" on ", HostName(host)) : "",
+                      "; the job re-forms with ", Workers(static_cast<int>(next.size())),
+                      " as generation ", generation_, " at its next commit");
 }
 
 void ElasticWorld::Exited(int worker) {
@@ -188,7 +257,7 @@ bool ElasticWorld::EveryWorkerAwaitsReset() const {
   return any;
 }
 
-absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<int>& added,
+absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::vector<int>& added,
                                    TrainerGroup& trainers) {
   const int generation = generation_ + 1;
   if (options_.reset_limit >= 0 && generation > options_.reset_limit) {
@@ -196,36 +265,69 @@ absl::Status ElasticWorld::Publish(std::vector<int> workers, const std::vector<i
                                                       " times, as many as --reset-limit ",
                                                       options_.reset_limit, " allows"));
   }
-  const JobIdentity job{.socket = job_.socket,
-                        .job_id = absl::StrCat(job_.job_id, ".", generation),
-                        .size = static_cast<int>(workers.size())};
+  // The nodes, in the order their hosts first come among `listed`; the
+  // workers grouped by node in rank order.
+  std::vector<int> nodes;
+  for (int worker : listed) {
+    if (std::find(nodes.begin(), nodes.end(), host_of_.at(worker)) == nodes.end()) {
+      nodes.push_back(host_of_.at(worker));
+    }
+  }
+  std::vector<int> workers;
+  std::vector<int> local_sizes;
+  for (int host : nodes) {
+    const size_t before = workers.size();
+    for (int worker : listed) {
+      if (host_of_.at(worker) == host) workers.push_back(worker);
+    }
+    local_sizes.push_back(static_cast<int>(workers.size() - before));
+  }
+  if (nodes != planned_nodes_) {
+    // Other nodes: another world of daemons serves this generation.
+    if (options_.daemon_per_host || planned_epoch_ < 0) ++planned_epoch_;
+    planned_nodes_ = nodes;
+    planned_since_ = generation;
+  }
+  const std::string job_id = absl::StrCat(job_.job_id, ".", generation);
   // A worker that joins must not register with the new job before every
   // member of the previous one has left it (the daemon serves one job at a
   // time): it waits for their markers (collective.common.elastic_rendezvous).
   const std::string awaited = absl::StrJoin(workers_, " ");
   for (int worker : added) {
-    int rank = 0;
-    while (workers[static_cast<size_t>(rank)] != worker) ++rank;
-    Environment environment = RankEnvironment(environment_, job, rank);
+    RankPlacement placement{.size = static_cast<int>(workers.size()),
+                            .cross_size = static_cast<int>(nodes.size())};
+    while (workers[static_cast<size_t>(placement.rank)] != worker) ++placement.rank;
+    int offset = 0;
+    while (placement.rank >= offset + local_sizes[static_cast<size_t>(placement.cross_rank)]) {
+      offset += local_sizes[static_cast<size_t>(placement.cross_rank++)];
+    }
+    placement.local_rank = placement.rank - offset;
+    placement.local_size = local_sizes[static_cast<size_t>(placement.cross_rank)];
+    Environment environment =
+        RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id, placement);
     environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
     environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
     environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
     environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
+    environment["COLLECTIVE_ELASTIC_HOST"] = HostName(host_of_.at(worker));
     if (absl::Status started = trainers.Add(worker, command_, environment, output_);
         !started.ok()) {
       return started;
     }
+    started_in_[worker] = generation;
   }
   generation_ = generation;
   workers_ = std::move(workers);
+  local_sizes_ = std::move(local_sizes);
   return WriteWorld();
 }
 
 absl::Status ElasticWorld::WriteWorld() const {
-  const std::string text =
-      absl::StrCat("generation ", generation_, "\njob_id ", job_.job_id, ".", generation_,
-                   "\nworkers ", absl::StrJoin(workers_, " "), "\nfailures ", failures_, "\n");
+  const std::string text = absl::StrCat(
+      "generation ", generation_, "\njob_id ", job_.job_id, ".", generation_, "\nworkers ",
+      absl::StrJoin(workers_, " "), "\nfailures ", failures_, "\nlocal_sizes ",
+      absl::StrJoin(local_sizes_, " "), "\ndaemons ", planned_epoch_, "\n");
   const std::string path = absl::StrCat(directory_, "/", kWorldFile);
   const std::string staging = absl::StrCat(path, ".new");
   if (absl::Status wrote = WriteNewFile(staging, text); !wrote.ok()) return wrote;

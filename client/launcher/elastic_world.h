@@ -1,12 +1,23 @@
-// ElasticWorld: who belongs to an elastic job (collectiverun --elastic) on
-// this node, generation after generation, and the rendezvous directory that
-// tells the workers. Only the launcher's thread (its supervising loop)
-// touches it.
+// ElasticWorld: who belongs to an elastic job (collectiverun --elastic),
+// generation after generation, on which hosts (stand-in nodes of this
+// machine), and the rendezvous directory that tells the workers. Only the
+// launcher's thread (its supervising loop) touches it.
 //
-// Each worker has a number it keeps for life; each generation is a job of
-// its own (job id "<base>.<generation>") whose ranks are the workers listed
-// in rank order: survivors keep their order, added workers come last, so
-// rank 0 of a new generation always holds the state it broadcasts. The
+// Each worker has a number it keeps for life, and a host; each generation
+// is a job of its own (job id "<base>.<generation>") whose ranks are the
+// workers listed in rank order, grouped by node as the daemons number
+// ranks (node offset + local rank). The nodes are the hosts in the order
+// their first worker comes among the survivors, then the hosts of added
+// workers; within a node, survivors keep their order and added workers come
+// last. So rank 0 of a new generation is the first survivor, and holds the
+// state it broadcasts.
+//
+// Daemons: with one per host (a host discovery script's job), a generation
+// whose nodes differ from those the daemons serve needs a new MPI world of
+// daemons (an epoch). Its workers wait for the marker `daemons-<epoch>`;
+// the launcher starts that world once every worker of the generation has
+// left the job on the old one (DaemonsToStart), and then says so
+// (DaemonsStarted). Without, every worker uses the job's one daemon. The
 // directory (0700, the launcher's) holds `world`, the latest generation,
 // replaced atomically (written beside it, then renamed), and markers that
 // say a worker has exited (written here), joins a generation or waits for
@@ -15,6 +26,7 @@
 // inotify.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,6 +49,9 @@ class ElasticWorld {
     // Generations after the first, at most this many (-1: no limit); one
     // more is refused with FAILED_PRECONDITION.
     int reset_limit = -1;
+    // One daemon per host, on <directory>/daemons/host<number>.sock, which
+    // the launcher starts (DaemonsToStart); off: the job's socket for all.
+    bool daemon_per_host = false;
   };
 
   // Makes the rendezvous directory (under $TMPDIR or /tmp) for a job whose
@@ -50,17 +65,18 @@ class ElasticWorld {
   ElasticWorld(const ElasticWorld&) = delete;
   ElasticWorld& operator=(const ElasticWorld&) = delete;
 
-  // Publishes generation 0 and starts its workers in `trainers`.
-  absl::Status Start(TrainerGroup& trainers);
+  // Publishes generation 0 and starts its workers in `trainers`, worker i on
+  // host `hosts[i]` (a HostNumber); without, all on host 0.
+  absl::Status Start(TrainerGroup& trainers, const std::vector<int>& hosts = {});
   // Worker `worker` failed, or was stopped (`replace` false: the host
   // discovery script lists fewer slots): publishes the next generation
   // without it (and, for a failure, with a replacement while restarts
   // remain). Returns what happened, in words; FAILED_PRECONDITION when
   // fewer than min_ranks would remain, and the job must stop.
   absl::StatusOr<std::string> Remove(int worker, TrainerGroup& trainers, bool replace = true);
-  // Starts one more worker and publishes the generation that includes it;
-  // FAILED_PRECONDITION at max_ranks.
-  absl::StatusOr<std::string> Add(TrainerGroup& trainers);
+  // Starts one more worker on `host` and publishes the generation that
+  // includes it; FAILED_PRECONDITION at max_ranks.
+  absl::StatusOr<std::string> Add(TrainerGroup& trainers, int host = 0);
   // Worker `worker` exited (any way, before Remove for a failure): no later
   // generation lists it, and workers waiting to join learn that it is gone.
   void Exited(int worker);
@@ -71,6 +87,27 @@ class ElasticWorld {
   // Horovod's driver re-forms the job once every worker reported ready.
   // Returns what happened, in words, or nullopt.
   absl::StatusOr<std::optional<std::string>> OnDirectoryChanged(TrainerGroup& trainers);
+
+  // The hosts of the daemons to start, in node order, once the latest
+  // generation needs a world of daemons other than the one running (none
+  // at the start) and every worker of it has left its job on the old one
+  // (it exited, it was started for the new world, or it says it joins a
+  // generation of the new world); else nullopt. Never without
+  // daemon_per_host.
+  std::optional<std::vector<int>> DaemonsToStart() const;
+  // Those daemons serve: tells the workers waiting for them.
+  absl::Status DaemonsStarted();
+  // The running daemons are gone (a node's daemon died, and the launcher
+  // stopped the others): the next generation gets a new world even on the
+  // same nodes.
+  void DaemonsLost();
+  // Host `host`'s daemon's socket (the job's, without daemon_per_host).
+  std::string SocketOf(int host) const;
+
+  // Hosts are numbered in the order they are first named.
+  int HostNumber(const std::string& name);
+  const std::string& HostName(int host) const { return hosts_[static_cast<size_t>(host)]; }
+  int HostOf(int worker) const { return host_of_.at(worker); }
 
   // The workers of the latest generation, in rank order.
   const std::vector<int>& workers() const { return workers_; }
@@ -87,9 +124,10 @@ class ElasticWorld {
   // `failures_` failures, and at least one did.
   bool EveryWorkerAwaitsReset() const;
 
-  // Starts workers `added` as members of a generation of `workers` (their
-  // ranks are their positions), then makes that generation current.
-  absl::Status Publish(std::vector<int> workers, const std::vector<int>& added,
+  // Starts workers `added` as members of a generation of `listed`
+  // (survivors in rank order, then the added workers), ranked by node as
+  // the class comment says, then makes that generation current.
+  absl::Status Publish(const std::vector<int>& listed, const std::vector<int>& added,
                        TrainerGroup& trainers);
   absl::Status WriteWorld() const;
 
@@ -101,8 +139,18 @@ class ElasticWorld {
   std::string directory_;
   UniqueFd watch_;
   int generation_ = -1;
-  std::vector<int> workers_;  // of the current generation, in rank order
+  std::vector<int> workers_;      // of the current generation, in rank order
+  std::vector<int> local_sizes_;  // of its nodes, in node order
   int next_worker_ = 0;
+  std::vector<std::string> hosts_;  // by host number
+  std::map<int, int> host_of_;      // worker -> host number
+  std::map<int, int> started_in_;   // worker -> the generation it was started for
+  // The daemons: the epoch (and its nodes, as host numbers) the latest
+  // generation needs, since which generation, and the epoch running.
+  int planned_epoch_ = -1;
+  std::vector<int> planned_nodes_;
+  int planned_since_ = 0;
+  int running_epoch_ = -1;
   // Failures so far (workers that died, jobs that failed on every rank): a
   // generation published after a failure says so, which tells the survivors
   // it is the one to join (an earlier one, made while workers were added,

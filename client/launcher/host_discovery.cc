@@ -1,5 +1,6 @@
 #include "client/launcher/host_discovery.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -103,7 +104,8 @@ bool IsThisMachine(absl::string_view host) {
   return name == own || name.substr(0, name.find('.')) == own.substr(0, own.find('.'));
 }
 
-absl::StatusOr<int> HostDiscovery::LocalSlots(absl::Duration timeout) const {
+absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
+    absl::Duration timeout) const {
   auto child = ChildProcess::Spawn({.argv = {script_},
                                     .environment = ToEnvp(environment_),
                                     .output = SpawnOptions::Output::kSeparatePipes});
@@ -130,12 +132,12 @@ absl::StatusOr<int> HostDiscovery::LocalSlots(absl::Duration timeout) const {
   }
   auto hosts = ParseDiscoveredHosts(output, default_slots_);
   if (!hosts.ok()) return hosts.status();
-  return SlotsOfThisMachine(*hosts, "the host discovery script");
+  return HostsOfThisMachine(*hosts, "the host discovery script");
 }
 
-absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
-                                       absl::string_view source) {
-  int slots = 0;
+absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
+    const std::vector<DiscoveredHost>& hosts, absl::string_view source) {
+  std::vector<DiscoveredHost> merged;
   for (const DiscoveredHost& host : hosts) {
     if (!IsThisMachine(host.name)) {
       return absl::UnimplementedError(absl::StrCat(
@@ -143,9 +145,28 @@ absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
           "', which is not this machine: collectiverun starts the workers of this machine only "
           "(for several nodes: README, \"Several nodes\")"));
     }
-    slots += host.slots;
+    const auto same = std::find_if(merged.begin(), merged.end(),
+                                   [&](const DiscoveredHost& m) { return m.name == host.name; });
+    if (same == merged.end()) {
+      merged.push_back(host);
+    } else {
+      same->slots += host.slots;
+    }
   }
+  return merged;
+}
+
+int TotalSlots(const std::vector<DiscoveredHost>& hosts) {
+  int slots = 0;
+  for (const DiscoveredHost& host : hosts) slots += host.slots;
   return slots;
+}
+
+absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
+                                       absl::string_view source) {
+  absl::StatusOr<std::vector<DiscoveredHost>> local = HostsOfThisMachine(hosts, source);
+  if (!local.ok()) return local.status();
+  return TotalSlots(*local);
 }
 
 absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list) {

@@ -4,8 +4,10 @@
 // when the job starts and every second after, and grows or shrinks an
 // elastic job to what it lists (JobSupervisor). collectiverun starts the
 // workers of this machine only, so every host listed must be this machine
-// (localhost, a loopback address, or its own name); the slots of those
-// lines add up.
+// (localhost, a loopback address, or its own name). Each name is a node of
+// its own, as Horovod treats it (it would ssh to 127.0.0.1 as to another
+// machine): collectiverun runs one collectived per name, an MPI world of
+// stand-in nodes when there are several (ElasticWorld).
 #pragma once
 
 #include <string>
@@ -37,6 +39,15 @@ bool IsThisMachine(absl::string_view host);
 absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
                                        absl::string_view source);
 
+// `hosts`, every one of them this machine, with a name listed twice merged
+// (its slots add up) and the order of first mention kept; UNIMPLEMENTED
+// names the first that is not this machine.
+absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
+    const std::vector<DiscoveredHost>& hosts, absl::string_view source);
+
+// The slots of `hosts` added up.
+int TotalSlots(const std::vector<DiscoveredHost>& hosts);
+
 // horovodrun's -H/--hosts ("host1:2,host2:4"; a host without ":slots" has
 // one) and --hostfile (lines "host slots=N", '#' comments) as hosts.
 absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list);
@@ -50,10 +61,11 @@ class HostDiscovery {
         environment_(std::move(environment)) {}
 
   // Runs the script (its stdout is read, its stderr passed through) and
-  // returns the slots it lists on this machine. Fails when the script cannot
-  // start, exits non-zero, prints a malformed line or another host, or takes
-  // longer than `timeout` (it is then killed).
-  absl::StatusOr<int> LocalSlots(absl::Duration timeout = absl::Seconds(10)) const;
+  // returns the hosts it lists (HostsOfThisMachine). Fails when the script
+  // cannot start, exits non-zero, prints a malformed line or another host,
+  // or takes longer than `timeout` (it is then killed).
+  absl::StatusOr<std::vector<DiscoveredHost>> LocalHosts(
+      absl::Duration timeout = absl::Seconds(10)) const;
 
   const std::string& script() const { return script_; }
 

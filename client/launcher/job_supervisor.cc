@@ -29,12 +29,16 @@ JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, Elas
 
 int JobSupervisor::Run() {
   while (trainers_.running() > 0) {
+    MaybeStartDaemons();
     PollSet set;
     set.Add(signals_.fd(), [this] {
       while (const std::optional<int> signal = signals_.Take()) OnSignal(*signal);
     });
     trainers_.Watch(set, [this](Trainer& trainer) { OnTrainerExit(trainer); });
     if (daemon_ != nullptr) daemon_->Watch(set, [this](int status) { OnDaemonExit(status); });
+    if (daemon_ != nullptr && !stopping_) {
+      daemon_->WatchNodes(set, [this](int node) { OnNodeLost(node); });
+    }
     if (elastic_ != nullptr && !stopping_) {
       set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
     }
@@ -59,13 +63,67 @@ int JobSupervisor::Run() {
     }
   }
   trainers_.DrainOutput();
+  if (own_daemons_ != nullptr) own_daemons_->Stop();
   return exit_code_.value_or(0);
+}
+
+void JobSupervisor::MaybeStartDaemons() {
+  if (!options_.start_daemons || elastic_ == nullptr || stopping_) return;
+  const std::optional<std::vector<int>> hosts = elastic_->DaemonsToStart();
+  if (!hosts.has_value()) return;
+  std::vector<std::string> sockets;
+  for (int host : *hosts) sockets.push_back(elastic_->SocketOf(host));
+  if (own_daemons_ != nullptr) {
+    // Every worker has left its job on these daemons.
+    own_daemons_->Stop();
+    own_daemons_.reset();
+    daemon_ = nullptr;
+  }
+  const absl::Time starting = absl::Now();
+  absl::StatusOr<std::unique_ptr<PrivateDaemon>> started = options_.start_daemons(sockets);
+  if (started.ok()) {
+    own_daemons_ = std::move(*started);
+    daemon_ = own_daemons_.get();
+    daemon_hosts_ = *hosts;
+    if (absl::Status said = elastic_->DaemonsStarted(); said.ok()) {
+      if (options_.verbose) {
+        Say(absl::StrCat(daemon_->Describe(), " started in ",
+                         absl::FormatDuration(absl::Now() - starting), " for ", sockets.size(),
+                         sockets.size() == 1 ? " node" : " nodes"));
+      }
+      return;
+    } else {
+      started = said;
+    }
+  }
+  Say(absl::StrCat("cannot start the job's daemons: ", started.status().message(),
+                   "; stopping the ", Ranks(trainers_.running())));
+  Fail(1);
+  StopTrainers(SIGTERM);
+}
+
+void JobSupervisor::OnNodeLost(int node) {
+  const int host = daemon_hosts_[static_cast<size_t>(node)];
+  lost_hosts_.insert(host);
+  const std::string why =
+      absl::StrCat("the collectived of ", elastic_->HostName(host), " (node ", node, ")");
+  Say(absl::StrCat(why,
+                   " exited while the job ran; leaving the host out from now on, and "
+                   "re-forming the job without it"));
+  // The world of daemons is broken: the others stop now, and their workers'
+  // collectives fail at once instead of at the node timeout.
+  own_daemons_->Stop();
+  daemon_ = nullptr;
+  elastic_->DaemonsLost();
+  Retire(LiveOn(host), host, absl::StrCat(why, " is gone"));
 }
 
 void JobSupervisor::OnSignal(int signal) {
   if (signal == SIGUSR1 && elastic_ != nullptr) {
     if (stopping_) return;
-    const absl::StatusOr<std::string> added = elastic_->Add(trainers_);
+    // On node 0's host.
+    const int host = elastic_->workers().empty() ? 0 : elastic_->HostOf(elastic_->workers()[0]);
+    const absl::StatusOr<std::string> added = elastic_->Add(trainers_, host);
     Say(added.ok() ? *added : added.status().message());
     return;
   }
@@ -153,21 +211,26 @@ void JobSupervisor::OnDiscovery() {
     }
     stopped_at.reset();
   }
-  const absl::StatusOr<int> slots = options_.discovery->LocalSlots();
-  if (!slots.ok()) {
+  absl::StatusOr<std::vector<DiscoveredHost>> hosts = options_.discovery->LocalHosts();
+  if (!hosts.ok()) {
     // Retried every second, as horovodrun does after the first run; said once.
-    if (slots.status().message() != last_discovery_error_) {
-      last_discovery_error_ = std::string(slots.status().message());
+    if (hosts.status().message() != last_discovery_error_) {
+      last_discovery_error_ = std::string(hosts.status().message());
       Say(absl::StrCat(last_discovery_error_, "; keeping the job as it is"));
     }
     return;
   }
   last_discovery_error_.clear();
-  if (*slots < options_.min_ranks) {
+  // A host whose daemon died is left out.
+  std::erase_if(*hosts, [&](const DiscoveredHost& host) {
+    return options_.start_daemons && lost_hosts_.contains(elastic_->HostNumber(host.name));
+  });
+  const int slots = TotalSlots(*hosts);
+  if (slots < options_.min_ranks) {
     const absl::Time now = absl::Now();
     if (!short_since_.has_value()) {
       short_since_ = now;
-      Say(absl::StrCat("the host discovery script lists ", *slots, " slots, fewer than --min-np ",
+      Say(absl::StrCat("the host discovery script lists ", slots, " slots, fewer than --min-np ",
                        options_.min_ranks, "; waiting up to ",
                        absl::FormatDuration(options_.elastic_timeout), " for more"));
     } else if (now - *short_since_ >= options_.elastic_timeout) {
@@ -181,29 +244,65 @@ void JobSupervisor::OnDiscovery() {
     return;
   }
   short_since_.reset();
-  const int target = std::min(*slots, options_.max_ranks);
-  const int live = static_cast<int>(elastic_->workers().size() - retiring_.size());
-  if (target < live) {
-    Retire(live - target, *slots);
-    return;
+  // Without a daemon per host, every host is the one daemon's.
+  if (!options_.start_daemons) hosts = std::vector<DiscoveredHost>{{.name = "", .slots = slots}};
+  // What each host should run: its slots, hosts in the order listed, up to
+  // --max-np in all.
+  std::map<int, int> target;
+  int budget = options_.max_ranks;
+  for (const DiscoveredHost& host : *hosts) {
+    const int number = options_.start_daemons ? elastic_->HostNumber(host.name) : 0;
+    target[number] = std::min(host.slots, budget);
+    budget -= target[number];
   }
-  for (int added = live; added < target; ++added) {
-    const absl::StatusOr<std::string> grown = elastic_->Add(trainers_);
-    Say(grown.ok() ? absl::StrCat("the host discovery script lists ", *slots, " slots: ", *grown)
-                   : grown.status().message());
-    if (!grown.ok()) return;
+  const std::string listing = absl::StrCat("the host discovery script lists ", slots, " slots");
+  for (int worker : elastic_->workers()) {
+    const int host = elastic_->HostOf(worker);
+    const int live = LiveOn(host);
+    const int wanted = target.contains(host) ? target.at(host) : 0;
+    if (live > wanted) {
+      Retire(
+          live - wanted, host,
+          wanted == 0 && options_.start_daemons
+              ? absl::StrCat("the host discovery script no longer lists ", elastic_->HostName(host))
+              : listing);
+    }
+  }
+  // Added only once the stopped workers have gone, so that the job re-forms
+  // once for the stops and once for the additions.
+  if (!retiring_.empty()) return;
+  for (const DiscoveredHost& host : *hosts) {
+    const int number = options_.start_daemons ? elastic_->HostNumber(host.name) : 0;
+    for (int live = LiveOn(number); live < target[number]; ++live) {
+      const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, number);
+      Say(grown.ok() ? absl::StrCat(listing, ": ", *grown) : grown.status().message());
+      if (!grown.ok()) return;
+    }
   }
 }
 
-void JobSupervisor::Retire(int count, int slots) {
-  const std::vector<int>& workers = elastic_->workers();
-  for (auto it = workers.rbegin(); it != workers.rend() && count > 0; ++it) {
-    if (retiring_.contains(*it)) continue;
+int JobSupervisor::LiveOn(int host) const {
+  int live = 0;
+  for (int worker : elastic_->workers()) {
+    if (elastic_->HostOf(worker) == host && !retiring_.contains(worker)) ++live;
+  }
+  return live;
+}
+
+void JobSupervisor::Retire(int count, int host, const std::string& why) {
+  std::vector<int> newest_first;
+  for (int worker : elastic_->workers()) {
+    if (elastic_->HostOf(worker) == host && !retiring_.contains(worker)) {
+      newest_first.push_back(worker);
+    }
+  }
+  std::sort(newest_first.rbegin(), newest_first.rend());
+  for (int worker : newest_first) {
+    if (count == 0) break;
     for (const Trainer& trainer : trainers_.trainers()) {
-      if (trainer.rank != *it || trainer.process.reaped()) continue;
-      Say(absl::StrCat("the host discovery script lists ", slots, " slots: stopping worker ", *it,
-                       " (pid ", trainer.process.pid(), ")"));
-      retiring_[*it] = absl::Now();
+      if (trainer.rank != worker || trainer.process.reaped()) continue;
+      Say(absl::StrCat(why, ": stopping worker ", worker, " (pid ", trainer.process.pid(), ")"));
+      retiring_[worker] = absl::Now();
       trainer.process.Signal(SIGTERM);
       --count;
       break;
@@ -212,8 +311,8 @@ void JobSupervisor::Retire(int count, int slots) {
 }
 
 void JobSupervisor::OnDaemonExit(int status) {
-  Say(absl::StrCat("collectived (pid ", daemon_->pid(), ") ", DescribeExit(status),
-                   " while the job ran", stopping_ ? "" : "; stopping the ranks"));
+  Say(absl::StrCat(daemon_->Describe(), " ", DescribeExit(status), " while the job ran",
+                   stopping_ ? "" : "; stopping the ranks"));
   Fail(1);
   if (!stopping_) StopTrainers(SIGTERM);
 }

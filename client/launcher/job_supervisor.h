@@ -6,9 +6,13 @@
 // and shrink it.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "client/launcher/daemon_runner.h"
@@ -26,10 +30,15 @@ class JobSupervisor {
     absl::Duration grace = absl::Seconds(10);
     bool verbose = false;
     // An elastic job with a host discovery script: run every second, the
-    // job grows to the slots it lists (up to max_ranks) and shrinks to them
-    // (the newest workers stop); fewer than min_ranks are waited out for
-    // elastic_timeout, then the job stops.
+    // job grows to the slots of the hosts it lists (up to max_ranks, hosts
+    // filled in the order listed) and shrinks to them (the newest workers
+    // of a host stop; all of a host no longer listed); fewer than min_ranks
+    // are waited out for elastic_timeout, then the job stops.
     const HostDiscovery* discovery = nullptr;
+    // Starts a world of daemons on these sockets (node order): set when
+    // the job has a daemon per host, which the supervisor then owns.
+    std::function<absl::StatusOr<std::unique_ptr<PrivateDaemon>>(const std::vector<std::string>&)>
+        start_daemons;
     int min_ranks = 1;
     int max_ranks = 1;
     absl::Duration elastic_timeout = absl::Seconds(600);
@@ -56,14 +65,26 @@ class JobSupervisor {
   void OnDaemonExit(int status);
   // Runs the discovery script and grows or shrinks the job to its slots.
   void OnDiscovery();
-  // Stops the newest `count` workers that are not stopping already.
-  void Retire(int count, int slots);
+  // Stops the newest `count` workers of `host` that are not stopping already.
+  void Retire(int count, int host, const std::string& why);
+  // Workers of the latest generation on `host` that are not stopping.
+  int LiveOn(int host) const;
+  // With a daemon per host: once the job needs another world of daemons
+  // and has left the old one, stops it and starts the new one.
+  void MaybeStartDaemons();
+  // The daemon of node `node` exited while the others ran: its host is left
+  // out from now on (Horovod blacklists a failing host), its workers are
+  // stopped and so are the other daemons, which the job re-forms without.
+  void OnNodeLost(int node);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);
   void Fail(int exit_code);
 
   TrainerGroup& trainers_;
   PrivateDaemon* daemon_;
+  std::unique_ptr<PrivateDaemon> own_daemons_;  // with start_daemons
+  std::vector<int> daemon_hosts_;               // their hosts, in node order
+  std::set<int> lost_hosts_;                    // hosts whose daemon died
   ElasticWorld* elastic_;
   const SignalWatcher& signals_;
   Options options_;

@@ -52,29 +52,31 @@ absl::Status RaiseFileLimit(int ranks) {
   return absl::OkStatus();
 }
 
-// The slots the discovery script lists on this machine, once they are at
-// least `min_ranks` (the script runs every second meanwhile, for up to
+// The hosts the discovery script lists, once their slots are at least
+// `min_ranks` (the script runs every second meanwhile, for up to
 // `timeout`). Its first run must succeed, as horovodrun requires; later
 // failures are retried. CANCELLED when a forwarded signal arrives (it stays
 // pending on `signals`).
-absl::StatusOr<int> AwaitSlots(const HostDiscovery& discovery, int min_ranks,
-                               absl::Duration timeout, const SignalWatcher& signals) {
-  absl::StatusOr<int> slots = discovery.LocalSlots();
-  if (!slots.ok()) return slots.status();
+absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& discovery,
+                                                       int min_ranks, absl::Duration timeout,
+                                                       const SignalWatcher& signals) {
+  absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts();
+  if (!hosts.ok()) return hosts.status();
   const absl::Time deadline = absl::Now() + timeout;
   bool said = false;
-  while (!slots.ok() || *slots < min_ranks) {
+  while (!hosts.ok() || TotalSlots(*hosts) < min_ranks) {
+    const std::string listed =
+        hosts.ok() ? absl::StrCat(" (it lists ", TotalSlots(*hosts), ")") : "";
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("the host discovery script did not list --min-np ", min_ranks,
                        " slots within ", absl::FormatDuration(timeout),
-                       slots.ok() ? absl::StrCat(" (it lists ", *slots, ")")
-                                  : absl::StrCat(": ", slots.status().message())));
+                       hosts.ok() ? listed : absl::StrCat(": ", hosts.status().message())));
     }
     if (!said) {
       Say(absl::StrCat("waiting up to ", absl::FormatDuration(timeout),
                        " for the host discovery script to list --min-np ", min_ranks, " slots",
-                       slots.ok() ? absl::StrCat(" (it lists ", *slots, ")") : ""));
+                       listed));
       said = true;
     }
     bool signalled = false;
@@ -82,9 +84,21 @@ absl::StatusOr<int> AwaitSlots(const HostDiscovery& discovery, int min_ranks,
     set.Add(signals.fd(), [&] { signalled = true; });
     set.Wait(std::min(deadline, absl::Now() + absl::Seconds(1)));
     if (signalled) return absl::CancelledError("a signal arrived");
-    slots = discovery.LocalSlots();
+    hosts = discovery.LocalHosts();
   }
-  return slots;
+  return hosts;
+}
+
+// The host of each of the first `workers`: hosts filled in the order
+// listed, each up to its slots.
+std::vector<std::string> PlaceWorkers(const std::vector<DiscoveredHost>& hosts, int workers) {
+  std::vector<std::string> placed;
+  for (const DiscoveredHost& host : hosts) {
+    for (int slot = 0; slot < host.slots && static_cast<int>(placed.size()) < workers; ++slot) {
+      placed.push_back(host.name);
+    }
+  }
+  return placed;
 }
 
 int StartFailureCode(const absl::Status& status) {
@@ -130,23 +144,30 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
                   .size = options.ranks};
 
   std::unique_ptr<HostDiscovery> discovery;
+  // A discovery script's job without a configured daemon: one collectived
+  // per host it lists, which the supervisor starts (ElasticWorld).
+  const bool daemon_per_host = !options.host_discovery_script.empty() && job.socket.empty();
+  std::vector<std::string> first_hosts;
   if (!options.host_discovery_script.empty()) {
     discovery = std::make_unique<HostDiscovery>(options.host_discovery_script,
                                                 options.slots_per_host, environment);
-    const absl::StatusOr<int> slots = AwaitSlots(
+    const absl::StatusOr<std::vector<DiscoveredHost>> hosts = AwaitSlots(
         *discovery, options.min_ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
-    if (!slots.ok()) {
-      return ReportStartFailure(slots.status(), *signals, "waiting for slots", /*code=*/1);
+    if (!hosts.ok()) {
+      return ReportStartFailure(hosts.status(), *signals, "waiting for slots", /*code=*/1);
     }
     // As many as -np asks, the slots allow and --max-np bounds.
-    job.size = std::min({options.ranks, *slots, options.max_ranks});
+    job.size = std::min({options.ranks, TotalSlots(*hosts), options.max_ranks});
+    first_hosts = PlaceWorkers(*hosts, job.size);
   }
+  const PrivateDaemonOptions daemon_options{
+      .binary = options.daemon, .args = options.daemon_args, .verbose = options.verbose};
 
   std::unique_ptr<PrivateDaemon> daemon;
-  if (job.socket.empty()) {
-    auto started = PrivateDaemon::Start(
-        {.binary = options.daemon, .args = options.daemon_args, .verbose = options.verbose},
-        environment, *signals);
+  if (daemon_per_host) {
+    // Started by the supervisor, once the workers are.
+  } else if (job.socket.empty()) {
+    auto started = PrivateDaemon::Start(daemon_options, environment, *signals);
     if (!started.ok()) {
       return ReportStartFailure(started.status(), *signals, "collectived started",
                                 StartFailureCode(started.status()));
@@ -176,14 +197,19 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     auto world = ElasticWorld::Create({.min_ranks = options.min_ranks,
                                        .max_ranks = options.max_ranks,
                                        .restarts = options.restarts,
-                                       .reset_limit = options.reset_limit},
+                                       .reset_limit = options.reset_limit,
+                                       .daemon_per_host = daemon_per_host},
                                       job, environment, options.command, output);
     if (!world.ok()) {
       Say(world.status().message());
       return 1;
     }
     elastic = std::move(*world);
-    if (absl::Status started = elastic->Start(*trainers); !started.ok()) trainers = started;
+    std::vector<int> hosts;
+    if (daemon_per_host) {
+      for (const std::string& host : first_hosts) hosts.push_back(elastic->HostNumber(host));
+    }
+    if (absl::Status started = elastic->Start(*trainers, hosts); !started.ok()) trainers = started;
   } else {
     trainers = TrainerGroup::Start(options.command, job, environment, output);
   }
@@ -201,13 +227,21 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
         job.size == 1 ? "rank 0 is pid " : absl::StrCat("ranks 0-", job.size - 1, " are pids "),
         absl::StrJoin(pids, ", "), ": ", absl::StrJoin(options.command, " ")));
   }
-  JobSupervisor supervisor(*trainers, daemon.get(), elastic.get(), *signals,
-                           {.grace = absl::Seconds(options.grace_seconds),
-                            .verbose = options.verbose,
-                            .discovery = discovery.get(),
-                            .min_ranks = options.min_ranks,
-                            .max_ranks = options.max_ranks,
-                            .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)});
+  JobSupervisor::Options supervisor_options{
+      .grace = absl::Seconds(options.grace_seconds),
+      .verbose = options.verbose,
+      .discovery = discovery.get(),
+      .min_ranks = options.min_ranks,
+      .max_ranks = options.max_ranks,
+      .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)};
+  if (daemon_per_host) {
+    supervisor_options.start_daemons = [&](const std::vector<std::string>& sockets) {
+      PrivateDaemonOptions world = daemon_options;
+      world.sockets = sockets;
+      return PrivateDaemon::Start(world, environment, *signals);
+    };
+  }
+  JobSupervisor supervisor(*trainers, daemon.get(), elastic.get(), *signals, supervisor_options);
   const int exit_code = supervisor.Run();
   if (daemon != nullptr) daemon->Stop();
   return exit_code;

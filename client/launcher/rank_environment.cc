@@ -1,6 +1,7 @@
 #include "client/launcher/rank_environment.h"
 
 #include <cstring>
+#include <initializer_list>
 
 extern char** environ;
 
@@ -24,23 +25,28 @@ std::vector<std::string> ToEnvp(const Environment& environment) {
   return envp;
 }
 
-Environment RankEnvironment(const Environment& base, const JobIdentity& job, int rank) {
+Environment RankEnvironment(const Environment& base, const std::string& socket,
+                            const std::string& job_id, const RankPlacement& placement) {
   Environment environment = base;
-  const std::string rank_text = std::to_string(rank);
-  const std::string size_text = std::to_string(job.size);
-  environment["COLLECTIVE_SOCKET"] = job.socket;
-  environment["COLLECTIVE_JOB_ID"] = job.job_id;
-  for (const char* name :
-       {"COLLECTIVE_LOCAL_RANK", "HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "RANK", "LOCAL_RANK"}) {
-    environment[name] = rank_text;
-  }
-  for (const char* name : {"COLLECTIVE_LOCAL_SIZE", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE",
-                           "WORLD_SIZE", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"}) {
-    environment[name] = size_text;
-  }
-  environment["HOROVOD_CROSS_RANK"] = "0";
-  environment["HOROVOD_CROSS_SIZE"] = "1";
+  environment["COLLECTIVE_SOCKET"] = socket;
+  environment["COLLECTIVE_JOB_ID"] = job_id;
+  const auto set = [&](std::initializer_list<const char*> names, int value) {
+    for (const char* name : names) environment[name] = std::to_string(value);
+  };
+  set({"HOROVOD_RANK", "RANK"}, placement.rank);
+  set({"HOROVOD_SIZE", "WORLD_SIZE"}, placement.size);
+  set({"COLLECTIVE_LOCAL_RANK", "HOROVOD_LOCAL_RANK", "LOCAL_RANK"}, placement.local_rank);
+  set({"COLLECTIVE_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", "LOCAL_SIZE", "LOCAL_WORLD_SIZE"},
+      placement.local_size);
+  set({"HOROVOD_CROSS_RANK"}, placement.cross_rank);
+  set({"HOROVOD_CROSS_SIZE"}, placement.cross_size);
   return environment;
+}
+
+Environment RankEnvironment(const Environment& base, const JobIdentity& job, int rank) {
+  return RankEnvironment(
+      base, job.socket, job.job_id,
+      {.rank = rank, .size = job.size, .local_rank = rank, .local_size = job.size});
 }
 
 }  // namespace collective::launcher

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "collective/types.h"
+
 namespace collective::launcher {
 
 using Environment = std::map<std::string, std::string>;
@@ -26,12 +28,27 @@ struct JobIdentity {
   int size = 0;  // ranks on this node, which is the whole job
 };
 
+// Where a rank stands in a job that may span nodes, as libcollective
+// reports it: its global rank and the job's size, its rank and the rank
+// count on its node, its node's index and the node count (Horovod's cross
+// rank and size).
+using RankPlacement = collective::Topology;
+
+// `base` plus the variables of a rank placed at `placement`, against the
+// daemon on `socket` in job `job_id`: COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID,
+// COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads first), and what
+// trainers written for Horovod or torchrun read: HOROVOD_RANK/SIZE,
+// HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE, RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_SIZE, LOCAL_WORLD_SIZE. Values from `base` are replaced.
+Environment RankEnvironment(const Environment& base, const std::string& socket,
+                            const std::string& job_id, const RankPlacement& placement);
+
 // `base` plus the variables of rank `rank`: COLLECTIVE_SOCKET,
 // COLLECTIVE_JOB_ID, COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads
 // first), and what trainers written for Horovod or torchrun read:
 // HOROVOD_RANK/SIZE, HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE,
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_SIZE, LOCAL_WORLD_SIZE. One node:
-// the global rank is the local rank. Values from `base` are replaced.
+// the global rank is the local rank.
 Environment RankEnvironment(const Environment& base, const JobIdentity& job, int rank);
 
 }  // namespace collective::launcher

@@ -389,7 +389,8 @@ TEST(LauncherTest, ADaemonThatCannotStartIsReportedWithItsOutput) {
   EXPECT_EQ(bad_flag.exit_code, 1) << bad_flag.how;
   EXPECT_THAT(bad_flag.err, HasSubstr("[collectived] "));
   EXPECT_THAT(bad_flag.err, HasSubstr("--no-such-flag"));
-  EXPECT_THAT(bad_flag.err, HasSubstr("collectiverun: collectived exited with code"));
+  EXPECT_THAT(bad_flag.err, ::testing::ContainsRegex(
+                                "collectiverun: collectived \\(pid [0-9]+\\) exited with code"));
   EXPECT_THAT(bad_flag.err, HasSubstr("before it was ready"));
 
   const LaunchResult missing =
@@ -657,8 +658,9 @@ TEST(LauncherTest, AHostDiscoveryScriptGrowsTheJob) {
        {"COLLECTIVE_JOB_ID", ""},
        {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
-  EXPECT_THAT(run.err, HasSubstr("collectiverun: the host discovery script lists 3 slots: worker "
-                                 "2 added; the job re-forms with 3 workers as generation 1"));
+  EXPECT_THAT(run.err,
+              HasSubstr("collectiverun: the host discovery script lists 3 slots: worker "
+                        "2 added on localhost; the job re-forms with 3 workers as generation 1"));
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1, 2]",
                                           "[1] worker 1 sees generation 1 1 [0, 1, 2]",
@@ -692,6 +694,38 @@ TEST(LauncherTest, AHostDiscoveryScriptShrinksTheJob) {
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1]",
                                           "[1] worker 1 sees generation 1 1 [0, 1]"}))
       << run.out;
+}
+
+TEST(LauncherTest, AHostDiscoveryScriptsHostsAreNodesWithADaemonEach) {
+  // localhost (2 slots) and 127.0.0.1 (1 slot) are two stand-in nodes: the
+  // ranks are grouped by node, and once the daemons serve (the marker
+  // init() waits for), each worker's daemon, its host's, answers on its
+  // socket.
+  const DiscoveryScript discovery("localhost:2\n127.0.0.1:1");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "3", "--host-discovery-script", discovery.script()},
+             Shell(absl::StrCat(
+                 "exec /usr/bin/python3 -c \"import importlib.util as u, os, socket; "
+                 "s = u.spec_from_file_location('r', '",
+                 COLLECTIVE_SOURCE_DIR,
+                 "/client/python/collective/common/elastic_rendezvous.py'); "
+                 "r = u.module_from_spec(s); s.loader.exec_module(r); "
+                 "r.join_latest_generation(); e = os.environ; "
+                 "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+                 "print('worker', r.worker(), 'on', e['COLLECTIVE_ELASTIC_HOST'], 'rank', "
+                 "e['HOROVOD_RANK'], 'of', e['HOROVOD_SIZE'], 'local', e['COLLECTIVE_LOCAL_RANK'], "
+                 "'of', e['COLLECTIVE_LOCAL_SIZE'], 'node', e['HOROVOD_CROSS_RANK'], 'of', "
+                 "e['HOROVOD_CROSS_SIZE'], os.path.basename(e['COLLECTIVE_SOCKET']))\""))),
+      {{"COLLECTIVE_SOCKET", ""},
+       {"COLLECTIVE_JOB_ID", ""},
+       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>(
+                  {"[0] worker 0 on localhost rank 0 of 3 local 0 of 2 node 0 of 2 host0.sock",
+                   "[1] worker 1 on localhost rank 1 of 3 local 1 of 2 node 0 of 2 host0.sock",
+                   "[2] worker 2 on 127.0.0.1 rank 2 of 3 local 0 of 1 node 1 of 2 host1.sock"}))
+      << run.out << run.err;
 }
 
 TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -102,12 +103,19 @@ class ScriptTest : public ::testing::Test {
   std::vector<std::string> paths_;
 };
 
-TEST_F(ScriptTest, AddsUpTheSlotsOfThisMachine) {
+TEST_F(ScriptTest, ListsEachHostOnceInTheOrderFirstNamed) {
   const HostDiscovery discovery(Script("echo localhost:2; echo 127.0.0.1; echo \"$EXTRA\""), 3,
                                 {{"EXTRA", "localhost:4"}, {"PATH", "/usr/bin:/bin"}});
-  const absl::StatusOr<int> slots = discovery.LocalSlots();
-  ASSERT_TRUE(slots.ok()) << slots.status();
-  EXPECT_EQ(*slots, 9) << "2, then 3 (--slots-per-host), then 4 from the environment given";
+  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts();
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  ASSERT_EQ(hosts->size(), 2u);
+  // localhost 2, then 4 more from the environment given; 127.0.0.1 is a
+  // node of its own, with --slots-per-host.
+  EXPECT_EQ((*hosts)[0].name, "localhost");
+  EXPECT_EQ((*hosts)[0].slots, 6);
+  EXPECT_EQ((*hosts)[1].name, "127.0.0.1");
+  EXPECT_EQ((*hosts)[1].slots, 3);
+  EXPECT_EQ(TotalSlots(*hosts), 9);
 }
 
 TEST_F(ScriptTest, ReadsAScriptThatWritesMuchToStderr) {
@@ -115,32 +123,32 @@ TEST_F(ScriptTest, ReadsAScriptThatWritesMuchToStderr) {
   const HostDiscovery discovery(
       Script("head -c 300000 /dev/zero | tr '\\0' x >&2; echo localhost:2"), 1,
       {{"PATH", "/usr/bin:/bin"}});
-  const absl::StatusOr<int> slots = discovery.LocalSlots(absl::Seconds(5));
-  ASSERT_TRUE(slots.ok()) << slots.status();
-  EXPECT_EQ(*slots, 2);
+  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts(absl::Seconds(5));
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  EXPECT_EQ(TotalSlots(*hosts), 2);
 }
 
 TEST_F(ScriptTest, SaysWhyItCannotUseTheScript) {
   const Environment path = {{"PATH", "/usr/bin:/bin"}};
-  absl::StatusOr<int> slots =
-      HostDiscovery(Script("echo 'no cluster today' >&2; exit 3"), 1, path).LocalSlots();
+  absl::StatusOr<std::vector<DiscoveredHost>> slots =
+      HostDiscovery(Script("echo 'no cluster today' >&2; exit 3"), 1, path).LocalHosts();
   EXPECT_TRUE(absl::IsFailedPrecondition(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("exited with code 3: no cluster today"));
 
-  slots = HostDiscovery(Script("echo localhost:2; echo node-b:4"), 1, path).LocalSlots();
+  slots = HostDiscovery(Script("echo localhost:2; echo node-b:4"), 1, path).LocalHosts();
   EXPECT_TRUE(absl::IsUnimplemented(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(),
               HasSubstr("lists host 'node-b', which is not this machine"));
 
-  slots = HostDiscovery(Script("echo localhost:x"), 1, path).LocalSlots();
+  slots = HostDiscovery(Script("echo localhost:x"), 1, path).LocalHosts();
   EXPECT_TRUE(absl::IsInvalidArgument(slots.status())) << slots.status();
 
-  slots = HostDiscovery("/nonexistent/discover.sh", 1, path).LocalSlots();
+  slots = HostDiscovery("/nonexistent/discover.sh", 1, path).LocalHosts();
   EXPECT_TRUE(absl::IsNotFound(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("host discovery: cannot start"));
 
   // A script that does not finish is killed at the deadline.
-  slots = HostDiscovery(Script("exec sleep 30"), 1, path).LocalSlots(absl::Milliseconds(200));
+  slots = HostDiscovery(Script("exec sleep 30"), 1, path).LocalHosts(absl::Milliseconds(200));
   EXPECT_TRUE(absl::IsDeadlineExceeded(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("ran longer than 200ms"));
 }

@@ -37,6 +37,31 @@ TEST(RankEnvironmentTest, SetsEveryLaunchersVariables) {
   EXPECT_EQ(env, expected);
 }
 
+TEST(RankEnvironmentTest, PlacesARankOfANodeAmongSeveral) {
+  // Rank 4 of 5: local rank 1 of the 2 on node 1, of 2 nodes.
+  const Environment env = RankEnvironment(
+      {}, "/d/host1.sock", "j.3",
+      {.rank = 4, .size = 5, .local_rank = 1, .local_size = 2, .cross_rank = 1, .cross_size = 2});
+  const Environment expected = {
+      {"COLLECTIVE_SOCKET", "/d/host1.sock"},
+      {"COLLECTIVE_JOB_ID", "j.3"},
+      {"COLLECTIVE_LOCAL_RANK", "1"},
+      {"COLLECTIVE_LOCAL_SIZE", "2"},
+      {"HOROVOD_RANK", "4"},
+      {"HOROVOD_SIZE", "5"},
+      {"HOROVOD_LOCAL_RANK", "1"},
+      {"HOROVOD_LOCAL_SIZE", "2"},
+      {"HOROVOD_CROSS_RANK", "1"},
+      {"HOROVOD_CROSS_SIZE", "2"},
+      {"RANK", "4"},
+      {"WORLD_SIZE", "5"},
+      {"LOCAL_RANK", "1"},
+      {"LOCAL_SIZE", "2"},
+      {"LOCAL_WORLD_SIZE", "2"},
+  };
+  EXPECT_EQ(env, expected);
+}
+
 TEST(RankEnvironmentTest, EnvpHasOneEntryPerVariable) {
   EXPECT_THAT(ToEnvp({{"A", "1"}, {"B", "x=y"}}), Contains("B=x=y"));
   EXPECT_EQ(ToEnvp({{"A", "1"}, {"B", "x=y"}}).size(), 2u);

@@ -2,12 +2,16 @@
 
 The launcher is the rendezvous: it owns a private 0700 directory
 (``COLLECTIVE_ELASTIC_DIR``) whose ``world`` file names the latest generation of
-the job (its number, its job id, and the worker numbers in rank order),
-replaced atomically when a worker fails or is added. A worker knows its
-number (``COLLECTIVE_ELASTIC_WORKER``) and the generation it is in; to re-form
-it reads the newer world and points the environment that ``init()`` reads
+the job (its number, its job id, the worker numbers in rank order, how many
+of them each node runs, and the world of daemons that serves it), replaced
+atomically when a worker fails or is added. A worker knows its number
+(``COLLECTIVE_ELASTIC_WORKER``) and the generation it is in; to re-form it
+reads the newer world and points the environment that ``init()`` reads
 (``COLLECTIVE_JOB_ID``, ``COLLECTIVE_LOCAL_RANK``/``_SIZE`` and Horovod's and
-torchrun's names) at it. Waiting is on inotify, with a deadline
+torchrun's names) at it. A worker's daemon is its host's, on a socket that
+keeps its path; when the job's nodes change, the launcher starts a new world
+of daemons once every worker has left the old one, and says so with the
+marker ``daemons-<world>``, which a worker waits for before it registers. Waiting is on inotify, with a deadline
 (``COLLECTIVE_ELASTIC_TIMEOUT_S``, else Horovod's ``HOROVOD_ELASTIC_TIMEOUT``,
 else 600 s as Horovod), never on sleeps.
 
@@ -28,24 +32,41 @@ _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
 _IN_CREATE = 0x00000100
 
-_RANK_NAMES = ('COLLECTIVE_LOCAL_RANK', 'HOROVOD_RANK', 'HOROVOD_LOCAL_RANK', 'RANK', 'LOCAL_RANK')
-_SIZE_NAMES = ('COLLECTIVE_LOCAL_SIZE', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_SIZE', 'WORLD_SIZE',
-               'LOCAL_SIZE', 'LOCAL_WORLD_SIZE')
+# The variables init() and the trainer read, as the launcher sets them
+# (client/launcher/rank_environment.cc).
+_GLOBAL_RANK_NAMES = ('HOROVOD_RANK', 'RANK')
+_GLOBAL_SIZE_NAMES = ('HOROVOD_SIZE', 'WORLD_SIZE')
+_LOCAL_RANK_NAMES = ('COLLECTIVE_LOCAL_RANK', 'HOROVOD_LOCAL_RANK', 'LOCAL_RANK')
+_LOCAL_SIZE_NAMES = ('COLLECTIVE_LOCAL_SIZE', 'HOROVOD_LOCAL_SIZE', 'LOCAL_SIZE',
+                     'LOCAL_WORLD_SIZE')
 
 
 class World:
-    """One generation of the job: ``workers`` lists the worker numbers in rank order;
-    ``failures`` counts the failures (workers that died, jobs that failed on every rank) the
-    launcher had seen when it published it."""
+    """One generation of the job: ``workers`` lists the worker numbers in rank order, grouped
+    by node (``local_sizes``: how many each node runs, in node order); ``failures`` counts the
+    failures (workers that died, jobs that failed on every rank) the launcher had seen when it
+    published it; ``daemons`` numbers the world of daemons that serves it."""
 
-    def __init__(self, generation, job_id, workers, failures):
+    def __init__(self, generation, job_id, workers, failures, local_sizes=None, daemons=0):
         self.generation = generation
         self.job_id = job_id
         self.workers = workers
         self.failures = failures
+        self.local_sizes = local_sizes or [len(workers)]
+        self.daemons = daemons
 
     def rank_of(self, worker):
         return self.workers.index(worker)
+
+    def placement_of(self, worker):
+        """(rank, local rank, local size, node) of ``worker``."""
+        rank = self.rank_of(worker)
+        offset = 0
+        for node, local_size in enumerate(self.local_sizes):
+            if rank < offset + local_size:
+                return rank, rank - offset, local_size, node
+            offset += local_size
+        raise ValueError(f'worker {worker} lies beyond the nodes {self.local_sizes}')
 
 
 def directory():
@@ -85,7 +106,9 @@ def read_world():
             key, _, value = line.rstrip('\n').partition(' ')
             fields[key] = value
     return World(int(fields['generation']), fields['job_id'],
-                 [int(w) for w in fields['workers'].split()], int(fields['failures']))
+                 [int(w) for w in fields['workers'].split()], int(fields['failures']),
+                 [int(n) for n in fields.get('local_sizes', '').split()],
+                 int(fields.get('daemons', '0')))
 
 
 class _DirectoryWatch:
@@ -184,15 +207,18 @@ def wait_for_next_world(after_failure):
 
 
 def point_environment_at(world):
-    """Makes ``init()`` join ``world``: its job id, this worker's rank in it and its size."""
-    rank = world.rank_of(worker())
+    """Makes ``init()`` join ``world``: its job id, this worker's rank in it and on its node,
+    and the sizes."""
+    rank, local_rank, local_size, node = world.placement_of(worker())
     os.environ['COLLECTIVE_JOB_ID'] = world.job_id
     os.environ['COLLECTIVE_ELASTIC_GENERATION'] = str(world.generation)
     os.environ['COLLECTIVE_ELASTIC_FAILURES'] = str(world.failures)
-    for name in _RANK_NAMES:
-        os.environ[name] = str(rank)
-    for name in _SIZE_NAMES:
-        os.environ[name] = str(len(world.workers))
+    for names, value in ((_GLOBAL_RANK_NAMES, rank), (_GLOBAL_SIZE_NAMES, len(world.workers)),
+                         (_LOCAL_RANK_NAMES, local_rank), (_LOCAL_SIZE_NAMES, local_size),
+                         (('HOROVOD_CROSS_RANK',), node),
+                         (('HOROVOD_CROSS_SIZE',), len(world.local_sizes))):
+        for name in names:
+            os.environ[name] = str(value)
 
 
 def join_latest_generation(after_superseded=False):
@@ -239,9 +265,28 @@ def join_latest_generation(after_superseded=False):
 
     if awaited:
         _wait_until(all_left, 'the workers of the previous generation leaving it')
-    world = read_world()
-    point_environment_at(world)
-    _mark_joining(base, world.generation)
+    _join_when_daemons_serve(base)
+
+
+def _join_when_daemons_serve(base):
+    """Points ``init()`` at the latest generation and says this worker joins it; then waits
+    until the world of daemons that serves it runs (the launcher starts a new one when the
+    job's nodes change, once every worker said it joins), joining a newer generation instead
+    if one is published meanwhile."""
+    while True:
+        world = read_world()
+        point_environment_at(world)
+        _mark_joining(base, world.generation)
+        marker = f'daemons-{world.daemons}'
+
+        def served_or_newer(world=world, marker=marker):
+            if os.path.exists(os.path.join(base, marker)):
+                return 'served'
+            return 'newer' if read_world().generation > world.generation else None
+
+        if _wait_until(served_or_newer, f'the daemons of generation {world.generation}') \
+                == 'served':
+            return
 
 
 def _mark_joining(base, target):

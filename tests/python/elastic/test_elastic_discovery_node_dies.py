@@ -1,0 +1,48 @@
+"""A stand-in node's daemon dies mid-step: collectiverun leaves its host out from then on (as
+Horovod blacklists a failing host), stops the host's worker and the other daemons, and the
+survivors roll back to their last commit and re-form on the nodes left, with new daemons.
+
+Run as ``collectiverun --host-discovery-script discover_hosts.sh --min-np 2 -np 3`` with the
+script listing ``localhost:2`` and ``127.0.0.1:1``: worker 2, alone on 127.0.0.1, kills its
+collectived (SIGKILL) after the step's weights changed, and waits. The script goes on listing
+127.0.0.1, which is not used again. The job ends with every sample processed once per epoch
+and one process's weights on both survivors."""
+
+import os
+import signal
+import socket
+import struct
+import time
+
+import collective.torch as hvd
+import elastic_training as training
+
+
+def _kill_my_daemon():
+    """SIGKILL to the collectived this worker talks to (its pid from the socket's peer)."""
+    with socket.socket(socket.AF_UNIX) as connection:
+        connection.connect(os.environ['COLLECTIVE_SOCKET'])
+        credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                            struct.calcsize('3i'))
+    pid, _, _ = struct.unpack('3i', credentials)
+    with open(training.death_file(), 'w') as f:
+        f.write(repr(time.time()))
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_a_node_whose_daemon_dies_is_left_out():
+    def hook(state, step, phase):
+        if (os.environ['COLLECTIVE_ELASTIC_GENERATION'], step, phase) == ('0', 3, 'updated') \
+                and training.worker() == 2:
+            assert hvd.cross_rank() == 1 and hvd.local_size() == 1
+            _kill_my_daemon()
+            signal.pause()  # until collectiverun stops this worker with its host
+
+    state, model, facts = training.train(hook)
+    assert training.worker() != 2
+    assert (hvd.rank(), hvd.size()) == (training.worker(), 2)
+    assert (hvd.cross_size(), hvd.local_size()) == (1, 2)
+    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '1'
+    assert facts['resets'] == 1
+    training.report(facts)
+    training.check_result(state, model)
