@@ -29,43 +29,6 @@ std::string HostName() {
   return name;
 }
 
-// Reads the script's stdout and stderr together to their ends (so that a
-// script that writes much to one is never blocked on it while the other is
-// read), or until `deadline`; false if the deadline came first.
-bool ReadBoth(int out_fd, int err_fd, absl::Time deadline, std::string& out, std::string& err) {
-  pollfd fds[2] = {{.fd = out_fd, .events = POLLIN, .revents = 0},
-                   {.fd = err_fd, .events = POLLIN, .revents = 0}};
-  std::string* sinks[2] = {&out, &err};
-  char buffer[4096];
-  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
-    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (left <= 0) return false;
-    const int polled = ::poll(fds, 2, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (polled < 0 && errno != EINTR) return false;
-    for (int i = 0; i < 2 && polled > 0; ++i) {
-      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
-      if (got > 0) {
-        sinks[i]->append(buffer, static_cast<size_t>(got));
-      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        fds[i].fd = -1;  // its end (poll skips negative descriptors)
-      }
-    }
-  }
-  return true;
-}
-
-// Waits for the child's exit until `deadline`; nullopt if it is still running.
-std::optional<int> AwaitExit(ChildProcess& child, absl::Time deadline) {
-  while (!child.TryReap().has_value()) {
-    const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (left <= 0) return std::nullopt;
-    pollfd exited{.fd = child.pidfd(), .events = POLLIN, .revents = 0};
-    ::poll(&exited, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-  }
-  return child.status();
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_view output,
@@ -104,8 +67,7 @@ bool IsThisMachine(absl::string_view host) {
   return name == own || name.substr(0, name.find('.')) == own.substr(0, own.find('.'));
 }
 
-absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
-    absl::Duration timeout) const {
+absl::StatusOr<std::unique_ptr<DiscoveryRun>> HostDiscovery::Begin(absl::Duration timeout) const {
   auto child = ChildProcess::Spawn({.argv = {script_},
                                     .environment = ToEnvp(environment_),
                                     .output = SpawnOptions::Output::kSeparatePipes});
@@ -113,24 +75,62 @@ absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
     return absl::Status(child.status().code(),
                         absl::StrCat("host discovery: ", child.status().message()));
   }
-  const absl::Time deadline = absl::Now() + timeout;
-  std::string output;
-  std::string errors;
-  UniqueFd out = child->TakeStdout();
-  UniqueFd err = child->TakeStderr();
-  const bool read = ReadBoth(out.get(), err.get(), deadline, output, errors);
-  const std::optional<int> status = read ? AwaitExit(*child, deadline) : std::nullopt;
-  if (!status.has_value()) {
-    child->Signal(SIGKILL);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "the host discovery script ", script_, " ran longer than ", absl::FormatDuration(timeout)));
+  return std::unique_ptr<DiscoveryRun>(
+      new DiscoveryRun(std::move(*child), script_, default_slots_, timeout));
+}
+
+absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
+    absl::Duration timeout) const {
+  absl::StatusOr<std::unique_ptr<DiscoveryRun>> run = Begin(timeout);
+  if (!run.ok()) return run.status();
+  while (!(*run)->done()) {
+    PollSet set;
+    (*run)->Watch(set);
+    if (!set.Wait((*run)->deadline())) break;
   }
-  if (!WIFEXITED(*status) || WEXITSTATUS(*status) != 0) {
+  return (*run)->Finish();
+}
+
+DiscoveryRun::DiscoveryRun(ChildProcess child, std::string script, int default_slots,
+                           absl::Duration timeout)
+    : child_(std::move(child)),
+      out_(child_.TakeStdout()),
+      err_(child_.TakeStderr()),
+      script_(std::move(script)),
+      default_slots_(default_slots),
+      timeout_(timeout),
+      deadline_(absl::Now() + timeout) {}
+
+void DiscoveryRun::Pump(UniqueFd& fd, std::string& sink) {
+  char buffer[4096];
+  const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
+  if (got > 0) {
+    sink.append(buffer, static_cast<size_t>(got));
+  } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+    fd.Reset();  // its end
+  }
+}
+
+void DiscoveryRun::Watch(PollSet& set) {
+  if (out_.valid()) set.Add(out_.get(), [this] { Pump(out_, output_); });
+  if (err_.valid()) set.Add(err_.get(), [this] { Pump(err_, errors_); });
+  if (!child_.reaped()) set.Add(child_.pidfd(), [this] { child_.TryReap(); });
+}
+
+absl::StatusOr<std::vector<DiscoveredHost>> DiscoveryRun::Finish() {
+  if (!done()) {
+    child_.Signal(SIGKILL);
+    return absl::DeadlineExceededError(absl::StrCat("the host discovery script ", script_,
+                                                    " ran longer than ",
+                                                    absl::FormatDuration(timeout_)));
+  }
+  const int status = *child_.status();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the host discovery script ", script_, " ", DescribeExit(*status),
-                     errors.empty() ? "" : ": ", absl::StripTrailingAsciiWhitespace(errors)));
+        absl::StrCat("the host discovery script ", script_, " ", DescribeExit(status),
+                     errors_.empty() ? "" : ": ", absl::StripTrailingAsciiWhitespace(errors_)));
   }
-  auto hosts = ParseDiscoveredHosts(output, default_slots_);
+  auto hosts = ParseDiscoveredHosts(output_, default_slots_);
   if (!hosts.ok()) return hosts.status();
   return HostsOfThisMachine(*hosts, "the host discovery script");
 }

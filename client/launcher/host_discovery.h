@@ -10,13 +10,17 @@
 // stand-in nodes when there are several (ElasticWorld).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/launcher/child_process.h"
+#include "client/launcher/poll_set.h"
 #include "client/launcher/rank_environment.h"
+#include "client/launcher/unique_fd.h"
 
 namespace collective::launcher {
 
@@ -53,6 +57,38 @@ int TotalSlots(const std::vector<DiscoveredHost>& hosts);
 absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list);
 absl::StatusOr<std::vector<DiscoveredHost>> ParseHostfile(absl::string_view text);
 
+// One run of the discovery script, driven by the caller's poll loop (as
+// Horovod runs discovery on a thread of its own, so that a slow script
+// never holds up the job's output and signals): its stdout and stderr are
+// read together as they come, its exit seen through its pidfd.
+class DiscoveryRun {
+ public:
+  // Adds to `set` the pipes still open and the script's exit.
+  void Watch(PollSet& set);
+  // It exited and its output is read to the end.
+  bool done() const { return child_.reaped() && !out_.valid() && !err_.valid(); }
+  absl::Time deadline() const { return deadline_; }
+  // What the script listed (as HostDiscovery::LocalHosts says), once
+  // done(); before, DEADLINE_EXCEEDED, and the script is killed.
+  absl::StatusOr<std::vector<DiscoveredHost>> Finish();
+
+ private:
+  friend class HostDiscovery;
+  DiscoveryRun(ChildProcess child, std::string script, int default_slots, absl::Duration timeout);
+  // Appends what `fd` has to `sink`; closes it at its end.
+  static void Pump(UniqueFd& fd, std::string& sink);
+
+  ChildProcess child_;
+  UniqueFd out_;
+  UniqueFd err_;
+  std::string output_;
+  std::string errors_;
+  std::string script_;
+  int default_slots_;
+  absl::Duration timeout_;
+  absl::Time deadline_;
+};
+
 class HostDiscovery {
  public:
   HostDiscovery(std::string script, int default_slots, Environment environment)
@@ -65,6 +101,10 @@ class HostDiscovery {
   // cannot start, exits non-zero, prints a malformed line or another host,
   // or takes longer than `timeout` (it is then killed).
   absl::StatusOr<std::vector<DiscoveredHost>> LocalHosts(
+      absl::Duration timeout = absl::Seconds(10)) const;
+  // Starts the script, for the caller's poll loop to drive; fails when it
+  // cannot start.
+  absl::StatusOr<std::unique_ptr<DiscoveryRun>> Begin(
       absl::Duration timeout = absl::Seconds(10)) const;
 
   const std::string& script() const { return script_; }

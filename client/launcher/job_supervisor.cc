@@ -44,12 +44,20 @@ int JobSupervisor::Run() {
     }
     const bool discovers =
         options_.discovery != nullptr && elastic_ != nullptr && !stopping_ && !finishing_;
-    if (discovers && !next_discovery_.has_value()) {
+    if (!discovers) discovery_run_.reset();  // a run in flight is killed
+    if (discovers && !next_discovery_.has_value() && discovery_run_ == nullptr) {
       next_discovery_ = absl::Now() + absl::Seconds(1);
     }
     std::optional<absl::Time> deadline = kill_deadline_;
-    if (discovers) deadline = std::min(deadline.value_or(*next_discovery_), *next_discovery_);
-    if (set.Wait(deadline)) continue;
+    if (discovers) {
+      // The script runs while the loop goes on: its output and exit are
+      // among what the loop waits for.
+      if (discovery_run_ != nullptr) discovery_run_->Watch(set);
+      const absl::Time next =
+          discovery_run_ != nullptr ? discovery_run_->deadline() : *next_discovery_;
+      deadline = std::min(deadline.value_or(next), next);
+    }
+    set.Wait(deadline);
     const absl::Time now = absl::Now();
     if (kill_deadline_.has_value() && now >= *kill_deadline_) {
       Say(absl::StrCat(Ranks(trainers_.running()), " still running after ",
@@ -57,10 +65,7 @@ int JobSupervisor::Run() {
       trainers_.SignalRunning(SIGKILL);
       kill_deadline_.reset();
     }
-    if (discovers && now >= *next_discovery_) {
-      OnDiscovery();
-      next_discovery_ = absl::Now() + absl::Seconds(1);
-    }
+    if (discovers) PollDiscovery(now);
   }
   trainers_.DrainOutput();
   if (own_daemons_ != nullptr) own_daemons_->Stop();
@@ -202,16 +207,33 @@ void JobSupervisor::OnElasticMarkers() {
   StopTrainers(SIGTERM);
 }
 
-void JobSupervisor::OnDiscovery() {
-  // A worker that outlives its SIGTERM by the grace period is killed.
-  for (auto& [worker, stopped_at] : retiring_) {
-    if (!stopped_at.has_value() || absl::Now() - *stopped_at < options_.grace) continue;
-    for (const Trainer& trainer : trainers_.trainers()) {
-      if (trainer.rank == worker) trainer.process.Signal(SIGKILL);
+void JobSupervisor::PollDiscovery(absl::Time now) {
+  if (discovery_run_ == nullptr) {
+    if (now < *next_discovery_) return;
+    next_discovery_.reset();
+    // A worker that outlives its SIGTERM by the grace period is killed.
+    for (auto& [worker, stopped_at] : retiring_) {
+      if (!stopped_at.has_value() || now - *stopped_at < options_.grace) continue;
+      for (const Trainer& trainer : trainers_.trainers()) {
+        if (trainer.rank == worker) trainer.process.Signal(SIGKILL);
+      }
+      stopped_at.reset();
     }
-    stopped_at.reset();
+    absl::StatusOr<std::unique_ptr<DiscoveryRun>> run = options_.discovery->Begin();
+    if (run.ok()) {
+      discovery_run_ = std::move(*run);
+    } else {
+      OnDiscovery(run.status());
+    }
+    return;
   }
-  absl::StatusOr<std::vector<DiscoveredHost>> hosts = options_.discovery->LocalHosts();
+  if (!discovery_run_->done() && now < discovery_run_->deadline()) return;
+  absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery_run_->Finish();
+  discovery_run_.reset();
+  OnDiscovery(std::move(hosts));
+}
+
+void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> hosts) {
   if (!hosts.ok()) {
     // Retried every second, as horovodrun does after the first run; said once.
     if (hosts.status().message() != last_discovery_error_) {

@@ -63,8 +63,11 @@ class JobSupervisor {
   // to re-form after a failed collective.
   void OnElasticMarkers();
   void OnDaemonExit(int status);
-  // Runs the discovery script and grows or shrinks the job to its slots.
-  void OnDiscovery();
+  // Starts the discovery script every second, one run at a time, and
+  // takes what a run listed once it is done (or past its deadline).
+  void PollDiscovery(absl::Time now);
+  // Grows or shrinks the job to the slots a run of the script listed.
+  void OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> hosts);
   // Stops the newest `count` workers of `host` that are not stopping already.
   void Retire(int count, int host, const std::string& why);
   // Workers of the latest generation on `host` that are not stopping.
@@ -96,6 +99,7 @@ class JobSupervisor {
   // re-forms the job without them), since when it lists fewer than
   // min_ranks slots, and what it last said went wrong.
   std::optional<absl::Time> next_discovery_;
+  std::unique_ptr<DiscoveryRun> discovery_run_;  // the script, while it runs
   // Workers stopped for the discovery script: when SIGTERM went, cleared
   // once SIGKILL follows it (after --grace-seconds).
   std::map<int, std::optional<absl::Time>> retiring_;

@@ -768,5 +768,32 @@ TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   EXPECT_THAT(run.err, HasSubstr("did not list --min-np 2 slots within 1s (it lists 1)"));
 }
 
+TEST(LauncherTest, AHungDiscoveryScriptHoldsNothingUp) {
+  // The script's second run tells the worker (through a FIFO) that it hangs
+  // now, and hangs for a minute; the worker then says so and exits. The
+  // script runs beside collectiverun's loop, so the worker's output and exit
+  // are taken at once and the job ends, the run killed, long before the
+  // script's 10 s deadline would have passed (a loop that waited for the
+  // script would have reported it: "ran longer than 10s").
+  const std::string base = absl::StrCat(::testing::TempDir(), "/hung-discovery-", ::getpid());
+  const std::string fifo = base + ".fifo";
+  const std::string script = base + ".sh";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(script) << "#!/bin/sh\n[ -e '" << base << ".ran' ] || { : > '" << base
+                        << ".ran'; echo localhost:1; exit 0; }\necho hung > '" << fifo
+                        << "'\nexec sleep 60\n";
+  ::chmod(script.c_str(), 0700);
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "1", "--host-discovery-script", script},
+             Shell(absl::StrCat("read said < '", fifo, "'; echo the script $said; exit 0"))),
+      {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+  std::filesystem::remove(fifo);
+  std::filesystem::remove(script);
+  std::filesystem::remove(base + ".ran");
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_EQ(run.out, "[0] the script hung\n");
+  EXPECT_THAT(run.err, Not(HasSubstr("ran longer than")));
+}
+
 }  // namespace
 }  // namespace collective::testing
