@@ -162,7 +162,13 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   if (!directory.ok()) return directory.status();
   daemon->directory_ = *directory;
   daemon->sockets_ = options.sockets;
-  if (daemon->sockets_.empty()) daemon->sockets_.push_back(daemon->directory_ + kSocketName);
+  if (daemon->sockets_.empty() && options.nodes == 1) {
+    daemon->sockets_.push_back(daemon->directory_ + kSocketName);
+  } else if (daemon->sockets_.empty()) {
+    for (int node = 0; node < options.nodes; ++node) {
+      daemon->sockets_.push_back(absl::StrCat(daemon->directory_, "/node", node, ".sock"));
+    }
+  }
   const std::string notify_path = daemon->directory_ + "/notify";
   auto notify = BindNotifySocket(notify_path);
   if (!notify.ok()) return notify.status();

@@ -33,6 +33,9 @@ struct PrivateDaemonOptions {
   // machine: mpirun starts one collectived per socket, node i (MPI rank i)
   // on sockets[i].
   std::vector<std::string> sockets;
+  // Without `sockets`: how many daemons, on sockets node<i>.sock in the
+  // private directory when several.
+  int nodes = 1;
 };
 
 class PrivateDaemon {

@@ -294,17 +294,10 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
   // time): it waits for their markers (collective.common.elastic_rendezvous).
   const std::string awaited = absl::StrJoin(workers_, " ");
   for (int worker : added) {
-    RankPlacement placement{.size = static_cast<int>(workers.size()),
-                            .cross_size = static_cast<int>(nodes.size())};
-    while (workers[static_cast<size_t>(placement.rank)] != worker) ++placement.rank;
-    int offset = 0;
-    while (placement.rank >= offset + local_sizes[static_cast<size_t>(placement.cross_rank)]) {
-      offset += local_sizes[static_cast<size_t>(placement.cross_rank++)];
-    }
-    placement.local_rank = placement.rank - offset;
-    placement.local_size = local_sizes[static_cast<size_t>(placement.cross_rank)];
-    Environment environment =
-        RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id, placement);
+    const int rank =
+        static_cast<int>(std::find(workers.begin(), workers.end(), worker) - workers.begin());
+    Environment environment = RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id,
+                                              PlaceRank(local_sizes, rank));
     environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
     environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);

@@ -108,6 +108,14 @@ void JobSupervisor::MaybeStartDaemons() {
 }
 
 void JobSupervisor::OnNodeLost(int node) {
+  if (!options_.start_daemons) {
+    // A job of fixed nodes cannot go on without one.
+    Say(absl::StrCat("the collectived of node ", node, " exited while the job ran; stopping the ",
+                     Ranks(trainers_.running())));
+    Fail(1);
+    StopTrainers(SIGTERM);
+    return;
+  }
   const int host = daemon_hosts_[static_cast<size_t>(node)];
   lost_hosts_.insert(host);
   const std::string why =

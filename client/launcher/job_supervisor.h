@@ -75,9 +75,10 @@ class JobSupervisor {
   // With a daemon per host: once the job needs another world of daemons
   // and has left the old one, stops it and starts the new one.
   void MaybeStartDaemons();
-  // The daemon of node `node` exited while the others ran: its host is left
-  // out from now on (Horovod blacklists a failing host), its workers are
-  // stopped and so are the other daemons, which the job re-forms without.
+  // The daemon of node `node` exited while the others ran. An elastic job
+  // leaves its host out from now on (Horovod blacklists a failing host),
+  // stops its workers and the other daemons, and re-forms without it; any
+  // other job stops.
   void OnNodeLost(int node);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);

@@ -144,9 +144,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
                   .size = options.ranks};
 
   std::unique_ptr<HostDiscovery> discovery;
-  // A discovery script's job without a configured daemon: one collectived
-  // per host it lists, which the supervisor starts (ElasticWorld).
-  const bool daemon_per_host = !options.host_discovery_script.empty() && job.socket.empty();
+  // The hosts of the first ranks: the discovery script's, else -H's.
   std::vector<std::string> first_hosts;
   if (!options.host_discovery_script.empty()) {
     discovery = std::make_unique<HostDiscovery>(options.host_discovery_script,
@@ -159,9 +157,27 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     // As many as -np asks, the slots allow and --max-np bounds.
     job.size = std::min({options.ranks, TotalSlots(*hosts), options.max_ranks});
     first_hosts = PlaceWorkers(*hosts, job.size);
+  } else {
+    first_hosts = PlaceWorkers(options.hosts, job.size);
   }
+  // The job's nodes: the hosts its ranks go on, each a stand-in node with a
+  // collectived of its own (a configured daemon serves them all as one).
+  std::vector<int> local_sizes;
+  for (size_t rank = 0; rank < first_hosts.size(); ++rank) {
+    if (rank == 0 || first_hosts[rank] != first_hosts[rank - 1]) local_sizes.push_back(0);
+    ++local_sizes.back();
+  }
+  // An elastic job whose hosts may be several: its ElasticWorld places the
+  // workers, and the supervisor starts the daemons of each generation's.
+  const bool daemon_per_host =
+      job.socket.empty() && options.elastic && (discovery != nullptr || local_sizes.size() > 1);
+  // Any other job on several: their daemons, started here as one MPI world.
+  const bool several_nodes = job.socket.empty() && !options.elastic && local_sizes.size() > 1;
   const PrivateDaemonOptions daemon_options{
-      .binary = options.daemon, .args = options.daemon_args, .verbose = options.verbose};
+      .binary = options.daemon,
+      .args = options.daemon_args,
+      .verbose = options.verbose,
+      .nodes = several_nodes ? static_cast<int>(local_sizes.size()) : 1};
 
   std::unique_ptr<PrivateDaemon> daemon;
   if (daemon_per_host) {
@@ -175,7 +191,8 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     daemon = std::move(*started);
     job.socket = daemon->socket();
     if (options.verbose) {
-      Say(absl::StrCat("collectived (pid ", daemon->pid(), ") serves ", job.socket));
+      Say(absl::StrCat(daemon->Describe(), daemon->sockets().size() == 1 ? " serves " : " serve ",
+                       absl::StrJoin(daemon->sockets(), ", ")));
     }
   } else {
     if (absl::Status listening = CheckDaemonListening(job.socket); !listening.ok()) {
@@ -210,6 +227,9 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       for (const std::string& host : first_hosts) hosts.push_back(elastic->HostNumber(host));
     }
     if (absl::Status started = elastic->Start(*trainers, hosts); !started.ok()) trainers = started;
+  } else if (several_nodes) {
+    trainers = TrainerGroup::StartOnNodes(options.command, job.job_id, daemon->sockets(),
+                                          local_sizes, environment, output);
   } else {
     trainers = TrainerGroup::Start(options.command, job, environment, output);
   }

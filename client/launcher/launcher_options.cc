@@ -52,10 +52,11 @@ code (128+N for signal N), 128+N after forwarding signal N, 127 when the
 command does not exist (126: cannot be executed), 1 when the daemon fails, 2
 for a usage error.
 
-One node only: -H/--hosts and --hostfile may list this machine only (their
-slots bound -np). For a multi-node job start one collectived per node with
-mpirun or srun, and the ranks with mpirun or srun too (README, "Launching a
-job").
+One machine only: -H/--hosts, --hostfile and a host discovery script may
+list this machine only (localhost, 127.0.0.2, its name); each host they name
+is a stand-in node with a collectived of its own. For a job across machines
+start one collectived per node with mpirun or srun, and the ranks with
+mpirun or srun too (README, "Launching a job").
 
 Example: collectiverun -np 4 python -u train.py --epochs 10)";
 
@@ -82,9 +83,10 @@ void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args)
   }
 }
 
-// horovodrun's -H and --hostfile: this machine's slots, enough for -np.
+// horovodrun's -H and --hostfile: hosts of this machine, with slots enough
+// for -np, into options.hosts.
 absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile,
-                           const LauncherOptions& options) {
+                           LauncherOptions& options) {
   if (hosts.empty() && hostfile.empty()) return absl::OkStatus();
   if (!hosts.empty() + !hostfile.empty() + !options.host_discovery_script.empty() > 1) {
     return absl::InvalidArgumentError(
@@ -103,12 +105,13 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
     listed = ParseHostfile(text.str());
   }
   if (!listed.ok()) return listed.status();
-  auto slots = SlotsOfThisMachine(*listed, hosts.empty() ? "the hostfile" : "-H");
-  if (!slots.ok()) return slots.status();
-  if (options.ranks > *slots) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("-np ", options.ranks, " is more than the ", *slots, " slots the hosts list"));
+  auto local = HostsOfThisMachine(*listed, hosts.empty() ? "the hostfile" : "-H");
+  if (!local.ok()) return local.status();
+  if (options.ranks > TotalSlots(*local)) {
+    return absl::InvalidArgumentError(absl::StrCat("-np ", options.ranks, " is more than the ",
+                                                   TotalSlots(*local), " slots the hosts list"));
   }
+  options.hosts = std::move(*local);
   return absl::OkStatus();
 }
 
@@ -180,8 +183,8 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   std::string hosts;
   std::string hostfile;
   app.add_option("-H,--hosts", hosts,
-                 "horovodrun's host list, 'host:slots,...': every host must be this machine, "
-                 "with at least -np slots")
+                 "horovodrun's host list, 'host:slots,...': every host must be this machine "
+                 "(each a stand-in node), with at least -np slots")
       ->type_name("HOSTS");
   app.add_option("--hostfile", hostfile,
                  "horovodrun's host file, lines '<hostname> slots=<slots>', as -H (-hostfile works "

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/launcher/host_discovery.h"
 #include "client/launcher/rank_environment.h"
 
 namespace collective::launcher {
@@ -42,6 +43,11 @@ struct LauncherOptions {
   // waited out for --elastic-timeout (else $HOROVOD_ELASTIC_TIMEOUT, else
   // 600 s), then the job stops.
   std::string host_discovery_script;
+  // -H/--hosts or --hostfile (horovodrun's): hosts of this machine, each
+  // named once, in the order listed; with several, each host the ranks are
+  // placed on (filled in order, each up to its slots) is a stand-in node
+  // with a collectived of its own. Empty: one node.
+  std::vector<DiscoveredHost> hosts;
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
   // horovodrun's tuning flags, as the HOROVOD_* variables they set

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <initializer_list>
+#include <numeric>
 
 extern char** environ;
 
@@ -23,6 +24,20 @@ std::vector<std::string> ToEnvp(const Environment& environment) {
   envp.reserve(environment.size());
   for (const auto& [name, value] : environment) envp.push_back(name + "=" + value);
   return envp;
+}
+
+RankPlacement PlaceRank(const std::vector<int>& local_sizes, int rank) {
+  RankPlacement placement{.rank = rank, .cross_size = static_cast<int>(local_sizes.size())};
+  int offset = 0;
+  for (int size : local_sizes) {
+    if (rank < offset + size) break;
+    offset += size;
+    ++placement.cross_rank;
+  }
+  placement.size = std::accumulate(local_sizes.begin(), local_sizes.end(), 0);
+  placement.local_rank = rank - offset;
+  placement.local_size = local_sizes[static_cast<size_t>(placement.cross_rank)];
+  return placement;
 }
 
 Environment RankEnvironment(const Environment& base, const std::string& socket,

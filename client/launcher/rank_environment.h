@@ -34,6 +34,11 @@ struct JobIdentity {
 // rank and size).
 using RankPlacement = collective::Topology;
 
+// Rank `rank` of a job whose nodes run `local_sizes` ranks (in node order,
+// ranks numbered node after node as the daemons number them); `rank` must
+// be below their sum.
+RankPlacement PlaceRank(const std::vector<int>& local_sizes, int rank);
+
 // `base` plus the variables of a rank placed at `placement`, against the
 // daemon on `socket` in job `job_id`: COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID,
 // COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads first), and what

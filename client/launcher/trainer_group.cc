@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <numeric>
 #include <system_error>
 #include <utility>
 
@@ -23,6 +24,29 @@ absl::StatusOr<TrainerGroup> TrainerGroup::Start(const std::vector<std::string>&
     // Returning destroys the ranks already started, which kills them.
     if (absl::Status started =
             group.Add(rank, command, RankEnvironment(environment, job, rank), output);
+        !started.ok()) {
+      return started;
+    }
+  }
+  return group;
+}
+
+absl::StatusOr<TrainerGroup> TrainerGroup::StartOnNodes(const std::vector<std::string>& command,
+                                                        const std::string& job_id,
+                                                        const std::vector<std::string>& sockets,
+                                                        const std::vector<int>& local_sizes,
+                                                        const Environment& environment,
+                                                        const OutputOptions& output) {
+  TrainerGroup group;
+  const int size = std::accumulate(local_sizes.begin(), local_sizes.end(), 0);
+  for (int rank = 0; rank < size; ++rank) {
+    const RankPlacement placement = PlaceRank(local_sizes, rank);
+    // Returning destroys the ranks already started, which kills them.
+    if (absl::Status started = group.Add(
+            rank, command,
+            RankEnvironment(environment, sockets[static_cast<size_t>(placement.cross_rank)], job_id,
+                            placement),
+            output);
         !started.ok()) {
       return started;
     }

@@ -45,6 +45,16 @@ class TrainerGroup {
                                             const JobIdentity& job, const Environment& environment,
                                             const OutputOptions& output);
 
+  // The same for a job of several nodes: node n runs `local_sizes[n]`
+  // ranks against the daemon on `sockets[n]`, ranks numbered node after
+  // node, each with RankEnvironment for its place.
+  static absl::StatusOr<TrainerGroup> StartOnNodes(const std::vector<std::string>& command,
+                                                   const std::string& job_id,
+                                                   const std::vector<std::string>& sockets,
+                                                   const std::vector<int>& local_sizes,
+                                                   const Environment& environment,
+                                                   const OutputOptions& output);
+
   // Starts one more: `command` with `environment`, its output handled as
   // `output` says for `rank`. Callbacks of a Watch in progress stay valid
   // (trainers live in a deque).

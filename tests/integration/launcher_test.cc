@@ -728,6 +728,28 @@ TEST(LauncherTest, AHostDiscoveryScriptsHostsAreNodesWithADaemonEach) {
       << run.out << run.err;
 }
 
+TEST(LauncherTest, HorovodrunsHostsAreStandInNodes) {
+  // -H localhost:2,127.0.0.1:2 with -np 3: two ranks on the first node, one
+  // on the second, each node's daemon one of an MPI world that mpirun
+  // started; each rank's place, and a daemon on its socket.
+  const LaunchResult run = RunLauncher(
+      Concat({"--verbose", "-np", "3", "-H", "localhost:2,127.0.0.1:2"},
+             Shell("exec /usr/bin/python3 -c \"import os, socket; e = os.environ; "
+                   "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+                   "print('rank', e['HOROVOD_RANK'], 'of', e['WORLD_SIZE'], 'local', "
+                   "e['COLLECTIVE_LOCAL_RANK'], 'of', e['COLLECTIVE_LOCAL_SIZE'], 'node', "
+                   "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE'], "
+                   "os.path.basename(e['COLLECTIVE_SOCKET']))\"")),
+      {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>({"[0] rank 0 of 3 local 0 of 2 node 0 of 2 node0.sock",
+                                          "[1] rank 1 of 3 local 1 of 2 node 0 of 2 node0.sock",
+                                          "[2] rank 2 of 3 local 0 of 1 node 1 of 2 node1.sock"}))
+      << run.out;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun: the 2 collectived of mpirun (pid "));
+}
+
 TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
   // As above, but worker 2 ignores SIGTERM: SIGKILL follows --grace-seconds.
   const DiscoveryScript discovery("localhost:3");

@@ -37,17 +37,25 @@ def rendezvous_dir(tmp_path, monkeypatch):
     # What joining a generation sets: put back after the test, set or not before.
     for name in ('COLLECTIVE_JOB_ID', 'COLLECTIVE_LOCAL_RANK', 'COLLECTIVE_LOCAL_SIZE',
                  'HOROVOD_RANK', 'HOROVOD_SIZE', 'HOROVOD_LOCAL_RANK', 'HOROVOD_LOCAL_SIZE',
-                 'RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_SIZE', 'LOCAL_WORLD_SIZE'):
+                 'HOROVOD_CROSS_RANK', 'HOROVOD_CROSS_SIZE', 'RANK', 'WORLD_SIZE', 'LOCAL_RANK',
+                 'LOCAL_SIZE', 'LOCAL_WORLD_SIZE'):
         monkeypatch.setenv(name, 'before the test')
     monkeypatch.setenv('COLLECTIVE_ELASTIC_AWAIT', '')
     monkeypatch.setenv('COLLECTIVE_ELASTIC_TIMEOUT_S', '30')
+    # The launcher's first daemons serve.
+    (tmp_path / 'daemons-0').touch()
     return tmp_path
 
 
-def _publish(directory, generation, workers, failures=0):
+def _publish(directory, generation, workers, failures=0, local_sizes=None, daemons=None):
+    """Writes the world as collectiverun does; without local_sizes and daemons, as one that
+    predates nodes (one node, the first daemons)."""
+    text = (f'generation {generation}\njob_id job.{generation}\n'
+            f'workers {" ".join(map(str, workers))}\nfailures {failures}\n')
+    if local_sizes is not None:
+        text += f'local_sizes {" ".join(map(str, local_sizes))}\ndaemons {daemons}\n'
     staging = directory / 'world.new'
-    staging.write_text(f'generation {generation}\njob_id job.{generation}\n'
-                       f'workers {" ".join(map(str, workers))}\nfailures {failures}\n')
+    staging.write_text(text)
     os.rename(staging, directory / 'world')
 
 
@@ -223,6 +231,36 @@ def test_an_added_worker_joins_the_latest_generation_once_the_others_left(rendez
                 'job.2', '1', '2', '2')
     assert (rendezvous_dir / 'joining-2-1').exists()
     assert 'COLLECTIVE_ELASTIC_AWAIT' not in os.environ
+
+
+def _placement():
+    return tuple(os.environ[name] for name in (
+        'COLLECTIVE_JOB_ID', 'HOROVOD_RANK', 'HOROVOD_SIZE', 'COLLECTIVE_LOCAL_RANK',
+        'COLLECTIVE_LOCAL_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'HOROVOD_CROSS_RANK',
+        'HOROVOD_CROSS_SIZE', 'RANK', 'WORLD_SIZE'))
+
+
+def test_a_worker_registers_once_the_daemons_of_its_generation_serve(rendezvous_dir):
+    # Generation 2 runs on a new world of daemons (1), on two nodes: workers
+    # 0 and 1 on the first, 2 on the second.
+    _publish(rendezvous_dir, 2, [0, 1, 2], failures=1, local_sizes=[2, 1], daemons=1)
+    joined = threading.Thread(target=rendezvous.join_latest_generation)
+    joined.start()
+    # It says it joins (which lets the launcher start the daemons), then
+    # waits for them: nothing else ends its wait.
+    rendezvous._wait_until(lambda: (rendezvous_dir / 'joining-2-1').exists(), 'joining-2-1')
+    assert joined.is_alive()
+    assert _placement() == ('job.2', '1', '3', '1', '2', '1', '2', '0', '2', '1', '3')
+    # A newer generation meanwhile, on other nodes: it joins that one.
+    _publish(rendezvous_dir, 3, [0, 2, 1], failures=1, local_sizes=[1, 2], daemons=2)
+    rendezvous._wait_until(lambda: (rendezvous_dir / 'joining-3-1').exists(), 'joining-3-1')
+    assert joined.is_alive()
+    (rendezvous_dir / 'daemons-2').touch()
+    joined.join(30)
+    assert not joined.is_alive()
+    # Rank 2 of 3: local rank 1 of the 2 on node 1, of 2 nodes.
+    assert _placement() == ('job.3', '2', '3', '1', '2', '1', '2', '1', '2', '2', '3')
+    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '3'
 
 
 def test_waiting_gives_up_at_the_deadline(rendezvous_dir, monkeypatch):

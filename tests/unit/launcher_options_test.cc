@@ -162,7 +162,8 @@ TEST(LauncherOptionsTest, HelpExitsWith0AndShowsTheUsage) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.exit_code(), 0);
   EXPECT_THAT(parsed.out, HasSubstr("Usage: collectiverun -np N [OPTIONS] [--] COMMAND [ARGS...]"));
-  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts and --hostfile may list this machine only"));
+  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts, --hostfile and a host discovery script may\nlist "
+                                    "this machine only"));
 }
 
 LauncherOptions Options(std::vector<std::string> args) {
@@ -420,7 +421,14 @@ logging:
 // horovodrun's -H and -hostfile: this machine only, with enough slots.
 TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
   EXPECT_TRUE(Parse({"-np", "4", "-H", "localhost:4", "python", "train.py"}).ok());
-  EXPECT_TRUE(Parse({"-np", "3", "--hosts", "localhost:2,127.0.0.1", "x"}).ok());
+  // Each host a stand-in node; a name listed twice is one host.
+  const Parsed two = Parse({"-np", "3", "--hosts", "localhost:1,127.0.0.1,localhost:1", "x"});
+  ASSERT_TRUE(two.ok()) << two.err;
+  ASSERT_EQ(two.options().hosts.size(), 2u);
+  EXPECT_EQ(two.options().hosts[0].name, "localhost");
+  EXPECT_EQ(two.options().hosts[0].slots, 2);
+  EXPECT_EQ(two.options().hosts[1].name, "127.0.0.1");
+  EXPECT_EQ(two.options().hosts[1].slots, 1);
 
   const std::string path = absl::StrCat(::testing::TempDir(), "/hostfile-", ::getpid());
   std::ofstream(path) << "localhost slots=2\n";
