@@ -1,6 +1,7 @@
 #include "client/launcher/job_supervisor.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <signal.h>
@@ -23,9 +24,10 @@ JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, Elas
                              const SignalWatcher& signals, Options options)
     : trainers_(trainers),
       daemon_(daemon),
+      daemon_hosts_(options.daemon_hosts),
       elastic_(elastic),
       signals_(signals),
-      options_(options) {}
+      options_(std::move(options)) {}
 
 int JobSupervisor::Run() {
   while (trainers_.running() > 0) {
@@ -78,12 +80,12 @@ void JobSupervisor::MaybeStartDaemons() {
   if (!hosts.has_value()) return;
   std::vector<std::string> sockets;
   for (int host : *hosts) sockets.push_back(elastic_->SocketOf(host));
-  if (own_daemons_ != nullptr) {
+  if (daemon_ != nullptr) {
     // Every worker has left its job on these daemons.
-    own_daemons_->Stop();
-    own_daemons_.reset();
+    daemon_->Stop();
     daemon_ = nullptr;
   }
+  own_daemons_.reset();
   const absl::Time starting = absl::Now();
   absl::StatusOr<std::unique_ptr<PrivateDaemon>> started = options_.start_daemons(sockets);
   if (started.ok()) {
@@ -125,7 +127,7 @@ void JobSupervisor::OnNodeLost(int node) {
                    "re-forming the job without it"));
   // The world of daemons is broken: the others stop now, and their workers'
   // collectives fail at once instead of at the node timeout.
-  own_daemons_->Stop();
+  daemon_->Stop();
   daemon_ = nullptr;
   elastic_->DaemonsLost();
   Retire(LiveOn(host), host, absl::StrCat(why, " is gone"));

@@ -39,12 +39,17 @@ class JobSupervisor {
     // the job has a daemon per host, which the supervisor then owns.
     std::function<absl::StatusOr<std::unique_ptr<PrivateDaemon>>(const std::vector<std::string>&)>
         start_daemons;
+    // With start_daemons: the hosts of the daemons the supervisor is given,
+    // in node order.
+    std::vector<int> daemon_hosts;
     int min_ranks = 1;
     int max_ranks = 1;
     absl::Duration elastic_timeout = absl::Seconds(600);
   };
 
-  // `daemon` is null when the job uses a daemon the launcher did not start;
+  // `daemon` is null when the job uses a daemon the launcher did not start
+  // (with start_daemons, the first world of daemons, stopped once the job
+  // needs another);
   // `elastic` is null unless the job is elastic.
   JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, ElasticWorld* elastic,
                 const SignalWatcher& signals, Options options);
@@ -86,7 +91,7 @@ class JobSupervisor {
 
   TrainerGroup& trainers_;
   PrivateDaemon* daemon_;
-  std::unique_ptr<PrivateDaemon> own_daemons_;  // with start_daemons
+  std::unique_ptr<PrivateDaemon> own_daemons_;  // the later worlds, with start_daemons
   std::vector<int> daemon_hosts_;               // their hosts, in node order
   std::set<int> lost_hosts_;                    // hosts whose daemon died
   ElasticWorld* elastic_;

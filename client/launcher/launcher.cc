@@ -180,8 +180,9 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .nodes = several_nodes ? static_cast<int>(local_sizes.size()) : 1};
 
   std::unique_ptr<PrivateDaemon> daemon;
+  std::vector<int> first_daemon_hosts;  // with a daemon per host
   if (daemon_per_host) {
-    // Started by the supervisor, once the workers are.
+    // Started with the elastic world, whose hosts name their sockets.
   } else if (job.socket.empty()) {
     auto started = PrivateDaemon::Start(daemon_options, environment, *signals);
     if (!started.ok()) {
@@ -225,8 +226,27 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     std::vector<int> hosts;
     if (daemon_per_host) {
       for (const std::string& host : first_hosts) hosts.push_back(elastic->HostNumber(host));
+      // The first world of daemons serves before the workers start (a
+      // trainer that registers at once finds its daemon); the supervisor
+      // starts the later ones.
+      PrivateDaemonOptions first_daemons = daemon_options;
+      for (size_t i = 0; i < hosts.size(); ++i) {
+        if (i > 0 && hosts[i] == hosts[i - 1]) continue;
+        first_daemon_hosts.push_back(hosts[i]);
+        first_daemons.sockets.push_back(elastic->SocketOf(hosts[i]));
+      }
+      auto started = PrivateDaemon::Start(first_daemons, environment, *signals);
+      if (!started.ok()) {
+        return ReportStartFailure(started.status(), *signals, "collectived started",
+                                  StartFailureCode(started.status()));
+      }
+      daemon = std::move(*started);
     }
-    if (absl::Status started = elastic->Start(*trainers, hosts); !started.ok()) trainers = started;
+    if (absl::Status started = elastic->Start(*trainers, hosts); !started.ok()) {
+      trainers = started;
+    } else if (daemon_per_host) {
+      if (absl::Status said = elastic->DaemonsStarted(); !said.ok()) trainers = said;
+    }
   } else if (several_nodes) {
     trainers = TrainerGroup::StartOnNodes(options.command, job.job_id, daemon->sockets(),
                                           local_sizes, environment, output);
@@ -255,6 +275,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .max_ranks = options.max_ranks,
       .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)};
   if (daemon_per_host) {
+    supervisor_options.daemon_hosts = first_daemon_hosts;
     supervisor_options.start_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;
       world.sockets = sockets;

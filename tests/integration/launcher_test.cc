@@ -750,6 +750,24 @@ TEST(LauncherTest, HorovodrunsHostsAreStandInNodes) {
   EXPECT_THAT(run.err, HasSubstr("collectiverun: the 2 collectived of mpirun (pid "));
 }
 
+TEST(LauncherTest, AnElasticJobsFirstDaemonsServeBeforeItsWorkersStart) {
+  // An elastic job on two hosts: each worker connects to its daemon at
+  // once, without waiting for the rendezvous to say the daemons serve.
+  const LaunchResult run =
+      RunLauncher(Concat({"--elastic", "-np", "2", "-H", "localhost:1,127.0.0.1:1"},
+                         Shell("exec /usr/bin/python3 -c \"import os, socket; e = os.environ; "
+                               "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+                               "print('worker', e['COLLECTIVE_ELASTIC_WORKER'], 'node', "
+                               "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE'], "
+                               "os.path.basename(e['COLLECTIVE_SOCKET']))\"")),
+                  {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>(
+                  {"[0] worker 0 node 0 of 2 host0.sock", "[1] worker 1 node 1 of 2 host1.sock"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
   // As above, but worker 2 ignores SIGTERM: SIGKILL follows --grace-seconds.
   const DiscoveryScript discovery("localhost:3");
