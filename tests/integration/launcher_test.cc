@@ -728,18 +728,26 @@ TEST(LauncherTest, AHostDiscoveryScriptsHostsAreNodesWithADaemonEach) {
       << run.out << run.err;
 }
 
+// A rank that connects to its daemon (COLLECTIVE_SOCKET; fails if none
+// listens) and prints `fields` (a Python expression list over the
+// environment `e`) and its socket's file name.
+std::vector<std::string> ConnectAndPrint(const std::string& fields) {
+  return Shell(
+      absl::StrCat("exec /usr/bin/python3 -c \"import os, socket; e = os.environ; "
+                   "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+                   "print(",
+                   fields, ", os.path.basename(e['COLLECTIVE_SOCKET']))\""));
+}
+
 TEST(LauncherTest, HorovodrunsHostsAreStandInNodes) {
   // -H localhost:2,127.0.0.1:2 with -np 3: two ranks on the first node, one
   // on the second, each node's daemon one of an MPI world that mpirun
   // started; each rank's place, and a daemon on its socket.
   const LaunchResult run = RunLauncher(
       Concat({"--verbose", "-np", "3", "-H", "localhost:2,127.0.0.1:2"},
-             Shell("exec /usr/bin/python3 -c \"import os, socket; e = os.environ; "
-                   "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
-                   "print('rank', e['HOROVOD_RANK'], 'of', e['WORLD_SIZE'], 'local', "
-                   "e['COLLECTIVE_LOCAL_RANK'], 'of', e['COLLECTIVE_LOCAL_SIZE'], 'node', "
-                   "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE'], "
-                   "os.path.basename(e['COLLECTIVE_SOCKET']))\"")),
+             ConnectAndPrint("'rank', e['HOROVOD_RANK'], 'of', e['WORLD_SIZE'], 'local', "
+                             "e['COLLECTIVE_LOCAL_RANK'], 'of', e['COLLECTIVE_LOCAL_SIZE'], "
+                             "'node', e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")),
       {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(LineSet(run.out) ==
@@ -755,11 +763,8 @@ TEST(LauncherTest, AnElasticJobsFirstDaemonsServeBeforeItsWorkersStart) {
   // once, without waiting for the rendezvous to say the daemons serve.
   const LaunchResult run =
       RunLauncher(Concat({"--elastic", "-np", "2", "-H", "localhost:1,127.0.0.1:1"},
-                         Shell("exec /usr/bin/python3 -c \"import os, socket; e = os.environ; "
-                               "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
-                               "print('worker', e['COLLECTIVE_ELASTIC_WORKER'], 'node', "
-                               "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE'], "
-                               "os.path.basename(e['COLLECTIVE_SOCKET']))\"")),
+                         ConnectAndPrint("'worker', e['COLLECTIVE_ELASTIC_WORKER'], 'node', "
+                                         "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")),
                   {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(LineSet(run.out) ==
