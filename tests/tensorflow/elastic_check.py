@@ -78,6 +78,8 @@ def custom_loop(hvd):
     state = hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0, cursor=0, processed=[])
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+    nodes = [hvd.cross_size()]  # of the first generation, then after each reset
+    state.register_reset_callbacks([lambda: nodes.append(hvd.cross_size())])
 
     @hvd.elastic.run
     def train(state):
@@ -108,7 +110,8 @@ def custom_loop(hvd):
     everyone = hvd.allgather_object(weights.tolist(), name='final.weights')
     assert all(w == everyone[0] for w in everyone), everyone
     np.testing.assert_allclose(weights, reference_weights(), rtol=0, atol=1e-9)
-    return f'custom-loop: {hvd.size()} survivors, every sample once per epoch, weights as one process'
+    return (f'custom-loop: {hvd.size()} survivors, every sample once per epoch, weights as one '
+            f'process, on nodes {nodes}')
 
 
 def keras_fit(hvd):
