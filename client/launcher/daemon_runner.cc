@@ -264,6 +264,7 @@ void PrivateDaemon::WatchNodes(PollSet& set, const std::function<void(int)>& on_
     if (!node_exits_[node].valid()) continue;
     set.Add(node_exits_[node].get(), [this, node, on_node_exit] {
       node_exits_[node].Reset();
+      node_lost_ = true;
       on_node_exit(static_cast<int>(node));
     });
   }
@@ -299,7 +300,8 @@ void PrivateDaemon::Stop() {
       }
     }
     const int status = *process_->TryReap();
-    if (!killed && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    // After a node's daemon died, mpirun's status reports that one.
+    if (!killed && !node_lost_ && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       Say(absl::StrCat(Describe(), " ", DescribeExit(status), " when asked to stop"));
     }
   }

@@ -89,6 +89,7 @@ class PrivateDaemon {
   // with several, a pidfd per node, reset once that daemon exited.
   std::vector<pid_t> daemon_pids_;
   std::vector<UniqueFd> node_exits_;
+  bool node_lost_ = false;  // a node's daemon exited before Stop
   std::optional<ChildProcess> process_;
   std::optional<PrefixedStream> output_;
   bool stopped_ = false;
