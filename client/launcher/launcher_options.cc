@@ -191,8 +191,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
                  "too)")
       ->type_name("PATH");
   app.add_option("--host-discovery-script", options.host_discovery_script,
-                 "elastic training on the slots this script lists (lines 'host[:slots]', all of "
-                 "them this machine), run every second; implies --elastic")
+                 "elastic training on the hosts and slots this script lists (lines "
+                 "'host[:slots]', all of them this machine, each host a stand-in node), run "
+                 "every second; implies --elastic")
       ->type_name("PATH");
   app.add_option("--slots-per-host,--slots", options.slots_per_host,
                  "with --host-discovery-script: the slots of a host listed without ':slots' "
