@@ -44,8 +44,9 @@ of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
 to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
 runs PATH every second and grows or shrinks the job to the slots it lists,
-lines "host[:slots]" that must all be this machine. The exit status is then
-0 when every rank that did not fail exited 0.
+lines "host[:slots]" that must all be this machine (each host a stand-in node
+with a collectived of its own). The exit status is then 0 when every rank that
+did not fail exited 0.
 
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
 code (128+N for signal N), 128+N after forwarding signal N, 127 when the
