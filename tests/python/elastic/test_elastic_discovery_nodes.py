@@ -4,11 +4,12 @@ starts anew whenever the hosts change.
 
 Run as ``collectiverun --host-discovery-script discover_hosts.sh --min-np 2 -np 3`` with the
 script listing ``localhost:2`` and ``127.0.0.1:1`` at the start: generation 0 runs workers 0
-and 1 on one node and worker 2 on another. Before step 3 rank 0 lists ``127.0.0.2:1`` in place
-of ``127.0.0.1``: collectiverun stops worker 2 (its host is gone), the survivors roll back and
-re-form on one node (generation 1), and then a worker is started on the new host and joins
-at the next commit (generation 2, two nodes again). The job ends with every sample processed
-once per epoch and one process's weights on every rank."""
+and 1 on one node and worker 2 on another. Before step 3 rank 0 drops ``127.0.0.1``:
+collectiverun stops worker 2 (its host is gone), and the survivors roll back and re-form on
+one node (generation 1). At that generation's first step rank 0 lists ``127.0.0.2:1``: a
+worker is started on the new host and joins at the next commit (generation 2, two nodes
+again). The job ends with every sample processed once per epoch and one process's weights on
+every rank."""
 
 import os
 import signal
@@ -18,6 +19,11 @@ import time
 import collective.torch as hvd
 import elastic_training as training
 from collective.common import elastic_rendezvous
+
+
+def _list_hosts(*hosts):
+    with open(os.environ['COLLECTIVE_TEST_HOSTS_FILE'], 'w') as f:
+        f.write(''.join(f'{host}\n' for host in hosts))
 
 
 def _generation():
@@ -35,15 +41,16 @@ def test_the_job_moves_from_a_removed_node_to_an_added_one():
         if generation == 0 and step == 3:
             if hvd.rank() == 0 and phase == 'start':
                 times['removed'] = time.monotonic()
-                with open(os.environ['COLLECTIVE_TEST_HOSTS_FILE'], 'w') as f:
-                    f.write('localhost:2\n127.0.0.2:1\n')
+                _list_hosts('localhost:2')
             if training.worker() == 2 and phase == 'updated':
                 signal.pause()  # until collectiverun's SIGTERM ends this worker
         if generation == 1 and phase == 'start' and 'one_node' not in times:
             times['one_node'] = time.monotonic()
             if hvd.rank() == 0:
-                # The new host's worker is started within the discovery
-                # script's next runs; this step's commit then meets it.
+                # Listed only now, so that the job re-forms on one node
+                # first; the new host's worker is started within the
+                # script's next runs, and this step's commit meets it.
+                _list_hosts('localhost:2', '127.0.0.2:1')
                 elastic_rendezvous._wait_until(
                     lambda: elastic_rendezvous.read_world().generation > 1, 'the grown generation')
         if generation == 2 and phase == 'start' and 'two_nodes' not in times:
