@@ -99,7 +99,7 @@ ElasticWorld::~ElasticWorld() {
 }
 
 absl::Status ElasticWorld::Start(TrainerGroup& trainers, const std::vector<int>& hosts) {
-  if (hosts_.empty()) hosts_.push_back("localhost");
+  if (hosts_.empty()) hosts_.assign(1, job_.host);
   std::vector<int> first;
   for (int i = 0; i < job_.size; ++i) {
     host_of_[next_worker_] = hosts.empty() ? 0 : hosts[static_cast<size_t>(i)];
@@ -296,14 +296,18 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
   for (int worker : added) {
     const int rank =
         static_cast<int>(std::find(workers.begin(), workers.end(), worker) - workers.begin());
-    Environment environment = RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id,
-                                              PlaceRank(local_sizes, rank));
+    Environment environment =
+        RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id,
+                        HostName(host_of_.at(worker)), PlaceRank(local_sizes, rank));
     environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
     environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
     environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
     environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
     environment["COLLECTIVE_ELASTIC_HOST"] = HostName(host_of_.at(worker));
+    // What horovodrun sets for an elastic job's workers, which Horovod's
+    // own code (and scripts written for it) read.
+    environment["HOROVOD_ELASTIC"] = absl::StrCat(1);
     if (absl::Status started = trainers.Add(worker, command_, environment, output_);
         !started.ok()) {
       return started;

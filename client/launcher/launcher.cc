@@ -162,11 +162,16 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   }
   // The job's nodes: the hosts its ranks go on, each a stand-in node with a
   // collectived of its own (a configured daemon serves them all as one).
+  std::vector<std::string> node_hosts;
   std::vector<int> local_sizes;
   for (size_t rank = 0; rank < first_hosts.size(); ++rank) {
-    if (rank == 0 || first_hosts[rank] != first_hosts[rank - 1]) local_sizes.push_back(0);
+    if (rank == 0 || first_hosts[rank] != first_hosts[rank - 1]) {
+      node_hosts.push_back(first_hosts[rank]);
+      local_sizes.push_back(0);
+    }
     ++local_sizes.back();
   }
+  if (node_hosts.size() == 1) job.host = node_hosts.front();
   // An elastic job whose hosts may be several: its ElasticWorld places the
   // workers, and the supervisor starts the daemons of each generation's.
   const bool daemon_per_host =
@@ -248,8 +253,8 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       if (absl::Status said = elastic->DaemonsStarted(); !said.ok()) trainers = said;
     }
   } else if (several_nodes) {
-    trainers = TrainerGroup::StartOnNodes(options.command, job.job_id, daemon->sockets(),
-                                          local_sizes, environment, output);
+    trainers = TrainerGroup::StartOnNodes(options.command, job.job_id, node_hosts,
+                                          daemon->sockets(), local_sizes, environment, output);
   } else {
     trainers = TrainerGroup::Start(options.command, job, environment, output);
   }

@@ -41,10 +41,12 @@ RankPlacement PlaceRank(const std::vector<int>& local_sizes, int rank) {
 }
 
 Environment RankEnvironment(const Environment& base, const std::string& socket,
-                            const std::string& job_id, const RankPlacement& placement) {
+                            const std::string& job_id, const std::string& host,
+                            const RankPlacement& placement) {
   Environment environment = base;
   environment["COLLECTIVE_SOCKET"] = socket;
   environment["COLLECTIVE_JOB_ID"] = job_id;
+  environment["HOROVOD_HOSTNAME"] = host;
   const auto set = [&](std::initializer_list<const char*> names, int value) {
     for (const char* name : names) environment[name] = std::to_string(value);
   };
@@ -60,7 +62,7 @@ Environment RankEnvironment(const Environment& base, const std::string& socket,
 
 Environment RankEnvironment(const Environment& base, const JobIdentity& job, int rank) {
   return RankEnvironment(
-      base, job.socket, job.job_id,
+      base, job.socket, job.job_id, job.host,
       {.rank = rank, .size = job.size, .local_rank = rank, .local_size = job.size});
 }
 

@@ -25,7 +25,8 @@ std::vector<std::string> ToEnvp(const Environment& environment);
 struct JobIdentity {
   std::string socket;  // the daemon's socket (absolute)
   std::string job_id;
-  int size = 0;  // ranks on this node, which is the whole job
+  int size = 0;                    // ranks on this node, which is the whole job
+  std::string host = "localhost";  // as -H names this machine, else localhost
 };
 
 // Where a rank stands in a job that may span nodes, as libcollective
@@ -39,14 +40,16 @@ using RankPlacement = collective::Topology;
 // be below their sum.
 RankPlacement PlaceRank(const std::vector<int>& local_sizes, int rank);
 
-// `base` plus the variables of a rank placed at `placement`, against the
-// daemon on `socket` in job `job_id`: COLLECTIVE_SOCKET, COLLECTIVE_JOB_ID,
-// COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads first), and what
-// trainers written for Horovod or torchrun read: HOROVOD_RANK/SIZE,
-// HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE, RANK, WORLD_SIZE,
-// LOCAL_RANK, LOCAL_SIZE, LOCAL_WORLD_SIZE. Values from `base` are replaced.
+// `base` plus the variables of a rank placed at `placement` on `host`,
+// against the daemon on `socket` in job `job_id`: COLLECTIVE_SOCKET,
+// COLLECTIVE_JOB_ID, COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads
+// first), and what trainers written for Horovod or torchrun read:
+// HOROVOD_RANK/SIZE, HOROVOD_LOCAL_RANK/SIZE, HOROVOD_CROSS_RANK/SIZE,
+// HOROVOD_HOSTNAME (as horovodrun sets them), RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_SIZE, LOCAL_WORLD_SIZE. Values from `base` are replaced.
 Environment RankEnvironment(const Environment& base, const std::string& socket,
-                            const std::string& job_id, const RankPlacement& placement);
+                            const std::string& job_id, const std::string& host,
+                            const RankPlacement& placement);
 
 // `base` plus the variables of rank `rank`: COLLECTIVE_SOCKET,
 // COLLECTIVE_JOB_ID, COLLECTIVE_LOCAL_RANK/SIZE (what libcollective reads

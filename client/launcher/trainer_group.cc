@@ -33,6 +33,7 @@ absl::StatusOr<TrainerGroup> TrainerGroup::Start(const std::vector<std::string>&
 
 absl::StatusOr<TrainerGroup> TrainerGroup::StartOnNodes(const std::vector<std::string>& command,
                                                         const std::string& job_id,
+                                                        const std::vector<std::string>& hosts,
                                                         const std::vector<std::string>& sockets,
                                                         const std::vector<int>& local_sizes,
                                                         const Environment& environment,
@@ -45,7 +46,7 @@ absl::StatusOr<TrainerGroup> TrainerGroup::StartOnNodes(const std::vector<std::s
     if (absl::Status started = group.Add(
             rank, command,
             RankEnvironment(environment, sockets[static_cast<size_t>(placement.cross_rank)], job_id,
-                            placement),
+                            hosts[static_cast<size_t>(placement.cross_rank)], placement),
             output);
         !started.ok()) {
       return started;

@@ -46,10 +46,11 @@ class TrainerGroup {
                                             const OutputOptions& output);
 
   // The same for a job of several nodes: node n runs `local_sizes[n]`
-  // ranks against the daemon on `sockets[n]`, ranks numbered node after
-  // node, each with RankEnvironment for its place.
+  // ranks on host `hosts[n]` against the daemon on `sockets[n]`, ranks
+  // numbered node after node, each with RankEnvironment for its place.
   static absl::StatusOr<TrainerGroup> StartOnNodes(const std::vector<std::string>& command,
                                                    const std::string& job_id,
+                                                   const std::vector<std::string>& hosts,
                                                    const std::vector<std::string>& sockets,
                                                    const std::vector<int>& local_sizes,
                                                    const Environment& environment,

@@ -28,6 +28,7 @@ TEST(RankEnvironmentTest, SetsEveryLaunchersVariables) {
       {"HOROVOD_LOCAL_SIZE", "4"},
       {"HOROVOD_CROSS_RANK", "0"},
       {"HOROVOD_CROSS_SIZE", "1"},
+      {"HOROVOD_HOSTNAME", "localhost"},
       {"RANK", "2"},
       {"WORLD_SIZE", "4"},
       {"LOCAL_RANK", "2"},
@@ -40,7 +41,7 @@ TEST(RankEnvironmentTest, SetsEveryLaunchersVariables) {
 TEST(RankEnvironmentTest, PlacesARankOfANodeAmongSeveral) {
   // Rank 4 of 5: local rank 1 of the 2 on node 1, of 2 nodes.
   const Environment env = RankEnvironment(
-      {}, "/d/host1.sock", "j.3",
+      {}, "/d/host1.sock", "j.3", "127.0.0.2",
       {.rank = 4, .size = 5, .local_rank = 1, .local_size = 2, .cross_rank = 1, .cross_size = 2});
   const Environment expected = {
       {"COLLECTIVE_SOCKET", "/d/host1.sock"},
@@ -53,6 +54,7 @@ TEST(RankEnvironmentTest, PlacesARankOfANodeAmongSeveral) {
       {"HOROVOD_LOCAL_SIZE", "2"},
       {"HOROVOD_CROSS_RANK", "1"},
       {"HOROVOD_CROSS_SIZE", "2"},
+      {"HOROVOD_HOSTNAME", "127.0.0.2"},
       {"RANK", "4"},
       {"WORLD_SIZE", "5"},
       {"LOCAL_RANK", "1"},

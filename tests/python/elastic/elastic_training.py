@@ -70,17 +70,22 @@ def die():
     os.kill(os.getpid(), 9)
 
 
-def train(hook=None):
+def train(hook=None, distributed_optimizer=False):
     """Trains under hvd.elastic.run; returns (state, model, facts about the run).
 
     ``hook(state, step, phase)`` runs at the start of each step (phase
     'start') and after the weights changed but before the step's last
     collective ('updated'); it may kill this worker or ask the launcher
-    for another.
+    for another. With ``distributed_optimizer`` the gradients are summed by
+    hvd.DistributedOptimizer (made once, at the job's first size) instead
+    of one allreduce each.
     """
     hvd.init()
     x, y = data()
     model, optimizer = make_model()
+    if distributed_optimizer:
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             op=hvd.Sum)
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, cursor=0, processed=[])
     facts = {'resets': 0, 'first_step': None, 'recovery_s': None}
 
@@ -100,9 +105,12 @@ def train(hook=None):
                 hook(state, step, 'start')
             mine = list(range(state.cursor, state.cursor + BATCH))[hvd.rank()::hvd.size()]
             optimizer.zero_grad()
-            ((model(x[mine]) - y[mine]) ** 2).sum().backward()
-            for i, p in enumerate(model.parameters()):
-                p.grad = hvd.allreduce(p.grad, op=hvd.Sum, name=f'grad.{i}') / BATCH
+            if distributed_optimizer:
+                (((model(x[mine]) - y[mine]) ** 2).sum() / BATCH).backward()
+            else:
+                ((model(x[mine]) - y[mine]) ** 2).sum().backward()
+                for i, p in enumerate(model.parameters()):
+                    p.grad = hvd.allreduce(p.grad, op=hvd.Sum, name=f'grad.{i}') / BATCH
             optimizer.step()
             if hook is not None:
                 hook(state, step, 'updated')

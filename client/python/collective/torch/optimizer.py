@@ -14,6 +14,7 @@ Gradients are kept in the client's shared-memory arena where they fit
 instead of libcollective copying each one in.
 """
 
+import os
 import warnings
 from contextlib import contextmanager
 
@@ -59,7 +60,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._buckets = None     # arena views of the gradients, when used
 
-        if process_set.included() and size() > 1:
+        # In an elastic job (HOROVOD_ELASTIC=1, as horovodrun and collectiverun
+        # set it) a job of one may grow: the hooks are needed from the start.
+        if process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
             self._register_hooks(groups)
             # A compressor makes a new tensor to send, which is never in the
             # arena: buckets would only hold space.
