@@ -103,6 +103,10 @@ void JobSupervisor::MaybeStartDaemons() {
       started = said;
     }
   }
+  // A forwarded signal interrupted the start: it is still pending, and the
+  // loop handles it as any other (the ranks get it, and the exit code says
+  // it).
+  if (absl::IsCancelled(started.status())) return;
   Say(absl::StrCat("cannot start the job's daemons: ", started.status().message(),
                    "; stopping the ", Ranks(trainers_.running())));
   Fail(1);
