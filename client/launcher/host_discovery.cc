@@ -162,13 +162,6 @@ int TotalSlots(const std::vector<DiscoveredHost>& hosts) {
   return slots;
 }
 
-absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
-                                       absl::string_view source) {
-  absl::StatusOr<std::vector<DiscoveredHost>> local = HostsOfThisMachine(hosts, source);
-  if (!local.ok()) return local.status();
-  return TotalSlots(*local);
-}
-
 absl::StatusOr<std::vector<DiscoveredHost>> ParseHostsOption(absl::string_view list) {
   std::string lines = absl::StrReplaceAll(list, {{",", "\n"}});
   auto hosts = ParseDiscoveredHosts(lines, 1);

@@ -37,15 +37,10 @@ absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_vi
 // localhost, a loopback address (127.0.0.0/8, ::1), or this machine's name.
 bool IsThisMachine(absl::string_view host);
 
-// The slots of `hosts` added up, every one of them this machine;
-// UNIMPLEMENTED names the first that is not (`source` says where it was
-// listed, e.g. "the host discovery script").
-absl::StatusOr<int> SlotsOfThisMachine(const std::vector<DiscoveredHost>& hosts,
-                                       absl::string_view source);
-
 // `hosts`, every one of them this machine, with a name listed twice merged
 // (its slots add up) and the order of first mention kept; UNIMPLEMENTED
-// names the first that is not this machine.
+// names the first that is not this machine (`source` says where it was
+// listed, e.g. "the host discovery script").
 absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
     const std::vector<DiscoveredHost>& hosts, absl::string_view source);
 

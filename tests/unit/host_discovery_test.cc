@@ -76,9 +76,12 @@ TEST(HostDiscoveryTest, ReadsHorovodrunsHostListAndHostfile) {
     EXPECT_TRUE(absl::IsInvalidArgument(ParseHostfile(bad).status())) << bad;
   }
 
-  // The slots of this machine only.
-  EXPECT_EQ(*SlotsOfThisMachine(*ParseHostsOption("localhost:2,127.0.0.1:3"), "-H"), 5);
-  const auto remote = SlotsOfThisMachine(*ParseHostsOption("localhost:2,node-b:4"), "-H");
+  // Hosts of this machine only.
+  const auto local = HostsOfThisMachine(*ParseHostsOption("localhost:2,127.0.0.1:3"), "-H");
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->size(), 2u);
+  EXPECT_EQ(TotalSlots(*local), 5);
+  const auto remote = HostsOfThisMachine(*ParseHostsOption("localhost:2,node-b:4"), "-H");
   EXPECT_TRUE(absl::IsUnimplemented(remote.status()));
   EXPECT_THAT(remote.status().message(), HasSubstr("-H lists host 'node-b'"));
 }
