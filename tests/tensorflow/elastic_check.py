@@ -10,6 +10,11 @@ mid-epoch, the others rolling back, re-forming and finishing.
         sample processed once per epoch in the committed steps and the same
         weights as one process computes.
 
+    collectiverun --elastic --min-np 2 -np 3 python3 elastic_check.py tape-predivide
+        The same, the gradients averaged by a DistributedGradientTape with a
+        gradient predivide factor in a tf.function traced at 3 ranks: after
+        the re-form the average must divide by 2 (the size when it runs).
+
     collectiverun --elastic --min-np 2 -np 3 python3 elastic_check.py keras-fit
         model.fit with hvd.elastic.KerasState and the three callbacks; worker 2
         dies in the second epoch. The survivors must end the run's epochs with
@@ -18,6 +23,7 @@ mid-epoch, the others rolling back, re-forming and finishing.
 The last line on rank 0 says what was checked ("elastic check: ... ok").
 """
 
+import functools
 import os
 import sys
 
@@ -72,9 +78,28 @@ def reference_weights():
     return flat_weights(model)
 
 
-def custom_loop(hvd):
+def _predivided_gradients(hvd, model):
+    """A step's gradients averaged by a DistributedGradientTape with a gradient predivide
+    factor, in a tf.function traced once (at the job's first size) whatever the number of
+    samples: after a re-form its division by the size must follow the job. Each rank's loss is
+    its samples' sum times the size / BATCH, so that the average is the batch's sum / BATCH."""
+    spec = [tf.TensorSpec([None, 4], tf.float64), tf.TensorSpec([None, 1], tf.float64)]
+
+    @tf.function(input_signature=spec)
+    def gradients(picked_x, picked_y):
+        with tf.GradientTape() as tape:
+            scale = tf.cast(hvd.size_op(), tf.float64) / BATCH
+            loss = tf.reduce_sum((model(picked_x) - picked_y) ** 2) * scale
+        tape = hvd.DistributedGradientTape(tape, gradient_predivide_factor=2.0)
+        return tape.gradient(loss, model.trainable_variables)
+
+    return gradients
+
+
+def custom_loop(hvd, predivide=False):
     x, y = data()
     model, optimizer = make_model()
+    traced = _predivided_gradients(hvd, model) if predivide else None
     state = hvd.elastic.TensorFlowKerasState(model, optimizer, epoch=0, cursor=0, processed=[])
     resets = []
     state.register_reset_callbacks([lambda: resets.append(hvd.size())])
@@ -86,12 +111,15 @@ def custom_loop(hvd):
         while state.epoch < EPOCHS:
             step = state.epoch * (SAMPLES // BATCH) + state.cursor // BATCH
             mine = list(range(state.cursor, state.cursor + BATCH))[hvd.rank()::hvd.size()]
-            with tf.GradientTape() as tape:
-                picked = tf.gather(x, mine)
-                loss = tf.reduce_sum((model(picked) - tf.gather(y, mine)) ** 2)
-            grads = tape.gradient(loss, model.trainable_variables)
-            grads = [hvd.allreduce(g, op=hvd.Sum, name=f'grad.{i}') / BATCH
-                     for i, g in enumerate(grads)]
+            if traced is not None:
+                grads = traced(tf.gather(x, mine), tf.gather(y, mine))
+            else:
+                with tf.GradientTape() as tape:
+                    picked = tf.gather(x, mine)
+                    loss = tf.reduce_sum((model(picked) - tf.gather(y, mine)) ** 2)
+                grads = tape.gradient(loss, model.trainable_variables)
+                grads = [hvd.allreduce(g, op=hvd.Sum, name=f'grad.{i}') / BATCH
+                         for i, g in enumerate(grads)]
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             if worker() == VICTIM and step == 5:
                 die()  # after its weights changed, as the others' did
@@ -110,8 +138,8 @@ def custom_loop(hvd):
     everyone = hvd.allgather_object(weights.tolist(), name='final.weights')
     assert all(w == everyone[0] for w in everyone), everyone
     np.testing.assert_allclose(weights, reference_weights(), rtol=0, atol=1e-9)
-    return (f'custom-loop: {hvd.size()} survivors, every sample once per epoch, weights as one '
-            f'process, on nodes {nodes}')
+    return (f'{"tape-predivide" if predivide else "custom-loop"}: {hvd.size()} survivors, every '
+            f'sample once per epoch, weights as one process, on nodes {nodes}')
 
 
 def keras_fit(hvd):
@@ -148,9 +176,9 @@ def keras_fit(hvd):
 
 def main():
     scenario = sys.argv[1]
-    if scenario == 'custom-loop':
+    if scenario in ('custom-loop', 'tape-predivide'):
         import collective.tensorflow as hvd
-        run = custom_loop
+        run = functools.partial(custom_loop, predivide=scenario == 'tape-predivide')
     else:
         import collective.tensorflow.keras as hvd
         run = keras_fit

@@ -1,6 +1,7 @@
 """Horovod's TensorFlow helpers above the ops: ``allreduce`` with its options,
 ``broadcast_variables``, and ``DistributedGradientTape``."""
 
+import os
 import pickle
 
 import numpy as np
@@ -12,7 +13,7 @@ from collective.tensorflow import gradient_groups
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
                                            _grouped_reducescatter, _reducescatter, allgather,
-                                           broadcast)
+                                           broadcast, size_op)
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
@@ -242,15 +243,37 @@ class GradientReducer:
         # so that they weigh as the averaged ones do.
         self._local = set()
         self._scale_local = scale_local_gradients
+        # In an elastic job (HOROVOD_ELASTIC=1) the set's size changes while a step traced
+        # before keeps what it was traced with: a division by the size is then an op that
+        # reads it when the step runs, as Horovod's size_op() there.
+        self._elastic = os.environ.get('HOROVOD_ELASTIC') == '1'
         # Horovod: with Average, divide by the factor before and by size/factor after the sum.
         self._prescale = 1.0
         self._postscale = 1.0
+        self._divide_by_size = False
         if gradient_predivide_factor != 1.0:
             if op != reduce_ops.Average:
                 raise ValueError('gradient_predivide_factor not supported with op != Average')
             self._op = reduce_ops.Sum
             self._prescale = 1.0 / gradient_predivide_factor
-            self._postscale = gradient_predivide_factor / process_set.size()
+            if self._elastic:
+                self._postscale = gradient_predivide_factor
+                self._divide_by_size = True
+            else:
+                self._postscale = gradient_predivide_factor / process_set.size()
+
+    def _set_size(self, dtype):
+        """The set's size to divide a gradient of ``dtype`` by: an op in an elastic job."""
+        if self._elastic:
+            return tf.cast(size_op(process_set_id=self._process_set.process_set_id), dtype)
+        return self._process_set.size()
+
+    def _after_sum(self, reduced):
+        """What the predivide factor leaves for after the sum in an elastic job: the division
+        by the set's size when the step runs."""
+        if not self._divide_by_size or reduced is None:
+            return reduced
+        return _divided(reduced, self._set_size(reduced.dtype))
 
     def _prepared(self, gradient):
         if self._sparse_as_dense and isinstance(gradient, tf.IndexedSlices):
@@ -260,9 +283,10 @@ class GradientReducer:
     def __call__(self, gradient):
         if gradient is None:
             return None
-        return allreduce(self._prepared(gradient), op=self._op, compression=self._compression,
-                         prescale_factor=self._prescale, postscale_factor=self._postscale,
-                         process_set=self._process_set)
+        return self._after_sum(
+            allreduce(self._prepared(gradient), op=self._op, compression=self._compression,
+                      prescale_factor=self._prescale, postscale_factor=self._postscale,
+                      process_set=self._process_set))
 
     def register_local(self, source):
         """Horovod's ``register_local_source``/``register_local_var``: ``source``'s gradient
@@ -281,10 +305,9 @@ class GradientReducer:
         for i, result in zip(shared, reduced):
             results[i] = result
         if self._scale_local:
-            size = self._process_set.size()
             for i, variable in enumerate(variables):
                 if variable.ref() in self._local and results[i] is not None:
-                    results[i] = _divided(results[i], size)
+                    results[i] = _divided(results[i], self._set_size(results[i].dtype))
         return results
 
     def _reduce_shared(self, gradients, variables):
@@ -303,7 +326,7 @@ class GradientReducer:
                     prescale_factor=self._prescale, postscale_factor=self._postscale,
                     process_set=self._process_set)
                 for i, result in zip(indices, results):
-                    reduced[i] = result
+                    reduced[i] = self._after_sum(result)
         return reduced
 
 
