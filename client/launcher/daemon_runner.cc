@@ -138,8 +138,9 @@ std::string DefaultBinary() {
 std::vector<std::string> MpirunArgv(const std::string& daemon,
                                     const std::vector<std::string>& sockets,
                                     const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-x",
-                                   "NOTIFY_SOCKET"};
+  std::vector<std::string> argv = {
+      COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "--enable-recovery", "-x",
+      "NOTIFY_SOCKET"};
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (size_t node = 0; node < sockets.size(); ++node) {
     if (node > 0) argv.push_back(":");
@@ -178,11 +179,13 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   daemon_environment["NOTIFY_SOCKET"] = notify_path;
   if (!options.verbose) daemon_environment.emplace("COLLECTIVED_LOG_LEVEL", "warn");
   const std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
-  SpawnOptions spawn{.argv = {binary, "--socket", daemon->socket()},
+  SpawnOptions spawn{.argv = MpirunArgv(binary, daemon->sockets_, options.args),
                      .environment = ToEnvp(daemon_environment),
                      .output = SpawnOptions::Output::kOnePipe};
-  spawn.argv.insert(spawn.argv.end(), options.args.begin(), options.args.end());
-  if (daemon->sockets_.size() > 1) spawn.argv = MpirunArgv(binary, daemon->sockets_, options.args);
+  if (daemon->sockets_.size() == 1) {
+    spawn.argv = {binary, "--socket", daemon->socket()};
+    spawn.argv.insert(spawn.argv.end(), options.args.begin(), options.args.end());
+  }
   auto process = ChildProcess::Spawn(spawn);
   if (!process.ok()) {
     const bool searched = options.binary.empty() && absl::IsNotFound(process.status());
@@ -277,13 +280,14 @@ void PrivateDaemon::Stop() {
     // mpirun turns a SIGTERM of its own into killing the daemons; each told
     // to stop as a service manager would, they drain and exit, and so does
     // mpirun.
-    if (sockets_.size() > 1 && !node_exits_.empty()) {
-      for (size_t node = 0; node < sockets_.size(); ++node) {
-        if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGTERM);
-      }
-    } else {
-      process_->Signal(SIGTERM);
+    bool told = false;
+    for (size_t node = 0; node < node_exits_.size(); ++node) {
+      if (!node_exits_[node].valid()) continue;
+      ::kill(daemon_pids_[node], SIGTERM);
+      told = true;
     }
+    // One daemon, or none left under mpirun: the process itself.
+    if (!told) process_->Signal(SIGTERM);
     const absl::Time deadline = absl::Now() + kStopTimeout;
     bool killed = false;
     while (!process_->reaped()) {
@@ -319,11 +323,14 @@ void PrivateDaemon::Stop() {
 // A daemon that died or was killed could not remove its segments; nobody
 // else will use a socket path that goes away with its directory.
 void PrivateDaemon::RemoveLeftovers() const {
+  std::vector<std::string> prefixes;
   for (const std::string& socket : sockets_) {
-    const std::string prefix = shm::SegmentNames(::geteuid(), socket, 0).prefix();
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
-      const std::string name = entry.path().filename().string();
+    prefixes.push_back(shm::SegmentNames(::geteuid(), socket, 0).prefix());
+  }
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string& prefix : prefixes) {
       if (absl::StartsWith(name, prefix)) ::shm_unlink(("/" + name).c_str());
     }
   }

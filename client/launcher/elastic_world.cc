@@ -154,10 +154,12 @@ void ElasticWorld::DaemonsLost() {
     planned_since_ = generation_ + 1;
   }
   running_epoch_ = -1;
+  running_nodes_.clear();
 }
 
 absl::Status ElasticWorld::DaemonsStarted() {
   running_epoch_ = planned_epoch_;
+  running_nodes_ = planned_nodes_;
   return WriteNewFile(absl::StrCat(directory_, "/daemons-", running_epoch_), "");
 }
 
@@ -284,7 +286,7 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
   }
   if (nodes != planned_nodes_) {
     // Other nodes: another world of daemons serves this generation.
-    if (options_.daemon_per_host || planned_epoch_ < 0) ++planned_epoch_;
+    if (options_.daemon_per_host) ++planned_epoch_;
     planned_nodes_ = nodes;
     planned_since_ = generation;
   }

@@ -97,6 +97,9 @@ class ElasticWorld {
   std::optional<std::vector<int>> DaemonsToStart() const;
   // Those daemons serve: tells the workers waiting for them.
   absl::Status DaemonsStarted();
+  // The hosts of the daemons that serve, in node order (empty while none
+  // does).
+  const std::vector<int>& running_nodes() const { return running_nodes_; }
   // The running daemons are gone (a node's daemon died, and the launcher
   // stopped the others): the next generation gets a new world even on the
   // same nodes.
@@ -151,6 +154,7 @@ class ElasticWorld {
   std::vector<int> planned_nodes_;
   int planned_since_ = 0;
   int running_epoch_ = -1;
+  std::vector<int> running_nodes_;
   // Failures so far (workers that died, jobs that failed on every rank): a
   // generation published after a failure says so, which tells the survivors
   // it is the one to join (an earlier one, made while workers were added,

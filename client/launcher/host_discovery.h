@@ -91,8 +91,8 @@ class HostDiscovery {
         default_slots_(default_slots),
         environment_(std::move(environment)) {}
 
-  // Runs the script (its stdout is read, its stderr passed through) and
-  // returns the hosts it lists (HostsOfThisMachine). Fails when the script
+  // Runs the script (its stderr kept for the error) and returns the hosts
+  // it lists (HostsOfThisMachine). Fails when the script
   // cannot start, exits non-zero, prints a malformed line or another host,
   // or takes longer than `timeout` (it is then killed).
   absl::StatusOr<std::vector<DiscoveredHost>> LocalHosts(

@@ -24,7 +24,6 @@ JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, Elas
                              const SignalWatcher& signals, Options options)
     : trainers_(trainers),
       daemon_(daemon),
-      daemon_hosts_(options.daemon_hosts),
       elastic_(elastic),
       signals_(signals),
       options_(std::move(options)) {}
@@ -91,7 +90,6 @@ void JobSupervisor::MaybeStartDaemons() {
   if (started.ok()) {
     own_daemons_ = std::move(*started);
     daemon_ = own_daemons_.get();
-    daemon_hosts_ = *hosts;
     if (absl::Status said = elastic_->DaemonsStarted(); said.ok()) {
       if (options_.verbose) {
         Say(absl::StrCat(daemon_->Describe(), " started in ",
@@ -122,7 +120,7 @@ void JobSupervisor::OnNodeLost(int node) {
     StopTrainers(SIGTERM);
     return;
   }
-  const int host = daemon_hosts_[static_cast<size_t>(node)];
+  const int host = elastic_->running_nodes()[static_cast<size_t>(node)];
   lost_hosts_.insert(host);
   const std::string why =
       absl::StrCat("the collectived of ", elastic_->HostName(host), " (node ", node, ")");
@@ -292,8 +290,10 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
     budget -= target[number];
   }
   const std::string listing = absl::StrCat("the host discovery script lists ", slots, " slots");
-  for (int worker : elastic_->workers()) {
-    const int host = elastic_->HostOf(worker);
+  // Every host the job runs on, listed or not.
+  std::set<int> running_on;
+  for (int worker : elastic_->workers()) running_on.insert(elastic_->HostOf(worker));
+  for (int host : running_on) {
     const int live = LiveOn(host);
     const int wanted = target.contains(host) ? target.at(host) : 0;
     if (live > wanted) {

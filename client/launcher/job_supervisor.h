@@ -39,9 +39,7 @@ class JobSupervisor {
     // the job has a daemon per host, which the supervisor then owns.
     std::function<absl::StatusOr<std::unique_ptr<PrivateDaemon>>(const std::vector<std::string>&)>
         start_daemons;
-    // With start_daemons: the hosts of the daemons the supervisor is given,
-    // in node order.
-    std::vector<int> daemon_hosts;
+
     int min_ranks = 1;
     int max_ranks = 1;
     absl::Duration elastic_timeout = absl::Seconds(600);
@@ -92,7 +90,6 @@ class JobSupervisor {
   TrainerGroup& trainers_;
   PrivateDaemon* daemon_;
   std::unique_ptr<PrivateDaemon> own_daemons_;  // the later worlds, with start_daemons
-  std::vector<int> daemon_hosts_;               // their hosts, in node order
   std::set<int> lost_hosts_;                    // hosts whose daemon died
   ElasticWorld* elastic_;
   const SignalWatcher& signals_;

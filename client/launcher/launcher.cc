@@ -185,7 +185,6 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .nodes = several_nodes ? static_cast<int>(local_sizes.size()) : 1};
 
   std::unique_ptr<PrivateDaemon> daemon;
-  std::vector<int> first_daemon_hosts;  // with a daemon per host
   if (daemon_per_host) {
     // Started with the elastic world, whose hosts name their sockets.
   } else if (job.socket.empty()) {
@@ -237,7 +236,6 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       PrivateDaemonOptions first_daemons = daemon_options;
       for (size_t i = 0; i < hosts.size(); ++i) {
         if (i > 0 && hosts[i] == hosts[i - 1]) continue;
-        first_daemon_hosts.push_back(hosts[i]);
         first_daemons.sockets.push_back(elastic->SocketOf(hosts[i]));
       }
       auto started = PrivateDaemon::Start(first_daemons, environment, *signals);
@@ -280,7 +278,6 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .max_ranks = options.max_ranks,
       .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)};
   if (daemon_per_host) {
-    supervisor_options.daemon_hosts = first_daemon_hosts;
     supervisor_options.start_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;
       world.sockets = sockets;

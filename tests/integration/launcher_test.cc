@@ -59,6 +59,9 @@ std::vector<std::string> SmallDaemonArgs() {
 // No daemon configured in the environment the test itself may have.
 const std::map<std::string, std::string> kPrivateDaemon = {{"COLLECTIVE_SOCKET", ""},
                                                            {"COLLECTIVE_JOB_ID", ""}};
+// The same for an elastic job, whose workers give up waiting after 30 s.
+const std::map<std::string, std::string> kElasticPrivateDaemon = {
+    {"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}, {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}};
 
 absl::StatusOr<Subprocess> StartLauncher(
     const std::vector<std::string>& args,
@@ -530,9 +533,7 @@ TEST(LauncherTest, AnElasticJobGoesOnWithoutAFailedWorker) {
              Shell(absl::StrCat("if [ \"$COLLECTIVE_ELASTIC_WORKER\" = 1 ]; then exit 3; "
                                 "fi; exec ",
                                 AwaitWorld()))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(std::regex_search(
       run.err, std::regex(R"(collectiverun: worker 1 \(pid \d+\) exited with code 3; re-forming )"
@@ -555,9 +556,7 @@ TEST(LauncherTest, AnElasticJobReformsWithTheSameWorkersOnceEveryWorkerAsks) {
           Shell(absl::StrCat(": > \"$COLLECTIVE_ELASTIC_DIR/joining-0-$COLLECTIVE_ELASTIC_WORKER\""
                              "; exec ",
                              AwaitWorld()))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("collectiverun: a collective failed on every worker; re-forming "
                                  "the job with the same 3 workers as generation 1"));
@@ -605,9 +604,7 @@ TEST(LauncherTest, AnElasticJobReplacesAFailedWorker) {
                                 "$COLLECTIVE_ELASTIC_GENERATION job ${COLLECTIVE_JOB_ID##*.} after "
                                 "\"$COLLECTIVE_ELASTIC_AWAIT\"; exit 0;; esac; exec ",
                                 AwaitWorld()))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("re-forming the job with 2 workers (worker 2 replaces it) as "
                                  "generation 1"));
@@ -654,9 +651,7 @@ TEST(LauncherTest, AHostDiscoveryScriptGrowsTheJob) {
                                 ";; 2) echo rank $COLLECTIVE_LOCAL_RANK of $COLLECTIVE_LOCAL_SIZE "
                                 "generation $COLLECTIVE_ELASTIC_GENERATION; exit 0;; *) exec ",
                                 AwaitWorld(false), ";; esac"))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_THAT(run.err,
               HasSubstr("collectiverun: the host discovery script lists 3 slots: worker "
@@ -680,9 +675,7 @@ TEST(LauncherTest, AHostDiscoveryScriptShrinksTheJob) {
                  "case $COLLECTIVE_ELASTIC_WORKER in 0) echo localhost:2 > '",
                  discovery.hosts(), "'; exec ", AwaitWorld(), ";; 2) exec sleep 1000;; *) exec ",
                  AwaitWorld(), ";; esac"))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(std::regex_search(
       run.err, std::regex(R"(collectiverun: the host discovery script lists 2 slots: stopping )"
@@ -716,9 +709,7 @@ TEST(LauncherTest, AHostDiscoveryScriptsHostsAreNodesWithADaemonEach) {
                  "e['HOROVOD_RANK'], 'of', e['HOROVOD_SIZE'], 'local', e['COLLECTIVE_LOCAL_RANK'], "
                  "'of', e['COLLECTIVE_LOCAL_SIZE'], 'node', e['HOROVOD_CROSS_RANK'], 'of', "
                  "e['HOROVOD_CROSS_SIZE'], os.path.basename(e['COLLECTIVE_SOCKET']))\""))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>(
@@ -747,8 +738,7 @@ TEST(LauncherTest, HorovodrunsHostsAreStandInNodes) {
       Concat({"--verbose", "-np", "3", "-H", "localhost:2,127.0.0.1:2"},
              ConnectAndPrint("'rank', e['HOROVOD_RANK'], 'of', e['WORLD_SIZE'], 'local', "
                              "e['COLLECTIVE_LOCAL_RANK'], 'of', e['COLLECTIVE_LOCAL_SIZE'], "
-                             "'node', e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")),
-      {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+                             "'node', e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")));
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>({"[0] rank 0 of 3 local 0 of 2 node 0 of 2 node0.sock",
@@ -761,11 +751,10 @@ TEST(LauncherTest, HorovodrunsHostsAreStandInNodes) {
 TEST(LauncherTest, AnElasticJobsFirstDaemonsServeBeforeItsWorkersStart) {
   // An elastic job on two hosts: each worker connects to its daemon at
   // once, without waiting for the rendezvous to say the daemons serve.
-  const LaunchResult run =
-      RunLauncher(Concat({"--elastic", "-np", "2", "-H", "localhost:1,127.0.0.1:1"},
-                         ConnectAndPrint("'worker', e['COLLECTIVE_ELASTIC_WORKER'], 'node', "
-                                         "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")),
-                  {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+  const LaunchResult run = RunLauncher(
+      Concat({"--elastic", "-np", "2", "-H", "localhost:1,127.0.0.1:1"},
+             ConnectAndPrint("'worker', e['COLLECTIVE_ELASTIC_WORKER'], 'node', "
+                             "e['HOROVOD_CROSS_RANK'], 'of', e['HOROVOD_CROSS_SIZE']")));
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>(
@@ -784,9 +773,7 @@ TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
                  "case $COLLECTIVE_ELASTIC_WORKER in 0) echo localhost:2 > '",
                  discovery.hosts(), "'; exec ", AwaitWorld(),
                  ";; 2) trap '' TERM; exec sleep 1000;; *) exec ", AwaitWorld(), ";; esac"))),
-      {{"COLLECTIVE_SOCKET", ""},
-       {"COLLECTIVE_JOB_ID", ""},
-       {"COLLECTIVE_ELASTIC_TIMEOUT_S", "30"}});
+      kElasticPrivateDaemon);
   ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("was killed by signal 9 (SIGKILL); re-forming the job with 2 "
                                  "workers as generation 1"));
@@ -830,8 +817,7 @@ TEST(LauncherTest, AHungDiscoveryScriptHoldsNothingUp) {
   ::chmod(script.c_str(), 0700);
   const LaunchResult run = RunLauncher(
       Concat({"-np", "1", "--host-discovery-script", script},
-             Shell(absl::StrCat("read said < '", fifo, "'; echo the script $said; exit 0"))),
-      {{"COLLECTIVE_SOCKET", ""}, {"COLLECTIVE_JOB_ID", ""}});
+             Shell(absl::StrCat("read said < '", fifo, "'; echo the script $said; exit 0"))));
   std::filesystem::remove(fifo);
   std::filesystem::remove(script);
   std::filesystem::remove(base + ".ran");

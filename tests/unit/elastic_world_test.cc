@@ -70,8 +70,10 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   // Every worker is new: the first daemons start at once.
   EXPECT_THAT(world_->DaemonsToStart(), Optional(ElementsAre(a, b)));
   EXPECT_FALSE(Said(0));
+  EXPECT_TRUE(world_->running_nodes().empty());
   ASSERT_TRUE(world_->DaemonsStarted().ok());
   EXPECT_TRUE(Said(0));
+  EXPECT_THAT(world_->running_nodes(), ElementsAre(a, b));
   EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
 
   // One more on a node the daemons serve already: the same daemons.
@@ -119,6 +121,7 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   // Those daemons are lost (one died, the launcher stopped the others):
   // the next generation needs new ones, on the same nodes too.
   world_->DaemonsLost();
+  EXPECT_TRUE(world_->running_nodes().empty());
   EXPECT_EQ(world_->DaemonsToStart(), std::nullopt) << "no generation for them yet";
   ASSERT_TRUE(world_->Remove(5, trainers_, /*replace=*/false).ok());
   ASSERT_TRUE(world_->Add(trainers_, c).ok());
