@@ -43,20 +43,23 @@ int JobSupervisor::Run() {
     if (elastic_ != nullptr && !stopping_) {
       set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
     }
-    const bool discovers =
-        options_.discovery != nullptr && elastic_ != nullptr && !stopping_ && !finishing_;
+    const bool discovers = Discovers();
     if (!discovers) discovery_run_.reset();  // a run in flight is killed
     if (discovers && !next_discovery_.has_value() && discovery_run_ == nullptr) {
       next_discovery_ = absl::Now() + absl::Seconds(1);
     }
     std::optional<absl::Time> deadline = kill_deadline_;
+    const auto wake_by = [&deadline](absl::Time when) {
+      deadline = std::min(deadline.value_or(when), when);
+    };
+    for (const auto& [worker, stopped_at] : retiring_) {
+      if (stopped_at.has_value()) wake_by(*stopped_at + options_.grace);
+    }
     if (discovers) {
       // The script runs while the loop goes on: its output and exit are
       // among what the loop waits for.
       if (discovery_run_ != nullptr) discovery_run_->Watch(set);
-      const absl::Time next =
-          discovery_run_ != nullptr ? discovery_run_->deadline() : *next_discovery_;
-      deadline = std::min(deadline.value_or(next), next);
+      wake_by(discovery_run_ != nullptr ? discovery_run_->deadline() : *next_discovery_);
     }
     set.Wait(deadline);
     const absl::Time now = absl::Now();
@@ -66,11 +69,32 @@ int JobSupervisor::Run() {
       trainers_.SignalRunning(SIGKILL);
       kill_deadline_.reset();
     }
-    if (discovers) PollDiscovery(now);
+    KillRetiredPastGrace(now);
+    // What the loop saw may have ended the job's growth (a worker that
+    // finished): a listing read meanwhile must not start a new worker.
+    if (Discovers()) {
+      PollDiscovery(now);
+    } else {
+      discovery_run_.reset();
+    }
   }
   trainers_.DrainOutput();
   if (own_daemons_ != nullptr) own_daemons_->Stop();
   return exit_code_.value_or(0);
+}
+
+void JobSupervisor::KillRetiredPastGrace(absl::Time now) {
+  for (auto& [worker, stopped_at] : retiring_) {
+    if (!stopped_at.has_value() || now - *stopped_at < options_.grace) continue;
+    for (const Trainer& trainer : trainers_.trainers()) {
+      if (trainer.rank == worker) trainer.process.Signal(SIGKILL);
+    }
+    stopped_at.reset();
+  }
+}
+
+bool JobSupervisor::Discovers() const {
+  return options_.discovery != nullptr && elastic_ != nullptr && !stopping_ && !finishing_;
 }
 
 void JobSupervisor::MaybeStartDaemons() {
@@ -223,14 +247,6 @@ void JobSupervisor::PollDiscovery(absl::Time now) {
   if (discovery_run_ == nullptr) {
     if (now < *next_discovery_) return;
     next_discovery_.reset();
-    // A worker that outlives its SIGTERM by the grace period is killed.
-    for (auto& [worker, stopped_at] : retiring_) {
-      if (!stopped_at.has_value() || now - *stopped_at < options_.grace) continue;
-      for (const Trainer& trainer : trainers_.trainers()) {
-        if (trainer.rank == worker) trainer.process.Signal(SIGKILL);
-      }
-      stopped_at.reset();
-    }
     absl::StatusOr<std::unique_ptr<DiscoveryRun>> run = options_.discovery->Begin();
     if (run.ok()) {
       discovery_run_ = std::move(*run);

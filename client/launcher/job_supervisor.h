@@ -78,6 +78,12 @@ class JobSupervisor {
   // With a daemon per host: once the job needs another world of daemons
   // and has left the old one, stops it and starts the new one.
   void MaybeStartDaemons();
+  // Whether host discovery runs: an elastic job with a script that is
+  // neither stopping nor finishing.
+  bool Discovers() const;
+  // A worker stopped for the discovery script that outlives its SIGTERM by
+  // the grace period is killed.
+  void KillRetiredPastGrace(absl::Time now);
   // The daemon of node `node` exited while the others ran. An elastic job
   // leaves its host out from now on (Horovod blacklists a failing host),
   // stops its workers and the other daemons, and re-forms without it; any

@@ -780,7 +780,7 @@ TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1]",
                                           "[1] worker 1 sees generation 1 1 [0, 1]"}))
-      << run.out;
+      << run.out << "stderr:\n" << run.err;
 }
 
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
