@@ -158,6 +158,15 @@ std::vector<std::string> MpirunArgv(const std::string& daemon,
 absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
     const PrivateDaemonOptions& options, const Environment& environment,
     const SignalWatcher& signals) {
+  auto daemon = Launch(options, environment);
+  if (!daemon.ok()) return daemon.status();
+  if (absl::Status ready = (*daemon)->AwaitReady(signals); !ready.ok()) return ready;
+  if (absl::Status serving = (*daemon)->Serve(); !serving.ok()) return serving;
+  return daemon;
+}
+
+absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
+    const PrivateDaemonOptions& options, const Environment& environment) {
   auto daemon = std::unique_ptr<PrivateDaemon>(new PrivateDaemon());
   auto directory = MakeDirectory(environment);
   if (!directory.ok()) return directory.status();
@@ -170,13 +179,14 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
       daemon->sockets_.push_back(absl::StrCat(daemon->directory_, "/node", node, ".sock"));
     }
   }
-  const std::string notify_path = daemon->directory_ + "/notify";
-  auto notify = BindNotifySocket(notify_path);
+  daemon->notify_path_ = daemon->directory_ + "/notify";
+  auto notify = BindNotifySocket(daemon->notify_path_);
   if (!notify.ok()) return notify.status();
   daemon->notify_ = std::move(*notify);
+  daemon->daemon_pids_.assign(daemon->sockets_.size(), 0);
 
   Environment daemon_environment = environment;
-  daemon_environment["NOTIFY_SOCKET"] = notify_path;
+  daemon_environment["NOTIFY_SOCKET"] = daemon->notify_path_;
   if (!options.verbose) daemon_environment.emplace("COLLECTIVED_LOG_LEVEL", "warn");
   const std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
   SpawnOptions spawn{.argv = MpirunArgv(binary, daemon->sockets_, options.args),
@@ -197,50 +207,63 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
   }
   daemon->process_ = std::move(*process);
   daemon->output_.emplace(daemon->process_->TakeStdout(), "[collectived] ", STDERR_FILENO);
-  if (absl::Status ready = daemon->AwaitReady(signals); !ready.ok()) return ready;
-  if (daemon->sockets_.size() > 1) {
+  daemon->start_deadline_ = absl::Now() + kStartTimeout;
+  return daemon;
+}
+
+bool PrivateDaemon::ready() const {
+  return std::count(daemon_pids_.begin(), daemon_pids_.end(), 0) == 0;
+}
+
+void PrivateDaemon::WatchStart(PollSet& set) {
+  if (notify_.valid()) {
+    set.Add(notify_.get(), [this] { ReadReady(notify_.get(), sockets_, daemon_pids_); });
+  }
+}
+
+absl::Status PrivateDaemon::StartFailed(std::optional<int> exit_status) {
+  if (exit_status.has_value()) {
+    output_->Drain();
+    return absl::UnavailableError(absl::StrCat(Describe(), " ", DescribeExit(*exit_status),
+                                               " before it was ready (its output, if any, is "
+                                               "above as [collectived] lines)"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      Describe(), " did not report ready within ", absl::FormatDuration(kStartTimeout),
+      sockets_.size() > 1 ? absl::StrCat(" (",
+                                         std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
+                                                       [](pid_t pid) { return pid > 0; }),
+                                         " did)")
+                          : ""));
+}
+
+absl::Status PrivateDaemon::Serve() {
+  if (sockets_.size() > 1) {
     // Each node's daemon, to tell which one exits (mpirun keeps the others:
     // --enable-recovery).
-    for (pid_t pid : daemon->daemon_pids_) {
+    for (pid_t pid : daemon_pids_) {
       UniqueFd exit(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
       if (!exit.valid()) return Errno(absl::StrCat("pidfd_open of collectived ", pid));
-      daemon->node_exits_.push_back(std::move(exit));
+      node_exits_.push_back(std::move(exit));
     }
   }
   // Nothing reads the daemon's later notifications (its job's state): with
   // the socket gone they fail at once instead of filling a queue no one
   // empties.
-  daemon->notify_.Reset();
-  ::unlink(notify_path.c_str());
-  return daemon;
+  notify_.Reset();
+  ::unlink(notify_path_.c_str());
+  return absl::OkStatus();
 }
 
 absl::Status PrivateDaemon::AwaitReady(const SignalWatcher& signals) {
-  const absl::Time deadline = absl::Now() + kStartTimeout;
   bool interrupted = false;
   std::optional<int> exited;
-  daemon_pids_.assign(sockets_.size(), 0);
-  const auto ready = [&] { return std::count(daemon_pids_.begin(), daemon_pids_.end(), 0) == 0; };
   while (!ready()) {
     PollSet set;
-    set.Add(notify_.get(), [&] { ReadReady(notify_.get(), sockets_, daemon_pids_); });
+    WatchStart(set);
     set.Add(signals.fd(), [&] { interrupted = true; });
     Watch(set, [&](int status) { exited = status; });
-    if (!set.Wait(deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          Describe(), " did not report ready within ", absl::FormatDuration(kStartTimeout),
-          sockets_.size() > 1 ? absl::StrCat(" (",
-                                             std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
-                                                           [](pid_t pid) { return pid > 0; }),
-                                             " did)")
-                              : ""));
-    }
-    if (exited.has_value()) {
-      output_->Drain();
-      return absl::UnavailableError(absl::StrCat(Describe(), " ", DescribeExit(*exited),
-                                                 " before it was ready (its output, if any, is "
-                                                 "above as [collectived] lines)"));
-    }
+    if (!set.Wait(start_deadline_) || exited.has_value()) return StartFailed(exited);
     if (interrupted) return absl::CancelledError("interrupted while collectived started");
   }
   return absl::OkStatus();
@@ -273,39 +296,49 @@ void PrivateDaemon::WatchNodes(PollSet& set, const std::function<void(int)>& on_
   }
 }
 
+void PrivateDaemon::RequestStop() {
+  if (stop_deadline_.has_value() || !process_.has_value() || process_->reaped()) return;
+  // mpirun turns a SIGTERM of its own into killing the daemons; each told
+  // to stop as a service manager would, they drain and exit, and so does
+  // mpirun.
+  bool told = false;
+  for (size_t node = 0; node < node_exits_.size(); ++node) {
+    if (!node_exits_[node].valid()) continue;
+    ::kill(daemon_pids_[node], SIGTERM);
+    told = true;
+  }
+  // One daemon, or none left under mpirun (or not yet known): the process
+  // itself.
+  if (!told) process_->Signal(SIGTERM);
+  stop_deadline_ = absl::Now() + kStopTimeout;
+}
+
+bool PrivateDaemon::exited() const { return !process_.has_value() || process_->reaped(); }
+
+void PrivateDaemon::KillIfPastStopDeadline(absl::Time now) {
+  if (killed_ || !stop_deadline_.has_value() || now < *stop_deadline_ || exited()) return;
+  Say(absl::StrCat(Describe(), " did not stop within ", absl::FormatDuration(kStopTimeout),
+                   " of SIGTERM; killing it"));
+  for (size_t node = 0; node < node_exits_.size(); ++node) {
+    if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGKILL);
+  }
+  process_->Signal(SIGKILL);
+  killed_ = true;
+}
+
 void PrivateDaemon::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  if (process_.has_value() && !process_->reaped()) {
-    // mpirun turns a SIGTERM of its own into killing the daemons; each told
-    // to stop as a service manager would, they drain and exit, and so does
-    // mpirun.
-    bool told = false;
-    for (size_t node = 0; node < node_exits_.size(); ++node) {
-      if (!node_exits_[node].valid()) continue;
-      ::kill(daemon_pids_[node], SIGTERM);
-      told = true;
-    }
-    // One daemon, or none left under mpirun: the process itself.
-    if (!told) process_->Signal(SIGTERM);
-    const absl::Time deadline = absl::Now() + kStopTimeout;
-    bool killed = false;
+  if (!exited()) {
+    RequestStop();
     while (!process_->reaped()) {
       PollSet set;
       Watch(set, [](int) {});
-      if (!set.Wait(killed ? std::nullopt : std::optional<absl::Time>(deadline))) {
-        Say(absl::StrCat(Describe(), " did not stop within ", absl::FormatDuration(kStopTimeout),
-                         " of SIGTERM; killing it"));
-        for (size_t node = 0; node < node_exits_.size(); ++node) {
-          if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGKILL);
-        }
-        process_->Signal(SIGKILL);
-        killed = true;
-      }
+      if (!set.Wait(killed_ ? std::nullopt : stop_deadline_)) KillIfPastStopDeadline(absl::Now());
     }
     const int status = *process_->TryReap();
     // After a node's daemon died, mpirun's status reports that one.
-    if (!killed && !node_lost_ && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+    if (!killed_ && !node_lost_ && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       Say(absl::StrCat(Describe(), " ", DescribeExit(status), " when asked to stop"));
     }
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/launcher/child_process.h"
 #include "client/launcher/poll_set.h"
 #include "client/launcher/prefixed_stream.h"
@@ -52,6 +53,21 @@ class PrivateDaemon {
   static absl::StatusOr<std::unique_ptr<PrivateDaemon>> Start(const PrivateDaemonOptions& options,
                                                               const Environment& environment,
                                                               const SignalWatcher& signals);
+  // Start without the wait, for a caller that goes on meanwhile: the
+  // daemons are started; the caller adds WatchStart and Watch to its poll
+  // loop until ready() (then calls Serve) or they exit, or the start
+  // deadline passes (StartFailed says why).
+  static absl::StatusOr<std::unique_ptr<PrivateDaemon>> Launch(const PrivateDaemonOptions& options,
+                                                               const Environment& environment);
+  void WatchStart(PollSet& set);
+  // Every daemon reported ready.
+  bool ready() const;
+  absl::Time start_deadline() const { return start_deadline_; }
+  // Why the start failed: the daemons (or mpirun) exited with
+  // `exit_status`, or, without one, the start deadline passed.
+  absl::Status StartFailed(std::optional<int> exit_status);
+  // Once ready: watches each node's daemon (WatchNodes) from now on.
+  absl::Status Serve();
   ~PrivateDaemon();
 
   // Node 0's socket (the only one, unless several were asked for).
@@ -76,6 +92,13 @@ class PrivateDaemon {
   // SIGKILL. Removes the private directory, and the shared memory named for
   // each socket if a daemon did not exit cleanly. Runs once.
   void Stop();
+  // Stop in halves, for a caller that goes on meanwhile: RequestStop sends
+  // the SIGTERM; the caller watches the exit (Watch), calls
+  // KillIfPastStopDeadline when it wakes, and Stop once exited().
+  void RequestStop();
+  std::optional<absl::Time> stop_deadline() const { return stop_deadline_; }
+  void KillIfPastStopDeadline(absl::Time now);
+  bool exited() const;
 
  private:
   PrivateDaemon() = default;
@@ -84,7 +107,11 @@ class PrivateDaemon {
 
   std::string directory_;
   std::vector<std::string> sockets_;
+  std::string notify_path_;
   UniqueFd notify_;
+  absl::Time start_deadline_;
+  std::optional<absl::Time> stop_deadline_;  // since RequestStop
+  bool killed_ = false;
   // Each node's daemon's pid, from the credentials of its READY=1, and,
   // with several, a pidfd per node, reset once that daemon exited.
   std::vector<pid_t> daemon_pids_;

@@ -125,7 +125,7 @@ std::string ElasticWorld::SocketOf(int host) const {
   return absl::StrCat(directory_, "/daemons/host", host, ".sock");
 }
 
-std::optional<std::vector<int>> ElasticWorld::DaemonsToStart() const {
+std::optional<ElasticWorld::DaemonPlan> ElasticWorld::DaemonsToStart() const {
   if (!options_.daemon_per_host || planned_epoch_ == running_epoch_) return std::nullopt;
   std::error_code error;
   std::vector<std::string> names;
@@ -145,7 +145,7 @@ std::optional<std::vector<int>> ElasticWorld::DaemonsToStart() const {
   for (int worker : workers_) {
     if (started_in_.at(worker) < planned_since_ && !joins_new_world(worker)) return std::nullopt;
   }
-  return planned_nodes_;
+  return DaemonPlan{.epoch = planned_epoch_, .hosts = planned_nodes_};
 }
 
 void ElasticWorld::DaemonsLost() {
@@ -158,8 +158,12 @@ void ElasticWorld::DaemonsLost() {
 }
 
 absl::Status ElasticWorld::DaemonsStarted() {
-  running_epoch_ = planned_epoch_;
-  running_nodes_ = planned_nodes_;
+  return DaemonsStarted({.epoch = planned_epoch_, .hosts = planned_nodes_});
+}
+
+absl::Status ElasticWorld::DaemonsStarted(const DaemonPlan& plan) {
+  running_epoch_ = plan.epoch;
+  running_nodes_ = plan.hosts;
   return WriteNewFile(absl::StrCat(directory_, "/daemons-", running_epoch_), "");
 }
 

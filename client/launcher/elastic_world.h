@@ -94,8 +94,15 @@ class ElasticWorld {
   // (it exited, it was started for the new world, or it says it joins a
   // generation of the new world); else nullopt. Never without
   // daemon_per_host.
-  std::optional<std::vector<int>> DaemonsToStart() const;
-  // Those daemons serve: tells the workers waiting for them.
+  struct DaemonPlan {
+    int epoch = -1;
+    std::vector<int> hosts;
+  };
+  std::optional<DaemonPlan> DaemonsToStart() const;
+  // The daemons of `plan` serve: tells the workers waiting for them (a
+  // later plan made while they started is started next). Without a plan:
+  // the latest one's.
+  absl::Status DaemonsStarted(const DaemonPlan& plan);
   absl::Status DaemonsStarted();
   // The hosts of the daemons that serve, in node order (empty while none
   // does).

@@ -26,7 +26,13 @@ JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, Elas
       daemon_(daemon),
       elastic_(elastic),
       signals_(signals),
-      options_(std::move(options)) {}
+      options_(std::move(options)) {
+  if (options_.launch_daemons) {
+    worlds_ = std::make_unique<DaemonWorlds>(daemon_, options_.launch_daemons);
+  }
+}
+
+JobSupervisor::~JobSupervisor() = default;
 
 int JobSupervisor::Run() {
   while (trainers_.running() > 0) {
@@ -52,6 +58,7 @@ int JobSupervisor::Run() {
     const auto wake_by = [&deadline](absl::Time when) {
       deadline = std::min(deadline.value_or(when), when);
     };
+    if (worlds_ != nullptr) worlds_->Watch(set, deadline);
     for (const auto& [worker, stopped_at] : retiring_) {
       if (stopped_at.has_value()) wake_by(*stopped_at + options_.grace);
     }
@@ -70,6 +77,7 @@ int JobSupervisor::Run() {
       kill_deadline_.reset();
     }
     KillRetiredPastGrace(now);
+    if (worlds_ != nullptr) AdvanceDaemons(now);
     // What the loop saw may have ended the job's growth (a worker that
     // finished): a listing read meanwhile must not start a new worker.
     if (Discovers()) {
@@ -79,7 +87,7 @@ int JobSupervisor::Run() {
     }
   }
   trainers_.DrainOutput();
-  if (own_daemons_ != nullptr) own_daemons_->Stop();
+  worlds_.reset();  // stops the daemons it started, and any still stopping
   return exit_code_.value_or(0);
 }
 
@@ -98,45 +106,45 @@ bool JobSupervisor::Discovers() const {
 }
 
 void JobSupervisor::MaybeStartDaemons() {
-  if (!options_.start_daemons || elastic_ == nullptr || stopping_) return;
-  const std::optional<std::vector<int>> hosts = elastic_->DaemonsToStart();
-  if (!hosts.has_value()) return;
+  if (worlds_ == nullptr || elastic_ == nullptr || stopping_ || worlds_->busy()) return;
+  std::optional<ElasticWorld::DaemonPlan> plan = elastic_->DaemonsToStart();
+  if (!plan.has_value()) return;
+  // Every worker has left its job on the serving daemons: they stop, and
+  // the new world starts once they exited, while the loop goes on.
   std::vector<std::string> sockets;
-  for (int host : *hosts) sockets.push_back(elastic_->SocketOf(host));
-  if (daemon_ != nullptr) {
-    // Every worker has left its job on these daemons.
-    daemon_->Stop();
-    daemon_ = nullptr;
-  }
-  own_daemons_.reset();
-  const absl::Time starting = absl::Now();
-  absl::StatusOr<std::unique_ptr<PrivateDaemon>> started = options_.start_daemons(sockets);
-  if (started.ok()) {
-    own_daemons_ = std::move(*started);
-    daemon_ = own_daemons_.get();
-    if (absl::Status said = elastic_->DaemonsStarted(); said.ok()) {
+  for (int host : plan->hosts) sockets.push_back(elastic_->SocketOf(host));
+  worlds_->Replace(std::move(sockets));
+  daemon_ = nullptr;
+  starting_plan_ = std::move(plan);
+}
+
+void JobSupervisor::AdvanceDaemons(absl::Time now) {
+  const std::optional<absl::Status> started = worlds_->Advance(now);
+  if (!started.has_value() || stopping_) return;
+  if (started->ok()) {
+    daemon_ = worlds_->serving();
+    const absl::Status said = elastic_->DaemonsStarted(*starting_plan_);
+    if (said.ok()) {
       if (options_.verbose) {
+        const size_t nodes = daemon_->sockets().size();
         Say(absl::StrCat(daemon_->Describe(), " started in ",
-                         absl::FormatDuration(absl::Now() - starting), " for ", sockets.size(),
-                         sockets.size() == 1 ? " node" : " nodes"));
+                         absl::FormatDuration(worlds_->last_start()), " for ", nodes,
+                         nodes == 1 ? " node" : " nodes"));
       }
       return;
-    } else {
-      started = said;
     }
+    Say(absl::StrCat("cannot tell the workers that the daemons serve: ", said.message(),
+                     "; stopping the ", Ranks(trainers_.running())));
+  } else {
+    Say(absl::StrCat("cannot start the job's daemons: ", started->message(), "; stopping the ",
+                     Ranks(trainers_.running())));
   }
-  // A forwarded signal interrupted the start: it is still pending, and the
-  // loop handles it as any other (the ranks get it, and the exit code says
-  // it).
-  if (absl::IsCancelled(started.status())) return;
-  Say(absl::StrCat("cannot start the job's daemons: ", started.status().message(),
-                   "; stopping the ", Ranks(trainers_.running())));
   Fail(1);
   StopTrainers(SIGTERM);
 }
 
 void JobSupervisor::OnNodeLost(int node) {
-  if (!options_.start_daemons) {
+  if (!daemon_per_host()) {
     // A job of fixed nodes cannot go on without one.
     Say(absl::StrCat("the collectived of node ", node, " exited while the job ran; stopping the ",
                      Ranks(trainers_.running())));
@@ -153,7 +161,7 @@ void JobSupervisor::OnNodeLost(int node) {
                    "re-forming the job without it"));
   // The world of daemons is broken: the others stop now, and their workers'
   // collectives fail at once instead of at the node timeout.
-  daemon_->Stop();
+  worlds_->StopServing();
   daemon_ = nullptr;
   elastic_->DaemonsLost();
   Retire(LiveOn(host), host, absl::StrCat(why, " is gone"));
@@ -273,7 +281,7 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   last_discovery_error_.clear();
   // A host whose daemon died is left out.
   std::erase_if(*hosts, [&](const DiscoveredHost& host) {
-    return options_.start_daemons && lost_hosts_.contains(elastic_->HostNumber(host.name));
+    return daemon_per_host() && lost_hosts_.contains(elastic_->HostNumber(host.name));
   });
   const int slots = TotalSlots(*hosts);
   if (slots < options_.min_ranks) {
@@ -295,13 +303,13 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   }
   short_since_.reset();
   // Without a daemon per host, every host is the one daemon's.
-  if (!options_.start_daemons) hosts = std::vector<DiscoveredHost>{{.name = "", .slots = slots}};
+  if (!daemon_per_host()) hosts = std::vector<DiscoveredHost>{{.name = "", .slots = slots}};
   // What each host should run: its slots, hosts in the order listed, up to
   // --max-np in all.
   std::map<int, int> target;
   int budget = options_.max_ranks;
   for (const DiscoveredHost& host : *hosts) {
-    const int number = options_.start_daemons ? elastic_->HostNumber(host.name) : 0;
+    const int number = daemon_per_host() ? elastic_->HostNumber(host.name) : 0;
     target[number] = std::min(host.slots, budget);
     budget -= target[number];
   }
@@ -315,7 +323,7 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
     if (live > wanted) {
       Retire(
           live - wanted, host,
-          wanted == 0 && options_.start_daemons
+          wanted == 0 && daemon_per_host()
               ? absl::StrCat("the host discovery script no longer lists ", elastic_->HostName(host))
               : listing);
     }
@@ -324,7 +332,7 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   // once for the stops and once for the additions.
   if (!retiring_.empty()) return;
   for (const DiscoveredHost& host : *hosts) {
-    const int number = options_.start_daemons ? elastic_->HostNumber(host.name) : 0;
+    const int number = daemon_per_host() ? elastic_->HostNumber(host.name) : 0;
     for (int live = LiveOn(number); live < target[number]; ++live) {
       const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, number);
       Say(grown.ok() ? absl::StrCat(listing, ": ", *grown) : grown.status().message());
@@ -371,6 +379,7 @@ void JobSupervisor::OnDaemonExit(int status) {
 
 void JobSupervisor::StopTrainers(int signal) {
   trainers_.SignalRunning(signal);
+  if (worlds_ != nullptr) worlds_->Cancel();
   if (!stopping_) kill_deadline_ = absl::Now() + options_.grace;
   stopping_ = true;
 }

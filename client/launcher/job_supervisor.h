@@ -16,6 +16,7 @@
 
 #include "absl/time/time.h"
 #include "client/launcher/daemon_runner.h"
+#include "client/launcher/daemon_worlds.h"
 #include "client/launcher/elastic_world.h"
 #include "client/launcher/host_discovery.h"
 #include "client/launcher/signal_watcher.h"
@@ -35,10 +36,10 @@ class JobSupervisor {
     // of a host stop; all of a host no longer listed); fewer than min_ranks
     // are waited out for elastic_timeout, then the job stops.
     const HostDiscovery* discovery = nullptr;
-    // Starts a world of daemons on these sockets (node order): set when
-    // the job has a daemon per host, which the supervisor then owns.
-    std::function<absl::StatusOr<std::unique_ptr<PrivateDaemon>>(const std::vector<std::string>&)>
-        start_daemons;
+    // Starts a world of daemons on these sockets (node order) without
+    // waiting for it: set when the job has a daemon per host, whose later
+    // worlds the supervisor then starts and owns.
+    DaemonWorlds::Launch launch_daemons;
 
     int min_ranks = 1;
     int max_ranks = 1;
@@ -46,7 +47,7 @@ class JobSupervisor {
   };
 
   // `daemon` is null when the job uses a daemon the launcher did not start
-  // (with start_daemons, the first world of daemons, stopped once the job
+  // (with launch_daemons, the first world of daemons, stopped once the job
   // needs another);
   // `elastic` is null unless the job is elastic.
   JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, ElasticWorld* elastic,
@@ -56,6 +57,7 @@ class JobSupervisor {
   // every rank exited 0; else that of the first failure (a rank's exit code
   // or 128 + its signal; 128 + a forwarded signal; 1 if the daemon died).
   int Run();
+  ~JobSupervisor();
 
  private:
   void OnSignal(int signal);
@@ -78,6 +80,11 @@ class JobSupervisor {
   // With a daemon per host: once the job needs another world of daemons
   // and has left the old one, stops it and starts the new one.
   void MaybeStartDaemons();
+  // Each host has a daemon of its own, in worlds the supervisor replaces.
+  bool daemon_per_host() const { return worlds_ != nullptr; }
+  // A new world of daemons that came to serve is announced to the workers;
+  // one that could not start stops the job.
+  void AdvanceDaemons(absl::Time now);
   // Whether host discovery runs: an elastic job with a script that is
   // neither stopping nor finishing.
   bool Discovers() const;
@@ -94,9 +101,10 @@ class JobSupervisor {
   void Fail(int exit_code);
 
   TrainerGroup& trainers_;
-  PrivateDaemon* daemon_;
-  std::unique_ptr<PrivateDaemon> own_daemons_;  // the later worlds, with start_daemons
-  std::set<int> lost_hosts_;                    // hosts whose daemon died
+  PrivateDaemon* daemon_;                 // the daemons that serve; null while none does
+  std::unique_ptr<DaemonWorlds> worlds_;  // with launch_daemons
+  std::optional<ElasticWorld::DaemonPlan> starting_plan_;  // the world worlds_ starts
+  std::set<int> lost_hosts_;                               // hosts whose daemon died
   ElasticWorld* elastic_;
   const SignalWatcher& signals_;
   Options options_;

@@ -278,10 +278,10 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .max_ranks = options.max_ranks,
       .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)};
   if (daemon_per_host) {
-    supervisor_options.start_daemons = [&](const std::vector<std::string>& sockets) {
+    supervisor_options.launch_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;
       world.sockets = sockets;
-      return PrivateDaemon::Start(world, environment, *signals);
+      return PrivateDaemon::Launch(world, environment);
     };
   }
   JobSupervisor supervisor(*trainers, daemon.get(), elastic.get(), *signals, supervisor_options);

@@ -719,6 +719,65 @@ TEST(LauncherTest, AHostDiscoveryScriptsHostsAreNodesWithADaemonEach) {
       << run.out << run.err;
 }
 
+TEST(LauncherTest, TheJobGoesOnWhileANewWorldOfDaemonsStarts) {
+  // Two nodes; worker 0 drops node 1 from the discovery script's list, so
+  // that worker 1 stops and the job's next generation needs daemons of
+  // node 0 alone. That world's collectived (a wrapper, through --daemon)
+  // starts only once collectiverun has copied a line worker 0 prints after
+  // the start began into --output-filename: a launcher that waited for the
+  // daemons in its loop would copy nothing meanwhile, and the start would
+  // fail.
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/worlds-", ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string daemon = dir + "/collectived.sh";
+  std::ofstream(daemon) << "#!/bin/sh\n"
+                        << "case \"$2\" in *host0.sock) mkdir '" << dir
+                        << "/host0' 2>/dev/null || { : > '" << dir << "/starting'; i=0; "
+                        << "until grep -qs 'sees the daemons start' '" << dir
+                        << "'/out/rank.*/stdout; do i=$((i + 1)); "
+                        << "[ $i -gt 1000 ] && exit 1; sleep 0.01; done; };; esac\n"
+                        << "exec '" << CollectivedBinary() << "' \"$@\"\n";
+  ::chmod(daemon.c_str(), 0700);
+  const DiscoveryScript discovery("localhost:1\n127.0.0.1:1");
+  const std::string python = absl::StrCat(
+      "/usr/bin/python3 -c \"import importlib.util as u, os, socket, sys, time; "
+      "s = u.spec_from_file_location('r', '",
+      COLLECTIVE_SOURCE_DIR,
+      "/client/python/collective/common/elastic_rendezvous.py'); "
+      "r = u.module_from_spec(s); s.loader.exec_module(r); e = os.environ; "
+      "r.join_latest_generation(); "
+      "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+      "w = r.worker(); g = e['COLLECTIVE_ELASTIC_GENERATION']; "
+      "print('worker', w, 'generation', g, os.path.basename(e['COLLECTIVE_SOCKET']), flush=True); "
+      "w == 1 and time.sleep(1000); "
+      "open('",
+      discovery.hosts(), ".new', 'w').write('localhost:1\\\\n'); os.replace('", discovery.hosts(),
+      ".new', '", discovery.hosts(),
+      "'); r.wait_for_next_world(False); r.join_latest_generation(); "
+      "socket.socket(socket.AF_UNIX).connect(e['COLLECTIVE_SOCKET']); "
+      "print('worker', w, 'generation', e['COLLECTIVE_ELASTIC_GENERATION'], "
+      "os.path.basename(e['COLLECTIVE_SOCKET']))\"");
+  const LaunchResult run = RunLauncher(
+      Concat(
+          {"--daemon", daemon, "--output-filename", dir + "/out", "-np", "2", "--min-np", "1",
+           "--host-discovery-script", discovery.script()},
+          Shell(absl::StrCat("if [ $COLLECTIVE_ELASTIC_WORKER = 0 ]; then ( i=0; until [ -e '", dir,
+                             "/starting' ]; do i=$((i + 1)); [ $i -gt 1000 ] && exit 1; "
+                             "sleep 0.01; done; echo worker 0 sees the daemons start ) & fi; "
+                             "exec ",
+                             python))),
+      kElasticPrivateDaemon);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>(
+                  {"[0] worker 0 generation 0 host0.sock", "[1] worker 1 generation 0 host1.sock",
+                   "[0] worker 0 sees the daemons start", "[0] worker 0 generation 1 host0.sock"}))
+      << run.out << "stderr:\n"
+      << run.err;
+}
+
 // A rank that connects to its daemon (COLLECTIVE_SOCKET; fails if none
 // listens) and prints `fields` (a Python expression list over the
 // environment `e`) and its socket's file name.
@@ -780,7 +839,8 @@ TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
   EXPECT_TRUE(LineSet(run.out) ==
               std::multiset<std::string>({"[0] worker 0 sees generation 1 1 [0, 1]",
                                           "[1] worker 1 sees generation 1 1 [0, 1]"}))
-      << run.out << "stderr:\n" << run.err;
+      << run.out << "stderr:\n"
+      << run.err;
 }
 
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,13 @@ class ElasticWorldTest : public ::testing::Test {
     std::ofstream(absl::StrCat(world_->directory(), "/joining-", generation, "-", worker));
   }
 
+  // The hosts of the world of daemons to start, if one is due.
+  std::optional<std::vector<int>> HostsToStart() const {
+    const std::optional<ElasticWorld::DaemonPlan> plan = world_->DaemonsToStart();
+    if (!plan.has_value()) return std::nullopt;
+    return plan->hosts;
+  }
+
   bool Said(int epoch) const {
     return std::filesystem::exists(absl::StrCat(world_->directory(), "/daemons-", epoch));
   }
@@ -68,13 +76,13 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   EXPECT_EQ(Published()["local_sizes"], "2 1");
   EXPECT_EQ(Published()["daemons"], "0");
   // Every worker is new: the first daemons start at once.
-  EXPECT_THAT(world_->DaemonsToStart(), Optional(ElementsAre(a, b)));
+  EXPECT_THAT(HostsToStart(), Optional(ElementsAre(a, b)));
   EXPECT_FALSE(Said(0));
   EXPECT_TRUE(world_->running_nodes().empty());
   ASSERT_TRUE(world_->DaemonsStarted().ok());
   EXPECT_TRUE(Said(0));
   EXPECT_THAT(world_->running_nodes(), ElementsAre(a, b));
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
+  EXPECT_EQ(HostsToStart(), std::nullopt);
 
   // One more on a node the daemons serve already: the same daemons.
   ASSERT_TRUE(world_->Add(trainers_, a).ok());
@@ -82,7 +90,7 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   EXPECT_EQ(Published()["workers"], "0 2 3 1");
   EXPECT_EQ(Published()["local_sizes"], "3 1");
   EXPECT_EQ(Published()["daemons"], "0");
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
+  EXPECT_EQ(HostsToStart(), std::nullopt);
 
   // A replacement takes the failed worker's host: the same nodes.
   ASSERT_TRUE(world_->Remove(2, trainers_).ok());
@@ -96,13 +104,13 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   EXPECT_EQ(Published()["workers"], "0 3 4");
   EXPECT_EQ(Published()["local_sizes"], "3");
   EXPECT_EQ(Published()["daemons"], "1");
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
+  EXPECT_EQ(HostsToStart(), std::nullopt);
   Joins(3, 0);
   Joins(3, 3);
   Joins(2, 4);  // an earlier generation: still in its job on the old daemons
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
+  EXPECT_EQ(HostsToStart(), std::nullopt);
   Joins(3, 4);
-  EXPECT_THAT(world_->DaemonsToStart(), Optional(ElementsAre(a)));
+  EXPECT_THAT(HostsToStart(), Optional(ElementsAre(a)));
   ASSERT_TRUE(world_->DaemonsStarted().ok());
   EXPECT_TRUE(Said(1));
 
@@ -113,22 +121,44 @@ TEST_F(ElasticWorldTest, GroupsTheRanksByNodeAndStartsDaemonsOnlyForNewNodes) {
   EXPECT_EQ(Published()["workers"], "0 3 4 5");
   EXPECT_EQ(Published()["local_sizes"], "3 1");
   EXPECT_EQ(Published()["daemons"], "2");
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt);
+  EXPECT_EQ(HostsToStart(), std::nullopt);
   for (int worker : {0, 3, 4}) Joins(4, worker);
-  EXPECT_THAT(world_->DaemonsToStart(), Optional(ElementsAre(a, c)));
+  EXPECT_THAT(HostsToStart(), Optional(ElementsAre(a, c)));
   ASSERT_TRUE(world_->DaemonsStarted().ok());
 
   // Those daemons are lost (one died, the launcher stopped the others):
   // the next generation needs new ones, on the same nodes too.
   world_->DaemonsLost();
   EXPECT_TRUE(world_->running_nodes().empty());
-  EXPECT_EQ(world_->DaemonsToStart(), std::nullopt) << "no generation for them yet";
+  EXPECT_EQ(HostsToStart(), std::nullopt) << "no generation for them yet";
   ASSERT_TRUE(world_->Remove(5, trainers_, /*replace=*/false).ok());
   ASSERT_TRUE(world_->Add(trainers_, c).ok());
   EXPECT_EQ(Published()["local_sizes"], "3 1");
   EXPECT_EQ(Published()["daemons"], "5");
   for (int worker : {0, 3, 4}) Joins(6, worker);
-  EXPECT_THAT(world_->DaemonsToStart(), Optional(ElementsAre(a, c)));
+  EXPECT_THAT(HostsToStart(), Optional(ElementsAre(a, c)));
+}
+
+TEST_F(ElasticWorldTest, APlanMadeWhileDaemonsStartIsStartedNext) {
+  const int a = world_->HostNumber("localhost");
+  const int b = world_->HostNumber("127.0.0.1");
+  ASSERT_TRUE(world_->Start(trainers_, {a, b, a}).ok());
+  const std::optional<ElasticWorld::DaemonPlan> first = world_->DaemonsToStart();
+  ASSERT_TRUE(first.has_value());
+  // While the launcher starts them, node 1's only worker stops.
+  ASSERT_TRUE(world_->Remove(1, trainers_, /*replace=*/false).ok());
+  EXPECT_EQ(Published()["daemons"], "1");
+  ASSERT_TRUE(world_->DaemonsStarted(*first).ok());
+  EXPECT_TRUE(Said(0));
+  EXPECT_FALSE(Said(1));
+  EXPECT_THAT(world_->running_nodes(), ElementsAre(a, b));
+  // The later plan is due once its workers leave the first world's job.
+  EXPECT_EQ(HostsToStart(), std::nullopt);
+  for (int worker : {0, 2}) Joins(1, worker);
+  const std::optional<ElasticWorld::DaemonPlan> next = world_->DaemonsToStart();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->epoch, 1);
+  EXPECT_THAT(next->hosts, ElementsAre(a));
 }
 
 TEST_F(ElasticWorldTest, TheFirstSurvivorsHostIsNodeZero) {
