@@ -189,13 +189,13 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   daemon_environment["NOTIFY_SOCKET"] = daemon->notify_path_;
   if (!options.verbose) daemon_environment.emplace("COLLECTIVED_LOG_LEVEL", "warn");
   const std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
-  SpawnOptions spawn{.argv = MpirunArgv(binary, daemon->sockets_, options.args),
+  std::vector<std::string> argv = {binary, "--socket", daemon->socket()};
+  argv.insert(argv.end(), options.args.begin(), options.args.end());
+  SpawnOptions spawn{.argv = daemon->sockets_.size() == 1
+                                 ? std::move(argv)
+                                 : MpirunArgv(binary, daemon->sockets_, options.args),
                      .environment = ToEnvp(daemon_environment),
                      .output = SpawnOptions::Output::kOnePipe};
-  if (daemon->sockets_.size() == 1) {
-    spawn.argv = {binary, "--socket", daemon->socket()};
-    spawn.argv.insert(spawn.argv.end(), options.args.begin(), options.args.end());
-  }
   auto process = ChildProcess::Spawn(spawn);
   if (!process.ok()) {
     const bool searched = options.binary.empty() && absl::IsNotFound(process.status());

@@ -42,9 +42,9 @@ int JobSupervisor::Run() {
       while (const std::optional<int> signal = signals_.Take()) OnSignal(*signal);
     });
     trainers_.Watch(set, [this](Trainer& trainer) { OnTrainerExit(trainer); });
-    if (daemon_ != nullptr) daemon_->Watch(set, [this](int status) { OnDaemonExit(status); });
-    if (daemon_ != nullptr && !stopping_) {
-      daemon_->WatchNodes(set, [this](int node) { OnNodeLost(node); });
+    if (PrivateDaemon* daemon = serving(); daemon != nullptr) {
+      daemon->Watch(set, [this](int status) { OnDaemonExit(status); });
+      if (!stopping_) daemon->WatchNodes(set, [this](int node) { OnNodeLost(node); });
     }
     if (elastic_ != nullptr && !stopping_) {
       set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
@@ -114,7 +114,6 @@ void JobSupervisor::MaybeStartDaemons() {
   std::vector<std::string> sockets;
   for (int host : plan->hosts) sockets.push_back(elastic_->SocketOf(host));
   worlds_->Replace(std::move(sockets));
-  daemon_ = nullptr;
   starting_plan_ = std::move(plan);
 }
 
@@ -122,12 +121,11 @@ void JobSupervisor::AdvanceDaemons(absl::Time now) {
   const std::optional<absl::Status> started = worlds_->Advance(now);
   if (!started.has_value() || stopping_) return;
   if (started->ok()) {
-    daemon_ = worlds_->serving();
     const absl::Status said = elastic_->DaemonsStarted(*starting_plan_);
     if (said.ok()) {
       if (options_.verbose) {
-        const size_t nodes = daemon_->sockets().size();
-        Say(absl::StrCat(daemon_->Describe(), " started in ",
+        const size_t nodes = serving()->sockets().size();
+        Say(absl::StrCat(serving()->Describe(), " started in ",
                          absl::FormatDuration(worlds_->last_start()), " for ", nodes,
                          nodes == 1 ? " node" : " nodes"));
       }
@@ -162,7 +160,6 @@ void JobSupervisor::OnNodeLost(int node) {
   // The world of daemons is broken: the others stop now, and their workers'
   // collectives fail at once instead of at the node timeout.
   worlds_->StopServing();
-  daemon_ = nullptr;
   elastic_->DaemonsLost();
   Retire(LiveOn(host), host, absl::StrCat(why, " is gone"));
 }
@@ -304,14 +301,14 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   short_since_.reset();
   // Without a daemon per host, every host is the one daemon's.
   if (!daemon_per_host()) hosts = std::vector<DiscoveredHost>{{.name = "", .slots = slots}};
-  // What each host should run: its slots, hosts in the order listed, up to
-  // --max-np in all.
-  std::map<int, int> target;
+  // What each host should run, by host number in the order listed: its
+  // slots, up to --max-np in all.
+  std::vector<std::pair<int, int>> target;
   int budget = options_.max_ranks;
   for (const DiscoveredHost& host : *hosts) {
-    const int number = daemon_per_host() ? elastic_->HostNumber(host.name) : 0;
-    target[number] = std::min(host.slots, budget);
-    budget -= target[number];
+    const int wanted = std::min(host.slots, budget);
+    target.emplace_back(daemon_per_host() ? elastic_->HostNumber(host.name) : 0, wanted);
+    budget -= wanted;
   }
   const std::string listing = absl::StrCat("the host discovery script lists ", slots, " slots");
   // Every host the job runs on, listed or not.
@@ -319,7 +316,9 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   for (int worker : elastic_->workers()) running_on.insert(elastic_->HostOf(worker));
   for (int host : running_on) {
     const int live = LiveOn(host);
-    const int wanted = target.contains(host) ? target.at(host) : 0;
+    const auto listed = std::find_if(target.begin(), target.end(),
+                                     [host](const auto& entry) { return entry.first == host; });
+    const int wanted = listed != target.end() ? listed->second : 0;
     if (live > wanted) {
       Retire(
           live - wanted, host,
@@ -331,10 +330,9 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   // Added only once the stopped workers have gone, so that the job re-forms
   // once for the stops and once for the additions.
   if (!retiring_.empty()) return;
-  for (const DiscoveredHost& host : *hosts) {
-    const int number = daemon_per_host() ? elastic_->HostNumber(host.name) : 0;
-    for (int live = LiveOn(number); live < target[number]; ++live) {
-      const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, number);
+  for (const auto& [host, wanted] : target) {
+    for (int live = LiveOn(host); live < wanted; ++live) {
+      const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, host);
       Say(grown.ok() ? absl::StrCat(listing, ": ", *grown) : grown.status().message());
       if (!grown.ok()) return;
     }
@@ -371,7 +369,7 @@ void JobSupervisor::Retire(int count, int host, const std::string& why) {
 }
 
 void JobSupervisor::OnDaemonExit(int status) {
-  Say(absl::StrCat(daemon_->Describe(), " ", DescribeExit(status), " while the job ran",
+  Say(absl::StrCat(serving()->Describe(), " ", DescribeExit(status), " while the job ran",
                    stopping_ ? "" : "; stopping the ranks"));
   Fail(1);
   if (!stopping_) StopTrainers(SIGTERM);

@@ -82,6 +82,8 @@ class JobSupervisor {
   void MaybeStartDaemons();
   // Each host has a daemon of its own, in worlds the supervisor replaces.
   bool daemon_per_host() const { return worlds_ != nullptr; }
+  // The daemons that serve the job now; null while none does.
+  PrivateDaemon* serving() const { return worlds_ != nullptr ? worlds_->serving() : daemon_; }
   // A new world of daemons that came to serve is announced to the workers;
   // one that could not start stops the job.
   void AdvanceDaemons(absl::Time now);
@@ -101,8 +103,10 @@ class JobSupervisor {
   void Fail(int exit_code);
 
   TrainerGroup& trainers_;
-  PrivateDaemon* daemon_;                 // the daemons that serve; null while none does
-  std::unique_ptr<DaemonWorlds> worlds_;  // with launch_daemons
+  // The launcher's daemons; with worlds_, only the first world, which
+  // worlds_ replaces (serving() says which serves).
+  PrivateDaemon* const daemon_;
+  std::unique_ptr<DaemonWorlds> worlds_;                   // with launch_daemons
   std::optional<ElasticWorld::DaemonPlan> starting_plan_;  // the world worlds_ starts
   std::set<int> lost_hosts_;                               // hosts whose daemon died
   ElasticWorld* elastic_;

@@ -234,9 +234,8 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       // trainer that registers at once finds its daemon); the supervisor
       // starts the later ones.
       PrivateDaemonOptions first_daemons = daemon_options;
-      for (size_t i = 0; i < hosts.size(); ++i) {
-        if (i > 0 && hosts[i] == hosts[i - 1]) continue;
-        first_daemons.sockets.push_back(elastic->SocketOf(hosts[i]));
+      for (const std::string& host : node_hosts) {
+        first_daemons.sockets.push_back(elastic->SocketOf(elastic->HostNumber(host)));
       }
       auto started = PrivateDaemon::Start(first_daemons, environment, *signals);
       if (!started.ok()) {
