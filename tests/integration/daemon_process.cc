@@ -6,7 +6,10 @@
 #include <fstream>
 
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +89,7 @@ absl::StatusOr<std::unique_ptr<DaemonProcess>> DaemonProcess::Start(Options opti
 
 DaemonProcess::~DaemonProcess() {
   if (process_) Stop();
+  RemoveSegmentsOf(socket_);
   if (own_directory_) {
     std::error_code ignored;
     std::filesystem::remove_all(directory_, ignored);
@@ -128,6 +132,20 @@ std::vector<std::string> SegmentsOf(const std::string& socket) {
     if (name.rfind(prefix, 0) == 0) found.push_back(name);
   }
   return found;
+}
+
+void RemoveSegmentsOf(const std::string& socket) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (socket.size() >= sizeof(address.sun_path)) return;
+  socket.copy(address.sun_path, socket.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  const bool listening =
+      ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  if (listening) return;
+  for (const std::string& name : SegmentsOf(socket)) ::shm_unlink(("/" + name).c_str());
 }
 
 int64_t ResidentKib(pid_t pid) {

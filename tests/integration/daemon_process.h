@@ -97,6 +97,10 @@ absl::Status AwaitHealthy(const std::string& socket, absl::Duration timeout);
 // The shared-memory segments in /dev/shm of the daemon on `socket` (of this
 // uid), whatever its epoch.
 std::vector<std::string> SegmentsOf(const std::string& socket);
+// Removes them, unless a daemon listens on `socket` (a successor, which
+// owns its own): what a daemon the test killed (or that died) could not
+// remove itself, so that /dev/shm does not fill up run after run.
+void RemoveSegmentsOf(const std::string& socket);
 // The Status RPC of the daemon on `socket`.
 absl::StatusOr<v1::StatusResponse> QueryStatus(const std::string& socket);
 

@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<MpiDaemons>> MpiDaemons::Start(const Options& opt
 
 MpiDaemons::~MpiDaemons() {
   if (mpirun_) Stop();
+  for (const std::string& socket : sockets_) RemoveSegmentsOf(socket);
   std::error_code ignored;
   std::filesystem::remove_all(directory_, ignored);
 }
