@@ -80,6 +80,10 @@ struct DaemonConfig {
   // Large collectives across nodes move in chunks of this size, the local
   // reduction of one overlapping the transfer of the one before.
   uint64_t cross_node_chunk_bytes = 4ull << 20;
+  // A cached allreduce across nodes of at most this many bytes travels with
+  // the negotiation (each node's part with its announcement, the combination
+  // with node 0's decision) instead of through MPI afterwards; 0: never.
+  uint64_t cross_node_inline_bytes = 8ull << 10;
 
   // Autotuning (as HOROVOD_AUTOTUNE): the engine tries values of
   // fusion_threshold_bytes (and across nodes cycle_time_ms and

@@ -387,6 +387,12 @@ std::vector<Knob> BuildTable() {
                 "Collectives across nodes move in chunks of this size, the local "
                 "reduction of one overlapping the transfer of the one before. Every node "
                 "must use the same value."),
+          Bytes(COLLECTIVE_KNOB(cross_node_inline_bytes), 0, kMiB,
+                "A host-memory allreduce across nodes of at most this many bytes, once the "
+                "response cache holds it, travels with the negotiation: each node sends its "
+                "ranks' part with its announcement, node 0 combines the parts as it decides "
+                "and sends the result with the decision, so the data takes no round trip of "
+                "its own. 0: always through MPI after the decision."),
       });
   AddSection(
       table, "Autotuning",

@@ -168,6 +168,9 @@ std::string FormatStatus(const v1::StatusResponse& status) {
     if (totals.decided_in_full() + totals.decided_from_cache() != 0) {
       out += fmt::format("; node 0 decided {} in full, {} from the cache", totals.decided_in_full(),
                          totals.decided_from_cache());
+      if (totals.decided_combined() != 0) {
+        out += fmt::format(" ({} combined as it decided)", totals.decided_combined());
+      }
     }
     out += "\n";
   }

@@ -47,7 +47,8 @@ absl::Status AcrossNodes::Begin(world::World& world, uint64_t generation,
       negotiation::Negotiator::Options{
           .cache_capacity = config_.response_cache_capacity,
           .heartbeat_interval = Ticks(std::chrono::milliseconds(config_.heartbeat_interval_ms)),
-          .node_timeout = Ticks(std::chrono::duration<double>(config_.node_timeout_seconds))});
+          .node_timeout = Ticks(std::chrono::duration<double>(config_.node_timeout_seconds)),
+          .combine = &exec::ops::CombineNodeParts});
   return absl::OkStatus();
 }
 
@@ -109,7 +110,12 @@ bool AcrossNodes::Announce(negotiation::ReadyTensor& tensor) {
   if (set == nullptr || !SpansNodes(*set)) return false;
   tensor.across_nodes = true;
   tensor.local_members = LocalMembers(*set);
-  negotiator_->Announce(tensor, *set, tensor.local_members);
+  const std::optional<uint32_t> bit = negotiator_->Announce(tensor, *set, tensor.local_members);
+  if (bit.has_value() &&
+      exec::ops::CombinedByNodeZero(tensor.request(), config_.cross_node_inline_bytes)) {
+    // Node 0 combines it as it decides: this node's part goes with the bit.
+    negotiator_->AddReduction(*bit, exec::ops::NodePart(tensor, executor_.zeros()));
+  }
   announced_.emplace(std::pair(tensor.process_set_id, tensor.name), std::move(tensor));
   return true;
 }
@@ -185,8 +191,9 @@ std::optional<negotiation::ReadyTensor> AcrossNodes::DecidedTensor(
 void AcrossNodes::Decide(v1::Decisions decisions) {
   if (decisions.has_tuning()) host_.Tuned(decisions.tuning());
   std::vector<negotiation::ReadyTensor> data;
-  std::vector<negotiation::ReadyTensor> alone;   // alltoall: one transfer each, never fused
-  std::vector<negotiation::ReadyTensor> device;  // CUDA tensors
+  std::vector<negotiation::ReadyTensor> combined;  // node 0 combined them: no transfer
+  std::vector<negotiation::ReadyTensor> alone;     // alltoall: one transfer each, never fused
+  std::vector<negotiation::ReadyTensor> device;    // CUDA tensors
   for (v1::Decision& decision : *decisions.mutable_decisions()) {
     if (decision.join_began()) {
       host_.RefuseAfterJoin(decision.process_set_id(), decision.first_joined());
@@ -217,6 +224,10 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
     if (tensor.request().collective() == v1::COLLECTIVE_JOIN) {
       tensor.completed_by = decision.last_joined();
     }
+    if (decision.has_combined()) {
+      tensor.combined =
+          std::make_shared<const std::string>(std::move(*decision.mutable_combined()));
+    }
     if (exec::ops::OpFor(tensor.request().collective()) == nullptr) {
       host_.RunControl(tensor);
       continue;
@@ -231,8 +242,12 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
       device.push_back(std::move(tensor));  // NCCL, not MPI: see Engine::RunDeviceBatch
       continue;
     }
-    (tensor.request().collective() == v1::COLLECTIVE_ALLTOALL ? alone : data)
-        .push_back(std::move(tensor));
+    if (tensor.combined != nullptr) {
+      combined.push_back(std::move(tensor));
+    } else {
+      (tensor.request().collective() == v1::COLLECTIVE_ALLTOALL ? alone : data)
+          .push_back(std::move(tensor));
+    }
   }
   // CUDA tensors go to the GPU queue in decision order on every node, so
   // that the NCCL calls of every node pair up. A job that failed or ends
@@ -245,6 +260,12 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
     device.clear();
   }
   host_.RunOnDevice(exec::PlanFusion(std::move(device), knobs_.fusion_threshold_bytes));
+  // Tensors node 0 combined transfer nothing: their batches pair up with
+  // nobody's, and go first.
+  for (exec::FusedBatch& batch :
+       exec::PlanFusion(std::move(combined), knobs_.fusion_threshold_bytes)) {
+    queue_.push_back(std::move(batch));
+  }
   // Every node plans the same batches from the same decisions, so that the
   // MPI transfers pair up. Fusion sizes are the same everywhere (they count
   // every rank's data), but for alltoall, whose slot holds only this node's

@@ -2,7 +2,9 @@
 // process sets' communicators, the negotiator, the tensors announced to node
 // 0 awaiting its decision, and the batches it decided, run one at a time in
 // decision order (this node's part from shared memory, then nonblocking MPI
-// among the set's nodes, pipelined). The engine keeps the loop and the job;
+// among the set's nodes, pipelined; a small cached allreduce instead sends
+// its part with its announcement and takes node 0's combination from the
+// decision). The engine keeps the loop and the job;
 // it calls Announce, Poll, Advance and Fail, and AcrossNodes calls back
 // through AcrossNodes::Host for what the engine owns (completing and failing
 // requests, breaking the world, the job's end). Status and metrics read it

@@ -97,6 +97,10 @@ struct ReadyTensor {
   std::shared_ptr<const std::vector<v1::RankRequest>> everyone;
   std::shared_ptr<const job::SetSpan> span;
   int32_t local_members = 0;
+  // Across nodes, a small allreduce that node 0 combined as it decided
+  // (v1::Decision::combined): the combination, before the final scale;
+  // null when the nodes combine their parts with MPI.
+  std::shared_ptr<const std::string> combined;
 
   const v1::TensorRequest& request() const {
     return submissions.empty() ? everyone->front().request() : submissions.front().request;

@@ -47,8 +47,8 @@ bool SameRequests(const google::protobuf::RepeatedPtrField<v1::RankRequest>& dec
 }  // namespace
 
 GlobalTable::GlobalTable(job::NodeLayout layout, GlobalCheck check, const ResponseCache& cache,
-                         CacheBits& bits)
-    : layout_(std::move(layout)), check_(check), cache_(cache), bits_(bits) {}
+                         CacheBits& bits, GlobalCombine combine)
+    : layout_(std::move(layout)), check_(check), combine_(combine), cache_(cache), bits_(bits) {}
 
 void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessSetTable& sets,
                        Clock::time_point now) {
@@ -65,7 +65,12 @@ void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessS
     if (joins.first < 0) BeginJoin(joined.process_set_id(), joined.set_rank());
   }
   for (const v1::NodeTensor& tensor : ready.tensors()) {
-    Add(from, tensor.process_set_id(), tensor.name(), tensor.ranks(), std::nullopt, sets, now);
+    Add(from, tensor.process_set_id(), tensor.name(), tensor.ranks(), std::nullopt, nullptr, sets,
+        now);
+  }
+  std::map<uint32_t, const std::string*> parts;
+  for (const v1::NodeReduction& reduction : ready.reductions()) {
+    parts[reduction.cache_bit()] = &reduction.data();
   }
   for (uint32_t bit : UnpackBits(ready.cache_bits())) {
     const ResponseCache::Entry* entry = cache_.At(bit);
@@ -79,15 +84,17 @@ void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessS
     for (const v1::RankRequest& rank : entry->ranks) {
       if (layout_.NodeOf(rank.rank()) == from) *ranks.Add() = rank;
     }
-    Add(from, entry->key.first, entry->key.second, ranks, bit, sets, now);
+    const auto part = parts.find(bit);
+    Add(from, entry->key.first, entry->key.second, ranks, bit,
+        part != parts.end() ? part->second : nullptr, sets, now);
   }
   DecideReady(sets);
 }
 
 void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
                       const google::protobuf::RepeatedPtrField<v1::RankRequest>& ranks,
-                      std::optional<uint32_t> cache_bit, const job::ProcessSetTable& sets,
-                      Clock::time_point now) {
+                      std::optional<uint32_t> cache_bit, const std::string* part,
+                      const job::ProcessSetTable& sets, Clock::time_point now) {
   const Key key(set_id, name);
   const job::ProcessSet* set = sets.Find(set_id);
   auto [it, inserted] = table_.try_emplace(key);
@@ -116,6 +123,7 @@ void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
     entry.all_from_cache = false;
   } else {
     entry.cache_bit = cache_bit;
+    if (part != nullptr) entry.parts[from] = *part;
   }
   if (set == nullptr) {
     // Removed while pending: decide at once, as a failure.
@@ -194,6 +202,7 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
     // the cached ones passed the checks when they were cached.
     decision.set_from_cache(true);
     decision.set_cache_bit(*entry.cache_bit);
+    Combine(entry, *set, decision);
     bits_.Touch(*entry.cache_bit);
     ++counters_.decided_from_cache;
     return;
@@ -217,6 +226,23 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
   const bool cacheable =
       status.ok() && !has_joined && set != nullptr && CarriesData(entry.collective);
   UpdateCache(key, decision, cacheable);
+}
+
+void GlobalTable::Combine(const Entry& entry, const job::ProcessSet& set, v1::Decision& decision) {
+  if (combine_ == nullptr || entry.parts.empty()) return;
+  std::set<int> nodes;
+  for (int32_t rank : set.ranks) nodes.insert(layout_.NodeOf(rank));
+  std::vector<const std::string*> parts;
+  for (int node : nodes) {
+    const auto part = entry.parts.find(node);
+    if (part == entry.parts.end()) return;  // that node's ranks combine with MPI
+    parts.push_back(&part->second);
+  }
+  if (std::optional<std::string> combined = combine_(cache_.At(decision.cache_bit())->ranks, parts);
+      combined.has_value()) {
+    decision.set_combined(std::move(*combined));
+    ++counters_.decided_combined;
+  }
 }
 
 void GlobalTable::UpdateCache(const Key& key, v1::Decision& decision, bool cacheable) {

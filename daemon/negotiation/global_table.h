@@ -31,17 +31,27 @@ namespace collective::daemon::negotiation {
 // are absent): OK, or the error every rank receives.
 using GlobalCheck = absl::Status (*)(const ReadyTensor& everyone);
 
+// Node 0's combination of a small cached allreduce's parts (NodeReduction),
+// one per node of its set in node order, given every rank's request: the
+// bytes every node takes as the combined result, or nullopt when the nodes
+// must combine them themselves (a part is malformed).
+using GlobalCombine = std::optional<std::string> (*)(const std::vector<v1::RankRequest>& everyone,
+                                                     const std::vector<const std::string*>& parts);
+
 class GlobalTable {
  public:
   struct Counters {
     uint64_t decided_in_full = 0;
     uint64_t decided_from_cache = 0;
+    uint64_t decided_combined = 0;  // of those from the cache
   };
 
   // `cache` is node 0's copy of the response cache (the negotiator applies
-  // the batches to it); `bits` hands out its bits.
+  // the batches to it); `bits` hands out its bits. `combine`, when given,
+  // combines the parts of small allreduces that every node sent with their
+  // cache bits into their decisions.
   GlobalTable(job::NodeLayout layout, GlobalCheck check, const ResponseCache& cache,
-              CacheBits& bits);
+              CacheBits& bits, GlobalCombine combine = nullptr);
 
   // What node `from` sent, in arrival order (node 0's own announcements
   // too). Decisions it completes are added to the batch being built.
@@ -77,6 +87,8 @@ class GlobalTable {
     uint64_t sequence = 0;  // order of first announcement
     bool all_from_cache = true;
     std::optional<uint32_t> cache_bit;  // the bit the cached announcements named
+    // By node: its part of a small allreduce, sent with the cache bit.
+    std::map<int, std::string> parts;
   };
 
   struct Joins {
@@ -87,8 +99,8 @@ class GlobalTable {
 
   void Add(int from, int32_t set_id, const std::string& name,
            const google::protobuf::RepeatedPtrField<v1::RankRequest>& ranks,
-           std::optional<uint32_t> cache_bit, const job::ProcessSetTable& sets,
-           Clock::time_point now);
+           std::optional<uint32_t> cache_bit, const std::string* part,
+           const job::ProcessSetTable& sets, Clock::time_point now);
   bool IsReady(const Key& key, const Entry& entry) const;
   // A rank of the set has joined: every node hears it, and what waits of
   // the set's collectives other than allreduce and join fails at once
@@ -100,11 +112,15 @@ class GlobalTable {
   bool RefuseIfJoined(const Key& key);
   void DecideReady(const job::ProcessSetTable& sets);
   void Decide(const Key& key, Entry entry, const job::ProcessSetTable& sets);
+  // A decision from the cache: the combination of its parts, when every
+  // node of `set` sent one.
+  void Combine(const Entry& entry, const job::ProcessSet& set, v1::Decision& decision);
   // After a full decision: keep, change or drop the cache entry of the key.
   void UpdateCache(const Key& key, v1::Decision& decision, bool cacheable);
 
   const job::NodeLayout layout_;
   const GlobalCheck check_;
+  const GlobalCombine combine_;
   const ResponseCache& cache_;
   CacheBits& bits_;
   std::map<Key, Entry> table_;

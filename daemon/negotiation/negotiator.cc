@@ -13,18 +13,18 @@ Negotiator::Negotiator(std::unique_ptr<ControlLink> link, job::NodeLayout layout
       cache_(options.cache_capacity) {
   if (link_->node() == 0) {
     bits_ = std::make_unique<CacheBits>(options.cache_capacity, link_->nodes());
-    table_ = std::make_unique<GlobalTable>(layout_, check, cache_, *bits_);
+    table_ = std::make_unique<GlobalTable>(layout_, check, cache_, *bits_, options.combine);
   }
 }
 
-void Negotiator::Announce(const ReadyTensor& tensor, const job::ProcessSet& set,
-                          int32_t local_members) {
+std::optional<uint32_t> Negotiator::Announce(const ReadyTensor& tensor, const job::ProcessSet& set,
+                                             int32_t local_members) {
   // A bit stands for every local member's request: only when none joined.
   if (static_cast<int32_t>(tensor.submissions.size()) == local_members) {
     if (const std::optional<uint32_t> bit = cache_.Match(tensor); bit.has_value()) {
       outgoing_bits_.push_back(*bit);
       ++announced_from_cache_;
-      return;
+      return bit;
     }
   }
   v1::NodeTensor* announced = outgoing_.add_tensors();
@@ -37,6 +37,13 @@ void Negotiator::Announce(const ReadyTensor& tensor, const job::ProcessSet& set,
     *rank->mutable_request() = submission.request;
   }
   ++announced_in_full_;
+  return std::nullopt;
+}
+
+void Negotiator::AddReduction(uint32_t bit, std::string part) {
+  v1::NodeReduction* reduction = outgoing_.add_reductions();
+  reduction->set_cache_bit(bit);
+  reduction->set_data(std::move(part));
 }
 
 void Negotiator::Joined(int32_t process_set_id, int32_t set_rank, int32_t rank) {
@@ -186,6 +193,7 @@ void Negotiator::AddTo(v1::Totals& totals) const {
     totals.set_decided_in_full(totals.decided_in_full() + table_->counters().decided_in_full);
     totals.set_decided_from_cache(totals.decided_from_cache() +
                                   table_->counters().decided_from_cache);
+    totals.set_decided_combined(totals.decided_combined() + table_->counters().decided_combined);
   }
 }
 
@@ -205,6 +213,7 @@ void Negotiator::Describe(v1::NegotiationStatus* out) const {
   if (table_ != nullptr) {
     out->set_decided_in_full(table_->counters().decided_in_full);
     out->set_decided_from_cache(table_->counters().decided_from_cache);
+    out->set_decided_combined(table_->counters().decided_combined);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,6 +42,9 @@ class Negotiator {
     uint32_t cache_capacity = 1024;
     Clock::duration heartbeat_interval = std::chrono::milliseconds(500);
     Clock::duration node_timeout = std::chrono::seconds(30);
+    // Node 0: combines small allreduces' parts (AddReduction) into their
+    // decisions; null: the nodes always combine them themselves.
+    GlobalCombine combine = nullptr;
   };
 
   // What the other nodes sent, for the engine to carry out in order.
@@ -58,7 +62,12 @@ class Negotiator {
 
   // A tensor ready on this node for a set that spans nodes: `local_members`
   // of the set live here, and those that have not joined all submitted it.
-  void Announce(const ReadyTensor& tensor, const job::ProcessSet& set, int32_t local_members);
+  // Returns the cache bit it was announced by, if it was.
+  std::optional<uint32_t> Announce(const ReadyTensor& tensor, const job::ProcessSet& set,
+                                   int32_t local_members);
+  // This node's part of the allreduce just announced by `bit`, for node 0
+  // to combine as it decides (v1::NodeReduction).
+  void AddReduction(uint32_t bit, std::string part);
   // A local rank joined.
   void Joined(int32_t process_set_id, int32_t set_rank, int32_t rank);
   // Tells every other node that the job failed or ended here.

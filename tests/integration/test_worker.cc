@@ -6,6 +6,7 @@
 // it failed).
 //
 //   matrix [--async] [--big-bytes N]   every op x dtype x size, bitwise checked
+//          [--steps S]                 (S times over, by the same names)
 //   mismatch --kind K                  K: dtype, shape, op, prescale, postscale
 //   wait-stuck --expect TEXT           wait on a tensor the last rank never submits
 //   victim [--expect TEXT]             submit a lone tensor, then block until killed
@@ -217,22 +218,27 @@ int Matrix(const Args& args) {
   const size_t big_bytes = std::stoull(Flag(args, "--big-bytes", "65536"));
   const std::vector<Case> cases = MatrixCases(big_bytes);
   compare_close = HasFlag(args, "--across-nodes");
-  if (HasFlag(args, "--async")) {
-    // Everything outstanding at once: the daemon fuses what it can.
-    std::vector<Placed> placed;
-    std::vector<Client::Handle> handles;
-    placed.reserve(cases.size());
-    for (const Case& c : cases) {
-      placed.push_back(Place(*client, c, RankData(c, client->rank())));
-      handles.push_back(Submit(*client, c, placed.back()));
-    }
-    for (size_t i = 0; i < cases.size(); ++i) {
-      Check(*client, cases[i], handles[i], Expected(cases[i], client->size()));
-    }
-  } else {
-    for (const Case& c : cases) {
-      Placed placed = Place(*client, c, RankData(c, client->rank()));
-      Check(*client, c, Submit(*client, c, placed), Expected(c, client->size()));
+  // The same names step after step: across nodes, steps after the first are
+  // decided from the response cache.
+  const int steps = std::stoi(Flag(args, "--steps", "1"));
+  for (int step = 0; step < steps; ++step) {
+    if (HasFlag(args, "--async")) {
+      // Everything outstanding at once: the daemon fuses what it can.
+      std::vector<Placed> placed;
+      std::vector<Client::Handle> handles;
+      placed.reserve(cases.size());
+      for (const Case& c : cases) {
+        placed.push_back(Place(*client, c, RankData(c, client->rank())));
+        handles.push_back(Submit(*client, c, placed.back()));
+      }
+      for (size_t i = 0; i < cases.size(); ++i) {
+        Check(*client, cases[i], handles[i], Expected(cases[i], client->size()));
+      }
+    } else {
+      for (const Case& c : cases) {
+        Placed placed = Place(*client, c, RankData(c, client->rank()));
+        Check(*client, c, Submit(*client, c, placed), Expected(c, client->size()));
+      }
     }
   }
   std::printf("ok %zu cases on rank %d of %d\n", cases.size(), client->rank(), client->size());

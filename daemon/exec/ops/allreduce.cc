@@ -3,6 +3,9 @@
 // each node reduces its own ranks' inputs, the nodes combine their partial
 // results with MPI in chunks — the local reduction of one chunk overlapping
 // the transfer of the one before — and each chunk then gets its final scale.
+// A small cached one is combined by node 0 as it decides (each node's part
+// came with its announcement): every node copies the combination into its
+// slot and scales it, with no transfer.
 #include <algorithm>
 
 #include "common/dtype.h"
@@ -39,6 +42,27 @@ void AddCombination(const negotiation::ReadyTensor& tensor, std::byte* data, uin
                ? transport.StartAllreduce(*span, data, count, dtype, op)
                : transport.StartReduce(*span, data, count, dtype, op, root_node);
   });
+}
+
+v1::ReduceOp CombiningOp(const v1::TensorRequest& request) {
+  return request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
+}
+
+// Node 0 combined the batch's tensors as it decided: their results arrived
+// with the decision.
+void PlanCombined(const FusedBatch& batch, const std::vector<uint64_t>& slots,
+                  const PlanContext& context, std::vector<CrossNodeStage>& stages) {
+  for (size_t t = 0; t < batch.tensors.size(); ++t) {
+    const negotiation::ReadyTensor& tensor = batch.tensors[t];
+    const v1::TensorRequest& request = tensor.request();
+    std::byte* slot = context.data + slots[t];
+    CrossNodeStage& stage = stages.emplace_back(context.zeros);
+    stage.tensor = tensor.name;
+    stage.before.AddCopy(slot, reinterpret_cast<const std::byte*>(tensor.combined->data()),
+                         request.length());
+    AddFinalScaleRange(tensor, slot, stage.after, 0,
+                       request.length() / ElementSize(request.dtype()));
+  }
 }
 
 class Allreduce final : public CollectiveOp {
@@ -79,6 +103,9 @@ class Allreduce final : public CollectiveOp {
                        std::vector<CrossNodeStage>& stages) const override {
     if (IsAdasum(batch.tensors.front())) {
       return AdasumAllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
+    }
+    if (batch.tensors.front().combined != nullptr) {
+      return PlanCombined(batch, slots, context, stages);
     }
     PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode);
   }
@@ -123,6 +150,36 @@ void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_
     }
     AddCombination(head, block + first * element, end - first, root_node, stage);
   }
+}
+
+bool CombinedByNodeZero(const v1::TensorRequest& request, uint64_t max_bytes) {
+  return request.collective() == v1::COLLECTIVE_ALLREDUCE &&
+         request.memory() == v1::MEMORY_KIND_HOST && request.length() > 0 &&
+         request.length() <= max_bytes && IsReducible(request.dtype(), CombiningOp(request));
+}
+
+std::string NodePart(const negotiation::ReadyTensor& tensor, const std::byte* zeros) {
+  std::string part(tensor.request().length(), '\0');
+  WorkList work(zeros);
+  AddReduction(tensor, reinterpret_cast<std::byte*>(part.data()), work);
+  for (size_t i = 0; i < work.size(); ++i) work.Run(i);
+  return part;
+}
+
+std::optional<std::string> CombineNodeParts(const std::vector<v1::RankRequest>& everyone,
+                                            const std::vector<const std::string*>& parts) {
+  if (everyone.empty() || parts.empty()) return std::nullopt;
+  const v1::TensorRequest& request = everyone.front().request();
+  if (!CombinedByNodeZero(request, request.length())) return std::nullopt;
+  std::vector<const void*> inputs;
+  for (const std::string* part : parts) {
+    if (part->size() != request.length()) return std::nullopt;
+    inputs.push_back(part->data());
+  }
+  std::string combined(request.length(), '\0');
+  Reduce({.dtype = request.dtype(), .op = CombiningOp(request)}, inputs, combined.data(),
+         request.length() / ElementSize(request.dtype()));
+  return combined;
 }
 
 exec::ReduceSpec ReductionSpec(const negotiation::ReadyTensor& tensor) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "daemon/exec/ops/collective_op.h"
@@ -67,6 +69,20 @@ struct NodeRows {
   std::vector<uint64_t> displs;
 };
 NodeRows NodeRowsOf(const negotiation::ReadyTensor& tensor);
+
+// Across nodes, a small allreduce node 0 combines as it decides, so that its
+// data needs no transfer after the decision (v1::NodeReduction): whether
+// `request` qualifies (host memory, at most `max_bytes`, an op the kernels
+// reduce element by element).
+bool CombinedByNodeZero(const v1::TensorRequest& request, uint64_t max_bytes);
+// This node's part of such a tensor (announced across nodes): its ranks'
+// inputs reduced, prescaled, before the final scale.
+std::string NodePart(const negotiation::ReadyTensor& tensor, const std::byte* zeros);
+// Node 0: the nodes' parts combined in node order, as every node then takes
+// it (before the final scale); nullopt when a part is not the tensor's size
+// or the tensor does not qualify. A negotiation::GlobalCombine.
+std::optional<std::string> CombineNodeParts(const std::vector<v1::RankRequest>& everyone,
+                                            const std::vector<const std::string*>& parts);
 
 // Across nodes: FinalScaleSpec applied in place to `count` elements of
 // `out` from element `first`, when there is anything to apply.

@@ -3,7 +3,9 @@
 // - the response cache: after the first step of a repeated set of tensors,
 //   steps run without the full request exchange, as the negotiation
 //   counters of `collectivectl status` show (and a changed tensor, or a
-//   capacity of 0, goes back to the full exchange);
+//   capacity of 0, goes back to the full exchange); node 0 combines those
+//   small allreduces itself as it decides, unless cross_node_inline_bytes
+//   is 0;
 // - the timeline: a tensor across nodes has its negotiation, its local
 //   reduction and its transfer among the daemons (CROSS_NODE).
 #include <filesystem>
@@ -33,6 +35,7 @@ struct CacheCase {
   std::vector<std::string> worker_flags;
   uint64_t in_full;     // per node
   uint64_t from_cache;  // per node
+  uint64_t combined;    // node 0: of those from the cache, combined as it decided
 };
 
 void PrintTo(const CacheCase& c, std::ostream* os) { *os << c.name; }
@@ -62,6 +65,7 @@ TEST_P(ResponseCacheTest, StepsAfterTheFirstSkipTheFullExchange) {
       // What every node announced from the cache, node 0 decided from it.
       EXPECT_EQ(totals.decided_in_full(), c.in_full);
       EXPECT_EQ(totals.decided_from_cache(), c.from_cache);
+      EXPECT_EQ(totals.decided_combined(), c.combined);
     }
     // collectivectl says the same to people.
     auto cli =
@@ -71,6 +75,10 @@ TEST_P(ResponseCacheTest, StepsAfterTheFirstSkipTheFullExchange) {
     EXPECT_THAT(cli->Stdout(),
                 HasSubstr(absl::StrCat("negotiation: ", c.in_full, " tensors announced in full, ",
                                        c.from_cache, " from the response cache")));
+    if (node == 0 && c.combined != 0) {
+      EXPECT_THAT(cli->Stdout(), HasSubstr(absl::StrCat(c.from_cache, " from the cache (",
+                                                        c.combined, " combined as it decided)")));
+    }
   }
   EXPECT_TRUE(ExitedCleanly((*daemons)->Stop())) << (*daemons)->mpirun().Stderr();
 }
@@ -78,16 +86,31 @@ TEST_P(ResponseCacheTest, StepsAfterTheFirstSkipTheFullExchange) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, ResponseCacheTest,
     ::testing::Values(
-        CacheCase{"SteadyState", {}, {}, kTensors, kTensors*(kSteps - 1)},
+        // The tensors are small: node 0 combines every one decided from the
+        // cache.
+        CacheCase{"SteadyState", {}, {}, kTensors, kTensors*(kSteps - 1), kTensors*(kSteps - 1)},
         // Tensor 0 changes its shape at step 3: negotiated in full once more,
         // then cached again.
         CacheCase{"AChangedTensorIsNegotiatedAgain",
                   {},
                   {"--change-at", "3"},
                   kTensors + 1,
+                  kTensors*(kSteps - 1) - 1,
                   kTensors*(kSteps - 1) - 1},
-        CacheCase{
-            "CapacityZeroDisablesIt", {"--response-cache-capacity", "0"}, {}, kTensors* kSteps, 0}),
+        CacheCase{"CapacityZeroDisablesIt",
+                  {"--response-cache-capacity", "0"},
+                  {},
+                  kTensors* kSteps,
+                  0,
+                  0},
+        // Every cached tensor's data then goes through MPI after the
+        // decision (the workers check the results either way).
+        CacheCase{"InlineBytesZeroCombinesNothingOnNodeZero",
+                  {"--cross-node-inline-bytes", "0"},
+                  {},
+                  kTensors,
+                  kTensors*(kSteps - 1),
+                  0}),
     [](const auto& test) { return test.param.name; });
 
 // A cache smaller than the set of tensors evicts and reuses bits while the

@@ -93,11 +93,16 @@ uint64_t Reported(const std::string& out) {
 struct AllreduceParam {
   World world;
   bool async = false;
+  // Steps of the matrix by the same names: from the second on, node 0
+  // decides from the response cache and combines the small ones itself
+  // (cross_node_inline_bytes).
+  int steps = 1;
 };
 
 void PrintTo(const AllreduceParam& param, std::ostream* os) {
   PrintTo(param.world, os);
   if (param.async) *os << ", asynchronous";
+  if (param.steps > 1) *os << ", " << param.steps << " steps";
 }
 
 class MultiNodeAllreduceTest : public ::testing::TestWithParam<AllreduceParam> {};
@@ -108,6 +113,7 @@ TEST_P(MultiNodeAllreduceTest, EveryOpAndDtypeCombinesAcrossNodes) {
   ASSERT_NE(daemons, nullptr);
   std::vector<std::string> args = {"matrix", "--across-nodes", "--big-bytes", kFusionThreshold};
   if (param.async) args.push_back("--async");
+  args.insert(args.end(), {"--steps", absl::StrCat(param.steps)});
   auto workers = daemons->StartWorkers(TestWorkerBinary(), param.world.local_sizes, args);
   ASSERT_TRUE(workers.ok()) << workers.status();
   ASSERT_EQ(WaitForWorkers(*workers, kTimeout), "");
@@ -123,6 +129,10 @@ TEST_P(MultiNodeAllreduceTest, EveryOpAndDtypeCombinesAcrossNodes) {
     EXPECT_GT(status->totals().cross_node_collectives(), 0u) << "node " << node;
     EXPECT_GT(status->totals().announced_in_full() + status->totals().announced_from_cache(), 0u)
         << "node " << node;
+    if (node == 0 && param.steps > 1) {
+      EXPECT_GT(status->totals().decided_combined(), 0u)
+          << "the small cases of the later steps were combined by node 0";
+    }
   }
   ExpectCleanWorld(*daemons);
 }
@@ -131,9 +141,12 @@ INSTANTIATE_TEST_SUITE_P(Worlds, MultiNodeAllreduceTest,
                          ::testing::Values(AllreduceParam{kTwoTcp}, AllreduceParam{kUnequalTcp},
                                            AllreduceParam{kThreeNodesTcp, /*async=*/true},
                                            AllreduceParam{{{2, 2}, "vader,self"}},
-                                           AllreduceParam{kThreeNodesShm, /*async=*/true}),
+                                           AllreduceParam{kThreeNodesShm, /*async=*/true},
+                                           AllreduceParam{kUnequalTcp, /*async=*/false, 2},
+                                           AllreduceParam{kThreeNodesTcp, /*async=*/true, 2}),
                          [](const auto& test) {
-                           return test.param.world.Name() + (test.param.async ? "_Async" : "");
+                           return test.param.world.Name() + (test.param.async ? "_Async" : "") +
+                                  (test.param.steps > 1 ? "_Steps" : "");
                          });
 
 // --- The other collectives' scenarios (the collectives worker) ----------

@@ -14,17 +14,20 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "daemon/exec/adasum_kernel.h"
 #include "daemon/exec/executor.h"
 #include "daemon/exec/fusion.h"
 #include "daemon/exec/ops/collective_op.h"
+#include "daemon/exec/ops/ops.h"
 #include "daemon/exec/ops/work_list.h"
 #include "daemon/exec/thread_pool.h"
 #include "tests/unit/exec/fake_node_transport.h"
@@ -249,6 +252,99 @@ TEST_F(CrossNodeRunTest, ASmallBatchsLocalPartRunsOnTheEngineThread) {
       EXPECT_THAT(ResultOf(n, 0, local), ::testing::ElementsAre(6.0f));
     }
   }
+}
+
+// A small cached allreduce that node 0 combined as it decided (each node's
+// part came with its announcement): every node takes the combination, scales
+// it and transfers nothing, and every rank gets the bits the transfers give
+// (the fabric, like node 0, combines the nodes in node order).
+TEST_F(CrossNodeRunTest, ASmallAllreduceCombinedByNodeZeroEqualsTheTransferredOneBitwise) {
+  struct Variant {
+    v1::ReduceOp op;
+    double prescale;
+    double postscale;
+  };
+  for (const std::vector<int32_t>& local_sizes :
+       {std::vector<int32_t>{2, 1}, std::vector<int32_t>{1, 3, 2}}) {
+    for (const Variant variant :
+         {Variant{v1::REDUCE_OP_SUM, 1, 1}, Variant{v1::REDUCE_OP_AVERAGE, 0.5, 3},
+          Variant{v1::REDUCE_OP_MIN, 1, 1}, Variant{v1::REDUCE_OP_MAX, 2, 1},
+          Variant{v1::REDUCE_OP_PRODUCT, 1, 0.25}}) {
+      SCOPED_TRACE(absl::StrCat(local_sizes.size(), " nodes, op ", variant.op));
+      const auto edit = [variant](v1::TensorRequest& request) {
+        request.set_op(variant.op);
+        if (variant.prescale != 1) request.set_prescale(variant.prescale);
+        if (variant.postscale != 1) request.set_postscale(variant.postscale);
+      };
+      const auto value = [](int32_t rank, int64_t i) {
+        return static_cast<float>((rank + 1) * 1.37 + i * 0.11) - 2.5f;
+      };
+      std::vector<std::vector<std::vector<float>>> transferred;  // [node][local]
+      Form(local_sizes);
+      AddTensor(
+          "w", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 3; }, 5, value, edit);
+      RunAll(/*chunk_bytes=*/1 << 20);
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+        auto& node = transferred.emplace_back();
+        for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+          node.push_back(ResultOf(n, 0, local));
+        }
+      }
+
+      Form(local_sizes);
+      AddTensor(
+          "w", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 3; }, 5, value, edit);
+      const v1::TensorRequest& request = nodes_[0].batch.tensors[0].request();
+      ASSERT_TRUE(ops::CombinedByNodeZero(request, 60));
+      EXPECT_FALSE(ops::CombinedByNodeZero(request, 59)) << "60 bytes: above the limit";
+      std::vector<std::string> parts;
+      for (Node& node : nodes_)
+        parts.push_back(ops::NodePart(node.batch.tensors[0], zeros_.data()));
+      std::vector<const std::string*> in_node_order;
+      for (const std::string& part : parts) in_node_order.push_back(&part);
+      std::optional<std::string> combined =
+          ops::CombineNodeParts(*nodes_[0].batch.tensors[0].everyone, in_node_order);
+      ASSERT_TRUE(combined.has_value());
+      const auto shared = std::make_shared<const std::string>(*combined);
+      for (Node& node : nodes_) node.batch.tensors[0].combined = shared;
+      const int before = fabric_.completed();
+      RunAll(/*chunk_bytes=*/1 << 20);
+      EXPECT_EQ(fabric_.completed(), before) << "nothing transferred after the decision";
+      for (size_t n = 0; n < nodes_.size(); ++n) {
+        ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+        for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+          EXPECT_EQ(ResultOf(n, 0, local), transferred[n][local]) << "node " << n;
+        }
+      }
+    }
+  }
+}
+
+// Node 0 leaves to the nodes what it cannot combine: a part of the wrong
+// size (a malformed message), or a tensor that does not qualify.
+TEST_F(CrossNodeRunTest, NodeZeroCombinesOnlyWholePartsOfQualifyingTensors) {
+  v1::RankRequest rank;
+  v1::TensorRequest& request = *rank.mutable_request();
+  request.set_collective(v1::COLLECTIVE_ALLREDUCE);
+  request.set_dtype(v1::DATA_TYPE_FLOAT32);
+  request.set_op(v1::REDUCE_OP_SUM);
+  request.set_length(8);
+  const std::vector<v1::RankRequest> everyone = {rank};
+  const std::string whole(8, '\0');
+  const std::string short_part(4, '\0');
+  EXPECT_TRUE(ops::CombineNodeParts(everyone, {&whole, &whole}).has_value());
+  EXPECT_EQ(ops::CombineNodeParts(everyone, {&whole, &short_part}), std::nullopt);
+  EXPECT_EQ(ops::CombineNodeParts(everyone, {}), std::nullopt);
+  request.set_op(v1::REDUCE_OP_ADASUM);
+  EXPECT_FALSE(ops::CombinedByNodeZero(request, 1024)) << "Adasum is not element by element";
+  EXPECT_EQ(ops::CombineNodeParts({rank}, {&whole, &whole}), std::nullopt);
+  request.set_op(v1::REDUCE_OP_SUM);
+  request.set_memory(v1::MEMORY_KIND_CUDA);
+  EXPECT_FALSE(ops::CombinedByNodeZero(request, 1024)) << "GPU tensors go through NCCL";
+  request.set_memory(v1::MEMORY_KIND_HOST);
+  request.set_collective(v1::COLLECTIVE_BROADCAST);
+  EXPECT_FALSE(ops::CombinedByNodeZero(request, 1024));
 }
 
 // A large one's goes to the workers, which wake the engine when it is done.

@@ -3,6 +3,8 @@
 // applied to the response cache as every node applies it.
 #include "daemon/negotiation/global_table.h"
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,10 +38,26 @@ absl::Status SameShapes(const negotiation::ReadyTensor& everyone) {
   return absl::OkStatus();
 }
 
+// Stands in for the kernels' combination of small allreduces' parts: the
+// parts joined by '+' in the order given, after the tensor's name; none when
+// a part says "malformed".
+std::optional<std::string> JoinParts(const std::vector<v1::RankRequest>& everyone,
+                                     const std::vector<const std::string*>& parts) {
+  std::string joined = everyone.front().request().name() + ":";
+  for (const std::string* part : parts) {
+    if (*part == "malformed") return std::nullopt;
+    joined += (part == parts.front() ? "" : "+") + *part;
+  }
+  return joined;
+}
+
 class GlobalTableTest : public ::testing::Test {
  protected:
   GlobalTableTest()
-      : sets_(4), cache_(8), bits_(8, 2), table_(TwoByTwo(), &SameShapes, cache_, bits_) {}
+      : sets_(4),
+        cache_(8),
+        bits_(8, 2),
+        table_(TwoByTwo(), &SameShapes, cache_, bits_, &JoinParts) {}
 
   static v1::RankRequest Rank(int32_t rank, const std::string& name, int64_t rows,
                               uint64_t request_id = 1,
@@ -71,10 +89,17 @@ class GlobalTableTest : public ::testing::Test {
     table_.Take(node, ready, sets_, Clock::now());
   }
 
-  // Node `node` announces the tensors cached at `bits`.
-  void AnnounceBits(int node, const std::vector<uint32_t>& bits) {
+  // Node `node` announces the tensors cached at `bits`, with `parts` of
+  // small allreduces (by bit).
+  void AnnounceBits(int node, const std::vector<uint32_t>& bits,
+                    const std::map<uint32_t, std::string>& parts = {}) {
     v1::NodeReady ready;
     ready.set_cache_bits(negotiation::PackBits(bits));
+    for (const auto& [bit, part] : parts) {
+      v1::NodeReduction& reduction = *ready.add_reductions();
+      reduction.set_cache_bit(bit);
+      reduction.set_data(part);
+    }
     table_.Take(node, ready, sets_, Clock::now());
   }
 
@@ -147,6 +172,62 @@ TEST_F(GlobalTableTest, ASteadyStateStepIsDecidedFromTheCacheBitsAlone) {
   EXPECT_THAT(batch.decisions(0).ranks(), IsEmpty()) << "no request travels";
   EXPECT_EQ(table_.counters().decided_from_cache, 1u);
   EXPECT_EQ(table_.counters().decided_in_full, 1u);
+}
+
+TEST_F(GlobalTableTest, EveryNodesPartOfASmallAllreduceIsCombinedInNodeOrderAsItIsDecided) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(1, {bit}, {{bit, "one"}});
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_TRUE(batch.decisions(0).from_cache());
+  ASSERT_TRUE(batch.decisions(0).has_combined());
+  EXPECT_EQ(batch.decisions(0).combined(), "w:zero+one");
+  EXPECT_EQ(table_.counters().decided_combined, 1u);
+  EXPECT_EQ(table_.counters().decided_from_cache, 1u);
+}
+
+TEST_F(GlobalTableTest, ANodeThatSentNoPartLeavesTheCombinationToTheNodes) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  AnnounceBits(1, {bit});  // e.g. its cross_node_inline_bytes is smaller
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_TRUE(batch.decisions(0).from_cache());
+  EXPECT_FALSE(batch.decisions(0).has_combined());
+  EXPECT_EQ(table_.counters().decided_combined, 0u);
+}
+
+TEST_F(GlobalTableTest, PartsThatCannotBeCombinedLeaveTheCombinationToTheNodes) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  AnnounceBits(1, {bit}, {{bit, "malformed"}});
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_TRUE(batch.decisions(0).from_cache());
+  EXPECT_FALSE(batch.decisions(0).has_combined());
+}
+
+TEST_F(GlobalTableTest, APartCountsForItsOwnStepOnly) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  AnnounceBits(1, {bit}, {{bit, "one"}});
+  EXPECT_EQ(Batch().decisions(0).combined(), "w:zero+one");
+  AnnounceBits(0, {bit});
+  AnnounceBits(1, {bit}, {{bit, "again"}});
+  const v1::Decisions next = Batch();
+  ASSERT_EQ(next.decisions_size(), 1);
+  EXPECT_FALSE(next.decisions(0).has_combined()) << "node 0's part of the last step is gone";
+}
+
+TEST_F(GlobalTableTest, APartWithATensorAnnouncedInFullIsNotCombined) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  Announce(1, "w");
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_FALSE(batch.decisions(0).from_cache());
+  EXPECT_FALSE(batch.decisions(0).has_combined());
 }
 
 TEST_F(GlobalTableTest, ANodeAnnouncingInFullWhileOthersUseTheBitDecidesInFull) {

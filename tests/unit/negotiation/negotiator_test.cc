@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,14 +43,15 @@ class NegotiatorTest : public ::testing::Test {
           network_->LinkOf(static_cast<int>(node)), layout, &CheckAgreement,
           Negotiator::Options{.cache_capacity = 16,
                               .heartbeat_interval = std::chrono::milliseconds(100),
-                              .node_timeout = std::chrono::seconds(5)}));
+                              .node_timeout = std::chrono::seconds(5),
+                              .combine = combine_}));
     }
   }
 
   // Node `node`'s ranks submitted `name` (float32 of `rows` rows; `rows_of`
   // overrides one global rank's).
-  void Announce(size_t node, const std::string& name, int64_t rows,
-                std::pair<int32_t, int64_t> rows_of = {-1, 0}) {
+  std::optional<uint32_t> Announce(size_t node, const std::string& name, int64_t rows,
+                                   std::pair<int32_t, int64_t> rows_of = {-1, 0}) {
     const job::ProcessSet& set = *sets_->Find(0);
     ReadyTensor tensor;
     tensor.name = name;
@@ -70,7 +72,7 @@ class NegotiatorTest : public ::testing::Test {
       request.add_shape(rank == rows_of.first ? rows_of.second : rows);
       request.set_length(static_cast<uint64_t>(request.shape(0)) * 4);
     }
-    negotiators_[node]->Announce(tensor, set, local_sizes_[node]);
+    return negotiators_[node]->Announce(tensor, set, local_sizes_[node]);
   }
 
   // Exchanges until every node has received `batches` more batches of
@@ -110,6 +112,7 @@ class NegotiatorTest : public ::testing::Test {
     return names;
   }
 
+  GlobalCombine combine_ = nullptr;  // node 0's, for the nodes formed next
   std::unique_ptr<FakeControlNetwork> network_;
   std::vector<int32_t> local_sizes_;
   std::unique_ptr<job::ProcessSetTable> sets_;
@@ -179,6 +182,42 @@ TEST_F(NegotiatorTest, SteadyStateStepsAreDecidedFromTheResponseCache) {
   EXPECT_EQ(totals.announced_in_full(), 2u) << "each node announced the first step in full";
   EXPECT_EQ(totals.announced_from_cache(), 4u) << "and the next two by cache bit";
   EXPECT_EQ(totals.decided_from_cache(), 2u);
+}
+
+// Stands in for the kernels' combination: the parts, '|'-joined in the order
+// node 0 hands them over.
+std::optional<std::string> JoinParts(const std::vector<v1::RankRequest>& /*everyone*/,
+                                     const std::vector<const std::string*>& parts) {
+  std::string joined;
+  for (const std::string* part : parts) joined += (joined.empty() ? "" : "|") + *part;
+  return joined;
+}
+
+TEST_F(NegotiatorTest, ASmallAllreducesPartsTravelWithItsBitsAndItsCombinationWithTheDecision) {
+  combine_ = &JoinParts;
+  Form({1, 2, 1});
+  const std::vector<std::string> part = {"zero", "one", "two"};
+  for (int step = 0; step < 2; ++step) {
+    for (size_t node : {2, 0, 1}) {
+      const std::optional<uint32_t> bit = Announce(node, "bias", 2);
+      EXPECT_EQ(bit.has_value(), step > 0) << "step " << step << ", node " << node;
+      if (bit.has_value()) negotiators_[node]->AddReduction(*bit, part[node]);
+    }
+    const auto received = Settle(1);
+    for (size_t node = 0; node < received.size(); ++node) {
+      ASSERT_EQ(received[node].size(), 1u);
+      ASSERT_EQ(received[node].front().decisions_size(), 1);
+      const v1::Decision& decision = received[node].front().decisions(0);
+      if (step == 0) {
+        EXPECT_FALSE(decision.has_combined()) << "decided in full: the nodes combine";
+      } else {
+        EXPECT_EQ(decision.combined(), "zero|one|two") << "node " << node;
+      }
+    }
+  }
+  v1::Totals totals;
+  negotiators_[0]->AddTo(totals);
+  EXPECT_EQ(totals.decided_combined(), 1u);
 }
 
 TEST_F(NegotiatorTest, AJobEventReachesEveryOtherNode) {
