@@ -26,7 +26,8 @@ JobSupervisor::JobSupervisor(TrainerGroup& trainers, PrivateDaemon* daemon, Elas
       daemon_(daemon),
       elastic_(elastic),
       signals_(signals),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      blacklist_(options_.blacklist_cooldown) {
   if (options_.launch_daemons) {
     worlds_ = std::make_unique<DaemonWorlds>(daemon_, options_.launch_daemons);
   }
@@ -151,12 +152,12 @@ void JobSupervisor::OnNodeLost(int node) {
     return;
   }
   const int host = elastic_->running_nodes()[static_cast<size_t>(node)];
-  lost_hosts_.insert(host);
+  const absl::Time now = absl::Now();
+  const std::optional<absl::Time> until = blacklist_.Add(host, now);
   const std::string why =
       absl::StrCat("the collectived of ", elastic_->HostName(host), " (node ", node, ")");
-  Say(absl::StrCat(why,
-                   " exited while the job ran; leaving the host out from now on, and "
-                   "re-forming the job without it"));
+  Say(absl::StrCat(why, " exited while the job ran; blacklisting the host ",
+                   HostBlacklist::Describe(until, now), ", and re-forming the job without it"));
   // The world of daemons is broken: the others stop now, and their workers'
   // collectives fail at once instead of at the node timeout.
   worlds_->StopServing();
@@ -215,6 +216,10 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
     if (options_.verbose) Say(what);
     return;
   }
+  if (Discovers()) {
+    BlacklistHostOf(trainer, status, what);
+    return;
+  }
   if (elastic_ != nullptr && ReformWithout(trainer, what)) return;
   const int others = trainers_.running();
   Say(others > 0 ? absl::StrCat(what, "; stopping the other ", Ranks(others)) : what);
@@ -232,6 +237,44 @@ bool JobSupervisor::ReformWithout(const Trainer& trainer, const std::string& wha
   Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
                    reformed.status().message()));
   return false;
+}
+
+void JobSupervisor::BlacklistHostOf(const Trainer& trainer, int status, const std::string& what) {
+  const absl::Time now = absl::Now();
+  const int host = elastic_->HostOf(trainer.rank);
+  const std::optional<absl::Time> until = blacklist_.Add(host, now);
+  const std::string blacklisted = absl::StrCat(what, "; blacklisting ", HostLabel(host), " ",
+                                               HostBlacklist::Describe(until, now));
+  const std::vector<int>& workers = elastic_->workers();
+  const bool every_host_out = std::all_of(workers.begin(), workers.end(), [&](int worker) {
+    return blacklist_.Contains(elastic_->HostOf(worker), now);
+  });
+  if (every_host_out) {
+    // Horovod's driver stops once every host of the job is blacklisted.
+    const int others = trainers_.running();
+    Say(absl::StrCat(blacklisted, "; every host of the job is blacklisted",
+                     others > 0 ? absl::StrCat(": stopping the other ", Ranks(others)) : ""));
+    Fail(ShellExitCode(status));
+    StopTrainers(SIGTERM);
+    return;
+  }
+  const absl::StatusOr<std::string> reformed =
+      elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
+  if (!reformed.ok()) {
+    Say(absl::StrCat(blacklisted, "; cannot re-form the job without worker ", trainer.rank, ": ",
+                     reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
+    Fail(ShellExitCode(status));
+    StopTrainers(SIGTERM);
+    return;
+  }
+  Say(absl::StrCat(blacklisted, "; ", *reformed));
+  // Its other workers go too, as Horovod's driver stops a blacklisted
+  // host's; the script's other hosts take the slots.
+  Retire(LiveOn(host), host, absl::StrCat(HostLabel(host), " is blacklisted"));
+}
+
+std::string JobSupervisor::HostLabel(int host) const {
+  return daemon_per_host() ? absl::StrCat("host ", elastic_->HostName(host)) : "this machine";
 }
 
 void JobSupervisor::OnElasticMarkers() {
@@ -276,13 +319,16 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
     return;
   }
   last_discovery_error_.clear();
-  // A host whose daemon died is left out.
+  // Blacklisted hosts are left out until their cooldown, if any, is over.
+  const absl::Time now = absl::Now();
+  for (int host : blacklist_.Resurrect(now)) {
+    Say(absl::StrCat(HostLabel(host), "'s blacklist cooldown is over; it may run workers again"));
+  }
   std::erase_if(*hosts, [&](const DiscoveredHost& host) {
-    return daemon_per_host() && lost_hosts_.contains(elastic_->HostNumber(host.name));
+    return daemon_per_host() && blacklist_.Contains(elastic_->HostNumber(host.name), now);
   });
   const int slots = TotalSlots(*hosts);
   if (slots < options_.min_ranks) {
-    const absl::Time now = absl::Now();
     if (!short_since_.has_value()) {
       short_since_ = now;
       Say(absl::StrCat("the host discovery script lists ", slots, " slots, fewer than --min-np ",

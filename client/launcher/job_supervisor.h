@@ -18,6 +18,7 @@
 #include "client/launcher/daemon_runner.h"
 #include "client/launcher/daemon_worlds.h"
 #include "client/launcher/elastic_world.h"
+#include "client/launcher/host_blacklist.h"
 #include "client/launcher/host_discovery.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
@@ -44,6 +45,9 @@ class JobSupervisor {
     int min_ranks = 1;
     int max_ranks = 1;
     absl::Duration elastic_timeout = absl::Seconds(600);
+    // With a discovery script: how long a blacklisted host stays out
+    // (host_blacklist.h); unset: for good.
+    std::optional<CooldownRange> blacklist_cooldown;
   };
 
   // `daemon` is null when the job uses a daemon the launcher did not start
@@ -64,6 +68,13 @@ class JobSupervisor {
   void OnTrainerExit(const Trainer& trainer);
   // An elastic job's worker failed: true if the job goes on without it.
   bool ReformWithout(const Trainer& trainer, const std::string& what);
+  // A job with a discovery script: a worker failed with `status`. As
+  // Horovod's driver does, its host is blacklisted and its other workers
+  // stop, and the job re-forms on the other hosts; once every host of the
+  // job is blacklisted, it stops.
+  void BlacklistHostOf(const Trainer& trainer, int status, const std::string& what);
+  // "host 127.0.0.2", or "this machine" when every host is the one daemon's.
+  std::string HostLabel(int host) const;
   // An elastic job's rendezvous directory changed: the workers may all wait
   // to re-form after a failed collective.
   void OnElasticMarkers();
@@ -94,9 +105,9 @@ class JobSupervisor {
   // the grace period is killed.
   void KillRetiredPastGrace(absl::Time now);
   // The daemon of node `node` exited while the others ran. An elastic job
-  // leaves its host out from now on (Horovod blacklists a failing host),
-  // stops its workers and the other daemons, and re-forms without it; any
-  // other job stops.
+  // blacklists its host (as Horovod blacklists a failing host), stops its
+  // workers and the other daemons, and re-forms without it; any other job
+  // stops.
   void OnNodeLost(int node);
   // Sends `signal` to the running ranks and gives them `grace` to exit.
   void StopTrainers(int signal);
@@ -108,10 +119,11 @@ class JobSupervisor {
   PrivateDaemon* const daemon_;
   std::unique_ptr<DaemonWorlds> worlds_;                   // with launch_daemons
   std::optional<ElasticWorld::DaemonPlan> starting_plan_;  // the world worlds_ starts
-  std::set<int> lost_hosts_;                               // hosts whose daemon died
   ElasticWorld* elastic_;
   const SignalWatcher& signals_;
   Options options_;
+  // Hosts left out: a worker failed there, or the daemon died.
+  HostBlacklist blacklist_;
   std::optional<int> exit_code_;  // set by the first failure
   bool stopping_ = false;
   bool signalled_ = false;  // a signal was forwarded; the next one kills

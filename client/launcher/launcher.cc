@@ -275,7 +275,8 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       .discovery = discovery.get(),
       .min_ranks = options.min_ranks,
       .max_ranks = options.max_ranks,
-      .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds)};
+      .elastic_timeout = absl::Seconds(options.elastic_timeout_seconds),
+      .blacklist_cooldown = options.blacklist_cooldown};
   if (daemon_per_host) {
     supervisor_options.launch_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;

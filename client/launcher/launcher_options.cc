@@ -45,7 +45,9 @@ to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
 runs PATH every second and grows or shrinks the job to the slots it lists,
 lines "host[:slots]" that must all be this machine (each host a stand-in node
-with a collectived of its own). The exit status is then 0 when every rank that
+with a collectived of its own); a worker that fails blacklists its host, as
+horovodrun does (for good, or for --blacklist-cooldown-range MIN MAX), and
+the job stops once every host it runs on is blacklisted. The exit status is then 0 when every rank that
 did not fail exited 0.
 
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
@@ -207,6 +209,13 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->type_name("S")
       ->check(CLI::Range(1, 1000000).description(""));
 
+  std::pair<int, int> cooldown;
+  app.add_option("--blacklist-cooldown-range", cooldown,
+                 "with --host-discovery-script: a blacklisted host (one whose worker failed) "
+                 "comes back after a cooldown of MIN to MAX seconds that doubles each time "
+                 "(horovodrun's; default: it stays out)")
+      ->type_name("MIN MAX");
+
   HorovodrunFlags horovodrun;
   horovodrun.AddTo(app);
 
@@ -225,10 +234,28 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   }
   const bool discovery = !options.host_discovery_script.empty();
   if (discovery) options.elastic = true;  // as horovodrun's discovery script does
-  if (!discovery && (app.count("--slots-per-host") > 0 || options.elastic_timeout_seconds != 0)) {
-    err << "collectiverun: --slots-per-host and --elastic-timeout need --host-discovery-script\n"
+  if (!discovery && (app.count("--slots-per-host") > 0 || options.elastic_timeout_seconds != 0 ||
+                     app.count("--blacklist-cooldown-range") > 0)) {
+    err << "collectiverun: --slots-per-host, --elastic-timeout and --blacklist-cooldown-range "
+           "need --host-discovery-script\n"
         << "Run with --help for more information.\n";
     return 2;
+  }
+  if (discovery && options.restarts != 0) {
+    // A worker that fails blacklists its host, as in horovodrun: the
+    // script's other hosts take its slots, not a replacement on that host.
+    err << "collectiverun: --restart-failed does not go with --host-discovery-script: a "
+           "failed worker's host is blacklisted, and the hosts the script lists take its place\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
+  if (app.count("--blacklist-cooldown-range") > 0) {
+    options.blacklist_cooldown =
+        CooldownRange{.min_seconds = cooldown.first, .max_seconds = cooldown.second};
+    if (absl::Status range = CheckCooldownRange(*options.blacklist_cooldown); !range.ok()) {
+      err << "collectiverun: --blacklist-cooldown-range: " << range.message() << "\n";
+      return 2;
+    }
   }
   absl::StatusOr<std::map<std::string, std::string>> variables = horovodrun.Variables();
   if (!variables.ok()) {

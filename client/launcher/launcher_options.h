@@ -2,12 +2,14 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/launcher/host_blacklist.h"
 #include "client/launcher/host_discovery.h"
 #include "client/launcher/rank_environment.h"
 
@@ -50,6 +52,10 @@ struct LauncherOptions {
   std::vector<DiscoveredHost> hosts;
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
+  // --blacklist-cooldown-range MIN MAX (horovodrun's, with a discovery
+  // script): a blacklisted host comes back after a cooldown within it
+  // (host_blacklist.h); unset: it stays out for good.
+  std::optional<CooldownRange> blacklist_cooldown;
   // horovodrun's tuning flags, as the HOROVOD_* variables they set
   // (horovodrun_flags.h); for the private daemon only.
   std::map<std::string, std::string> horovod_variables;

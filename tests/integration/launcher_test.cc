@@ -843,6 +843,84 @@ TEST(LauncherTest, AWorkerThatIgnoresItsStopIsKilledAfterTheGracePeriod) {
       << run.err;
 }
 
+// A worker that waits for a generation whose workers `condition` (a Python
+// expression over the list `w`) accepts, and prints them.
+std::string AwaitWorkers(const std::string& condition) {
+  return absl::StrCat(
+      "/usr/bin/python3 -c \"import importlib.util as u; s = u.spec_from_file_location('r', '",
+      COLLECTIVE_SOURCE_DIR,
+      "/client/python/collective/common/elastic_rendezvous.py'); r = u.module_from_spec(s); "
+      "s.loader.exec_module(r); "
+      "world = r._wait_until(lambda: (lambda g: g if (lambda w: ",
+      condition,
+      ")(g.workers) else None)(r.read_world()), 'the workers'); "
+      "print('worker', r.worker(), 'sees workers', world.workers)\"");
+}
+
+TEST(LauncherTest, AFailedWorkersHostIsBlacklistedAndTheJobGoesOnWithoutIt) {
+  // Worker 0 on localhost, workers 1 and 2 on 127.0.0.1. Worker 2 fails:
+  // as Horovod's driver does, its host is blacklisted, worker 1 stops with
+  // it, and the job re-forms on localhost alone.
+  const DiscoveryScript discovery("localhost:1\n127.0.0.1:2");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "3", "--min-np", "1", "--host-discovery-script", discovery.script()},
+             Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0) exec ",
+                                AwaitWorkers("w == [0]"),
+                                ";; 1) exec sleep 1000;; 2) exit 3;; esac"))),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: worker 2 \(pid \d+\) exited with code 3; )"
+                          R"(blacklisting host 127.0.0.1 for good; re-forming the job with 2 )"
+                          R"(workers as generation 1)")))
+      << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err,
+      std::regex(R"(collectiverun: host 127.0.0.1 is blacklisted: stopping worker 1 \(pid \d+\))")))
+      << run.err;
+  EXPECT_THAT(run.err, Not(HasSubstr("added on 127.0.0.1"))) << "the host stays out";
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0 sees workers [0]"}))
+      << run.out;
+}
+
+TEST(LauncherTest, AFailedWorkerOnTheJobsOnlyHostEndsTheJob) {
+  // Horovod's driver stops once every host of the job is blacklisted.
+  const DiscoveryScript discovery("localhost:2");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2", "--min-np", "1", "--host-discovery-script", discovery.script()},
+             Shell("case $COLLECTIVE_ELASTIC_WORKER in 0) exec sleep 1000;; 1) exit 3;; esac")),
+      kElasticPrivateDaemon);
+  EXPECT_EQ(run.exit_code, 3) << run.how << "\nstderr:\n" << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: worker 1 \(pid \d+\) exited with code 3; )"
+                          R"(blacklisting host localhost for good; every host of the job is )"
+                          R"(blacklisted: stopping the other 1 rank)")))
+      << run.err;
+}
+
+TEST(LauncherTest, ABlacklistedHostComesBackAfterItsCooldown) {
+  // --blacklist-cooldown-range 1 1: worker 1's host is out for a second,
+  // then the script's next run adds worker 2 there.
+  const DiscoveryScript discovery("localhost:1\n127.0.0.1:1");
+  const LaunchResult run = RunLauncher(
+      Concat(
+          {"-np", "2", "--min-np", "1", "--blacklist-cooldown-range", "1", "1",
+           "--host-discovery-script", discovery.script()},
+          Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0) exec ", AwaitWorkers("2 in w"),
+                             ";; 1) exit 3;; 2) echo worker 2 on $COLLECTIVE_ELASTIC_HOST;; "
+                             "esac"))),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("exited with code 3; blacklisting host 127.0.0.1 for 1s; "
+                                 "re-forming the job with 1 worker as generation 1"));
+  EXPECT_THAT(run.err,
+              HasSubstr("host 127.0.0.1's blacklist cooldown is over; it may run workers again"));
+  EXPECT_THAT(run.err, HasSubstr("worker 2 added on 127.0.0.1"));
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0 sees workers [0, 2]",
+                                                              "[2] worker 2 on 127.0.0.1"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   // Another machine: collectiverun starts this machine's workers only.
   const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");

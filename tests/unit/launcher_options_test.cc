@@ -347,6 +347,44 @@ TEST(LauncherOptionsTest, AHostDiscoveryScriptMakesTheJobElastic) {
   }
 }
 
+// With a discovery script a failed worker's host is blacklisted, as in
+// horovodrun: --blacklist-cooldown-range MIN MAX (Horovod's bounds) lets it
+// come back, and --restart-failed, which would restart it there, is refused.
+TEST(LauncherOptionsTest, ABlacklistCooldownRangeGoesWithADiscoveryScript) {
+  Parsed parsed = Parse({"-np", "2", "--host-discovery-script", "h.sh",
+                         "--blacklist-cooldown-range", "5", "300", "python", "train.py"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  ASSERT_TRUE(parsed.options().blacklist_cooldown.has_value());
+  EXPECT_EQ(parsed.options().blacklist_cooldown->min_seconds, 5);
+  EXPECT_EQ(parsed.options().blacklist_cooldown->max_seconds, 300);
+  EXPECT_THAT(parsed.options().command, ElementsAre("python", "train.py"));
+  parsed = Parse({"-np", "2", "--host-discovery-script", "h.sh", "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_FALSE(parsed.options().blacklist_cooldown.has_value()) << "out for good";
+
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"-np", "2", "--elastic", "--blacklist-cooldown-range", "1", "2", "x"},
+       "need --host-discovery-script"},
+      {{"-np", "2", "--host-discovery-script", "h.sh", "--blacklist-cooldown-range", "0", "9", "x"},
+       "Provided cooldown lower limit: 0 cannot be lower than default cooldown lower limit: 1"},
+      {{"-np", "2", "--host-discovery-script", "h.sh", "--blacklist-cooldown-range", "1", "3601",
+        "x"},
+       "Provided cooldown upper limit: 3601 cannot be higher"},
+      {{"-np", "2", "--host-discovery-script", "h.sh", "--restart-failed", "1", "x"},
+       "--restart-failed does not go with --host-discovery-script"},
+  };
+  for (const Case& c : cases) {
+    const Parsed refused = Parse(c.args);
+    ASSERT_FALSE(refused.ok()) << c.says;
+    EXPECT_EQ(refused.exit_code(), 2);
+    EXPECT_THAT(refused.err, HasSubstr(c.says));
+  }
+}
+
 // horovodrun's --config-file: its sections as the variables horovodrun
 // exports, and the flags over them.
 TEST(LauncherOptionsTest, HorovodrunsConfigFileSetsItsVariables) {
