@@ -6,7 +6,8 @@ Run as ``collectiverun --host-discovery-script discover_hosts.sh --min-np 2 -np 
 script listing ``localhost:2`` and ``127.0.0.1:1``: worker 2, alone on 127.0.0.1, kills its
 collectived (SIGKILL) after the step's weights changed, and waits. The script goes on listing
 127.0.0.1, which is not used again. The job ends with every sample processed once per epoch
-and one process's weights on both survivors."""
+and one process's weights on both survivors, and nothing of the dead daemon left in shared
+memory (collectiverun removes it once it has stopped that world)."""
 
 import os
 import signal
@@ -30,6 +31,16 @@ def _kill_my_daemon():
     os.kill(pid, signal.SIGKILL)
 
 
+def _segments_of(socket_path):
+    """The shared-memory segments named for the daemon on ``socket_path``
+    (shm/segment_names.cc: uid, then the path's FNV-1a)."""
+    tag = 2166136261
+    for byte in socket_path.encode():
+        tag = ((tag ^ byte) * 16777619) & 0xffffffff
+    prefix = f'collectived.{os.geteuid()}.{tag:08x}.'
+    return [name for name in os.listdir('/dev/shm') if name.startswith(prefix)]
+
+
 def test_a_node_whose_daemon_dies_is_left_out():
     def hook(state, step, phase):
         if (os.environ['COLLECTIVE_ELASTIC_GENERATION'], step, phase) == ('0', 3, 'updated') \
@@ -46,3 +57,6 @@ def test_a_node_whose_daemon_dies_is_left_out():
     assert facts['resets'] == 1
     training.report(facts)
     training.check_result(state, model)
+    # 127.0.0.1 is host 1: its daemon served daemons/host1.sock.
+    dead = os.path.join(os.environ['COLLECTIVE_ELASTIC_DIR'], 'daemons', 'host1.sock')
+    assert _segments_of(dead) == []
