@@ -225,6 +225,13 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
       tensor.completed_by = decision.last_joined();
     }
     if (decision.has_combined()) {
+      if (decision.combined().size() != tensor.request().length()) {
+        // Every other node takes it: this one cannot run the tensor alike.
+        host_.BreakAndFail(absl::DataLossError(absl::StrCat(
+            "node 0 sent ", decision.combined().size(), " bytes as the combined result of '",
+            tensor.name, "', which has ", tensor.request().length())));
+        return;
+      }
       tensor.combined =
           std::make_shared<const std::string>(std::move(*decision.mutable_combined()));
     }
