@@ -53,30 +53,30 @@ absl::Status RaiseFileLimit(int ranks) {
 }
 
 // The hosts the discovery script lists, once their slots are at least
-// `min_ranks` (the script runs every second meanwhile, for up to
+// `ranks` (-np, as horovodrun's driver waits for; the script runs every
+// second meanwhile, for up to
 // `timeout`). Its first run must succeed, as horovodrun requires; later
 // failures are retried. CANCELLED when a forwarded signal arrives (it stays
 // pending on `signals`).
-absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& discovery,
-                                                       int min_ranks, absl::Duration timeout,
+absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& discovery, int ranks,
+                                                       absl::Duration timeout,
                                                        const SignalWatcher& signals) {
   absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts();
   if (!hosts.ok()) return hosts.status();
   const absl::Time deadline = absl::Now() + timeout;
   bool said = false;
-  while (!hosts.ok() || TotalSlots(*hosts) < min_ranks) {
+  while (!hosts.ok() || TotalSlots(*hosts) < ranks) {
     const std::string listed =
         hosts.ok() ? absl::StrCat(" (it lists ", TotalSlots(*hosts), ")") : "";
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("the host discovery script did not list --min-np ", min_ranks,
-                       " slots within ", absl::FormatDuration(timeout),
+          absl::StrCat("the host discovery script did not list -np ", ranks, " slots within ",
+                       absl::FormatDuration(timeout),
                        hosts.ok() ? listed : absl::StrCat(": ", hosts.status().message())));
     }
     if (!said) {
       Say(absl::StrCat("waiting up to ", absl::FormatDuration(timeout),
-                       " for the host discovery script to list --min-np ", min_ranks, " slots",
-                       listed));
+                       " for the host discovery script to list -np ", ranks, " slots", listed));
       said = true;
     }
     bool signalled = false;
@@ -150,12 +150,12 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     discovery = std::make_unique<HostDiscovery>(options.host_discovery_script,
                                                 options.slots_per_host, environment);
     const absl::StatusOr<std::vector<DiscoveredHost>> hosts = AwaitSlots(
-        *discovery, options.min_ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
+        *discovery, options.ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
     if (!hosts.ok()) {
       return ReportStartFailure(hosts.status(), *signals, "waiting for slots", /*code=*/1);
     }
-    // As many as -np asks, the slots allow and --max-np bounds.
-    job.size = std::min({options.ranks, TotalSlots(*hosts), options.max_ranks});
+    // As horovodrun's driver: every slot listed, up to --max-np.
+    job.size = std::min(TotalSlots(*hosts), options.max_ranks);
     first_hosts = PlaceWorkers(*hosts, job.size);
   } else {
     first_hosts = PlaceWorkers(options.hosts, job.size);

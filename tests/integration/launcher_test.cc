@@ -663,6 +663,21 @@ TEST(LauncherTest, AHostDiscoveryScriptGrowsTheJob) {
       << run.out;
 }
 
+TEST(LauncherTest, AHostDiscoveryScriptsJobStartsOnEverySlotListedUpToMaxNp) {
+  // As horovodrun's driver: -np 1, but the script lists 3 slots and
+  // --max-np allows 2: two workers start, in one generation.
+  const DiscoveryScript discovery("localhost:3");
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "1", "--max-np", "2", "--host-discovery-script", discovery.script()},
+             Shell("echo worker $COLLECTIVE_ELASTIC_WORKER of $COLLECTIVE_LOCAL_SIZE generation "
+                   "$COLLECTIVE_ELASTIC_GENERATION")),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0 of 2 generation 0",
+                                                              "[1] worker 1 of 2 generation 0"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptShrinksTheJob) {
   // Every worker joins generation 0 (its marker, as init() writes it);
   // worker 0 lists a slot fewer; worker 2, the newest, is stopped, and the
@@ -928,14 +943,15 @@ TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   EXPECT_EQ(run.exit_code, 1) << run.how << "\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("lists host 'node-that-is-not-here', which is not this machine"));
 
-  // Fewer slots than --min-np, for longer than --elastic-timeout.
+  // Fewer slots than -np (horovodrun's driver waits for as many), for
+  // longer than --elastic-timeout, although --min-np would be met.
   const DiscoveryScript few("localhost:1");
-  run = RunLauncher(
-      {"-np", "2", "--elastic-timeout", "1", "--host-discovery-script", few.script(), "true"});
+  run = RunLauncher({"-np", "2", "--min-np", "1", "--elastic-timeout", "1",
+                     "--host-discovery-script", few.script(), "true"});
   EXPECT_EQ(run.exit_code, 1) << run.how << "\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("waiting up to 1s for the host discovery script to list "
-                                 "--min-np 2 slots (it lists 1)"));
-  EXPECT_THAT(run.err, HasSubstr("did not list --min-np 2 slots within 1s (it lists 1)"));
+                                 "-np 2 slots (it lists 1)"));
+  EXPECT_THAT(run.err, HasSubstr("did not list -np 2 slots within 1s (it lists 1)"));
 }
 
 TEST(LauncherTest, AHungDiscoveryScriptHoldsNothingUp) {
