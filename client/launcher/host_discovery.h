@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,11 @@ class HostDiscovery {
       : script_(std::move(script)),
         default_slots_(default_slots),
         environment_(std::move(environment)) {}
+  // horovodrun's fixed hosts (-H or --hostfile in an elastic job): what
+  // every run lists, without a script, as Horovod's FixedHosts discovery.
+  // `source` names them in messages ("-H").
+  HostDiscovery(std::vector<DiscoveredHost> fixed, std::string source)
+      : default_slots_(1), fixed_(std::move(fixed)), source_(std::move(source)) {}
 
   // Runs the script (its stderr kept for the error) and returns the hosts
   // it lists (HostsOfThisMachine). Fails when the script
@@ -98,16 +104,24 @@ class HostDiscovery {
   absl::StatusOr<std::vector<DiscoveredHost>> LocalHosts(
       absl::Duration timeout = absl::Seconds(10)) const;
   // Starts the script, for the caller's poll loop to drive; fails when it
-  // cannot start.
+  // cannot start. Not for fixed hosts.
   absl::StatusOr<std::unique_ptr<DiscoveryRun>> Begin(
       absl::Duration timeout = absl::Seconds(10)) const;
 
   const std::string& script() const { return script_; }
+  // The fixed hosts, or null for a script.
+  const std::vector<DiscoveredHost>* fixed() const {
+    return fixed_.has_value() ? &*fixed_ : nullptr;
+  }
+  // What lists the hosts, for messages: "the host discovery script", "-H".
+  const std::string& source() const { return source_; }
 
  private:
   std::string script_;
   int default_slots_;
   Environment environment_;
+  std::optional<std::vector<DiscoveredHost>> fixed_;
+  std::string source_ = "the host discovery script";
 };
 
 }  // namespace collective::launcher

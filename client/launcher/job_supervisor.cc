@@ -295,6 +295,10 @@ void JobSupervisor::PollDiscovery(absl::Time now) {
   if (discovery_run_ == nullptr) {
     if (now < *next_discovery_) return;
     next_discovery_.reset();
+    if (const std::vector<DiscoveredHost>* fixed = options_.discovery->fixed()) {
+      OnDiscovery(*fixed);
+      return;
+    }
     absl::StatusOr<std::unique_ptr<DiscoveryRun>> run = options_.discovery->Begin();
     if (run.ok()) {
       discovery_run_ = std::move(*run);
@@ -331,11 +335,11 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   if (slots < options_.min_ranks) {
     if (!short_since_.has_value()) {
       short_since_ = now;
-      Say(absl::StrCat("the host discovery script lists ", slots, " slots, fewer than --min-np ",
-                       options_.min_ranks, "; waiting up to ",
+      Say(absl::StrCat(options_.discovery->source(), " lists ", slots,
+                       " slots, fewer than --min-np ", options_.min_ranks, "; waiting up to ",
                        absl::FormatDuration(options_.elastic_timeout), " for more"));
     } else if (now - *short_since_ >= options_.elastic_timeout) {
-      Say(absl::StrCat("the host discovery script has listed fewer than --min-np ",
+      Say(absl::StrCat(options_.discovery->source(), " has listed fewer than --min-np ",
                        options_.min_ranks, " slots for ",
                        absl::FormatDuration(options_.elastic_timeout), "; stopping the ",
                        Ranks(trainers_.running())));
@@ -356,7 +360,8 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
     target.emplace_back(daemon_per_host() ? elastic_->HostNumber(host.name) : 0, wanted);
     budget -= wanted;
   }
-  const std::string listing = absl::StrCat("the host discovery script lists ", slots, " slots");
+  const std::string listing =
+      absl::StrCat(options_.discovery->source(), " lists ", slots, " slots");
   // Every host the job runs on, listed or not.
   std::set<int> running_on;
   for (int worker : elastic_->workers()) running_on.insert(elastic_->HostOf(worker));
@@ -366,11 +371,11 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
                                      [host](const auto& entry) { return entry.first == host; });
     const int wanted = listed != target.end() ? listed->second : 0;
     if (live > wanted) {
-      Retire(
-          live - wanted, host,
-          wanted == 0 && daemon_per_host()
-              ? absl::StrCat("the host discovery script no longer lists ", elastic_->HostName(host))
-              : listing);
+      Retire(live - wanted, host,
+             wanted == 0 && daemon_per_host()
+                 ? absl::StrCat(options_.discovery->source(), " no longer lists ",
+                                elastic_->HostName(host))
+                 : listing);
     }
   }
   // Added only once the stopped workers have gone, so that the job re-forms

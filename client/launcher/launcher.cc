@@ -134,7 +134,9 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   // in Horovod: room for 256 workers then (a machine runs fewer).
   int most_ranks = options.elastic ? std::max(options.ranks, options.max_ranks) + options.restarts
                                    : options.ranks;
-  if (!options.host_discovery_script.empty()) most_ranks = std::min(most_ranks, 256);
+  const bool listed_hosts =
+      !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
+  if (listed_hosts) most_ranks = std::min(most_ranks, 256);
   if (absl::Status enough = RaiseFileLimit(most_ranks); !enough.ok()) {
     Say(enough.message());
     return 1;
@@ -149,6 +151,11 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   if (!options.host_discovery_script.empty()) {
     discovery = std::make_unique<HostDiscovery>(options.host_discovery_script,
                                                 options.slots_per_host, environment);
+  } else if (listed_hosts) {
+    // An elastic job on fixed hosts: as on a script that always lists them.
+    discovery = std::make_unique<HostDiscovery>(options.hosts, options.hosts_source);
+  }
+  if (discovery != nullptr) {
     const absl::StatusOr<std::vector<DiscoveredHost>> hosts = AwaitSlots(
         *discovery, options.ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
     if (!hosts.ok()) {

@@ -37,7 +37,8 @@ rank = local rank). Its stdin is /dev/null; each line it writes appears as
 the ranks. When a rank fails, the others are stopped (SIGTERM, then SIGKILL
 after --grace-seconds).
 
-With --elastic (collective.torch.elastic, collective.tensorflow.elastic), a
+With --elastic, or as in horovodrun --min-np or a discovery script
+(collective.torch.elastic, collective.tensorflow.elastic), a
 rank that fails is not fatal while --min-np ranks remain: the others re-form
 the job without it, renumbered (README, "Elastic training"); --restart-failed N starts a new worker in place
 of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
@@ -47,7 +48,9 @@ runs PATH every second and grows or shrinks the job to the slots it lists,
 lines "host[:slots]" that must all be this machine (each host a stand-in node
 with a collectived of its own); a worker that fails blacklists its host, as
 horovodrun does (for good, or for --blacklist-cooldown-range MIN MAX), and
-the job stops once every host it runs on is blacklisted. The exit status is then 0 when every rank that
+the job stops once every host it runs on is blacklisted. An elastic job on
+-H's or --hostfile's hosts runs as on a script that always lists them. The
+exit status is then 0 when every rank that
 did not fail exited 0.
 
 Exit status: 0 when every rank exited 0; else the first failed rank's exit
@@ -115,6 +118,7 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
                                                    TotalSlots(*local), " slots the hosts list"));
   }
   options.hosts = std::move(*local);
+  options.hosts_source = hosts.empty() ? "the hostfile" : "-H";
   return absl::OkStatus();
 }
 
@@ -166,7 +170,8 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
                "elastic training: a failed rank is not fatal while --min-np remain; the job "
                "re-forms without it");
   app.add_option("--min-np", options.min_ranks,
-                 "with --elastic: fewer ranks than this stop the job (default: -np)")
+                 "elastic training (as horovodrun, it implies --elastic): fewer ranks than this "
+                 "stop the job (default: -np)")
       ->type_name("N")
       ->check(CLI::Range(1, kMaxRanks).description(""));
   app.add_option("--max-np", options.max_ranks,
@@ -233,19 +238,34 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return 2;
   }
   const bool discovery = !options.host_discovery_script.empty();
-  if (discovery) options.elastic = true;  // as horovodrun's discovery script does
-  if (!discovery && (app.count("--slots-per-host") > 0 || options.elastic_timeout_seconds != 0 ||
-                     app.count("--blacklist-cooldown-range") > 0)) {
-    err << "collectiverun: --slots-per-host, --elastic-timeout and --blacklist-cooldown-range "
-           "need --host-discovery-script\n"
+  // As horovodrun: a discovery script, or --min-np, makes the job elastic.
+  if (discovery || options.min_ranks != 0) options.elastic = true;
+  // An elastic job on -H's (or the hostfile's) hosts runs as on a script
+  // that always lists them (Horovod's FixedHosts).
+  const bool listed_hosts = discovery || (options.elastic && !options.hosts.empty());
+  if (!discovery && app.count("--slots-per-host") > 0) {
+    err << "collectiverun: --slots-per-host needs --host-discovery-script\n"
         << "Run with --help for more information.\n";
     return 2;
   }
-  if (discovery && options.restarts != 0) {
+  if (!listed_hosts && options.elastic_timeout_seconds != 0) {
+    err << "collectiverun: --elastic-timeout needs --host-discovery-script, or --elastic with "
+           "-H or --hostfile\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
+  if (!listed_hosts && app.count("--blacklist-cooldown-range") > 0) {
+    err << "collectiverun: --blacklist-cooldown-range needs --host-discovery-script, or "
+           "--elastic with -H or --hostfile\n"
+        << "Run with --help for more information.\n";
+    return 2;
+  }
+  if (listed_hosts && options.restarts != 0) {
     // A worker that fails blacklists its host, as in horovodrun: the
-    // script's other hosts take its slots, not a replacement on that host.
-    err << "collectiverun: --restart-failed does not go with --host-discovery-script: a "
-           "failed worker's host is blacklisted, and the hosts the script lists take its place\n"
+    // other hosts take its slots, not a replacement on that host.
+    err << "collectiverun: --restart-failed does not go with --host-discovery-script, -H or "
+           "--hostfile: a failed worker's host is blacklisted, and the other hosts listed "
+           "take its place\n"
         << "Run with --help for more information.\n";
     return 2;
   }
@@ -263,18 +283,18 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return 2;
   }
   options.horovod_variables = std::move(*variables);
-  if (!options.elastic && (options.min_ranks != 0 || options.max_ranks != 0 ||
-                           options.restarts != 0 || options.reset_limit >= 0)) {
-    err << "collectiverun: --min-np, --max-np, --restart-failed and --reset-limit need "
-           "--elastic\n"
+  if (!options.elastic &&
+      (options.max_ranks != 0 || options.restarts != 0 || options.reset_limit >= 0)) {
+    err << "collectiverun: --max-np, --restart-failed and --reset-limit need --elastic (or "
+           "--min-np, or a host discovery script)\n"
         << "Run with --help for more information.\n";
     return 2;
   }
   if (options.elastic) {
     // Horovod's defaults for --min-np; --max-np is bounded on one node.
     if (options.min_ranks == 0) options.min_ranks = options.ranks;
-    // With a discovery script, as many as it lists (Horovod: unbounded).
-    if (options.max_ranks == 0) options.max_ranks = discovery ? kMaxRanks : options.ranks;
+    // With listed hosts, as many as they offer (Horovod: unbounded).
+    if (options.max_ranks == 0) options.max_ranks = listed_hosts ? kMaxRanks : options.ranks;
     if (options.min_ranks > options.ranks || options.ranks > options.max_ranks) {
       err << "collectiverun: --elastic needs --min-np <= -np <= --max-np, but they are "
           << options.min_ranks << ", " << options.ranks << " and " << options.max_ranks << "\n";
@@ -344,7 +364,9 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     }
   }
   if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
-  if (!options.host_discovery_script.empty() && options.elastic_timeout_seconds == 0) {
+  const bool listed_hosts =
+      !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
+  if (listed_hosts && options.elastic_timeout_seconds == 0) {
     options.elastic_timeout_seconds = 600;
     if (const std::string timeout = value("HOROVOD_ELASTIC_TIMEOUT"); !timeout.empty()) {
       if (!absl::SimpleAtoi(timeout, &options.elastic_timeout_seconds) ||

@@ -50,6 +50,7 @@ struct LauncherOptions {
   // placed on (filled in order, each up to its slots) is a stand-in node
   // with a collectived of its own. Empty: one node.
   std::vector<DiscoveredHost> hosts;
+  std::string hosts_source;  // "-H" or "the hostfile": what listed them
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
   // --blacklist-cooldown-range MIN MAX (horovodrun's, with a discovery

@@ -913,6 +913,29 @@ TEST(LauncherTest, AFailedWorkerOnTheJobsOnlyHostEndsTheJob) {
       << run.err;
 }
 
+TEST(LauncherTest, AnElasticJobOnHorovodrunsHostsStartsOnEverySlotAndBlacklistsAFailedHost) {
+  // Horovod's test_fault_tolerance_without_scaling: -np 2 --min-np 2 -H
+  // localhost:2,127.0.0.1:2 (--min-np makes it elastic) starts a worker on
+  // each of the 4 slots; worker 0 fails, localhost is blacklisted with
+  // worker 1, and workers 2 and 3 go on.
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "2", "--min-np", "2", "-H", "localhost:2,127.0.0.1:2"},
+             Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0) exit 3;; 1) exec sleep "
+                                "1000;; *) exec ",
+                                AwaitWorkers("w == [2, 3]"), ";; esac"))),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_TRUE(std::regex_search(
+      run.err, std::regex(R"(collectiverun: worker 0 \(pid \d+\) exited with code 3; )"
+                          R"(blacklisting host localhost for good; re-forming the job with 3 )"
+                          R"(workers as generation 1)")))
+      << run.err;
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[2] worker 2 sees workers [2, 3]",
+                                                              "[3] worker 3 sees workers [2, 3]"}))
+      << run.out << "stderr:\n"
+      << run.err;
+}
+
 TEST(LauncherTest, ABlacklistedHostComesBackAfterItsCooldown) {
   // --blacklist-cooldown-range 1 1: worker 1's host is out for a second,
   // then the script's next run adds worker 2 there.

@@ -137,13 +137,32 @@ TEST(LauncherOptionsTest, ElasticBoundsDefaultToTheRankCount) {
   EXPECT_THAT(bounded.options().command, ElementsAre("python", "--min-np", "9"));
 }
 
+// As in horovodrun, --min-np makes a job elastic; on -H's hosts it runs as
+// on a discovery script that always lists them, up to every slot.
+TEST(LauncherOptionsTest, MinNpMakesTheJobElasticAndHostsAreItsDiscovery) {
+  const Parsed parsed = Parse({"-np", "2", "--min-np", "2", "-H", "localhost:2,127.0.0.1:2",
+                               "--blacklist-cooldown-range", "1", "2", "python", "train.py"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_TRUE(parsed.options().elastic);
+  EXPECT_EQ(parsed.options().min_ranks, 2);
+  EXPECT_EQ(parsed.options().max_ranks, 1024) << "every slot, as Horovod's unbounded --max-np";
+  EXPECT_EQ(parsed.options().hosts_source, "-H");
+  ASSERT_TRUE(parsed.options().blacklist_cooldown.has_value());
+  LauncherOptions options = parsed.options();
+  ASSERT_TRUE(ApplyEnvironment({}, options).ok());
+  EXPECT_EQ(options.elastic_timeout_seconds, 600);
+  const Parsed plain = Parse({"-np", "2", "-H", "localhost:2", "x"});
+  ASSERT_TRUE(plain.ok()) << plain.err;
+  EXPECT_FALSE(plain.options().elastic) << "-H alone is a fixed job";
+}
+
 TEST(LauncherOptionsTest, ElasticUsageErrors) {
   struct Case {
     std::vector<std::string> args;
     std::string says;
   };
   const Case cases[] = {
-      {{"-np", "2", "--min-np", "1", "x"}, "need --elastic"},
+      {{"-np", "2", "--max-np", "3", "x"}, "need --elastic"},
       {{"-np", "2", "--restart-failed", "1", "x"}, "need --elastic"},
       {{"-np", "2", "--reset-limit", "1", "x"}, "need --elastic"},
       {{"-np", "2", "--elastic", "--min-np", "3", "x"}, "--min-np <= -np <= --max-np"},
@@ -368,7 +387,7 @@ TEST(LauncherOptionsTest, ABlacklistCooldownRangeGoesWithADiscoveryScript) {
   };
   const Case cases[] = {
       {{"-np", "2", "--elastic", "--blacklist-cooldown-range", "1", "2", "x"},
-       "need --host-discovery-script"},
+       "needs --host-discovery-script, or --elastic with -H or --hostfile"},
       {{"-np", "2", "--host-discovery-script", "h.sh", "--blacklist-cooldown-range", "0", "9", "x"},
        "Provided cooldown lower limit: 0 cannot be lower than default cooldown lower limit: 1"},
       {{"-np", "2", "--host-discovery-script", "h.sh", "--blacklist-cooldown-range", "1", "3601",
@@ -376,6 +395,8 @@ TEST(LauncherOptionsTest, ABlacklistCooldownRangeGoesWithADiscoveryScript) {
        "Provided cooldown upper limit: 3601 cannot be higher"},
       {{"-np", "2", "--host-discovery-script", "h.sh", "--restart-failed", "1", "x"},
        "--restart-failed does not go with --host-discovery-script"},
+      {{"-np", "2", "--elastic", "-H", "localhost:2", "--restart-failed", "1", "x"},
+       "--restart-failed does not go with --host-discovery-script, -H or --hostfile"},
   };
   for (const Case& c : cases) {
     const Parsed refused = Parse(c.args);
