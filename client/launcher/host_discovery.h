@@ -7,7 +7,9 @@
 // (localhost, a loopback address, or its own name). Each name is a node of
 // its own, as Horovod treats it (it would ssh to 127.0.0.1 as to another
 // machine): collectiverun runs one collectived per name, an MPI world of
-// stand-in nodes when there are several (ElasticWorld).
+// stand-in nodes when there are several (ElasticWorld). An elastic job on
+// -H's or --hostfile's hosts has a HostDiscovery of fixed hosts, which every
+// run lists, as Horovod's FixedHosts.
 #pragma once
 
 #include <memory>

@@ -269,7 +269,7 @@ void JobSupervisor::BlacklistHostOf(const Trainer& trainer, int status, const st
   }
   Say(absl::StrCat(blacklisted, "; ", *reformed));
   // Its other workers go too, as Horovod's driver stops a blacklisted
-  // host's; the script's other hosts take the slots.
+  // host's; the other hosts listed take the slots.
   Retire(LiveOn(host), host, absl::StrCat(HostLabel(host), " is blacklisted"));
 }
 

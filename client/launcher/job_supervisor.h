@@ -31,7 +31,8 @@ class JobSupervisor {
     // From SIGTERM (or the forwarded signal) to SIGKILL for ranks being stopped.
     absl::Duration grace = absl::Seconds(10);
     bool verbose = false;
-    // An elastic job with a host discovery script: run every second, the
+    // An elastic job with a host discovery script (or -H's fixed hosts, as
+    // a script that always lists them): run every second, the
     // job grows to the slots of the hosts it lists (up to max_ranks, hosts
     // filled in the order listed) and shrinks to them (the newest workers
     // of a host stop; all of a host no longer listed); fewer than min_ranks
@@ -45,7 +46,7 @@ class JobSupervisor {
     int min_ranks = 1;
     int max_ranks = 1;
     absl::Duration elastic_timeout = absl::Seconds(600);
-    // With a discovery script: how long a blacklisted host stays out
+    // With listed hosts: how long a blacklisted host stays out
     // (host_blacklist.h); unset: for good.
     std::optional<CooldownRange> blacklist_cooldown;
   };
@@ -68,7 +69,7 @@ class JobSupervisor {
   void OnTrainerExit(const Trainer& trainer);
   // An elastic job's worker failed: true if the job goes on without it.
   bool ReformWithout(const Trainer& trainer, const std::string& what);
-  // A job with a discovery script: a worker failed with `status`. As
+  // A job on listed hosts (a script, or -H's): a worker failed with `status`. As
   // Horovod's driver does, its host is blacklisted and its other workers
   // stop, and the job re-forms on the other hosts; once every host of the
   // job is blacklisted, it stops.
