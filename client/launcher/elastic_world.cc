@@ -192,23 +192,37 @@ absl::StatusOr<std::string> ElasticWorld::Remove(int worker, TrainerGroup& train
       " as generation ", generation_);
 }
 
-absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers, int host) {
-  if (static_cast<int>(workers_.size()) >= options_.max_ranks) {
+absl::StatusOr<std::string> ElasticWorld::Add(TrainerGroup& trainers,
+                                              const std::vector<int>& hosts) {
+  if (static_cast<int>(workers_.size() + hosts.size()) > options_.max_ranks) {
     return absl::FailedPreconditionError(absl::StrCat("the job has ",
                                                       Workers(static_cast<int>(workers_.size())),
                                                       ", as many as --max-np allows; none added"));
   }
-  const int worker = next_worker_++;
-  host_of_[worker] = host;
+  std::vector<int> added;
+  std::vector<std::string> where;
+  for (int host : hosts) {
+    host_of_[next_worker_] = host;
+    added.push_back(next_worker_++);
+    if (std::find(where.begin(), where.end(), HostName(host)) == where.end()) {
+      where.push_back(HostName(host));
+    }
+  }
   std::vector<int> next = workers_;
-  next.push_back(worker);
-  if (absl::Status published = Publish(next, {worker}, trainers); !published.ok()) {
+  next.insert(next.end(), added.begin(), added.end());
+  if (absl::Status published = Publish(next, added, trainers); !published.ok()) {
     return published;
   }
-  return absl::StrCat("worker ", worker, " added",
-                      options_.daemon_per_host ? absl::StrCat(" on ", HostName(host)) : "",
-                      "; the job re-forms with ", Workers(static_cast<int>(next.size())),
-                      " as generation ", generation_, " at its next commit");
+  return absl::StrCat(
+      added.size() == 1 ? "worker " : "workers ", absl::StrJoin(added, ", "), " added",
+      options_.daemon_per_host ? absl::StrCat(" on ", absl::StrJoin(where, ", ")) : "",
+      "; the job re-forms with ", Workers(static_cast<int>(next.size())), " as generation ",
+      generation_, " at its next commit");
+}
+
+void ElasticWorld::Withdraw(int worker) {
+  Exited(worker);  // idempotent
+  ++failures_;
 }
 
 void ElasticWorld::Exited(int worker) {

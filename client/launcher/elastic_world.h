@@ -76,7 +76,18 @@ class ElasticWorld {
   absl::StatusOr<std::string> Remove(int worker, TrainerGroup& trainers, bool replace = true);
   // Starts one more worker on `host` and publishes the generation that
   // includes it; FAILED_PRECONDITION at max_ranks.
-  absl::StatusOr<std::string> Add(TrainerGroup& trainers, int host = 0);
+  absl::StatusOr<std::string> Add(TrainerGroup& trainers, int host = 0) {
+    return Add(trainers, std::vector<int>{host});
+  }
+  // The same for a worker on each of `hosts` (a host may repeat), in one
+  // generation; FAILED_PRECONDITION past max_ranks (none added).
+  absl::StatusOr<std::string> Add(TrainerGroup& trainers, const std::vector<int>& hosts);
+  // Worker `worker` failed, or was stopped, and fewer than min_ranks would
+  // remain: no generation is published now. The failure counts in the next
+  // one (Add, once slots are listed), which the survivors, waiting for a
+  // generation after a failure, then join; as Horovod's driver waits for
+  // slots before it re-forms.
+  void Withdraw(int worker);
   // Worker `worker` exited (any way, before Remove for a failure): no later
   // generation lists it, and workers waiting to join learn that it is gone.
   void Exited(int worker);

@@ -197,6 +197,7 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
   if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
   if (retiring_.erase(trainer.rank) > 0 && !stopping_) {
     // Stopped because the discovery script lists fewer slots: not a failure.
+    if (AwaitSlotsWithout(trainer, what)) return;
     const absl::StatusOr<std::string> reformed =
         elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
     if (reformed.ok()) {
@@ -258,19 +259,34 @@ void JobSupervisor::BlacklistHostOf(const Trainer& trainer, int status, const st
     StopTrainers(SIGTERM);
     return;
   }
-  const absl::StatusOr<std::string> reformed =
-      elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
-  if (!reformed.ok()) {
-    Say(absl::StrCat(blacklisted, "; cannot re-form the job without worker ", trainer.rank, ": ",
-                     reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
-    Fail(ShellExitCode(status));
-    StopTrainers(SIGTERM);
-    return;
+  if (!AwaitSlotsWithout(trainer, blacklisted)) {
+    const absl::StatusOr<std::string> reformed =
+        elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
+    if (!reformed.ok()) {
+      Say(absl::StrCat(blacklisted, "; cannot re-form the job without worker ", trainer.rank, ": ",
+                       reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
+      Fail(ShellExitCode(status));
+      StopTrainers(SIGTERM);
+      return;
+    }
+    Say(absl::StrCat(blacklisted, "; ", *reformed));
   }
-  Say(absl::StrCat(blacklisted, "; ", *reformed));
   // Its other workers go too, as Horovod's driver stops a blacklisted
   // host's; the other hosts listed take the slots.
   Retire(LiveOn(host), host, absl::StrCat(HostLabel(host), " is blacklisted"));
+}
+
+bool JobSupervisor::AwaitSlotsWithout(const Trainer& trainer, const std::string& what) {
+  const int left = static_cast<int>(elastic_->workers().size());
+  if (!Discovers() || left >= options_.min_ranks) return false;
+  elastic_->Withdraw(trainer.rank);
+  if (!short_since_.has_value()) short_since_ = absl::Now();
+  Say(absl::StrCat(what, "; ", left, left == 1 ? " worker remains" : " workers remain",
+                   ", fewer than --min-np ", options_.min_ranks, ": waiting up to ",
+                   absl::FormatDuration(absl::Ceil(
+                       options_.elastic_timeout - (absl::Now() - *short_since_), absl::Seconds(1))),
+                   " for slots to re-form the job"));
+  return true;
 }
 
 std::string JobSupervisor::HostLabel(int host) const {
@@ -381,13 +397,15 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   // Added only once the stopped workers have gone, so that the job re-forms
   // once for the stops and once for the additions.
   if (!retiring_.empty()) return;
+  // In one generation, as Horovod's driver starts every pending slot at
+  // once: survivors waiting for --min-np join it whole.
+  std::vector<int> to_add;
   for (const auto& [host, wanted] : target) {
-    for (int live = LiveOn(host); live < wanted; ++live) {
-      const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, host);
-      Say(grown.ok() ? absl::StrCat(listing, ": ", *grown) : grown.status().message());
-      if (!grown.ok()) return;
-    }
+    for (int live = LiveOn(host); live < wanted; ++live) to_add.push_back(host);
   }
+  if (to_add.empty()) return;
+  const absl::StatusOr<std::string> grown = elastic_->Add(trainers_, to_add);
+  Say(grown.ok() ? absl::StrCat(listing, ": ", *grown) : grown.status().message());
 }
 
 int JobSupervisor::LiveOn(int host) const {

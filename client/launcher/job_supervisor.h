@@ -74,6 +74,12 @@ class JobSupervisor {
   // stop, and the job re-forms on the other hosts; once every host of the
   // job is blacklisted, it stops.
   void BlacklistHostOf(const Trainer& trainer, int status, const std::string& what);
+  // A job on listed hosts lost `trainer` (it failed or was stopped) and
+  // fewer than --min-np workers remain: rather than stop, the failure is
+  // held (ElasticWorld::Withdraw) while the survivors wait, up to the
+  // elastic timeout, for slots to re-form with, as Horovod's driver waits.
+  // False (nothing done) when the job is not such or enough remain.
+  bool AwaitSlotsWithout(const Trainer& trainer, const std::string& what);
   // "host 127.0.0.2", or "this machine" when every host is the one daemon's.
   std::string HostLabel(int host) const;
   // An elastic job's rendezvous directory changed: the workers may all wait

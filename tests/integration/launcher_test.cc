@@ -959,6 +959,49 @@ TEST(LauncherTest, ABlacklistedHostComesBackAfterItsCooldown) {
       << run.out;
 }
 
+TEST(LauncherTest, AFailureBelowMinNpWaitsForSlotsAsHorovodsDriverDoes) {
+  // --min-np 4 on 4 slots: worker 3 fails, 127.0.0.1 is blacklisted for a
+  // second and worker 2 stops with it. Two workers are left, fewer than
+  // --min-np: they wait, and once the cooldown is over two new workers
+  // start on 127.0.0.1 in one generation, which the survivors join.
+  const LaunchResult run = RunLauncher(
+      Concat({"-np", "4", "--min-np", "4", "-H", "localhost:2,127.0.0.1:2",
+              "--blacklist-cooldown-range", "1", "1"},
+             Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0|1) exec ",
+                                AwaitWorkers("w == [0, 1, 4, 5]"),
+                                ";; 2) exec sleep 1000;; 3) exit 3;; *) echo worker "
+                                "$COLLECTIVE_ELASTIC_WORKER on $COLLECTIVE_ELASTIC_HOST;; esac"))),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("exited with code 3; blacklisting host 127.0.0.1 for 1s; 3 "
+                                 "workers remain, fewer than --min-np 4: waiting up to 10m"));
+  EXPECT_THAT(run.err, HasSubstr("was killed by signal 15 (SIGTERM); 2 workers remain, fewer "
+                                 "than --min-np 4: waiting up to"));
+  EXPECT_THAT(run.err, HasSubstr("-H lists 4 slots: workers 4, 5 added on 127.0.0.1; the job "
+                                 "re-forms with 4 workers as generation 1"));
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>(
+                                      {"[0] worker 0 sees workers [0, 1, 4, 5]",
+                                       "[1] worker 1 sees workers [0, 1, 4, 5]",
+                                       "[4] worker 4 on 127.0.0.1", "[5] worker 5 on 127.0.0.1"}))
+      << run.out << "stderr:\n"
+      << run.err;
+}
+
+TEST(LauncherTest, AFailureBelowMinNpStopsTheJobAfterTheElasticTimeout) {
+  // As above, but 127.0.0.1 stays out for good: no slots come within
+  // --elastic-timeout 1, and the job stops.
+  const LaunchResult run = RunLauncher(
+      Concat(
+          {"-np", "4", "--min-np", "4", "-H", "localhost:2,127.0.0.1:2", "--elastic-timeout", "1"},
+          Shell("case $COLLECTIVE_ELASTIC_WORKER in 3) exit 3;; *) exec sleep 1000;; esac")),
+      kElasticPrivateDaemon);
+  EXPECT_EQ(run.exit_code, 1) << run.how << "\nstderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("exited with code 3; blacklisting host 127.0.0.1 for good; 3 "
+                                 "workers remain, fewer than --min-np 4: waiting up to 1s"));
+  EXPECT_THAT(run.err, HasSubstr("-H has listed fewer than --min-np 4 slots for 1s; stopping the "
+                                 "2 ranks"));
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   // Another machine: collectiverun starts this machine's workers only.
   const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");

@@ -175,5 +175,27 @@ TEST_F(ElasticWorldTest, TheFirstSurvivorsHostIsNodeZero) {
   EXPECT_EQ(Published()["local_sizes"], "2 1");
 }
 
+TEST_F(ElasticWorldTest, AWithdrawnFailureCountsInTheGenerationThatAddsWorkersAtOnce) {
+  // Fewer than --min-np would remain: the failures are held, and the
+  // generation that brings new workers (two at once) is the one after them,
+  // which the survivors waiting for a generation after a failure join.
+  const int a = world_->HostNumber("localhost");
+  const int b = world_->HostNumber("127.0.0.1");
+  ASSERT_TRUE(world_->Start(trainers_, {a, a, b}).ok());
+  const std::string failures = Published()["failures"];
+  world_->Withdraw(2);
+  EXPECT_EQ(Published()["generation"], "0") << "nothing published";
+  EXPECT_THAT(world_->workers(), ElementsAre(0, 1));
+  const absl::StatusOr<std::string> added = world_->Add(trainers_, std::vector<int>{b, b});
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(*added,
+            "workers 3, 4 added on 127.0.0.1; the job re-forms with 4 workers as generation 1 at "
+            "its next commit");
+  EXPECT_EQ(Published()["workers"], "0 1 3 4");
+  EXPECT_EQ(Published()["failures"], absl::StrCat(std::stoi(failures) + 1));
+  EXPECT_FALSE(world_->Add(trainers_, std::vector<int>(5, a)).ok()) << "past --max-np 8";
+  EXPECT_EQ(Published()["workers"], "0 1 3 4") << "none added";
+}
+
 }  // namespace
 }  // namespace collective::launcher
