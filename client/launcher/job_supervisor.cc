@@ -168,6 +168,13 @@ void JobSupervisor::OnNodeLost(int node) {
 void JobSupervisor::OnSignal(int signal) {
   if (signal == SIGUSR1 && elastic_ != nullptr) {
     if (stopping_) return;
+    if (options_.discovery != nullptr) {
+      // The slots listed decide, and a worker past them would be stopped
+      // at the next run.
+      Say(absl::StrCat("SIGUSR1 adds no worker to a job on listed hosts: ",
+                       options_.discovery->source(), " decides its slots"));
+      return;
+    }
     // On node 0's host.
     const int host = elastic_->workers().empty() ? 0 : elastic_->HostOf(elastic_->workers()[0]);
     const absl::StatusOr<std::string> added = elastic_->Add(trainers_, host);

@@ -1002,6 +1002,19 @@ TEST(LauncherTest, AFailureBelowMinNpStopsTheJobAfterTheElasticTimeout) {
                                  "2 ranks"));
 }
 
+TEST(LauncherTest, Sigusr1AddsNoWorkerToAJobOnListedHosts) {
+  // -H's slots decide: a worker SIGUSR1 added would only be stopped again.
+  const LaunchResult run =
+      RunLauncher(Concat({"--elastic", "-np", "1", "-H", "localhost:1"},
+                         Shell("kill -USR1 $PPID; echo worker $COLLECTIVE_ELASTIC_WORKER")),
+                  kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstderr:\n" << run.err;
+  EXPECT_THAT(run.err,
+              HasSubstr("SIGUSR1 adds no worker to a job on listed hosts: -H decides its slots"));
+  EXPECT_THAT(run.err, Not(HasSubstr("added")));
+  EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0"})) << run.out;
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   // Another machine: collectiverun starts this machine's workers only.
   const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");
