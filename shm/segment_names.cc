@@ -41,7 +41,7 @@ std::string SegmentNames::Doorbell(uint64_t job_sequence) const {
   return absl::StrCat(prefix_, epoch_, ".d", job_sequence);
 }
 
-int SegmentNames::RemoveStale() const {
+int SegmentNames::Remove(bool keep_ours) const {
   // glibc implements POSIX shared memory as files in /dev/shm.
   DIR* dir = ::opendir("/dev/shm");
   if (dir == nullptr) return 0;
@@ -49,7 +49,7 @@ int SegmentNames::RemoveStale() const {
   const std::string ours = absl::StrCat(prefix_, epoch_);
   while (const dirent* entry = ::readdir(dir)) {
     const absl::string_view name = entry->d_name;
-    if (!absl::StartsWith(name, prefix_) || absl::StartsWith(name, ours)) continue;
+    if (!absl::StartsWith(name, prefix_) || (keep_ours && absl::StartsWith(name, ours))) continue;
     if (::shm_unlink(absl::StrCat("/", name).c_str()) == 0) {
       log::Shm().info("removed stale segment '/{}' left by an earlier daemon", name);
       ++removed;
@@ -58,5 +58,9 @@ int SegmentNames::RemoveStale() const {
   ::closedir(dir);
   return removed;
 }
+
+int SegmentNames::RemoveStale() const { return Remove(/*keep_ours=*/true); }
+
+int SegmentNames::RemoveAll() const { return Remove(/*keep_ours=*/false); }
 
 }  // namespace collective::shm

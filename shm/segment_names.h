@@ -27,8 +27,16 @@ class SegmentNames {
   // Removes every object named for this uid and socket whose epoch is not
   // ours. Call only while holding the socket's lock. Returns how many went.
   int RemoveStale() const;
+  // Removes every object named for this uid and socket, whatever its epoch:
+  // what a daemon on it that is gone for good left (nobody serves the socket
+  // any more). Returns how many went.
+  int RemoveAll() const;
 
  private:
+  // Removes the objects with our prefix, but ours when `keep_ours` (those of
+  // our epoch); how many went.
+  int Remove(bool keep_ours) const;
+
   std::string prefix_;  // "collectived.<uid>.<socket tag>."
   std::string epoch_;   // 16 hex digits
 };

@@ -9,7 +9,6 @@
 #include <utility>
 
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -343,28 +342,17 @@ void PrivateDaemon::Stop() {
     }
   }
   if (output_.has_value()) output_->Drain();
-  // Whatever the exit status says: under mpirun --enable-recovery, a node's
-  // daemon can die while mpirun still exits 0.
-  if (process_.has_value()) RemoveLeftovers();
+  // A daemon that died or was killed could not remove its segments, and
+  // nobody else uses a socket that goes away with its directory. Whatever
+  // the exit status says: under mpirun --enable-recovery, a node's daemon
+  // can die while mpirun still exits 0.
+  if (process_.has_value()) {
+    for (const std::string& socket : sockets_)
+      shm::SegmentNames(::geteuid(), socket, 0).RemoveAll();
+  }
   if (!directory_.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(directory_, ignored);
-  }
-}
-
-// A daemon that died or was killed could not remove its segments; nobody
-// else will use a socket path that goes away with its directory.
-void PrivateDaemon::RemoveLeftovers() const {
-  std::vector<std::string> prefixes;
-  for (const std::string& socket : sockets_) {
-    prefixes.push_back(shm::SegmentNames(::geteuid(), socket, 0).prefix());
-  }
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
-    const std::string name = entry.path().filename().string();
-    for (const std::string& prefix : prefixes) {
-      if (absl::StartsWith(name, prefix)) ::shm_unlink(("/" + name).c_str());
-    }
   }
 }
 

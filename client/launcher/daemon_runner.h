@@ -89,8 +89,8 @@ class PrivateDaemon {
 
   // SIGTERM (to each daemon under mpirun, which then exits with them), up
   // to 10 s for them to drain and exit (their output still copied), then
-  // SIGKILL. Removes the private directory, and the shared memory named for
-  // each socket if a daemon did not exit cleanly. Runs once.
+  // SIGKILL. Removes the private directory, and the shared memory a daemon
+  // that died left, named for its socket. Runs once.
   void Stop();
   // Stop in halves, for a caller that goes on meanwhile: RequestStop sends
   // the SIGTERM; the caller watches the exit (Watch), calls
@@ -103,7 +103,6 @@ class PrivateDaemon {
  private:
   PrivateDaemon() = default;
   absl::Status AwaitReady(const SignalWatcher& signals);
-  void RemoveLeftovers() const;
 
   std::string directory_;
   std::vector<std::string> sockets_;

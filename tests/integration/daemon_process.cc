@@ -6,7 +6,6 @@
 #include <fstream>
 
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -144,8 +143,7 @@ void RemoveSegmentsOf(const std::string& socket) {
   const bool listening =
       ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
   ::close(fd);
-  if (listening) return;
-  for (const std::string& name : SegmentsOf(socket)) ::shm_unlink(("/" + name).c_str());
+  if (!listening) shm::SegmentNames(::geteuid(), socket, 0).RemoveAll();
 }
 
 int64_t ResidentKib(pid_t pid) {

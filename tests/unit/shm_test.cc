@@ -899,5 +899,22 @@ TEST(SegmentNamesTest, RemoveStaleRemovesOnlyOtherEpochsOfTheSameSocket) {
   EXPECT_TRUE(ShmExists(other_socket.Client(1)));
 }
 
+TEST(SegmentNamesTest, RemoveAllRemovesEveryEpochOfTheSocketAndNothingElse) {
+  // What a daemon gone for good left: collectiverun's and the tests' cleanup.
+  const std::string socket = absl::StrCat("/tmp/shm-test-all-", ::getpid(), ".sock");
+  const SegmentNames first(::geteuid(), socket, 1);
+  const SegmentNames second(::geteuid(), socket, 2);
+  const SegmentNames other_socket(::geteuid(), socket + "x", 1);
+  auto create = [](const std::string& name) { return ClientSegment::Create(Options(name)); };
+  auto a = create(first.Client(1));
+  auto b = create(second.Result(1));
+  auto foreign = create(other_socket.Client(1));
+  ASSERT_TRUE(a.ok() && b.ok() && foreign.ok());
+  EXPECT_EQ(SegmentNames(::geteuid(), socket, 0).RemoveAll(), 2);
+  EXPECT_FALSE(ShmExists(first.Client(1)));
+  EXPECT_FALSE(ShmExists(second.Result(1)));
+  EXPECT_TRUE(ShmExists(other_socket.Client(1)));
+}
+
 }  // namespace
 }  // namespace collective::shm
