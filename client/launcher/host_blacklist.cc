@@ -72,15 +72,6 @@ std::vector<int> HostBlacklist::Resurrect(absl::Time now) {
   return back;
 }
 
-std::optional<absl::Time> HostBlacklist::next_end() const {
-  std::optional<absl::Time> next;
-  for (const auto& [host, entry] : hosts_) {
-    if (entry.out && entry.until.has_value())
-      next = std::min(next.value_or(*entry.until), *entry.until);
-  }
-  return next;
-}
-
 std::string HostBlacklist::Describe(std::optional<absl::Time> until, absl::Time now) {
   if (!until.has_value()) return "for good";
   return absl::StrCat("for ", absl::FormatDuration(absl::Ceil(*until - now, absl::Seconds(1))));

@@ -41,10 +41,8 @@ class HostBlacklist {
   // Whether `host` is out at `now`.
   bool Contains(int host, absl::Time now) const;
   // The hosts whose cooldown ended by `now`: they are no longer out (to be
-  // said once). The earliest end of a cooldown still running, if any, is
-  // when to look again.
+  // said once).
   std::vector<int> Resurrect(absl::Time now);
-  std::optional<absl::Time> next_end() const;
 
   // "for good", or "for 12s".
   static std::string Describe(std::optional<absl::Time> until, absl::Time now);

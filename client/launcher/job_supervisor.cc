@@ -203,18 +203,8 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
                    trainer.process.pid(), ") ", DescribeExit(status));
   if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
   if (retiring_.erase(trainer.rank) > 0 && !stopping_) {
-    // Stopped because the discovery script lists fewer slots: not a failure.
-    if (AwaitSlotsWithout(trainer, what)) return;
-    const absl::StatusOr<std::string> reformed =
-        elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
-    if (reformed.ok()) {
-      Say(absl::StrCat(what, "; ", *reformed));
-      return;
-    }
-    Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
-                     reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
-    Fail(1);
-    StopTrainers(SIGTERM);
+    // Stopped for the listed slots or its host: not a failure.
+    ReformWithout(trainer, what, /*replace=*/false, /*exit_code=*/1);
     return;
   }
   if (Succeeded(status) || stopping_) {
@@ -228,23 +218,31 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
     BlacklistHostOf(trainer, status, what);
     return;
   }
-  if (elastic_ != nullptr && ReformWithout(trainer, what)) return;
-  const int others = trainers_.running();
-  Say(others > 0 ? absl::StrCat(what, "; stopping the other ", Ranks(others)) : what);
-  Fail(ShellExitCode(status));
-  StopTrainers(SIGTERM);
+  if (elastic_ != nullptr) {
+    ReformWithout(trainer, what, /*replace=*/true, ShellExitCode(status));
+    return;
+  }
+  StopOthers(what, ShellExitCode(status));
 }
 
-bool JobSupervisor::ReformWithout(const Trainer& trainer, const std::string& what) {
-  if (stopping_) return false;
-  const absl::StatusOr<std::string> reformed = elastic_->Remove(trainer.rank, trainers_);
+void JobSupervisor::ReformWithout(const Trainer& trainer, const std::string& what, bool replace,
+                                  int exit_code) {
+  if (AwaitSlotsWithout(trainer, what)) return;
+  const absl::StatusOr<std::string> reformed = elastic_->Remove(trainer.rank, trainers_, replace);
   if (reformed.ok()) {
     Say(absl::StrCat(what, "; ", *reformed));
-    return true;
+    return;
   }
   Say(absl::StrCat("cannot re-form the job without worker ", trainer.rank, ": ",
                    reformed.status().message()));
-  return false;
+  StopOthers(what, exit_code);
+}
+
+void JobSupervisor::StopOthers(const std::string& what, int exit_code) {
+  const int others = trainers_.running();
+  Say(others > 0 ? absl::StrCat(what, "; stopping the other ", Ranks(others)) : what);
+  Fail(exit_code);
+  StopTrainers(SIGTERM);
 }
 
 void JobSupervisor::BlacklistHostOf(const Trainer& trainer, int status, const std::string& what) {
@@ -259,28 +257,14 @@ void JobSupervisor::BlacklistHostOf(const Trainer& trainer, int status, const st
   });
   if (every_host_out) {
     // Horovod's driver stops once every host of the job is blacklisted.
-    const int others = trainers_.running();
-    Say(absl::StrCat(blacklisted, "; every host of the job is blacklisted",
-                     others > 0 ? absl::StrCat(": stopping the other ", Ranks(others)) : ""));
-    Fail(ShellExitCode(status));
-    StopTrainers(SIGTERM);
+    StopOthers(absl::StrCat(blacklisted, "; every host of the job is blacklisted"),
+               ShellExitCode(status));
     return;
   }
-  if (!AwaitSlotsWithout(trainer, blacklisted)) {
-    const absl::StatusOr<std::string> reformed =
-        elastic_->Remove(trainer.rank, trainers_, /*replace=*/false);
-    if (!reformed.ok()) {
-      Say(absl::StrCat(blacklisted, "; cannot re-form the job without worker ", trainer.rank, ": ",
-                       reformed.status().message(), "; stopping the ", Ranks(trainers_.running())));
-      Fail(ShellExitCode(status));
-      StopTrainers(SIGTERM);
-      return;
-    }
-    Say(absl::StrCat(blacklisted, "; ", *reformed));
-  }
+  ReformWithout(trainer, blacklisted, /*replace=*/false, ShellExitCode(status));
   // Its other workers go too, as Horovod's driver stops a blacklisted
   // host's; the other hosts listed take the slots.
-  Retire(LiveOn(host), host, absl::StrCat(HostLabel(host), " is blacklisted"));
+  if (!stopping_) Retire(LiveOn(host), host, absl::StrCat(HostLabel(host), " is blacklisted"));
 }
 
 bool JobSupervisor::AwaitSlotsWithout(const Trainer& trainer, const std::string& what) {

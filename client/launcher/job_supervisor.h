@@ -67,8 +67,13 @@ class JobSupervisor {
  private:
   void OnSignal(int signal);
   void OnTrainerExit(const Trainer& trainer);
-  // An elastic job's worker failed: true if the job goes on without it.
-  bool ReformWithout(const Trainer& trainer, const std::string& what);
+  // An elastic job lost `trainer` (`what` says how): re-forms the job
+  // without it (with a replacement if `replace` and restarts remain), or
+  // waits for slots (AwaitSlotsWithout); when neither can be, says why and
+  // stops the others, the launcher exiting with `exit_code`.
+  void ReformWithout(const Trainer& trainer, const std::string& what, bool replace, int exit_code);
+  // Says `what` and that the running ranks stop, and stops them.
+  void StopOthers(const std::string& what, int exit_code);
   // A job on listed hosts (a script, or -H's): a worker failed with `status`. As
   // Horovod's driver does, its host is blacklisted and its other workers
   // stop, and the job re-forms on the other hosts; once every host of the

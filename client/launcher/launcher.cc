@@ -52,7 +52,7 @@ absl::Status RaiseFileLimit(int ranks) {
   return absl::OkStatus();
 }
 
-// The hosts the discovery script lists, once their slots are at least
+// The hosts the discovery lists, once their slots are at least
 // `ranks` (-np, as horovodrun's driver waits for; the script runs every
 // second meanwhile, for up to
 // `timeout`). Its first run must succeed, as horovodrun requires; later
@@ -70,13 +70,13 @@ absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& disc
         hosts.ok() ? absl::StrCat(" (it lists ", TotalSlots(*hosts), ")") : "";
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("the host discovery script did not list -np ", ranks, " slots within ",
+          absl::StrCat(discovery.source(), " did not list -np ", ranks, " slots within ",
                        absl::FormatDuration(timeout),
                        hosts.ok() ? listed : absl::StrCat(": ", hosts.status().message())));
     }
     if (!said) {
-      Say(absl::StrCat("waiting up to ", absl::FormatDuration(timeout),
-                       " for the host discovery script to list -np ", ranks, " slots", listed));
+      Say(absl::StrCat("waiting up to ", absl::FormatDuration(timeout), " for ", discovery.source(),
+                       " to list -np ", ranks, " slots", listed));
       said = true;
     }
     bool signalled = false;
@@ -134,8 +134,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   // in Horovod: room for 256 workers then (a machine runs fewer).
   int most_ranks = options.elastic ? std::max(options.ranks, options.max_ranks) + options.restarts
                                    : options.ranks;
-  const bool listed_hosts =
-      !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
+  const bool listed_hosts = OnListedHosts(options);
   if (listed_hosts) most_ranks = std::min(most_ranks, 256);
   if (absl::Status enough = RaiseFileLimit(most_ranks); !enough.ok()) {
     Say(enough.message());

@@ -216,9 +216,10 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
 
   std::pair<int, int> cooldown;
   app.add_option("--blacklist-cooldown-range", cooldown,
-                 "with --host-discovery-script: a blacklisted host (one whose worker failed) "
-                 "comes back after a cooldown of MIN to MAX seconds that doubles each time "
-                 "(horovodrun's; default: it stays out)")
+                 "with listed hosts (--host-discovery-script, or -H/--hostfile in an elastic "
+                 "job): a blacklisted host (one whose worker failed) comes back after a "
+                 "cooldown of MIN to MAX seconds that doubles each time (horovodrun's; "
+                 "default: it stays out)")
       ->type_name("MIN MAX");
 
   HorovodrunFlags horovodrun;
@@ -240,9 +241,7 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   const bool discovery = !options.host_discovery_script.empty();
   // As horovodrun: a discovery script, or --min-np, makes the job elastic.
   if (discovery || options.min_ranks != 0) options.elastic = true;
-  // An elastic job on -H's (or the hostfile's) hosts runs as on a script
-  // that always lists them (Horovod's FixedHosts).
-  const bool listed_hosts = discovery || (options.elastic && !options.hosts.empty());
+  const bool listed_hosts = OnListedHosts(options);
   if (!discovery && app.count("--slots-per-host") > 0) {
     err << "collectiverun: --slots-per-host needs --host-discovery-script\n"
         << "Run with --help for more information.\n";
@@ -317,6 +316,10 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   return options;
 }
 
+bool OnListedHosts(const LauncherOptions& options) {
+  return !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
+}
+
 absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& options) {
   const auto value = [&](const char* name) -> std::string {
     const auto it = environment.find(name);
@@ -364,9 +367,7 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     }
   }
   if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
-  const bool listed_hosts =
-      !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
-  if (listed_hosts && options.elastic_timeout_seconds == 0) {
+  if (OnListedHosts(options) && options.elastic_timeout_seconds == 0) {
     options.elastic_timeout_seconds = 600;
     if (const std::string timeout = value("HOROVOD_ELASTIC_TIMEOUT"); !timeout.empty()) {
       if (!absl::SimpleAtoi(timeout, &options.elastic_timeout_seconds) ||

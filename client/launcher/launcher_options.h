@@ -79,6 +79,11 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
 // ranks' RANK/WORLD_SIZE wrong).
 absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& options);
 
+// An elastic job on hosts a discovery script or -H/--hostfile lists (the
+// latter as a script that always lists them, Horovod's FixedHosts): its
+// slots decide its size, a failed worker's host is blacklisted.
+bool OnListedHosts(const LauncherOptions& options);
+
 // The environment of the private daemon and the ranks: `environment` with
 // the variables of horovodrun's flags set over it, as horovodrun sets them.
 Environment JobEnvironment(const LauncherOptions& options, Environment environment);

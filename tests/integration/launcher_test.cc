@@ -909,7 +909,7 @@ TEST(LauncherTest, AFailedWorkerOnTheJobsOnlyHostEndsTheJob) {
   EXPECT_TRUE(std::regex_search(
       run.err, std::regex(R"(collectiverun: worker 1 \(pid \d+\) exited with code 3; )"
                           R"(blacklisting host localhost for good; every host of the job is )"
-                          R"(blacklisted: stopping the other 1 rank)")))
+                          R"(blacklisted; stopping the other 1 rank)")))
       << run.err;
 }
 
