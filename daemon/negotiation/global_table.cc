@@ -117,6 +117,7 @@ void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
     entry.by_set_rank[index] = rank;
     ++entry.submitted;
   }
+  ++entry.nodes;
   if (!cache_bit.has_value()) {
     entry.all_from_cache = false;
   } else if (entry.cache_bit.has_value() && *entry.cache_bit != *cache_bit) {
@@ -202,7 +203,7 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
     // the cached ones passed the checks when they were cached.
     decision.set_from_cache(true);
     decision.set_cache_bit(*entry.cache_bit);
-    Combine(entry, *set, decision);
+    Combine(entry, decision);
     bits_.Touch(*entry.cache_bit);
     ++counters_.decided_from_cache;
     return;
@@ -228,16 +229,12 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
   UpdateCache(key, decision, cacheable);
 }
 
-void GlobalTable::Combine(const Entry& entry, const job::ProcessSet& set, v1::Decision& decision) {
-  if (combine_ == nullptr || entry.parts.empty()) return;
-  std::set<int> nodes;
-  for (int32_t rank : set.ranks) nodes.insert(layout_.NodeOf(rank));
-  std::vector<const std::string*> parts;
-  for (int node : nodes) {
-    const auto part = entry.parts.find(node);
-    if (part == entry.parts.end()) return;  // that node's ranks combine with MPI
-    parts.push_back(&part->second);
-  }
+void GlobalTable::Combine(const Entry& entry, v1::Decision& decision) {
+  // Decided from the cache, none of its ranks joined: every node of its set
+  // announced it. A node without a part leaves it to MPI on every node.
+  if (combine_ == nullptr || static_cast<int32_t>(entry.parts.size()) != entry.nodes) return;
+  std::vector<const std::string*> parts;  // in node order
+  for (const auto& [node, part] : entry.parts) parts.push_back(&part);
   if (std::optional<std::string> combined = combine_(cache_.At(decision.cache_bit())->ranks, parts);
       combined.has_value()) {
     decision.set_combined(std::move(*combined));

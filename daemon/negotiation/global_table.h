@@ -87,7 +87,9 @@ class GlobalTable {
     uint64_t sequence = 0;  // order of first announcement
     bool all_from_cache = true;
     std::optional<uint32_t> cache_bit;  // the bit the cached announcements named
-    // By node: its part of a small allreduce, sent with the cache bit.
+    // Nodes that announced it (each does once), and by node its part of a
+    // small allreduce, sent with the cache bit.
+    int32_t nodes = 0;
     std::map<int, std::string> parts;
   };
 
@@ -113,8 +115,8 @@ class GlobalTable {
   void DecideReady(const job::ProcessSetTable& sets);
   void Decide(const Key& key, Entry entry, const job::ProcessSetTable& sets);
   // A decision from the cache: the combination of its parts, when every
-  // node of `set` sent one.
-  void Combine(const Entry& entry, const job::ProcessSet& set, v1::Decision& decision);
+  // node that announced it sent one.
+  void Combine(const Entry& entry, v1::Decision& decision);
   // After a full decision: keep, change or drop the cache entry of the key.
   void UpdateCache(const Key& key, v1::Decision& decision, bool cacheable);
 

@@ -48,6 +48,13 @@ v1::ReduceOp CombiningOp(const v1::TensorRequest& request) {
   return request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
 }
 
+// A host-memory allreduce the kernels reduce element by element, with data.
+bool Combinable(const v1::TensorRequest& request) {
+  return request.collective() == v1::COLLECTIVE_ALLREDUCE &&
+         request.memory() == v1::MEMORY_KIND_HOST && request.length() > 0 &&
+         IsReducible(request.dtype(), CombiningOp(request));
+}
+
 // Node 0 combined the batch's tensors as it decided: their results arrived
 // with the decision.
 void PlanCombined(const FusedBatch& batch, const std::vector<uint64_t>& slots,
@@ -153,9 +160,7 @@ void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_
 }
 
 bool CombinedByNodeZero(const v1::TensorRequest& request, uint64_t max_bytes) {
-  return request.collective() == v1::COLLECTIVE_ALLREDUCE &&
-         request.memory() == v1::MEMORY_KIND_HOST && request.length() > 0 &&
-         request.length() <= max_bytes && IsReducible(request.dtype(), CombiningOp(request));
+  return Combinable(request) && request.length() <= max_bytes;
 }
 
 std::string NodePart(const negotiation::ReadyTensor& tensor, const std::byte* zeros) {
@@ -170,7 +175,7 @@ std::optional<std::string> CombineNodeParts(const std::vector<v1::RankRequest>& 
                                             const std::vector<const std::string*>& parts) {
   if (everyone.empty() || parts.empty()) return std::nullopt;
   const v1::TensorRequest& request = everyone.front().request();
-  if (!CombinedByNodeZero(request, request.length())) return std::nullopt;
+  if (!Combinable(request)) return std::nullopt;
   std::vector<const void*> inputs;
   for (const std::string* part : parts) {
     if (part->size() != request.length()) return std::nullopt;
