@@ -16,6 +16,7 @@
 #include "daemon/job/secrets.h"
 #include "daemon/job/sigbus_guard.h"
 #include "daemon/observe/systemd_notify.h"
+#include "shm/liveness_mark.h"
 #include "shm/segment_names.h"
 
 namespace collective::daemon {
@@ -57,7 +58,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
   daemon->listener_ = std::move(*listener);
   daemon->metrics_http_ = std::move(metrics_http);
 
-  shm::SegmentNames(::geteuid(), config.socket, daemon->epoch_).RemoveStale();
+  const shm::SegmentNames names(::geteuid(), config.socket, daemon->epoch_);
+  names.RemoveStale();
+  if (auto mark = shm::LivenessMark::Hold(names); mark.ok()) {
+    daemon->liveness_ = std::move(*mark);
+  } else {
+    // Not fatal: only the cleanup after a death that nobody else sees fails.
+    log::Daemon().warn("{}; if this daemon dies, only the next one on {} removes its segments",
+                       mark.status().message(), config.socket);
+  }
+  shm::RemoveOrphaned(::geteuid());
   job::SigbusGuard::Install();
   if (absl::Status started = daemon->engine_.Start(); !started.ok()) return started;
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <grpcpp/server.h>
@@ -14,13 +15,16 @@
 #include "daemon/observe/metrics_http.h"
 #include "daemon/service/service.h"
 #include "daemon/service/unix_listener.h"
+#include "shm/liveness_mark.h"
 
 namespace collective::daemon {
 
 class Daemon {
  public:
   // Binds the socket (failing if another daemon holds it), removes segments
-  // a crashed predecessor left behind, and starts serving. `stop` is how the
+  // a crashed predecessor left behind (on this socket, and those of any dead
+  // daemon of this uid whose liveness mark nobody holds), holds its own mark,
+  // and starts serving. `stop` is how the
   // daemon asks its owner to shut it down (see Engine::StopRequest).
   static absl::StatusOr<std::unique_ptr<Daemon>> Start(const config::DaemonConfig& config,
                                                        engine::Engine::StopRequest stop = nullptr);
@@ -40,6 +44,8 @@ class Daemon {
 
   const config::DaemonConfig config_;
   const uint64_t epoch_;
+  // Declared before the engine: removed after the engine's segments.
+  std::optional<shm::LivenessMark> liveness_;
   job::PeerPolicy policy_;
   engine::Engine engine_;
   service::CollectiveServiceImpl service_;

@@ -1,13 +1,15 @@
 #include "shm/segment_names.h"
 
-#include <functional>
+#include <algorithm>
 
 #include <dirent.h>
 #include <sys/mman.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/logging.h"
 
 namespace collective::shm {
@@ -23,11 +25,31 @@ uint32_t SocketTag(absl::string_view path) {
   return hash;
 }
 
+bool IsHex(absl::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) { return absl::ascii_isxdigit(c); });
+}
+
 }  // namespace
 
 SegmentNames::SegmentNames(uid_t daemon_uid, absl::string_view socket_path, uint64_t epoch)
     : prefix_(absl::StrFormat("collectived.%u.%08x.", daemon_uid, SocketTag(socket_path))),
+      mark_prefix_(absl::StrFormat("%s%08x.", MarkPrefix(daemon_uid), SocketTag(socket_path))),
       epoch_(absl::StrFormat("%016x", epoch)) {}
+
+std::string SegmentNames::Mark() const { return absl::StrCat(mark_prefix_, epoch_); }
+
+std::string SegmentNames::MarkPrefix(uid_t uid) {
+  return absl::StrFormat("collectived.alive.%u.", uid);
+}
+
+std::string SegmentNames::SegmentsOfMark(uid_t uid, absl::string_view mark) {
+  // "<tag>.<epoch>": 8 and 16 hex digits.
+  if (!absl::ConsumePrefix(&mark, MarkPrefix(uid)) || mark.size() != 8 + 1 + 16 || mark[8] != '.' ||
+      !IsHex(mark.substr(0, 8)) || !IsHex(mark.substr(9))) {
+    return "";
+  }
+  return absl::StrFormat("collectived.%u.%s.", uid, mark);
+}
 
 std::string SegmentNames::Client(uint64_t client_id) const {
   return absl::StrCat(prefix_, epoch_, ".c", client_id);
@@ -47,9 +69,12 @@ int SegmentNames::Remove(bool keep_ours) const {
   if (dir == nullptr) return 0;
   int removed = 0;
   const std::string ours = absl::StrCat(prefix_, epoch_);
+  const std::string our_mark = Mark();
   while (const dirent* entry = ::readdir(dir)) {
     const absl::string_view name = entry->d_name;
-    if (!absl::StartsWith(name, prefix_) || (keep_ours && absl::StartsWith(name, ours))) continue;
+    const bool segment = absl::StartsWith(name, prefix_);
+    if (!segment && !absl::StartsWith(name, mark_prefix_)) continue;
+    if (keep_ours && absl::StartsWith(name, segment ? ours : our_mark)) continue;
     if (::shm_unlink(absl::StrCat("/", name).c_str()) == 0) {
       log::Shm().info("removed stale segment '/{}' left by an earlier daemon", name);
       ++removed;

@@ -5,7 +5,6 @@
 
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
@@ -89,14 +88,9 @@ std::string ShellQuote(const std::string& word) {
 }
 
 // Removes the shared-memory objects of a daemon on `socket` (a killed daemon
-// cannot); each name starts with the daemon's uid and a tag of its socket.
+// cannot): its segments and its liveness mark.
 void RemoveSegments(const std::string& socket) {
-  const std::string prefix = shm::SegmentNames(::geteuid(), socket, 0).prefix();
-  std::error_code ignored;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ignored)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0) ::shm_unlink(("/" + name).c_str());
-  }
+  shm::SegmentNames(::geteuid(), socket, 0).RemoveAll();
 }
 
 }  // namespace

@@ -1,15 +1,16 @@
 // Chaos and soak: many rounds of kill -9 of a random rank of a running job at
 // a random moment, and of the daemon itself under a running job followed by
-// a successor on the same socket; and jobs of ResNet-50 gradient steps with
-// the daemon's resident memory and descriptors sampled from /proc. Every
-// round is checked for what the failure tests check once (the error reaches
-// every survivor in time and names the dead rank, nothing is left in
-// /dev/shm, the daemon serves the next job); the soak checks that nothing
-// grows from one job to the next. Bounded so that the suite stays quick;
-// COLLECTIVE_CHAOS_ROUNDS, COLLECTIVE_SOAK_JOBS and COLLECTIVE_SOAK_STEPS run
-// them longer, and COLLECTIVE_CHAOS_SEED replays the random choices of a
-// failed run (each test prints its seed). Each test prints its figures
-// (rounds, time to error, memory and descriptors) for the record.
+// a successor on the same socket (or a daemon on another); and jobs of
+// ResNet-50 gradient steps with the daemon's resident memory and descriptors
+// sampled from /proc. Every round is checked for what the failure tests
+// check once (the error reaches every survivor in time and names the dead
+// rank, nothing is left in /dev/shm, the daemon serves the next job); the
+// soak checks that nothing grows from one job to the next. Bounded so that
+// the suite stays quick; COLLECTIVE_CHAOS_ROUNDS, COLLECTIVE_SOAK_JOBS and
+// COLLECTIVE_SOAK_STEPS run them longer, and COLLECTIVE_CHAOS_SEED replays
+// the random choices of a failed run (each test prints its seed). Each test
+// prints its figures (rounds, time to error, memory and descriptors) for the
+// record.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -224,6 +225,34 @@ TEST(ChaosTest, DaemonKilledAtARandomMomentAndItsSuccessorCleansUp) {
   ExpectCleanStop(*current);
   EXPECT_FALSE(std::filesystem::exists(socket));
   EXPECT_FALSE(std::filesystem::exists(socket + ".lock"));
+}
+
+// A daemon whose socket nobody serves again (collectiverun's private daemon,
+// killed with collectiverun) leaves its segments to any later daemon of the
+// uid: the kernel dropped the lock on its liveness mark when it died.
+TEST(ChaosTest, ADaemonOnAnotherSocketRemovesWhatAKilledOneLeft) {
+  auto killed_daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(killed_daemon.ok()) << killed_daemon.status();
+  const std::string socket = (*killed_daemon)->socket();
+  std::vector<Subprocess> workers;
+  ASSERT_NO_FATAL_FAILURE(StartLoop(**killed_daemon, 2, workers));
+  ASSERT_NO_FATAL_FAILURE(AwaitCollectives(**killed_daemon, 3));
+  auto other = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(SegmentsOf(socket).empty()) << "a running daemon's segments stay";
+
+  const absl::Time killed = absl::Now();
+  (*killed_daemon)->process().Signal(SIGKILL);
+  ASSERT_TRUE((*killed_daemon)->process().Wait(kErrorBound).has_value());
+  ExpectErrorsInTime({&workers[0], &workers[1]}, killed, "collectived");
+  EXPECT_FALSE(SegmentsOf(socket).empty()) << "a killed daemon cannot remove its segments";
+
+  auto next = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_NE((*next)->socket(), socket);
+  ExpectNoSegments(socket);
+  ExpectServesAJob(**other);
+  ExpectCleanStop(**other);
 }
 
 // The daemon's footprint at one moment.

@@ -6,11 +6,13 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <type_traits>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -28,6 +30,7 @@
 #include "shm/completion_ring.h"
 #include "shm/doorbell_segment.h"
 #include "shm/futex.h"
+#include "shm/liveness_mark.h"
 #include "shm/result_segment.h"
 #include "shm/segment_layout.h"
 #include "shm/segment_names.h"
@@ -914,6 +917,92 @@ TEST(SegmentNamesTest, RemoveAllRemovesEveryEpochOfTheSocketAndNothingElse) {
   EXPECT_FALSE(ShmExists(first.Client(1)));
   EXPECT_FALSE(ShmExists(second.Result(1)));
   EXPECT_TRUE(ShmExists(other_socket.Client(1)));
+}
+
+// --- Liveness marks ------------------------------------------------------------------
+
+// An object in /dev/shm named `name`, as a daemon's segment would be.
+void CreateObject(const std::string& name) {
+  const int fd = ::open(("/dev/shm/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+  ::close(fd);
+}
+
+TEST(LivenessMarkTest, AMarkNamesTheSegmentsOfItsDaemonAndIsNoSegment) {
+  const SegmentNames names(1000, "/run/collectived/collectived.sock", 0x1234);
+  EXPECT_FALSE(absl::StartsWith(names.Mark(), names.prefix()));
+  EXPECT_TRUE(absl::StartsWith(names.Mark(), SegmentNames::MarkPrefix(1000)));
+  const std::string segments = SegmentNames::SegmentsOfMark(1000, names.Mark());
+  EXPECT_EQ(segments, names.prefix() + "0000000000001234.");
+  EXPECT_TRUE(absl::StartsWith(names.Client(3), segments));
+  EXPECT_EQ(SegmentNames::SegmentsOfMark(1001, names.Mark()), "") << "another uid's mark";
+  EXPECT_EQ(SegmentNames::SegmentsOfMark(1000, names.Mark() + ".new"), "") << "one being made";
+  EXPECT_EQ(SegmentNames::SegmentsOfMark(1000, SegmentNames::MarkPrefix(1000) + "x"), "");
+}
+
+TEST(LivenessMarkTest, OnlyTheSegmentsOfADeadDaemonAreRemovedWhateverItsSocket) {
+  const std::string socket = absl::StrCat("/tmp/shm-test-mark-", ::getpid(), ".sock");
+  const SegmentNames dead(::geteuid(), socket, 1);
+  const SegmentNames alive(::geteuid(), socket + "-alive", 2);
+  const SegmentNames unmarked(::geteuid(), socket + "-old", 3);  // a daemon without a mark
+
+  // The dead daemon: a process that holds its mark and then is killed.
+  int ready[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto mark = LivenessMark::Hold(dead);
+    const char said = mark.ok() ? '1' : '0';
+    if (::write(ready[1], &said, 1) != 1) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char said = 0;
+  ASSERT_EQ(::read(ready[0], &said, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(said, '1');
+  CreateObject(dead.Client(1));
+  CreateObject(dead.Result(1));
+
+  auto hold = LivenessMark::Hold(alive);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  std::optional<LivenessMark> held(std::move(*hold));
+  CreateObject(alive.Client(1));
+  CreateObject(unmarked.Client(1));
+
+  EXPECT_EQ(RemoveOrphaned(::geteuid()), 0) << "both daemons still run";
+  EXPECT_TRUE(ShmExists(dead.Client(1)));
+
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(ShmExists(dead.Mark())) << "a killed daemon cannot remove its mark";
+  EXPECT_EQ(RemoveOrphaned(::geteuid()), 3);
+  EXPECT_FALSE(ShmExists(dead.Client(1)));
+  EXPECT_FALSE(ShmExists(dead.Result(1)));
+  EXPECT_FALSE(ShmExists(dead.Mark()));
+  EXPECT_TRUE(ShmExists(alive.Client(1))) << "a running daemon's segments stay";
+  EXPECT_TRUE(ShmExists(alive.Mark()));
+  EXPECT_TRUE(ShmExists(unmarked.Client(1))) << "without a mark nobody can tell";
+
+  held.reset();
+  EXPECT_FALSE(ShmExists(alive.Mark())) << "a daemon that ends removes its mark";
+  SegmentNames(::geteuid(), socket + "-alive", 0).RemoveAll();
+  SegmentNames(::geteuid(), socket + "-old", 0).RemoveAll();
+}
+
+TEST(LivenessMarkTest, RemoveStaleAndRemoveAllTakeTheSocketsMarksToo) {
+  const std::string socket = absl::StrCat("/tmp/shm-test-marks-", ::getpid(), ".sock");
+  const SegmentNames old_names(::geteuid(), socket, 1);
+  const SegmentNames new_names(::geteuid(), socket, 2);
+  CreateObject(old_names.Mark());
+  CreateObject(new_names.Mark());
+  EXPECT_EQ(new_names.RemoveStale(), 1);
+  EXPECT_FALSE(ShmExists(old_names.Mark()));
+  EXPECT_TRUE(ShmExists(new_names.Mark()));
+  EXPECT_EQ(new_names.RemoveAll(), 1);
+  EXPECT_FALSE(ShmExists(new_names.Mark()));
 }
 
 }  // namespace
