@@ -64,6 +64,9 @@ ClientCore::~ClientCore() {
 absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOptions& options,
                                                                 Topology* topology) {
   auto session = std::make_unique<Session>(options.socket_path);
+  if (options.connect_timeout > absl::ZeroDuration()) {
+    RETURN_IF_ERROR(session->AwaitDaemon(options.connect_timeout));
+  }
   v1::RegisterRequest request;
   request.set_job_id(options.job_id);
   request.set_local_rank(options.local_rank);

@@ -60,6 +60,18 @@ absl::Status ClientOptions::ResolveFromEnvironment() {
       }
     }
   }
+  if (connect_timeout < absl::ZeroDuration()) {
+    connect_timeout = absl::ZeroDuration();
+    if (const char* seconds = Env("COLLECTIVE_CONNECT_TIMEOUT_SECONDS")) {
+      double parsed = 0;
+      if (!absl::SimpleAtod(seconds, &parsed) || !(parsed >= 0) || parsed > 86400) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("environment variable COLLECTIVE_CONNECT_TIMEOUT_SECONDS='", seconds,
+                         "' is not a number of seconds from 0 to 86400"));
+      }
+      connect_timeout = absl::Seconds(parsed);
+    }
+  }
   if (local_rank >= 0 && local_size >= 1) return absl::OkStatus();
   if (local_rank >= 0 || local_size >= 1) {
     return absl::InvalidArgumentError(

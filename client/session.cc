@@ -3,7 +3,9 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -210,6 +212,11 @@ class Session::Stream final : public grpc::ClientBidiReactor<v1::ClientMessage, 
 Session::Session(const std::string& socket_path) : socket_path_(socket_path) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(64 << 20);
+  // A daemon that is still starting (AwaitDaemon) is tried again soon: the
+  // socket is local, and gRPC's default first wait is a second.
+  arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 20);
+  arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20);
+  arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
   channel_ = grpc::CreateCustomChannel("unix:" + socket_path, grpc::InsecureChannelCredentials(),
                                        arguments);
   stub_ = v1::CollectiveService::NewStub(channel_);
@@ -217,6 +224,13 @@ Session::Session(const std::string& socket_path) : socket_path_(socket_path) {
 
 Session::~Session() {
   if (stream_) stream_->Cancel();
+}
+
+absl::Status Session::AwaitDaemon(absl::Duration timeout) {
+  if (channel_->WaitForConnected(DeadlineAfter(timeout))) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("collectived did not accept connections on ", socket_path_, " within ",
+                   absl::FormatDuration(timeout), " (COLLECTIVE_CONNECT_TIMEOUT_SECONDS)"));
 }
 
 absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest& request,
@@ -235,8 +249,12 @@ absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest
       cancellation->cancelled()) {
     return absl::CancelledError("the registration was cancelled while the job formed");
   }
+  // gRPC's own (the daemon is not there, or closed the connection) rather
+  // than the daemon's, which name collectived: the socket path, which often
+  // names it too (/run/collectived/collectived.sock), does not count.
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      status.error_message().find("collectived") == std::string::npos) {
+      !absl::StrContains(absl::StrReplaceAll(status.error_message(), {{socket_path_, ""}}),
+                         "collectived")) {
     return absl::UnavailableError(
         absl::StrCat("cannot reach collectived at ", socket_path_, ": ", status.error_message(),
                      " (is the daemon running? set COLLECTIVE_SOCKET to its socket; a daemon "

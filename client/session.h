@@ -41,6 +41,10 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
+  // Waits up to `timeout` for the daemon to accept connections (it may
+  // still be starting). UNAVAILABLE if it did not.
+  absl::Status AwaitDaemon(absl::Duration timeout);
+
   // Blocks until the job has formed, the timeout passes, or `cancellation`
   // (may be null) is cancelled.
   absl::StatusOr<v1::RegisterResponse> Register(const v1::RegisterRequest& request,

@@ -4,9 +4,9 @@
 // a rank that leaves while another waits on it, SIGTERM with requests
 // pending, SIGTERM in any state with a notification socket nobody reads, a
 // daemon killed under its clients and its successor on the same
-// socket, a hung daemon, a second daemon on a socket already served, and
-// jobs back to back. Every test ends with no process, socket or
-// shared-memory segment left behind.
+// socket, a hung daemon, a second daemon on a socket already served, jobs
+// back to back, and ranks that start before their daemon. Every test ends with no process, socket
+// or shared-memory segment left behind.
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tests/common/temporary_directory.h"
 #include "tests/integration/daemon_process.h"
 
 namespace collective::testing {
@@ -622,6 +623,66 @@ TEST(BackToBackTest, DaemonServesANewJobAfterTheLastOneLeft) {
   EXPECT_EQ(status->totals().jobs(), 2u);
   EXPECT_EQ(status->totals().errors(), 0u);
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
+// Ranks started together with their daemon (collectiverun on other
+// machines starts both at once): with COLLECTIVE_CONNECT_TIMEOUT_SECONDS a
+// rank waits for the socket to accept connections; without it a rank
+// fails at once, and past the timeout it says how long it waited.
+TEST(ConnectTimeoutTest, RanksStartedBeforeTheirDaemonWaitForIt) {
+  TemporaryDirectory directory("connect");
+  const std::string socket = directory.path() + "/collectived.sock";
+  std::vector<Subprocess> workers;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto worker = Subprocess::Start({TestWorkerBinary(), "matrix", "--big-bytes", "4096"},
+                                    {{"COLLECTIVE_SOCKET", socket},
+                                     {"LOCAL_RANK", std::to_string(rank)},
+                                     {"LOCAL_SIZE", "2"},
+                                     {"COLLECTIVE_CONNECT_TIMEOUT_SECONDS", "60"}});
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(std::move(*worker));
+  }
+  // Without the timeout they would have failed by now (the next test).
+  EXPECT_FALSE(workers[0].Wait(absl::Milliseconds(300)).has_value()) << workers[0].Stdout();
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags(), .socket = socket});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_EQ(WaitForWorkers(workers, kJobTimeout), "");
+  ExpectIdleAndClean(**daemon);
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
+TEST(ConnectTimeoutTest, WithoutADaemonARankFailsAtOnceOrAfterItsTimeout) {
+  TemporaryDirectory directory("connect");
+  const std::string socket = directory.path() + "/collectived.sock";
+  const absl::Time started = absl::Now();
+  auto at_once = Subprocess::Start(
+      {TestWorkerBinary(), "connect-error", "--expect", "cannot reach collectived at " + socket},
+      {{"COLLECTIVE_SOCKET", socket}});
+  ASSERT_TRUE(at_once.ok()) << at_once.status();
+  auto exited = at_once->Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_TRUE(ExitedCleanly(exited)) << at_once->Describe(*exited) << at_once->Stdout();
+  EXPECT_LT(absl::Now() - started, absl::Seconds(5));
+
+  auto waited = Subprocess::Start(
+      {TestWorkerBinary(), "connect-error", "--expect",
+       "UNAVAILABLE: collectived did not accept connections on " + socket +
+           " within 1s (COLLECTIVE_CONNECT_TIMEOUT_SECONDS)"},
+      {{"COLLECTIVE_SOCKET", socket}, {"COLLECTIVE_CONNECT_TIMEOUT_SECONDS", "1"}});
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  exited = waited->Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_TRUE(ExitedCleanly(exited)) << waited->Describe(*exited) << waited->Stdout();
+
+  auto malformed = Subprocess::Start(
+      {TestWorkerBinary(), "connect-error", "--expect",
+       "environment variable COLLECTIVE_CONNECT_TIMEOUT_SECONDS='soon' is not a number of "
+       "seconds from 0 to 86400"},
+      {{"COLLECTIVE_SOCKET", socket}, {"COLLECTIVE_CONNECT_TIMEOUT_SECONDS", "soon"}});
+  ASSERT_TRUE(malformed.ok()) << malformed.status();
+  exited = malformed->Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value());
+  EXPECT_TRUE(ExitedCleanly(exited)) << malformed->Describe(*exited) << malformed->Stdout();
 }
 
 }  // namespace

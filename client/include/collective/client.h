@@ -73,6 +73,12 @@ struct ClientOptions {
   uint64_t arena_bytes = 0;
   // How long to wait for the whole job to register.
   absl::Duration register_timeout = absl::Minutes(5);
+  // How long to wait for the daemon to accept connections on socket_path
+  // before registering (a launcher that starts the daemons and the ranks
+  // together, on other machines, sets it). Negative:
+  // $COLLECTIVE_CONNECT_TIMEOUT_SECONDS, else zero: a daemon that does not
+  // listen fails the registration at once.
+  absl::Duration connect_timeout = absl::Seconds(-1);
   // Process sets to create when the job forms (ids 1, 2, ... in this
   // order); every rank must list the same ones.
   std::vector<std::vector<int>> static_process_sets;
