@@ -18,6 +18,11 @@ absl::StatusOr<std::unique_ptr<StopSignal>> StopSignal::Create() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  // mpirun forwards SIGUSR1 and SIGUSR2 to its processes, but turns a
+  // SIGTERM of its own into killing them (SIGTERM, SIGKILL a second later),
+  // which leaves a daemon no time to meet the others in MPI_Finalize: a
+  // launcher stops daemons it started under mpirun with SIGUSR2.
+  sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
   if (signal_fd < 0) {

@@ -34,6 +34,9 @@ case "$profile" in
       python3-venv
       # the deployment tests: systemd-analyze verify, systemd-sysusers
       systemd
+      # machines_test: collectiverun across machines, which mpirun reaches
+      # over ssh (the test runs an sshd of its own on a loopback port)
+      openssh-client openssh-server
       # make fuzz: clang and libFuzzer's runtime (gcc's own sanitizer
       # runtimes, for make sanitize, come with build-essential); ccache
       # keeps the instrumented rebuilds short

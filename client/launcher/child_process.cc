@@ -168,6 +168,10 @@ void ChildProcess::Signal(int signal) const {
   if (pid_ > 0 && !status_.has_value()) ::kill(-pid_, signal);
 }
 
+void ChildProcess::SignalChildOnly(int signal) const {
+  if (pid_ > 0 && !status_.has_value()) ::kill(pid_, signal);
+}
+
 std::optional<int> ChildProcess::TryReap() {
   if (status_.has_value() || pid_ <= 0) return status_;
   int status = 0;

@@ -58,6 +58,9 @@ class ChildProcess {
 
   // Sends `signal` to the child's process group, unless it was reaped.
   void Signal(int signal) const;
+  // Sends `signal` to the child alone (mpirun, whose ssh sessions to other
+  // machines share its group and must stay up while it stops the ranks).
+  void SignalChildOnly(int signal) const;
   // Reaps the child if it has exited; its wait status from then on.
   std::optional<int> TryReap();
   bool reaped() const { return status_.has_value(); }

@@ -187,7 +187,7 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   Environment daemon_environment = environment;
   daemon_environment["NOTIFY_SOCKET"] = daemon->notify_path_;
   if (!options.verbose) daemon_environment.emplace("COLLECTIVED_LOG_LEVEL", "warn");
-  const std::string binary = options.binary.empty() ? DefaultBinary() : options.binary;
+  const std::string binary = CollectivedBinary(options.binary);
   std::vector<std::string> argv = {binary, "--socket", daemon->socket()};
   argv.insert(argv.end(), options.args.begin(), options.args.end());
   SpawnOptions spawn{.argv = daemon->sockets_.size() == 1
@@ -368,6 +368,10 @@ absl::Status CheckDaemonListening(const std::string& socket) {
         "private one)"));
   }
   return absl::OkStatus();
+}
+
+std::string CollectivedBinary(const std::string& chosen) {
+  return chosen.empty() ? DefaultBinary() : chosen;
 }
 
 }  // namespace collective::launcher

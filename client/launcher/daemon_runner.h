@@ -121,6 +121,10 @@ class PrivateDaemon {
   bool stopped_ = false;
 };
 
+// The collectived binary to start: `chosen` (--daemon) if given, else the
+// one next to collectiverun, else whatever PATH finds.
+std::string CollectivedBinary(const std::string& chosen);
+
 // OK when something accepts connections on `socket` (a configured daemon):
 // checked once, before the ranks start, so that a wrong path fails here and
 // not as one error per rank.

@@ -137,16 +137,9 @@ absl::StatusOr<std::vector<DiscoveredHost>> DiscoveryRun::Finish() {
   return HostsOfThisMachine(*hosts, "the host discovery script");
 }
 
-absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
-    const std::vector<DiscoveredHost>& hosts, absl::string_view source) {
+std::vector<DiscoveredHost> MergeHosts(const std::vector<DiscoveredHost>& hosts) {
   std::vector<DiscoveredHost> merged;
   for (const DiscoveredHost& host : hosts) {
-    if (!IsThisMachine(host.name)) {
-      return absl::UnimplementedError(absl::StrCat(
-          source, " lists host '", host.name,
-          "', which is not this machine: collectiverun starts the workers of this machine only "
-          "(for several nodes: README, \"Several nodes\")"));
-    }
     const auto same = std::find_if(merged.begin(), merged.end(),
                                    [&](const DiscoveredHost& m) { return m.name == host.name; });
     if (same == merged.end()) {
@@ -156,6 +149,19 @@ absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
     }
   }
   return merged;
+}
+
+absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
+    const std::vector<DiscoveredHost>& hosts, absl::string_view source) {
+  for (const DiscoveredHost& host : hosts) {
+    if (!IsThisMachine(host.name)) {
+      return absl::UnimplementedError(absl::StrCat(
+          source, " lists host '", host.name,
+          "', which is not this machine: an elastic job runs on this machine's hosts only "
+          "(README, \"Elastic training\")"));
+    }
+  }
+  return MergeHosts(hosts);
 }
 
 int TotalSlots(const std::vector<DiscoveredHost>& hosts) {

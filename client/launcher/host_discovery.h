@@ -40,8 +40,11 @@ absl::StatusOr<std::vector<DiscoveredHost>> ParseDiscoveredHosts(absl::string_vi
 // localhost, a loopback address (127.0.0.0/8, ::1), or this machine's name.
 bool IsThisMachine(absl::string_view host);
 
-// `hosts`, every one of them this machine, with a name listed twice merged
-// (its slots add up) and the order of first mention kept; UNIMPLEMENTED
+// `hosts` with a name listed twice merged (its slots add up) and the order
+// of first mention kept.
+std::vector<DiscoveredHost> MergeHosts(const std::vector<DiscoveredHost>& hosts);
+
+// MergeHosts of `hosts`, every one of them this machine; UNIMPLEMENTED
 // names the first that is not this machine (`source` says where it was
 // listed, e.g. "the host discovery script").
 absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(

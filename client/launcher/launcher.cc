@@ -19,6 +19,7 @@
 #include "client/launcher/host_discovery.h"
 #include "client/launcher/job_supervisor.h"
 #include "client/launcher/launcher_output.h"
+#include "client/launcher/machines_job.h"
 #include "client/launcher/poll_set.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
@@ -166,8 +167,9 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   } else {
     first_hosts = PlaceWorkers(options.hosts, job.size);
   }
-  // The job's nodes: the hosts its ranks go on, each a stand-in node with a
-  // collectived of its own (a configured daemon serves them all as one).
+  // The job's nodes: the hosts its ranks go on, each a node with a
+  // collectived of its own (hosts of this machine: stand-in nodes; a
+  // configured daemon serves them all as one).
   std::vector<std::string> node_hosts;
   std::vector<int> local_sizes;
   for (size_t rank = 0; rank < first_hosts.size(); ++rank) {
@@ -176,6 +178,11 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       local_sizes.push_back(0);
     }
     ++local_sizes.back();
+  }
+  if (options.other_machines) {
+    return RunOnMachines(options,
+                         {.job_id = job.job_id, .hosts = node_hosts, .local_sizes = local_sizes},
+                         environment, *signals);
   }
   if (node_hosts.size() == 1) job.host = node_hosts.front();
   // An elastic job whose hosts may be several: its ElasticWorld places the

@@ -22,8 +22,9 @@ namespace {
 constexpr int kMaxRanks = 1024;
 
 constexpr char kDescription[] =
-    "collectiverun: start the ranks of a job on this node, each told where it stands and where\n"
-    "its collectived listens, with a private collectived for the job unless one is configured.\n";
+    "collectiverun: start the ranks of a job on this node (or on the hosts -H lists), each told\n"
+    "where it stands and where its collectived listens, with private collectiveds for the job\n"
+    "unless one is configured.\n";
 
 constexpr char kFooter[] =
     R"(Without --socket or COLLECTIVE_SOCKET, a private collectived is started on a
@@ -58,11 +59,15 @@ code (128+N for signal N), 128+N after forwarding signal N, 127 when the
 command does not exist (126: cannot be executed), 1 when the daemon fails, 2
 for a usage error.
 
-One machine only: -H/--hosts, --hostfile and a host discovery script may
-list this machine only (localhost, 127.0.0.2, its name); each host they name
-is a stand-in node with a collectived of its own. For a job across machines
-start one collectived per node with mpirun or srun, and the ranks with
-mpirun or srun too (README, "Launching a job").
+Hosts: each host -H/--hosts or --hostfile names is a node with a
+collectived of its own. Hosts of this machine (localhost, 127.0.0.2, its
+name) are stand-in nodes. When some are other machines, collectiverun runs
+the job as horovodrun does through mpirun: Open MPI's launcher (ssh, or
+what OMPI_MCA_plm_rsh_agent says) starts a collectived on each host, then
+the ranks, with the variables of this environment exported; collectived and
+the command must be at the same paths there. An elastic job (and a host
+discovery script) runs on this machine's hosts only (README, "Across
+machines").
 
 Example: collectiverun -np 4 python -u train.py --epochs 10)";
 
@@ -111,13 +116,15 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
     listed = ParseHostfile(text.str());
   }
   if (!listed.ok()) return listed.status();
-  auto local = HostsOfThisMachine(*listed, hosts.empty() ? "the hostfile" : "-H");
-  if (!local.ok()) return local.status();
-  if (options.ranks > TotalSlots(*local)) {
+  options.hosts = MergeHosts(*listed);
+  if (options.ranks > TotalSlots(options.hosts)) {
     return absl::InvalidArgumentError(absl::StrCat("-np ", options.ranks, " is more than the ",
-                                                   TotalSlots(*local), " slots the hosts list"));
+                                                   TotalSlots(options.hosts),
+                                                   " slots the hosts list"));
   }
-  options.hosts = std::move(*local);
+  options.other_machines =
+      std::any_of(options.hosts.begin(), options.hosts.end(),
+                  [](const DiscoveredHost& host) { return !IsThisMachine(host.name); });
   options.hosts_source = hosts.empty() ? "the hostfile" : "-H";
   return absl::OkStatus();
 }
@@ -191,8 +198,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   std::string hosts;
   std::string hostfile;
   app.add_option("-H,--hosts", hosts,
-                 "horovodrun's host list, 'host:slots,...': every host must be this machine "
-                 "(each a stand-in node), with at least -np slots")
+                 "horovodrun's host list, 'host:slots,...', with at least -np slots: each "
+                 "host a node (of this machine: a stand-in node; others are reached through "
+                 "mpirun)")
       ->type_name("HOSTS");
   app.add_option("--hostfile", hostfile,
                  "horovodrun's host file, lines '<hostname> slots=<slots>', as -H (-hostfile works "
@@ -242,6 +250,15 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   // As horovodrun: a discovery script, or --min-np, makes the job elastic.
   if (discovery || options.min_ranks != 0) options.elastic = true;
   const bool listed_hosts = OnListedHosts(options);
+  if (options.other_machines && options.elastic) {
+    const auto remote =
+        std::find_if(options.hosts.begin(), options.hosts.end(),
+                     [](const DiscoveredHost& h) { return !IsThisMachine(h.name); });
+    err << "collectiverun: " << options.hosts_source << " lists host '" << remote->name
+        << "', which is not this machine: an elastic job runs on this machine's hosts only "
+           "(README, \"Elastic training\")\n";
+    return 2;
+  }
   if (!discovery && app.count("--slots-per-host") > 0) {
     err << "collectiverun: --slots-per-host needs --host-discovery-script\n"
         << "Run with --help for more information.\n";
@@ -329,12 +346,20 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     if (!value(mpi).empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           mpi,
-          " is set: collectiverun runs the ranks of one node and is not itself started by "
-          "mpirun or srun. For a multi-node job, start one collectived per node and the ranks "
-          "with mpirun or srun (README, \"Launching a job\")."));
+          " is set: collectiverun is not itself started by mpirun or srun. For a job across "
+          "machines, give collectiverun their hosts (-H or --hostfile), or start one "
+          "collectived per node and the ranks with mpirun or srun (README, \"Launching a "
+          "job\")."));
     }
   }
   if (options.socket.empty()) options.socket = value("COLLECTIVE_SOCKET");
+  if (!options.socket.empty() && options.other_machines) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the job uses the collectived on ", options.socket,
+        " (--socket or COLLECTIVE_SOCKET), a daemon of this machine, but ", options.hosts_source,
+        " lists hosts on other machines, where collectiverun starts a collectived of its own "
+        "on each"));
+  }
   if (!options.socket.empty()) {
     if (!options.daemon.empty() || !options.daemon_args.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -45,12 +45,15 @@ struct LauncherOptions {
   // waited out for --elastic-timeout (else $HOROVOD_ELASTIC_TIMEOUT, else
   // 600 s), then the job stops.
   std::string host_discovery_script;
-  // -H/--hosts or --hostfile (horovodrun's): hosts of this machine, each
-  // named once, in the order listed; with several, each host the ranks are
-  // placed on (filled in order, each up to its slots) is a stand-in node
-  // with a collectived of its own. Empty: one node.
+  // -H/--hosts or --hostfile (horovodrun's): the hosts, each named once, in
+  // the order listed; with several, each host the ranks are placed on
+  // (filled in order, each up to its slots) is a node with a collectived of
+  // its own (hosts of this machine: stand-in nodes). Empty: one node.
   std::vector<DiscoveredHost> hosts;
   std::string hosts_source;  // "-H" or "the hostfile": what listed them
+  // Some of `hosts` are other machines: Open MPI's launcher starts a
+  // collectived on each host and the ranks (machines_job.h); not elastic.
+  bool other_machines = false;
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
   // --blacklist-cooldown-range MIN MAX (horovodrun's, with a discovery

@@ -625,6 +625,23 @@ TEST(BackToBackTest, DaemonServesANewJobAfterTheLastOneLeft) {
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
 
+// mpirun forwards SIGUSR2 (and kills on SIGTERM): a daemon stops on it as
+// on SIGTERM, cleanly.
+TEST(StopSignalTest, Sigusr2StopsTheDaemonAsSigtermDoes) {
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string socket = (*daemon)->socket();
+  (*daemon)->process().Signal(SIGUSR2);
+  const std::optional<int> exited = (*daemon)->process().Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value()) << "SIGUSR2 did not stop the daemon";
+  EXPECT_TRUE(ExitedCleanly(exited)) << (*daemon)->process().Describe(*exited);
+  EXPECT_NE((*daemon)->process().Stderr().find("shutting down: received SIGUSR2"),
+            std::string::npos)
+      << (*daemon)->process().Stderr();
+  EXPECT_FALSE(std::filesystem::exists(socket));
+  EXPECT_FALSE(std::filesystem::exists(socket + ".lock"));
+}
+
 // Ranks started together with their daemon (collectiverun on other
 // machines starts both at once): with COLLECTIVE_CONNECT_TIMEOUT_SECONDS a
 // rank waits for the socket to accept connections; without it a rank

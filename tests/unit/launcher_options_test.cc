@@ -181,8 +181,8 @@ TEST(LauncherOptionsTest, HelpExitsWith0AndShowsTheUsage) {
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.exit_code(), 0);
   EXPECT_THAT(parsed.out, HasSubstr("Usage: collectiverun -np N [OPTIONS] [--] COMMAND [ARGS...]"));
-  EXPECT_THAT(parsed.out, HasSubstr("-H/--hosts, --hostfile and a host discovery script may\nlist "
-                                    "this machine only"));
+  EXPECT_THAT(parsed.out, HasSubstr("When some are other machines, collectiverun runs\nthe job as "
+                                    "horovodrun does through mpirun"));
 }
 
 LauncherOptions Options(std::vector<std::string> args) {
@@ -497,10 +497,21 @@ TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
   ASSERT_FALSE(too_many.ok());
   EXPECT_THAT(too_many.err, HasSubstr("-np 3 is more than the 2 slots the hosts list"));
 
-  const Parsed remote = Parse({"-np", "2", "-H", "localhost:1,node-b:1", "x"});
-  ASSERT_FALSE(remote.ok());
-  EXPECT_EQ(remote.exit_code(), 2);
-  EXPECT_THAT(remote.err, HasSubstr("-H lists host 'node-b', which is not this machine"));
+  // Another machine: mpirun starts the daemons and ranks there
+  // (machines_job.h), but not for an elastic job.
+  EXPECT_FALSE(two.options().other_machines);
+  const Parsed remote = Parse({"-np", "3", "-H", "localhost:1,node-b:1,node-b:1", "x"});
+  ASSERT_TRUE(remote.ok()) << remote.err;
+  EXPECT_TRUE(remote.options().other_machines);
+  ASSERT_EQ(remote.options().hosts.size(), 2u);
+  EXPECT_EQ(remote.options().hosts[1].name, "node-b");
+  EXPECT_EQ(remote.options().hosts[1].slots, 2);
+  const Parsed elastic_remote = Parse({"--min-np", "1", "-np", "2", "-H", "node-b:2", "x"});
+  ASSERT_FALSE(elastic_remote.ok());
+  EXPECT_EQ(elastic_remote.exit_code(), 2);
+  EXPECT_THAT(elastic_remote.err,
+              HasSubstr("-H lists host 'node-b', which is not this machine: an elastic job runs "
+                        "on this machine's hosts only"));
 
   const Parsed both =
       Parse({"-np", "2", "-H", "localhost:2", "--host-discovery-script", "h.sh", "x"});

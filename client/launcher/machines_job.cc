@@ -1,0 +1,275 @@
+#include "client/launcher/machines_job.h"
+
+#include <optional>
+#include <utility>
+
+#include <signal.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/launcher/child_process.h"
+#include "client/launcher/daemon_runner.h"
+#include "client/launcher/launcher_output.h"
+#include "client/launcher/poll_set.h"
+#include "client/launcher/prefixed_stream.h"
+
+namespace collective::launcher {
+namespace {
+
+// How long the daemons may take to drain and exit once the ranks have.
+constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(10);
+// Then how long mpirun may take to kill them.
+constexpr absl::Duration kDaemonKillTimeout = absl::Seconds(5);
+// How long a rank waits for its host's daemon unless the environment says.
+constexpr char kConnectTimeoutSeconds[] = "60";
+
+// The flags both mpirun commands share: no binding (the ranks and the daemon
+// share the host's cores), an app context per node or rank on its host
+// (hence more contexts than slots), and root allowed when collectiverun
+// runs as root, as for the daemon it starts on one machine.
+std::vector<std::string> MpirunCommon() {
+  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--bind-to", "none", "--oversubscribe"};
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  return argv;
+}
+
+bool IsVariableName(absl::string_view name) {
+  return !name.empty() && !absl::ascii_isdigit(name.front()) &&
+         std::all_of(name.begin(), name.end(),
+                     [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+}
+
+// Whether mpirun should carry `name` to the ranks, as horovodrun decides:
+// not the shell's functions, not OLDPWD, not a secret key; not Open MPI's
+// and PMIx's own (mpirun passes its settings to the hosts itself), and not
+// what each host has of its own.
+bool Exported(absl::string_view name) {
+  return IsVariableName(name) && name != "_" && name != "OLDPWD" && name != "HOSTNAME" &&
+         name != "PWD" && !absl::EndsWith(name, "_SECRET_KEY") &&
+         !absl::StartsWith(name, "OMPI_") && !absl::StartsWith(name, "PMIX_") &&
+         !absl::StartsWith(name, "SSH_");
+}
+
+// -x NAME for each variable of `environment` that `take` selects: once per
+// app context, the one it applies to.
+template <class Select>
+std::vector<std::string> Exports(const Environment& environment, Select take) {
+  std::vector<std::string> exports;
+  for (const auto& [name, value] : environment) {
+    if (!take(name)) continue;
+    exports.push_back("-x");
+    exports.push_back(name);
+  }
+  return exports;
+}
+
+// The daemons' environment: the job's, logging warnings only unless
+// --verbose or the environment says otherwise (as for a private daemon).
+Environment DaemonEnvironment(const LauncherOptions& options, const Environment& environment) {
+  Environment daemons = environment;
+  if (!options.verbose) daemons.emplace("COLLECTIVED_LOG_LEVEL", "warn");
+  return daemons;
+}
+
+// A tag no other job of this user shares, for the sockets' names.
+std::string SocketTag() {
+  uint64_t random = 0;
+  if (::getrandom(&random, sizeof(random), 0) != static_cast<ssize_t>(sizeof(random))) {
+    random = static_cast<uint64_t>(absl::GetCurrentTimeNanos()) ^ static_cast<uint64_t>(::getpid());
+  }
+  return absl::StrFormat("%u-%016x", ::geteuid(), random);
+}
+
+std::string Describe(const std::vector<std::string>& argv) { return absl::StrJoin(argv, " "); }
+
+class MachinesSupervisor {
+ public:
+  MachinesSupervisor(const LauncherOptions& options, const SignalWatcher& signals,
+                     ChildProcess daemons, ChildProcess ranks)
+      : options_(options),
+        signals_(signals),
+        daemons_(std::move(daemons)),
+        ranks_(std::move(ranks)),
+        daemon_output_(daemons_.TakeStdout(), "[collectived] ", STDERR_FILENO) {}
+
+  int Run() {
+    while (!ranks_.reaped()) Step(kill_ranks_at_);
+    // The ranks are gone: their daemons go too. mpirun forwards SIGUSR2 to
+    // each, which stops it as SIGTERM does; a SIGTERM to mpirun would kill
+    // them before they meet in MPI_Finalize. Past the timeout: mpirun's
+    // SIGTERM, then SIGKILL.
+    if (!daemons_.reaped()) {
+      daemons_.SignalChildOnly(SIGUSR2);
+      absl::Time give_up = absl::Now() + kDaemonStopTimeout;
+      bool terminated = false;
+      while (!daemons_.reaped()) {
+        if (Step(give_up)) continue;
+        if (!terminated) {
+          Say(absl::StrCat("the job's daemons (mpirun pid ", daemons_.pid(),
+                           ") did not stop within ", absl::FormatDuration(kDaemonStopTimeout),
+                           "; sending SIGTERM to their mpirun"));
+          daemons_.SignalChildOnly(SIGTERM);
+          terminated = true;
+          give_up = absl::Now() + kDaemonKillTimeout;
+          continue;
+        }
+        daemons_.Signal(SIGKILL);
+        break;
+      }
+    }
+    daemon_output_.Drain();
+    if (signalled_.has_value()) return 128 + *signalled_;
+    return daemons_failed_ ? 1 : ShellExitCode(*ranks_.status());
+  }
+
+ private:
+  // One wait; false when `deadline` passed first.
+  bool Step(std::optional<absl::Time> deadline) {
+    PollSet set;
+    set.Add(signals_.fd(), [this] {
+      while (const std::optional<int> signal = signals_.Take()) OnSignal(*signal);
+    });
+    if (daemon_output_.open()) set.Add(daemon_output_.fd(), [this] { daemon_output_.Pump(); });
+    if (!daemons_.reaped()) {
+      set.Add(daemons_.pidfd(), [this] {
+        if (daemons_.TryReap().has_value()) OnDaemonsExit();
+      });
+    }
+    if (!ranks_.reaped()) set.Add(ranks_.pidfd(), [this] { ranks_.TryReap(); });
+    const bool woke = set.Wait(deadline);
+    if (!woke && kill_ranks_at_.has_value() && absl::Now() >= *kill_ranks_at_) {
+      Say(absl::StrCat("the ranks did not stop within ", options_.grace_seconds,
+                       " s; sending SIGKILL to their mpirun"));
+      ranks_.Signal(SIGKILL);
+      kill_ranks_at_.reset();
+    }
+    return woke;
+  }
+
+  void OnSignal(int signal) {
+    if (signalled_.has_value()) {
+      Say(absl::StrCat("received ", SignalName(signal), " again; sending SIGKILL to the ranks"));
+      ranks_.Signal(SIGKILL);
+      return;
+    }
+    Say(absl::StrCat("received ", SignalName(signal), "; forwarding it to the ranks' mpirun"));
+    signalled_ = signal;
+    ranks_.SignalChildOnly(signal);
+    kill_ranks_at_ = absl::Now() + absl::Seconds(options_.grace_seconds);
+  }
+
+  void OnDaemonsExit() {
+    if (ranks_.reaped()) return;
+    daemon_output_.Drain();
+    Say(absl::StrCat("the job's daemons (mpirun pid ", daemons_.pid(), ") ",
+                     DescribeExit(*daemons_.status()), " while the ranks ran; stopping them"));
+    daemons_failed_ = true;
+    ranks_.SignalChildOnly(SIGTERM);
+    kill_ranks_at_ = absl::Now() + absl::Seconds(options_.grace_seconds);
+  }
+
+  const LauncherOptions& options_;
+  const SignalWatcher& signals_;
+  ChildProcess daemons_;
+  ChildProcess ranks_;
+  PrefixedStream daemon_output_;
+  std::optional<int> signalled_;
+  std::optional<absl::Time> kill_ranks_at_;
+  bool daemons_failed_ = false;
+};
+
+}  // namespace
+
+std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
+                                           const std::vector<std::string>& sockets,
+                                           const Environment& environment) {
+  std::vector<std::string> argv = MpirunCommon();
+  const std::vector<std::string> exports =
+      Exports(DaemonEnvironment(options, environment), [](absl::string_view name) {
+        return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_");
+      });
+  const std::string binary = CollectivedBinary(options.daemon);
+  for (size_t node = 0; node < job.hosts.size(); ++node) {
+    if (node > 0) argv.push_back(":");
+    argv.insert(argv.end(), exports.begin(), exports.end());
+    for (const std::string& arg :
+         {std::string("-H"), job.hosts[node], std::string("-np"), std::string("1"), binary,
+          std::string("--socket"), sockets[node]}) {
+      argv.push_back(arg);
+    }
+    argv.insert(argv.end(), options.daemon_args.begin(), options.daemon_args.end());
+  }
+  return argv;
+}
+
+std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
+                                         const std::vector<std::string>& sockets,
+                                         const Environment& environment) {
+  std::vector<std::string> argv = MpirunCommon();
+  // horovodrun's: "[1,<rank>]<stdout>:" before each line, and mpirun's
+  // own output files.
+  if (options.prefix_output) argv.push_back("--tag-output");
+  if (!options.output_directory.empty()) {
+    argv.push_back("--output-filename");
+    argv.push_back(options.output_directory);
+  }
+  const std::vector<std::string> exports = Exports(environment, Exported);
+  int rank = 0;
+  for (size_t node = 0; node < job.hosts.size(); ++node) {
+    for (int local = 0; local < job.local_sizes[node]; ++local, ++rank) {
+      if (rank > 0) argv.push_back(":");
+      argv.insert(argv.end(), exports.begin(), exports.end());
+      for (const std::string& arg : {std::string("-H"), job.hosts[node], std::string("-np"),
+                                     std::string("1"), std::string("env")}) {
+        argv.push_back(arg);
+      }
+      // What a rank on this machine gets, set on the rank's host by env(1):
+      // mpirun's -x carries one value to every rank.
+      Environment own = RankEnvironment({}, sockets[node], job.job_id, job.hosts[node],
+                                        PlaceRank(job.local_sizes, rank));
+      if (environment.count("COLLECTIVE_CONNECT_TIMEOUT_SECONDS") == 0) {
+        own["COLLECTIVE_CONNECT_TIMEOUT_SECONDS"] = kConnectTimeoutSeconds;
+      }
+      for (const std::string& variable : ToEnvp(own)) argv.push_back(variable);
+      argv.insert(argv.end(), options.command.begin(), options.command.end());
+    }
+  }
+  return argv;
+}
+
+int RunOnMachines(const LauncherOptions& options, const MachinesJob& job,
+                  const Environment& environment, const SignalWatcher& signals) {
+  const std::string tag = SocketTag();
+  std::vector<std::string> sockets;
+  for (size_t node = 0; node < job.hosts.size(); ++node) {
+    sockets.push_back(absl::StrCat("/tmp/collectiverun-", tag, "-node", node, ".sock"));
+  }
+  const std::vector<std::string> daemons_argv =
+      DaemonsMpirunArgv(options, job, sockets, environment);
+  if (options.verbose) Say(absl::StrCat("starting the daemons: ", Describe(daemons_argv)));
+  auto daemons =
+      ChildProcess::Spawn({.argv = daemons_argv,
+                           .environment = ToEnvp(DaemonEnvironment(options, environment)),
+                           .output = SpawnOptions::Output::kOnePipe});
+  if (!daemons.ok()) {
+    Say(absl::StrCat("cannot start the daemons: ", daemons.status().message()));
+    return 1;
+  }
+  const std::vector<std::string> ranks_argv = RanksMpirunArgv(options, job, sockets, environment);
+  if (options.verbose) Say(absl::StrCat("starting the ranks: ", Describe(ranks_argv)));
+  auto ranks = ChildProcess::Spawn({.argv = ranks_argv, .environment = ToEnvp(environment)});
+  if (!ranks.ok()) {
+    Say(absl::StrCat("cannot start the ranks: ", ranks.status().message()));
+    daemons->SignalChildOnly(SIGTERM);
+    return 1;
+  }
+  return MachinesSupervisor(options, signals, std::move(*daemons), std::move(*ranks)).Run();
+}
+
+}  // namespace collective::launcher

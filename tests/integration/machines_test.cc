@@ -1,0 +1,232 @@
+// collectiverun across machines (-H naming hosts that are not this one), as
+// horovodrun runs a job through mpirun: Open MPI's launcher reaches each
+// host over real ssh (a private sshd, see ssh_machines.h), starts a
+// collectived there, and then the ranks. Checked: every rank runs on its
+// host with the placement a local rank gets, the daemons form one world
+// (results across hosts), a failing rank's exit code comes back, a signal
+// is forwarded, and nothing is left behind on any host.
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "tests/common/subprocess.h"
+#include "tests/integration/daemon_process.h"
+#include "tests/integration/ssh_machines.h"
+
+namespace collective::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+
+struct Launch {
+  std::optional<int> status;
+  std::string out;
+  std::string err;
+};
+
+// The sockets collectiverun's daemons on other machines listen on (all of
+// them this machine here), with their lock files.
+std::set<std::string> DaemonSockets() {
+  std::set<std::string> found;
+  const std::string prefix = absl::StrCat("collectiverun-", ::geteuid(), "-");
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp")) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, prefix) && absl::StrContains(name, ".sock")) found.insert(name);
+  }
+  return found;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+class MachinesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto machines = SshMachines::Start({"machine-a", "machine-b"});
+    ASSERT_TRUE(machines.ok()) << machines.status();
+    machines_ = std::move(*machines);
+    sockets_before_ = DaemonSockets();
+  }
+
+  // Nothing of the job's daemons is left on any host.
+  void TearDown() override {
+    if (machines_ == nullptr) return;
+    EXPECT_EQ(DaemonSockets(), sockets_before_) << "a daemon's socket or lock file is left";
+  }
+
+  absl::StatusOr<Subprocess> Start(const std::vector<std::string>& args,
+                                   std::map<std::string, std::string> environment = {}) {
+    std::vector<std::string> argv = {COLLECTIVERUN_BINARY};
+    for (const std::string& flag : SmallMemoryFlags()) argv.push_back("--daemon-arg=" + flag);
+    argv.insert(argv.end(), args.begin(), args.end());
+    for (const auto& [name, value] : machines_->Environment()) environment[name] = value;
+    environment.emplace("COLLECTIVE_SOCKET", "");
+    environment.emplace("COLLECTIVE_JOB_ID", "");
+    return Subprocess::Start(argv, environment);
+  }
+
+  Launch Finish(Subprocess& launcher) {
+    Launch run;
+    run.status = launcher.Wait(kTimeout);
+    run.out = launcher.Stdout();
+    run.err = launcher.Stderr();
+    return run;
+  }
+
+  std::unique_ptr<SshMachines> machines_;
+  std::set<std::string> sockets_before_;
+};
+
+TEST_F(MachinesTest, EveryRankRunsOnItsHostAndTheDaemonsFormOneWorld) {
+  auto launcher = Start({"-np", "3", "-H", "machine-a:2,machine-b:1", TestWorkerBinary(), "matrix",
+                         "--across-nodes", "--big-bytes", "4096"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << "collectiverun did not end; stderr:\n" << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  // mpirun's --tag-output, as under horovodrun: "[1,<rank>]<stdout>:".
+  std::set<std::string> ranks;
+  static const std::regex kOk(R"(\[\d+,(\d+)\]<stdout>:ok \d+ cases on rank (\d+) of 3)");
+  for (absl::string_view line : absl::StrSplit(run.out, '\n', absl::SkipEmpty())) {
+    std::cmatch match;
+    ASSERT_TRUE(std::regex_match(line.begin(), line.end(), match, kOk)) << line;
+    EXPECT_EQ(match[1], match[2]) << line;
+    ranks.insert(match[1]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2"})) << run.out;
+  // One login per host for the daemons, one per host for the ranks.
+  EXPECT_GE(machines_->Logins(), 4);
+}
+
+#ifdef PYTHON_PACKAGE_DIR
+// What a Horovod user runs, with one import changed.
+TEST_F(MachinesTest, AHorovodScriptRunsAcrossTheMachines) {
+  constexpr char kScript[] = R"(
+import torch
+import collective.torch as hvd
+hvd.init()
+total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+print(f'rank {hvd.rank()}/{hvd.size()} local {hvd.local_rank()}/{hvd.local_size()} '
+      f'cross {hvd.cross_rank()}/{hvd.cross_size()} sum {total.item():g}', flush=True)
+hvd.shutdown()
+)";
+  auto launcher =
+      Start({"-np", "3", "-H", "machine-a:2,machine-b:1", PYTHON_EXECUTABLE, "-c", kScript},
+            {{"PYTHONPATH", PYTHON_PACKAGE_DIR}});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[1,0]<stdout>:rank 0/3 local 0/2 cross 0/2 sum 6"));
+  EXPECT_THAT(run.out, HasSubstr("[1,1]<stdout>:rank 1/3 local 1/2 cross 0/2 sum 6"));
+  EXPECT_THAT(run.out, HasSubstr("[1,2]<stdout>:rank 2/3 local 0/1 cross 1/2 sum 6"));
+}
+#endif
+
+// The daemons failing (here: a configuration they refuse) stop the ranks,
+// which were waiting for them.
+TEST_F(MachinesTest, DaemonsThatFailStopTheRanks) {
+  auto launcher = Start({"--daemon-arg=--fusion-threshold-bytes=1GiB", "-np", "2", "-H",
+                         "machine-a:1,machine-b:1", TestWorkerBinary(), "matrix", "--across-nodes",
+                         "--big-bytes", "4096"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 1) << *run.status << run.err;
+  EXPECT_THAT(run.err, HasSubstr("[collectived] collectived: result_arena_bytes must be at least "
+                                 "fusion_threshold_bytes"));
+  EXPECT_THAT(run.err, HasSubstr("exited with code 2 while the ranks ran; stopping them"));
+}
+
+TEST_F(MachinesTest, EachRankGetsThePlacementALocalRankGets) {
+  auto launcher =
+      Start({"-np", "3", "-H", "machine-a:1,machine-b:2", "/bin/sh", "-c",
+             "echo rank=$HOROVOD_RANK size=$HOROVOD_SIZE local=$COLLECTIVE_LOCAL_RANK/"
+             "$COLLECTIVE_LOCAL_SIZE cross=$HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE "
+             "host=$HOROVOD_HOSTNAME wait=$COLLECTIVE_CONNECT_TIMEOUT_SECONDS mine=$MINE"},
+            {{"MINE", "exported"}});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  for (const char* expected :
+       {"rank=0 size=3 local=0/1 cross=0/2 host=machine-a wait=60 mine=exported",
+        "rank=1 size=3 local=0/2 cross=1/2 host=machine-b wait=60 mine=exported",
+        "rank=2 size=3 local=1/2 cross=1/2 host=machine-b wait=60 mine=exported"}) {
+    EXPECT_THAT(run.out, HasSubstr(expected)) << run.err;
+  }
+}
+
+TEST_F(MachinesTest, AFailingRanksExitCodeEndsTheJob) {
+  const absl::Time started = absl::Now();
+  auto launcher = Start({"-np", "3", "-H", "machine-a:2,machine-b:1", "/bin/sh", "-c",
+                         "if [ \"$HOROVOD_RANK\" = 2 ]; then exit 3; fi; exec sleep 600"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 3) << *run.status << run.err;
+  EXPECT_LT(absl::Now() - started, absl::Seconds(60)) << "the other ranks were not stopped";
+}
+
+TEST_F(MachinesTest, ASignalIsForwardedToTheRanks) {
+  auto launcher = Start({"-np", "2", "-H", "machine-a:1,machine-b:1", "/bin/sh", "-c",
+                         "echo running; exec sleep 600"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  // Both ranks run (their lines came back through mpirun) before the signal.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  while (Count(launcher->Stdout(), "running") < 2) {
+    ASSERT_LT(absl::Now(), deadline) << launcher->Stderr();
+    ASSERT_FALSE(launcher->Wait(absl::Milliseconds(20)).has_value()) << launcher->Stderr();
+  }
+  launcher->Signal(SIGTERM);
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 128 + SIGTERM)
+      << *run.status << run.err;
+  EXPECT_THAT(run.err, HasSubstr("received SIGTERM; forwarding it to the ranks' mpirun"));
+}
+
+TEST_F(MachinesTest, ElasticJobsAndAConfiguredDaemonAreRefused) {
+  auto elastic = Start({"--elastic", "-np", "2", "-H", "machine-a:1,machine-b:1", "true"});
+  ASSERT_TRUE(elastic.ok());
+  Launch run = Finish(*elastic);
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*run.status), 2);
+  EXPECT_THAT(run.err, HasSubstr("-H lists host 'machine-a', which is not this machine: an "
+                                 "elastic job runs on this machine's hosts only"));
+  auto configured = Start({"-np", "2", "-H", "machine-a:1,machine-b:1", "true"},
+                          {{"COLLECTIVE_SOCKET", "/run/collectived/collectived.sock"}});
+  ASSERT_TRUE(configured.ok());
+  run = Finish(*configured);
+  ASSERT_TRUE(run.status.has_value());
+  EXPECT_NE(WEXITSTATUS(*run.status), 0);
+  EXPECT_THAT(run.err, HasSubstr("-H lists hosts on other machines, where collectiverun starts "
+                                 "a collectived of its own on each"));
+  EXPECT_EQ(machines_->Logins(), 0) << "nothing was started";
+}
+
+}  // namespace
+}  // namespace collective::testing
