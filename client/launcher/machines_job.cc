@@ -1,5 +1,6 @@
 #include "client/launcher/machines_job.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -26,6 +27,8 @@ namespace {
 constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(10);
 // Then how long mpirun may take to kill them.
 constexpr absl::Duration kDaemonKillTimeout = absl::Seconds(5);
+// How often the daemons are asked to stop meanwhile.
+constexpr absl::Duration kStopSignalInterval = absl::Seconds(1);
 // How long a rank waits for its host's daemon unless the environment says.
 constexpr char kConnectTimeoutSeconds[] = "60";
 
@@ -102,26 +105,25 @@ class MachinesSupervisor {
     while (!ranks_.reaped()) Step(kill_ranks_at_);
     // The ranks are gone: their daemons go too. mpirun forwards SIGUSR2 to
     // each, which stops it as SIGTERM does; a SIGTERM to mpirun would kill
-    // them before they meet in MPI_Finalize. Past the timeout: mpirun's
-    // SIGTERM, then SIGKILL.
-    if (!daemons_.reaped()) {
+    // them before they meet in MPI_Finalize. Sent again every second, for
+    // a daemon mpirun started after the last one (ranks can end before
+    // every daemon runs). Past the timeout: mpirun's SIGTERM, then SIGKILL.
+    const absl::Time stop_by = absl::Now() + kDaemonStopTimeout;
+    while (!daemons_.reaped() && absl::Now() < stop_by) {
       daemons_.SignalChildOnly(SIGUSR2);
-      absl::Time give_up = absl::Now() + kDaemonStopTimeout;
-      bool terminated = false;
-      while (!daemons_.reaped()) {
-        if (Step(give_up)) continue;
-        if (!terminated) {
-          Say(absl::StrCat("the job's daemons (mpirun pid ", daemons_.pid(),
-                           ") did not stop within ", absl::FormatDuration(kDaemonStopTimeout),
-                           "; sending SIGTERM to their mpirun"));
-          daemons_.SignalChildOnly(SIGTERM);
-          terminated = true;
-          give_up = absl::Now() + kDaemonKillTimeout;
-          continue;
-        }
-        daemons_.Signal(SIGKILL);
-        break;
+      const absl::Time again = std::min(stop_by, absl::Now() + kStopSignalInterval);
+      while (!daemons_.reaped() && Step(again)) {
       }
+    }
+    if (!daemons_.reaped()) {
+      Say(absl::StrCat("the job's daemons (mpirun pid ", daemons_.pid(), ") did not stop within ",
+                       absl::FormatDuration(kDaemonStopTimeout),
+                       "; sending SIGTERM to their mpirun"));
+      daemons_.SignalChildOnly(SIGTERM);
+      const absl::Time kill_by = absl::Now() + kDaemonKillTimeout;
+      while (!daemons_.reaped() && Step(kill_by)) {
+      }
+      if (!daemons_.reaped()) daemons_.Signal(SIGKILL);
     }
     daemon_output_.Drain();
     if (signalled_.has_value()) return 128 + *signalled_;
