@@ -6,6 +6,8 @@
 #include <sstream>
 #include <system_error>
 
+#include <wordexp.h>
+
 #include <CLI/CLI.hpp>
 
 #include "absl/strings/match.h"
@@ -92,6 +94,25 @@ void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args)
     const CLI::Option* option = app.get_option_no_throw(arg);
     if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // skip its value
   }
+}
+
+// `text` split into words as the shell splits them (quotes, backslashes),
+// by wordexp(3) with command substitution refused.
+absl::StatusOr<std::vector<std::string>> ShellWords(const std::string& text) {
+  wordexp_t words{};
+  const int error = ::wordexp(text.c_str(), &words, WRDE_NOCMD);
+  if (error != 0) {
+    if (error == WRDE_NOSPACE) ::wordfree(&words);
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot split '", text, "' into words",
+                     error == WRDE_CMDSUB ? " (command substitution is not run)"
+                     : error == WRDE_BADCHAR
+                         ? " (a character such as | & ; < > ( ) { } or a newline is not quoted)"
+                         : ""));
+  }
+  std::vector<std::string> split(words.we_wordv, words.we_wordv + words.we_wordc);
+  ::wordfree(&words);
+  return split;
 }
 
 // horovodrun's -H and --hostfile: hosts of this machine, with slots enough
@@ -230,6 +251,32 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
                  "default: it stays out)")
       ->type_name("MIN MAX");
 
+  std::string mpi_args;
+  const std::string machines = "Across machines (horovodrun's; for the mpirun commands)";
+  app.add_option("-p,--ssh-port", options.ssh_port, "the hosts' ssh port")
+      ->group(machines)
+      ->type_name("PORT")
+      ->check(CLI::Range(1, 65535).description(""));
+  app.add_option("-i,--ssh-identity-file", options.ssh_identity_file,
+                 "the private key ssh logs in with")
+      ->group(machines)
+      ->type_name("FILE");
+  app.add_option("--network-interfaces,--network-interface", options.network_interfaces,
+                 "the interfaces the daemons talk over, e.g. eth0,eth1 (MPI's TCP and NCCL's "
+                 "sockets)")
+      ->group(machines)
+      ->type_name("NICS");
+  app.add_option("--start-timeout", options.start_timeout_seconds,
+                 "how long a rank waits for its host's daemon (default: "
+                 "$HOROVOD_START_TIMEOUT, else 60)")
+      ->group(machines)
+      ->type_name("S")
+      ->check(CLI::Range(1, 86400).description(""));
+  app.add_option("--mpi-args", mpi_args,
+                 "more arguments for mpirun, e.g. --mpi-args=\"--mca btl_tcp_links 2\"")
+      ->group(machines)
+      ->type_name("ARGS");
+
   HorovodrunFlags horovodrun;
   horovodrun.AddTo(app);
 
@@ -242,6 +289,14 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return app.exit(error, out, err) == 0 ? 0 : 2;
   }
   options.prefix_output = !no_prefix;
+  if (!mpi_args.empty()) {
+    absl::StatusOr<std::vector<std::string>> words = ShellWords(mpi_args);
+    if (!words.ok()) {
+      err << "collectiverun: --mpi-args: " << words.status().message() << "\n";
+      return 2;
+    }
+    options.mpi_args = std::move(*words);
+  }
   if (absl::Status listed = CheckHostList(hosts, hostfile, options); !listed.ok()) {
     err << "collectiverun: " << listed.message() << "\n";
     return 2;
@@ -392,6 +447,15 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     }
   }
   if (options.job_id.empty()) options.job_id = value("COLLECTIVE_JOB_ID");
+  if (options.start_timeout_seconds == 0) {
+    if (const std::string timeout = value("HOROVOD_START_TIMEOUT"); !timeout.empty()) {
+      if (!absl::SimpleAtoi(timeout, &options.start_timeout_seconds) ||
+          options.start_timeout_seconds < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("HOROVOD_START_TIMEOUT is '", timeout,
+                                                       "', not a positive number of seconds"));
+      }
+    }
+  }
   if (OnListedHosts(options) && options.elastic_timeout_seconds == 0) {
     options.elastic_timeout_seconds = 600;
     if (const std::string timeout = value("HOROVOD_ELASTIC_TIMEOUT"); !timeout.empty()) {

@@ -54,6 +54,17 @@ struct LauncherOptions {
   // Some of `hosts` are other machines: Open MPI's launcher starts a
   // collectived on each host and the ranks (machines_job.h); not elastic.
   bool other_machines = false;
+  // horovodrun's flags for a job across machines, for its mpirun commands:
+  // -p/--ssh-port and -i/--ssh-identity-file (mpirun's plm_rsh_args),
+  // --network-interfaces (the interfaces the daemons' MPI and NCCL use),
+  // --start-timeout (else $HOROVOD_START_TIMEOUT: how long a rank waits for
+  // its host's daemon), --mpi-args (more mpirun arguments, split as the
+  // shell would, without running anything).
+  int ssh_port = 0;  // 0: ssh's own choice
+  std::string ssh_identity_file;
+  std::string network_interfaces;
+  int start_timeout_seconds = 0;  // 0: not given
+  std::vector<std::string> mpi_args;
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
   // --blacklist-cooldown-range MIN MAX (horovodrun's, with a discovery

@@ -29,16 +29,27 @@ constexpr absl::Duration kDaemonStopTimeout = absl::Seconds(10);
 constexpr absl::Duration kDaemonKillTimeout = absl::Seconds(5);
 // How often the daemons are asked to stop meanwhile.
 constexpr absl::Duration kStopSignalInterval = absl::Seconds(1);
-// How long a rank waits for its host's daemon unless the environment says.
+// How long a rank waits for its host's daemon unless --start-timeout,
+// $HOROVOD_START_TIMEOUT or the environment says.
 constexpr char kConnectTimeoutSeconds[] = "60";
 
 // The flags both mpirun commands share: no binding (the ranks and the daemon
 // share the host's cores), an app context per node or rank on its host
-// (hence more contexts than slots), and root allowed when collectiverun
-// runs as root, as for the daemon it starts on one machine.
-std::vector<std::string> MpirunCommon() {
+// (hence more contexts than slots), root allowed when collectiverun runs as
+// root (as for the daemon it starts on one machine), and horovodrun's
+// flags as horovodrun passes them to mpirun.
+std::vector<std::string> MpirunCommon(const LauncherOptions& options) {
   std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--bind-to", "none", "--oversubscribe"};
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  std::vector<std::string> ssh;
+  if (options.ssh_port != 0) ssh.push_back(absl::StrCat("-p ", options.ssh_port));
+  if (!options.ssh_identity_file.empty()) ssh.push_back("-i " + options.ssh_identity_file);
+  if (!ssh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", absl::StrJoin(ssh, " ")});
+  if (!options.network_interfaces.empty()) {
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", options.network_interfaces, "--mca",
+                             "oob_tcp_if_include", options.network_interfaces});
+  }
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
   return argv;
 }
 
@@ -77,6 +88,10 @@ std::vector<std::string> Exports(const Environment& environment, Select take) {
 Environment DaemonEnvironment(const LauncherOptions& options, const Environment& environment) {
   Environment daemons = environment;
   if (!options.verbose) daemons.emplace("COLLECTIVED_LOG_LEVEL", "warn");
+  // As horovodrun sets it for NCCL, which runs in the daemons here.
+  if (!options.network_interfaces.empty()) {
+    daemons["NCCL_SOCKET_IFNAME"] = options.network_interfaces;
+  }
   return daemons;
 }
 
@@ -191,10 +206,11 @@ class MachinesSupervisor {
 std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
                                            const std::vector<std::string>& sockets,
                                            const Environment& environment) {
-  std::vector<std::string> argv = MpirunCommon();
+  std::vector<std::string> argv = MpirunCommon(options);
   const std::vector<std::string> exports =
       Exports(DaemonEnvironment(options, environment), [](absl::string_view name) {
-        return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_");
+        return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_") ||
+               absl::StartsWith(name, "NCCL_");
       });
   const std::string binary = CollectivedBinary(options.daemon);
   for (size_t node = 0; node < job.hosts.size(); ++node) {
@@ -213,7 +229,7 @@ std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const
 std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
                                          const std::vector<std::string>& sockets,
                                          const Environment& environment) {
-  std::vector<std::string> argv = MpirunCommon();
+  std::vector<std::string> argv = MpirunCommon(options);
   // horovodrun's: "[1,<rank>]<stdout>:" before each line, and mpirun's
   // own output files.
   if (options.prefix_output) argv.push_back("--tag-output");
@@ -235,7 +251,9 @@ std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const M
       // mpirun's -x carries one value to every rank.
       Environment own = RankEnvironment({}, sockets[node], job.job_id, job.hosts[node],
                                         PlaceRank(job.local_sizes, rank));
-      if (environment.count("COLLECTIVE_CONNECT_TIMEOUT_SECONDS") == 0) {
+      if (options.start_timeout_seconds != 0) {
+        own["COLLECTIVE_CONNECT_TIMEOUT_SECONDS"] = absl::StrCat(options.start_timeout_seconds);
+      } else if (environment.count("COLLECTIVE_CONNECT_TIMEOUT_SECONDS") == 0) {
         own["COLLECTIVE_CONNECT_TIMEOUT_SECONDS"] = kConnectTimeoutSeconds;
       }
       for (const std::string& variable : ToEnvp(own)) argv.push_back(variable);

@@ -78,11 +78,15 @@ class MachinesTest : public ::testing::Test {
   }
 
   absl::StatusOr<Subprocess> Start(const std::vector<std::string>& args,
-                                   std::map<std::string, std::string> environment = {}) {
+                                   std::map<std::string, std::string> environment = {},
+                                   bool bare_ssh_config = false) {
     std::vector<std::string> argv = {COLLECTIVERUN_BINARY};
     for (const std::string& flag : SmallMemoryFlags()) argv.push_back("--daemon-arg=" + flag);
     argv.insert(argv.end(), args.begin(), args.end());
-    for (const auto& [name, value] : machines_->Environment()) environment[name] = value;
+    for (const auto& [name, value] :
+         bare_ssh_config ? machines_->EnvironmentWithoutPortAndKey() : machines_->Environment()) {
+      environment[name] = value;
+    }
     environment.emplace("COLLECTIVE_SOCKET", "");
     environment.emplace("COLLECTIVE_JOB_ID", "");
     return Subprocess::Start(argv, environment);
@@ -207,6 +211,28 @@ TEST_F(MachinesTest, ASignalIsForwardedToTheRanks) {
   EXPECT_TRUE(WIFEXITED(*run.status) && WEXITSTATUS(*run.status) == 128 + SIGTERM)
       << *run.status << run.err;
   EXPECT_THAT(run.err, HasSubstr("received SIGTERM; forwarding it to the ranks' mpirun"));
+}
+
+// horovodrun's flags for machines: the ssh configuration names neither
+// the port nor the key, so the job reaches the hosts through -p and -i.
+TEST_F(MachinesTest, HorovodrunsSshNetworkAndMpiFlagsReachMpirun) {
+  const std::string port = std::to_string(machines_->port());
+  auto launcher = Start({"--verbose", "-p", port, "-i", machines_->key(), "--network-interface",
+                         "lo", "--start-timeout", "45", "--mpi-args=--mca btl_tcp_links '1'", "-np",
+                         "2", "-H", "machine-a:1,machine-b:1", TestWorkerBinary(), "matrix",
+                         "--across-nodes", "--big-bytes", "4096"},
+                        {}, /*bare_ssh_config=*/true);
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_EQ(Count(run.out, "ok "), 2) << run.out;
+  const std::string flags = absl::StrCat(
+      "--mca plm_rsh_args -p ", port, " -i ", machines_->key(),
+      " --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca btl_tcp_links 1");
+  EXPECT_EQ(Count(run.err, flags), 2) << "both mpirun commands:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("COLLECTIVE_CONNECT_TIMEOUT_SECONDS=45"));
+  EXPECT_THAT(run.err, HasSubstr("-x NCCL_SOCKET_IFNAME"));
 }
 
 TEST_F(MachinesTest, ElasticJobsAndAConfiguredDaemonAreRefused) {

@@ -100,12 +100,18 @@ absl::StatusOr<std::unique_ptr<SshMachines>> SshMachines::Start(std::vector<std:
         << "AuthorizedKeysFile " << dir << "/authorized_keys\n"
         << "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
         << "PermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile none\n";
+    machines->port_ = port;
+    machines->key_ = dir + "/client_key";
+    const std::string common =
+        absl::StrCat("Host ", absl::StrJoin(machines->hosts_, " "),
+                     "\n  HostName 127.0.0.1\n  User ", UserName(),
+                     "\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+                     "  UserKnownHostsFile /dev/null\n  BatchMode yes\n  LogLevel ERROR\n");
     machines->config_ = dir + "/ssh_config";
     std::ofstream(machines->config_)
-        << "Host " << absl::StrJoin(machines->hosts_, " ") << "\n  HostName 127.0.0.1\n  Port "
-        << port << "\n  User " << UserName() << "\n  IdentityFile " << dir << "/client_key\n"
-        << "  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
-        << "  BatchMode yes\n  LogLevel ERROR\n";
+        << common << "  Port " << port << "\n  IdentityFile " << machines->key_ << "\n";
+    machines->bare_config_ = dir + "/ssh_config_bare";
+    std::ofstream(machines->bare_config_) << common;
     // -D: in the foreground, a child of the test; -e: its log on stderr.
     auto sshd = Subprocess::Start({kSshd, "-D", "-e", "-f", dir + "/sshd_config"});
     if (!sshd.ok()) return sshd.status();
@@ -132,6 +138,10 @@ SshMachines::~SshMachines() {
 
 std::map<std::string, std::string> SshMachines::Environment() const {
   return {{"OMPI_MCA_plm_rsh_agent", "ssh -F " + config_}};
+}
+
+std::map<std::string, std::string> SshMachines::EnvironmentWithoutPortAndKey() const {
+  return {{"OMPI_MCA_plm_rsh_agent", "ssh -F " + bare_config_}};
 }
 
 int SshMachines::Logins() const {

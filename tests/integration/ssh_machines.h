@@ -28,6 +28,12 @@ class SshMachines {
   const std::vector<std::string>& hosts() const { return hosts_; }
   // What makes mpirun (and so collectiverun) use this sshd.
   std::map<std::string, std::string> Environment() const;
+  // The same with an ssh configuration that names the hosts but not the
+  // port and the key, which must then come from the command line
+  // (horovodrun's -p and -i).
+  std::map<std::string, std::string> EnvironmentWithoutPortAndKey() const;
+  int port() const { return port_; }
+  const std::string& key() const { return key_; }
   // How many logins sshd has accepted so far.
   int Logins() const;
 
@@ -37,6 +43,9 @@ class SshMachines {
   std::vector<std::string> hosts_;
   std::unique_ptr<TemporaryDirectory> directory_;
   std::string config_;
+  std::string bare_config_;
+  int port_ = 0;
+  std::string key_;
   std::unique_ptr<Subprocess> sshd_;
 };
 

@@ -521,4 +521,39 @@ TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
 }
 
 }  // namespace
+TEST(LauncherOptionsTest, HorovodrunsFlagsForMachines) {
+  const Parsed parsed = Parse(
+      {"-p", "2222", "-i", "/keys/id", "--network-interfaces", "eth0,eth1", "--start-timeout", "45",
+       "--mpi-args=--mca plm_rsh_args \"-o Foo='a b'\" -x\tA", "-np", "2", "-H", "node-b:2", "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  const LauncherOptions& options = parsed.options();
+  EXPECT_EQ(options.ssh_port, 2222);
+  EXPECT_EQ(options.ssh_identity_file, "/keys/id");
+  EXPECT_EQ(options.network_interfaces, "eth0,eth1");
+  EXPECT_EQ(options.start_timeout_seconds, 45);
+  // Split as the shell splits: quotes kept together, then removed.
+  EXPECT_EQ(options.mpi_args,
+            (std::vector<std::string>{"--mca", "plm_rsh_args", "-o Foo='a b'", "-x", "A"}));
+  EXPECT_EQ(options.command, std::vector<std::string>{"x"});
+
+  // Nothing is run while splitting.
+  const Parsed command = Parse({"--mpi-args=$(touch /tmp/x)", "-np", "1", "x"});
+  ASSERT_FALSE(command.ok());
+  EXPECT_EQ(command.exit_code(), 2);
+  EXPECT_THAT(command.err, HasSubstr("command substitution is not run"));
+  EXPECT_FALSE(Parse({"-p", "0", "-np", "1", "x"}).ok());
+
+  // --start-timeout, else HOROVOD_START_TIMEOUT.
+  LauncherOptions from_environment = Options({"-np", "1", "x"});
+  ASSERT_TRUE(ApplyEnvironment({{"HOROVOD_START_TIMEOUT", "12"}}, from_environment).ok());
+  EXPECT_EQ(from_environment.start_timeout_seconds, 12);
+  LauncherOptions flag_wins = Options({"--start-timeout", "5", "-np", "1", "x"});
+  ASSERT_TRUE(ApplyEnvironment({{"HOROVOD_START_TIMEOUT", "12"}}, flag_wins).ok());
+  EXPECT_EQ(flag_wins.start_timeout_seconds, 5);
+  LauncherOptions bad = Options({"-np", "1", "x"});
+  const absl::Status refused = ApplyEnvironment({{"HOROVOD_START_TIMEOUT", "soon"}}, bad);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("HOROVOD_START_TIMEOUT is 'soon', not a positive number of seconds"));
+}
+
 }  // namespace collective::launcher
