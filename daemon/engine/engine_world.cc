@@ -40,7 +40,8 @@ void Engine::StartExchange() {
                 .job_id = job_->id(),
                 .settings = {.fusion_threshold_bytes = config_.fusion_threshold_bytes,
                              .cross_node_chunk_bytes = config_.cross_node_chunk_bytes,
-                             .response_cache_capacity = config_.response_cache_capacity}});
+                             .response_cache_capacity = config_.response_cache_capacity,
+                             .autotune = static_cast<uint8_t>(config_.autotune ? 1 : 0)}});
   if (!exchange.ok()) {
     BreakWorld(exchange.status(), /*abandon_mpi=*/true);
     AbortFormation(exchange.status());

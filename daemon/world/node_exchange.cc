@@ -20,7 +20,8 @@ std::string Host(const auto& wire) {
 std::string DescribeSettings(const NodeExchange::Settings& settings) {
   return absl::StrCat("fusion_threshold_bytes ", settings.fusion_threshold_bytes,
                       ", cross_node_chunk_bytes ", settings.cross_node_chunk_bytes,
-                      ", response_cache_capacity ", settings.response_cache_capacity);
+                      ", response_cache_capacity ", settings.response_cache_capacity, ", autotune ",
+                      settings.autotune != 0 ? "true" : "false");
 }
 
 }  // namespace

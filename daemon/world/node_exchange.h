@@ -33,6 +33,9 @@ class NodeExchange {
     uint64_t fusion_threshold_bytes = 0;
     uint64_t cross_node_chunk_bytes = 0;
     uint32_t response_cache_capacity = 0;
+    // Node 0 tunes for every node; one that tunes alone would wait for
+    // values that never come, and one that does not would take them.
+    uint8_t autotune = 0;
     friend bool operator==(const Settings&, const Settings&) = default;
   };
 

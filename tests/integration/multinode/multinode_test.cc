@@ -257,6 +257,25 @@ INSTANTIATE_TEST_SUITE_P(
                       MismatchParam{"reducescatter", "postscale", 0}),
     [](const auto& test) { return absl::StrCat(test.param.collective, "_", test.param.kind); });
 
+// Daemons that disagree on a setting every node must share refuse the job
+// on every rank of every node, naming the node and both values. Here node
+// 1 tunes and node 0 does not (each daemon's shell expands its own rank).
+TEST(MultiNodeSettingsTest, DaemonsThatDisagreeOnTheirSettingsRefuseTheJobOnEveryRank) {
+  const World world = kUnequalTcp;
+  std::unique_ptr<MpiDaemons> daemons =
+      StartDaemons(world, {"--autotune", "$OMPI_COMM_WORLD_RANK"});
+  ASSERT_NE(daemons, nullptr);
+  auto workers = daemons->StartWorkers(
+      TestWorkerBinary(), world.local_sizes,
+      {"connect-error", "--expect", "response_cache_capacity 1024, autotune true but node 0 ("});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  ASSERT_EQ(WaitForWorkers(*workers, kTimeout), "");
+  for (Subprocess& worker : *workers) {
+    EXPECT_THAT(worker.Stdout(), HasSubstr("autotune false; the daemons of a job must agree on "
+                                           "them"));
+  }
+}
+
 // Reduce, gather and scatter that disagree (rooted-mismatch: the last rank's
 // root, dtype or scatter rows): node 0 finds it with every rank's request,
 // and every rank on every node gets the same text.
