@@ -6,11 +6,13 @@
 // (results across hosts), a failing rank's exit code comes back, a signal
 // is forwarded, and nothing is left behind on any host.
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/common/subprocess.h"
+#include "tests/common/temporary_directory.h"
 #include "tests/integration/daemon_process.h"
 #include "tests/integration/ssh_machines.h"
 
@@ -181,6 +184,28 @@ TEST_F(MachinesTest, EachRankGetsThePlacementALocalRankGets) {
         "rank=1 size=3 local=0/2 cross=1/2 host=machine-b wait=60 mine=exported",
         "rank=2 size=3 local=1/2 cross=1/2 host=machine-b wait=60 mine=exported"}) {
     EXPECT_THAT(run.out, HasSubstr(expected)) << run.err;
+  }
+}
+
+// --hostfile as -H; --no-prefix and --output-filename go to mpirun, whose
+// files are in its own layout (DIR/1/rank.<N>/stdout), as under horovodrun.
+TEST_F(MachinesTest, AHostfileAndMpirunsOutputOptions) {
+  TemporaryDirectory directory("out");
+  const std::string hostfile = directory.path() + "/hosts";
+  std::ofstream(hostfile) << "machine-a slots=1\nmachine-b slots=1\n";
+  const std::string output = directory.path() + "/ranks";
+  auto launcher = Start({"--no-prefix", "--output-filename", output, "-np", "2", "--hostfile",
+                         hostfile, "/bin/sh", "-c", "echo out $HOROVOD_RANK $HOROVOD_HOSTNAME"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_THAT("\n" + run.out, HasSubstr("\nout 1 machine-b\n")) << "without a tag";
+  for (const auto& [rank, host] : {std::pair{0, "machine-a"}, std::pair{1, "machine-b"}}) {
+    std::ifstream file(absl::StrCat(output, "/1/rank.", rank, "/stdout"));
+    std::stringstream text;
+    text << file.rdbuf();
+    EXPECT_EQ(text.str(), absl::StrCat("out ", rank, " ", host, "\n")) << "rank " << rank;
   }
 }
 
