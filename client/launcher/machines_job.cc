@@ -207,6 +207,9 @@ std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const
                                            const std::vector<std::string>& sockets,
                                            const Environment& environment) {
   std::vector<std::string> argv = MpirunCommon(options);
+  // Without mpirun's own notes ("Forwarding signal 12 to job" when they
+  // stop), as the daemons log warnings only, unless --verbose.
+  if (!options.verbose) argv.push_back("--quiet");
   const std::vector<std::string> exports =
       Exports(DaemonEnvironment(options, environment), [](absl::string_view name) {
         return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_") ||
