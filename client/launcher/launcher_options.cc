@@ -1,5 +1,6 @@
 #include "client/launcher/launcher_options.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -90,6 +91,7 @@ void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args)
         absl::StartsWith(arg, "-hostfile=")) {
       arg.insert(0, "-");
     }
+    if (arg == "-cb") arg = "--check-build";                                         // horovodrun's
     if (absl::StrContains(arg, '=') || (arg.size() > 2 && arg[1] != '-')) continue;  // -n4
     const CLI::Option* option = app.get_option_no_throw(arg);
     if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // skip its value
@@ -161,11 +163,15 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   // The first argument that is not ours starts the command; the rest is its.
   app.prefix_command();
   app.set_version_flag("--version", COLLECTIVE_VERSION);
-  app.add_option("-n,--np", options.ranks,
-                 "ranks to start on this node, 1 to 1024 (mpirun's -np N works too)")
-      ->type_name("N")
-      ->required()
-      ->check(CLI::Range(1, kMaxRanks).description(""));
+  CLI::Option* ranks =
+      app.add_option("-n,--np", options.ranks,
+                     "ranks to start on this node, 1 to 1024 (mpirun's -np N works too)")
+          ->type_name("N")
+          ->required()
+          ->check(CLI::Range(1, kMaxRanks).description(""));
+  app.add_flag("--check-build", options.check_build,
+               "say which frameworks, controllers and tensor operations this installation "
+               "offers, as horovodrun --check-build (-cb works too), and exit");
   app.add_option("--socket", options.socket,
                  "the collectived to use (default: $COLLECTIVE_SOCKET; none: start a private one)")
       ->type_name("PATH");
@@ -281,12 +287,21 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   horovodrun.AddTo(app);
 
   TranslateMpiStyleFlags(app, args);
+  // The report needs no job; whether the flag was collectiverun's (and not
+  // the command's) is known after parsing.
+  const bool asks_check_build = std::find(args.begin(), args.end(), "--check-build") != args.end();
+  if (asks_check_build) ranks->required(false);
   std::vector<const char*> argv;
   for (const std::string& arg : args) argv.push_back(arg.c_str());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& error) {
     return app.exit(error, out, err) == 0 ? 0 : 2;
+  }
+  if (options.check_build) return options;
+  if (asks_check_build && options.ranks == 0) {
+    err << "--np is required\nRun with --help for more information.\n";
+    return 2;
   }
   options.prefix_output = !no_prefix;
   if (!mpi_args.empty()) {

@@ -16,6 +16,9 @@
 namespace collective::launcher {
 
 struct LauncherOptions {
+  // --check-build (-cb, horovodrun's): report what this installation
+  // offers (check_build.h) instead of running a job.
+  bool check_build = false;
   int ranks = 0;
   // The daemon to use; empty: a private one. --socket, else $COLLECTIVE_SOCKET.
   std::string socket;

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <variant>
 
+#include "client/launcher/check_build.h"
 #include "client/launcher/launcher.h"
 #include "client/launcher/launcher_options.h"
 #include "client/launcher/launcher_output.h"
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
   if (const int* exit_code = std::get_if<int>(&parsed)) return *exit_code;
   LauncherOptions& options = std::get<LauncherOptions>(parsed);
   const Environment environment = CurrentEnvironment();
+  if (options.check_build) return PrintCheckBuild(std::cout, environment);
   if (absl::Status status = ApplyEnvironment(environment, options); !status.ok()) {
     Say(status.message());
     return 2;

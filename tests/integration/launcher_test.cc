@@ -1015,6 +1015,35 @@ TEST(LauncherTest, Sigusr1AddsNoWorkerToAJobOnListedHosts) {
   EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0"})) << run.out;
 }
 
+#ifdef PYTHON_PACKAGE_DIR
+// horovodrun --check-build: the frameworks are those the Python on PATH
+// imports through this package; no -np, no job.
+TEST(LauncherTest, CheckBuildSaysWhatThePythonOnPathImports) {
+  const std::string python_dir = std::filesystem::path(PYTHON_EXECUTABLE).parent_path().string();
+  const std::string path = python_dir + ":/usr/bin:/bin";
+  LaunchResult run = RunLauncher({"-cb"}, {{"PATH", path}, {"PYTHONPATH", PYTHON_PACKAGE_DIR}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << run.err;
+  EXPECT_THAT(run.out, HasSubstr("collectived v"));
+  EXPECT_THAT(run.out, HasSubstr("Available Frameworks:\n    [ ] TensorFlow\n    [X] PyTorch\n"
+                                 "    [ ] MXNet\n"));
+  EXPECT_THAT(run.out, HasSubstr("Available Controllers:\n    [X] MPI\n    [ ] Gloo\n"));
+  EXPECT_THAT(run.out, HasSubstr("    [ ] DDL\n    [ ] CCL\n    [X] MPI\n    [ ] Gloo\n"));
+
+  // Without the package on its path, that Python has no PyTorch of ours.
+  run = RunLauncher({"--check-build"}, {{"PATH", path}, {"PYTHONPATH", ""}});
+  ASSERT_EQ(run.exit_code, 0) << run.how << run.err;
+  EXPECT_THAT(run.out, HasSubstr("    [ ] PyTorch\n"));
+
+  // The command's own --check-build is the command's.
+  run = RunLauncher({"-np", "1", "echo", "--check-build"});
+  ASSERT_EQ(run.exit_code, 0) << run.how << run.err;
+  EXPECT_EQ(run.out, "[0] --check-build\n");
+  run = RunLauncher({"echo", "--check-build"});
+  EXPECT_EQ(run.exit_code, 2) << run.how;
+  EXPECT_THAT(run.err, HasSubstr("--np is required"));
+}
+#endif
+
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
   // Another machine: collectiverun starts this machine's workers only.
   const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");

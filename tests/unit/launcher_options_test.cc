@@ -556,4 +556,20 @@ TEST(LauncherOptionsTest, HorovodrunsFlagsForMachines) {
               HasSubstr("HOROVOD_START_TIMEOUT is 'soon', not a positive number of seconds"));
 }
 
+TEST(LauncherOptionsTest, CheckBuildNeedsNoJob) {
+  for (const char* flag : {"-cb", "--check-build"}) {
+    const Parsed parsed = Parse({flag});
+    ASSERT_TRUE(parsed.ok()) << flag << ": " << parsed.err;
+    EXPECT_TRUE(parsed.options().check_build) << flag;
+  }
+  const Parsed in_command = Parse({"-np", "1", "tool", "-cb"});
+  ASSERT_TRUE(in_command.ok()) << in_command.err;
+  EXPECT_FALSE(in_command.options().check_build);
+  EXPECT_EQ(in_command.options().command, (std::vector<std::string>{"tool", "-cb"}));
+  const Parsed no_ranks = Parse({"tool", "--check-build"});
+  ASSERT_FALSE(no_ranks.ok());
+  EXPECT_EQ(no_ranks.exit_code(), 2);
+  EXPECT_THAT(no_ranks.err, HasSubstr("--np is required"));
+}
+
 }  // namespace collective::launcher
