@@ -120,47 +120,120 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
 }
 
 void HorovodrunFlags::AddTo(CLI::App& app) {
-  // A value flag stores its text under its variable; CLI11 checks the type.
-  const auto value = [&](const char* flag, const char* variable, const char* type, const char* help,
-                         auto validator) {
-    app.add_option_function<std::string>(
-           flag, [this, variable](const std::string& given) { values_[variable] = given; }, help)
-        ->type_name(type)
-        ->check(CLI::Validator(validator).description(""))
-        ->group(kGroup);
-  };
-  const auto on = [&](const char* flag, const char* variable, const char* help) {
-    app.add_flag_callback(
-           flag, [this, variable] { values_[variable] = "1"; }, help)
-        ->group(kGroup);
+  // Value flags: each stores its text under its variable; CLI11 checks the
+  // type. The library options of Horovod's own threads, which the daemon
+  // does not have, are set as horovodrun sets them and change nothing
+  // (README, "Horovod's variables").
+  struct ValueFlag {
+    const char* flag;
+    const char* variable;
+    const char* type;
+    const char* help;
+    CLI::Validator check;
   };
   const CLI::Range count(int64_t{0}, int64_t{1} << 40);
-  value("--fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", "MB",
-        "fusion buffer threshold in MiB (HOROVOD_FUSION_THRESHOLD)",
-        CLI::Range(int64_t{0}, int64_t{1} << 30));
-  value("--cycle-time-ms", "HOROVOD_CYCLE_TIME", "MS",
-        "cycle time in milliseconds, rounded up to whole ones (HOROVOD_CYCLE_TIME)",
-        CLI::PositiveNumber);
-  value("--cache-capacity", "HOROVOD_CACHE_CAPACITY", "N",
-        "response cache entries; 0 turns the cache off (HOROVOD_CACHE_CAPACITY)", count);
-  value("--timeline-filename", "HOROVOD_TIMELINE", "PATH",
-        "write the daemon's timeline here (HOROVOD_TIMELINE)", CLI::Validator());
-  on("--timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES",
-     "mark the cycles in the timeline (HOROVOD_TIMELINE_MARK_CYCLES)");
-  on("--no-stall-check", "HOROVOD_STALL_CHECK_DISABLE",
-     "no stall warnings (HOROVOD_STALL_CHECK_DISABLE)");
-  value("--stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", "S",
-        "warn of a stall after this long (HOROVOD_STALL_CHECK_TIME_SECONDS)", count);
-  value("--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "S",
-        "fail a stalled job after this long (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)", count);
+  const ValueFlag values[] = {
+      {"--fusion-threshold-mb", "HOROVOD_FUSION_THRESHOLD", "MB",
+       "fusion buffer threshold in MiB (HOROVOD_FUSION_THRESHOLD)",
+       CLI::Range(int64_t{0}, int64_t{1} << 30)},
+      {"--cycle-time-ms", "HOROVOD_CYCLE_TIME", "MS",
+       "cycle time in milliseconds, rounded up to whole ones (HOROVOD_CYCLE_TIME)",
+       CLI::PositiveNumber},
+      {"--cache-capacity", "HOROVOD_CACHE_CAPACITY", "N",
+       "response cache entries; 0 turns the cache off (HOROVOD_CACHE_CAPACITY)", count},
+      {"--timeline-filename", "HOROVOD_TIMELINE", "PATH",
+       "write the daemon's timeline here (HOROVOD_TIMELINE)", CLI::Validator()},
+      {"--stall-check-warning-time-seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", "S",
+       "warn of a stall after this long (HOROVOD_STALL_CHECK_TIME_SECONDS)", count},
+      {"--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "S",
+       "fail a stalled job after this long (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)", count},
+      {"--num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", "N",
+       "accepted: changes nothing (HOROVOD_NUM_NCCL_STREAMS)", count},
+      {"--thread-affinity", "HOROVOD_THREAD_AFFINITY", "CPU",
+       "accepted: changes nothing (HOROVOD_THREAD_AFFINITY)", count},
+      {"--gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", "S",
+       "accepted: changes nothing (HOROVOD_GLOO_TIMEOUT_SECONDS)", count},
+      {"--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "PATH",
+       "record each autotuning trial here (HOROVOD_AUTOTUNE_LOG)", CLI::Validator()},
+      {"--autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "N",
+       "samples discarded before tuning (HOROVOD_AUTOTUNE_WARMUP_SAMPLES)", count},
+      {"--autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "N",
+       "steps per tuning sample (HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE)", count},
+      {"--autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "N",
+       "samples of the Bayesian optimization (HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES)", count},
+      {"--autotune-gaussian-process-noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "X",
+       "accepted: the daemon's Gaussian process keeps its own noise level "
+       "(HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE)",
+       CLI::NonNegativeNumber},
+      {"--log-level", "HOROVOD_LOG_LEVEL", "LEVEL",
+       "the daemon's log level: TRACE, DEBUG, INFO, WARNING, ERROR or FATAL (HOROVOD_LOG_LEVEL)",
+       CLI::IsMember({"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"}, CLI::ignore_case)},
+  };
+  for (const ValueFlag& entry : values) {
+    app.add_option_function<std::string>(
+           entry.flag,
+           [this, variable = entry.variable](const std::string& given) {
+             values_[variable] = given;
+           },
+           entry.help)
+        ->type_name(entry.type)
+        ->check(CLI::Validator(entry.check).description(""))
+        ->group(kGroup);
+  }
+
+  // Switches: each sets its variable to its value, as horovodrun's do.
   // Across nodes every collective is hierarchical here (each node's ranks
-  // in shared memory, then the daemons): the switches are taken and set as
-  // horovodrun sets them, and change nothing (README, "Horovod's variables").
-  on("--hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE",
-     "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLREDUCE)");
-  on("--hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER",
-     "accepted: collectives across nodes are always hierarchical (HOROVOD_HIERARCHICAL_ALLGATHER)");
-  on("--tcp", "NCCL_IB_DISABLE", "TCP only: NCCL leaves InfiniBand alone (NCCL_IB_DISABLE=1)");
+  // in shared memory, then the daemons), and the daemon has none of
+  // Horovod's background threads: those switches are taken and change
+  // nothing (README, "Horovod's variables").
+  struct Switch {
+    const char* flag;
+    const char* variable;
+    const char* value;
+    const char* help;
+  };
+  static constexpr Switch kSwitches[] = {
+      {"--timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", "1",
+       "mark the cycles in the timeline (HOROVOD_TIMELINE_MARK_CYCLES)"},
+      {"--no-timeline-mark-cycles", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
+       "do not mark them (the default)"},
+      {"--no-stall-check", "HOROVOD_STALL_CHECK_DISABLE", "1",
+       "no stall warnings (HOROVOD_STALL_CHECK_DISABLE)"},
+      {"--stall-check", "HOROVOD_STALL_CHECK_DISABLE", "0", "stall warnings (the default)"},
+      {"--hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", "1",
+       "accepted: collectives across nodes are always hierarchical "
+       "(HOROVOD_HIERARCHICAL_ALLREDUCE)"},
+      {"--no-hierarchical-allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", "0",
+       "accepted: changes nothing, as above"},
+      {"--hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "1",
+       "accepted: collectives across nodes are always hierarchical "
+       "(HOROVOD_HIERARCHICAL_ALLGATHER)"},
+      {"--no-hierarchical-allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", "0",
+       "accepted: changes nothing, as above"},
+      {"--torus-allreduce", "HOROVOD_TORUS_ALLREDUCE", "1",
+       "accepted: changes nothing, as above (HOROVOD_TORUS_ALLREDUCE)"},
+      {"--no-torus-allreduce", "HOROVOD_TORUS_ALLREDUCE", "0",
+       "accepted: changes nothing, as above"},
+      {"--tcp", "NCCL_IB_DISABLE", "1",
+       "TCP only: NCCL leaves InfiniBand alone (NCCL_IB_DISABLE=1)"},
+      {"--mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE", "1",
+       "accepted: changes nothing (HOROVOD_MPI_THREADS_DISABLE)"},
+      {"--no-mpi-threads-disable", "HOROVOD_MPI_THREADS_DISABLE", "0", "accepted: changes nothing"},
+      {"--log-with-timestamp", "HOROVOD_LOG_HIDE_TIME", "0",
+       "accepted: the daemon's log lines always carry their time (HOROVOD_LOG_HIDE_TIME)"},
+      {"--log-without-timestamp", "HOROVOD_LOG_HIDE_TIME", "1", "accepted: changes nothing"},
+      {"--log-hide-timestamp", "HOROVOD_LOG_HIDE_TIME", "1",
+       "accepted: changes nothing (horovodrun's older name)"},
+      {"--no-log-hide-timestamp", "HOROVOD_LOG_HIDE_TIME", "0",
+       "accepted: changes nothing (horovodrun's older name)"},
+      {"--autotune", "HOROVOD_AUTOTUNE", "1", "tune the daemon's knobs online (HOROVOD_AUTOTUNE)"},
+      {"--no-autotune", "HOROVOD_AUTOTUNE", "0", "no tuning (the default)"},
+  };
+  for (const Switch& entry : kSwitches) {
+    app.add_flag_callback(
+           entry.flag, [this, entry] { values_[entry.variable] = entry.value; }, entry.help)
+        ->group(kGroup);
+  }
   // horovodrun's choice of controller and its cache of host checks have no
   // counterpart: the daemons coordinate the ranks, and collectiverun checks
   // nothing ahead. Taken so that a horovodrun line runs unchanged.
@@ -169,23 +242,15 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
            flag, [] {}, "accepted from horovodrun: nothing to choose here")
         ->group(kGroup);
   }
-  on("--autotune", "HOROVOD_AUTOTUNE", "tune the daemon's knobs online (HOROVOD_AUTOTUNE)");
-  value("--autotune-log-file", "HOROVOD_AUTOTUNE_LOG", "PATH",
-        "record each autotuning trial here (HOROVOD_AUTOTUNE_LOG)", CLI::Validator());
-  value("--autotune-warmup-samples", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "N",
-        "samples discarded before tuning (HOROVOD_AUTOTUNE_WARMUP_SAMPLES)", count);
-  value("--autotune-steps-per-sample", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "N",
-        "steps per tuning sample (HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE)", count);
-  value("--autotune-bayes-opt-max-samples", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "N",
-        "samples of the Bayesian optimization (HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES)", count);
+  app.add_flag_callback(
+         "--jsrun", [this] { jsrun_ = true; },
+         "refused: collectiverun starts the ranks itself, or through mpirun across machines")
+      ->group(kGroup);
   app.add_option("--config-file", config_file_,
                  "horovodrun's YAML config file (params, autotune, timeline, stall_check, "
                  "logging); flags override it")
       ->type_name("PATH")
       ->group(kGroup);
-  value("--log-level", "HOROVOD_LOG_LEVEL", "LEVEL",
-        "the daemon's log level: TRACE, DEBUG, INFO, WARNING, ERROR or FATAL (HOROVOD_LOG_LEVEL)",
-        CLI::IsMember({"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"}, CLI::ignore_case));
 }
 
 absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() const {
@@ -202,7 +267,23 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() 
     if (!configured.ok()) return configured.status();
     variables = std::move(*configured);
   }
+  if (jsrun_) {
+    return absl::InvalidArgumentError(
+        "--jsrun: collectiverun starts the ranks itself (across machines through mpirun); it "
+        "does not run them with jsrun");
+  }
   for (const auto& [name, given] : values_) variables[name] = given;
+  // As horovodrun exports them: autotune's settings only when it is on, the
+  // cycles' marks only with a timeline.
+  if (auto it = variables.find("HOROVOD_AUTOTUNE"); it == variables.end() || it->second == "0") {
+    for (const char* name :
+         {"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
+      variables.erase(name);
+    }
+  }
+  if (variables.count("HOROVOD_TIMELINE") == 0) variables.erase("HOROVOD_TIMELINE_MARK_CYCLES");
   if (auto it = variables.find("HOROVOD_FUSION_THRESHOLD"); it != variables.end()) {
     int64_t megabytes = 0;
     if (!absl::SimpleAtoi(it->second, &megabytes) || megabytes < 0 ||

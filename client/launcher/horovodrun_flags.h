@@ -32,6 +32,7 @@ class HorovodrunFlags {
  private:
   std::map<std::string, std::string> values_;  // variable -> value as given
   std::string config_file_;
+  bool jsrun_ = false;  // --jsrun: refused by Variables
 };
 
 // The variables of a horovodrun config file's YAML (its sections params,

@@ -224,6 +224,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   // workers are numbered on past it, and their files sort by number less).
   const OutputOptions output{
       .prefix = options.prefix_output,
+      .timestamp = options.prefix_timestamp,
       .directory = options.output_directory,
       .rank_digits = static_cast<int>(absl::StrCat(std::max(1, most_ranks - 1)).size())};
   std::unique_ptr<ElasticWorld> elastic;

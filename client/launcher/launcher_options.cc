@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 #include <system_error>
+#include <tuple>
 
 #include <wordexp.h>
 
@@ -91,7 +92,9 @@ void TranslateMpiStyleFlags(const CLI::App& app, std::vector<std::string>& args)
         absl::StartsWith(arg, "-hostfile=")) {
       arg.insert(0, "-");
     }
-    if (arg == "-cb") arg = "--check-build";                                         // horovodrun's
+    // horovodrun's single-dash long options.
+    if (arg == "-cb") arg = "--check-build";
+    if (arg == "-prefix-timestamp") arg = "--prefix-output-with-timestamp";
     if (absl::StrContains(arg, '=') || (arg.size() > 2 && arg[1] != '-')) continue;  // -n4
     const CLI::Option* option = app.get_option_no_throw(arg);
     if (option != nullptr && option->get_items_expected_min() > 0) ++i;  // skip its value
@@ -164,7 +167,7 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   app.prefix_command();
   app.set_version_flag("--version", COLLECTIVE_VERSION);
   CLI::Option* ranks =
-      app.add_option("-n,--np", options.ranks,
+      app.add_option("-n,--np,--num-proc", options.ranks,
                      "ranks to start on this node, 1 to 1024 (mpirun's -np N works too)")
           ->type_name("N")
           ->required()
@@ -188,6 +191,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   bool no_prefix = false;
   app.add_flag("--no-prefix", no_prefix,
                "pass the ranks' output through, without \"[RANK] \" before each line");
+  app.add_flag("--prefix-output-with-timestamp", options.prefix_timestamp,
+               "start each line of the ranks' output with the time (horovodrun's; "
+               "-prefix-timestamp works too)");
   app.add_option("--output-filename", options.output_directory,
                  "also write each rank's stdout and stderr to DIR/rank.<N>/stdout and stderr "
                  "(horovodrun's; N padded with zeros)")
@@ -203,12 +209,12 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   app.add_flag("--elastic", options.elastic,
                "elastic training: a failed rank is not fatal while --min-np remain; the job "
                "re-forms without it");
-  app.add_option("--min-np", options.min_ranks,
+  app.add_option("--min-np,--min-num-proc", options.min_ranks,
                  "elastic training (as horovodrun, it implies --elastic): fewer ranks than this "
                  "stop the job (default: -np)")
       ->type_name("N")
       ->check(CLI::Range(1, kMaxRanks).description(""));
-  app.add_option("--max-np", options.max_ranks,
+  app.add_option("--max-np,--max-num-proc", options.max_ranks,
                  "with --elastic: at most this many ranks at a time (default: -np)")
       ->type_name("N")
       ->check(CLI::Range(1, kMaxRanks).description(""));
@@ -278,6 +284,12 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->group(machines)
       ->type_name("S")
       ->check(CLI::Range(1, 86400).description(""));
+  std::string binding_args;
+  app.add_option("--binding-args", binding_args,
+                 "mpirun's binding for the ranks, in place of --bind-to none, e.g. "
+                 "--binding-args=\"--bind-to core --map-by core\"")
+      ->group(machines)
+      ->type_name("ARGS");
   app.add_option("--mpi-args", mpi_args,
                  "more arguments for mpirun, e.g. --mpi-args=\"--mca btl_tcp_links 2\"")
       ->group(machines)
@@ -304,13 +316,16 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return 2;
   }
   options.prefix_output = !no_prefix;
-  if (!mpi_args.empty()) {
-    absl::StatusOr<std::vector<std::string>> words = ShellWords(mpi_args);
-    if (!words.ok()) {
-      err << "collectiverun: --mpi-args: " << words.status().message() << "\n";
+  for (auto [flag, text, words] :
+       {std::tuple{"--mpi-args", &mpi_args, &options.mpi_args},
+        std::tuple{"--binding-args", &binding_args, &options.binding_args}}) {
+    if (text->empty()) continue;
+    absl::StatusOr<std::vector<std::string>> split = ShellWords(*text);
+    if (!split.ok()) {
+      err << "collectiverun: " << flag << ": " << split.status().message() << "\n";
       return 2;
     }
-    options.mpi_args = std::move(*words);
+    *words = std::move(*split);
   }
   if (absl::Status listed = CheckHostList(hosts, hostfile, options); !listed.ok()) {
     err << "collectiverun: " << listed.message() << "\n";

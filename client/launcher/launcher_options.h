@@ -28,6 +28,8 @@ struct LauncherOptions {
   // --job-id, else $COLLECTIVE_JOB_ID; empty: a fresh one per launch.
   std::string job_id;
   bool prefix_output = true;
+  // -prefix-timestamp/--prefix-output-with-timestamp (horovodrun's).
+  bool prefix_timestamp = false;
   // --output-filename DIR (horovodrun's): each rank's output also copied to
   // DIR/rank.<N>/stdout and stderr.
   std::string output_directory;
@@ -68,6 +70,9 @@ struct LauncherOptions {
   std::string network_interfaces;
   int start_timeout_seconds = 0;  // 0: not given
   std::vector<std::string> mpi_args;
+  // --binding-args (horovodrun's): mpirun's binding for the ranks across
+  // machines, in place of "--bind-to none".
+  std::vector<std::string> binding_args;
   int slots_per_host = 1;
   int elastic_timeout_seconds = 0;  // 0: not given
   // --blacklist-cooldown-range MIN MAX (horovodrun's, with a discovery

@@ -33,13 +33,17 @@ constexpr absl::Duration kStopSignalInterval = absl::Seconds(1);
 // $HOROVOD_START_TIMEOUT or the environment says.
 constexpr char kConnectTimeoutSeconds[] = "60";
 
-// The flags both mpirun commands share: no binding (the ranks and the daemon
-// share the host's cores), an app context per node or rank on its host
-// (hence more contexts than slots), root allowed when collectiverun runs as
-// root (as for the daemon it starts on one machine), and horovodrun's
-// flags as horovodrun passes them to mpirun.
-std::vector<std::string> MpirunCommon(const LauncherOptions& options) {
-  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--bind-to", "none", "--oversubscribe"};
+// The flags both mpirun commands share: `binding` (none unless
+// --binding-args: the ranks and the daemon share the host's cores), an app
+// context per node or rank on its host (hence more contexts than slots),
+// root allowed when collectiverun runs as root (as for the daemon it starts
+// on one machine), and horovodrun's flags as horovodrun passes them to
+// mpirun.
+std::vector<std::string> MpirunCommon(const LauncherOptions& options,
+                                      const std::vector<std::string>& binding = {"--bind-to",
+                                                                                 "none"}) {
+  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--oversubscribe"};
+  argv.insert(argv.end(), binding.begin(), binding.end());
   if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
   std::vector<std::string> ssh;
   if (options.ssh_port != 0) ssh.push_back(absl::StrCat("-p ", options.ssh_port));
@@ -232,10 +236,15 @@ std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const
 std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
                                          const std::vector<std::string>& sockets,
                                          const Environment& environment) {
-  std::vector<std::string> argv = MpirunCommon(options);
+  // horovodrun's --binding-args replace its binding, for the ranks only
+  // (the daemons share their host's cores with them).
+  std::vector<std::string> argv = options.binding_args.empty()
+                                      ? MpirunCommon(options)
+                                      : MpirunCommon(options, options.binding_args);
   // horovodrun's: "[1,<rank>]<stdout>:" before each line, and mpirun's
   // own output files.
   if (options.prefix_output) argv.push_back("--tag-output");
+  if (options.prefix_timestamp) argv.push_back("--timestamp-output");
   if (!options.output_directory.empty()) {
     argv.push_back("--output-filename");
     argv.push_back(options.output_directory);

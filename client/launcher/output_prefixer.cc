@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace collective::launcher {
 
 LinePrefixer::LinePrefixer(std::string prefix, size_t max_line_bytes)
@@ -35,6 +38,9 @@ void LinePrefixer::Finish(std::string& out) {
 }
 
 void LinePrefixer::EmitLine(absl::string_view rest_of_line, std::string& out) {
+  if (timestamp_) {
+    out.append(absl::FormatTime("%a %b %e %H:%M:%S %Y", absl::Now(), absl::LocalTimeZone()));
+  }
   out.append(prefix_);
   out.append(partial_);
   out.append(rest_of_line.data(), rest_of_line.size());

@@ -29,12 +29,17 @@ class LinePrefixer {
   void Finish(std::string& out);
 
   const std::string& prefix() const { return prefix_; }
+  // Each line then starts with the local time as Python's time.asctime()
+  // writes it ("Fri Nov 27 13:40:00 2026"), before the prefix: horovodrun's
+  // --prefix-output-with-timestamp.
+  void set_timestamp(bool timestamp) { timestamp_ = timestamp; }
 
  private:
   void EmitLine(absl::string_view rest_of_line, std::string& out);
 
   std::string prefix_;
   size_t max_line_bytes_;
+  bool timestamp_ = false;
   std::string partial_;  // the current line's bytes so far, without the prefix
 };
 

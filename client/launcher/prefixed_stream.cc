@@ -15,11 +15,13 @@ constexpr size_t kReadBytes = 64 * 1024;
 
 }  // namespace
 
-PrefixedStream::PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy)
+PrefixedStream::PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy,
+                               bool timestamp)
     : pipe_(std::move(pipe)),
       prefixer_(std::move(prefix)),
       destination_(destination),
       copy_(std::move(copy)) {
+  prefixer_.set_timestamp(timestamp);
   if (pipe_.valid()) {
     ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
   }

@@ -15,7 +15,8 @@ class PrefixedStream {
   // `pipe` is made non-blocking: the launcher reads it only when poll says
   // so, and at the end drains it without waiting for a writer that may
   // never close it (a rank's background grandchild).
-  PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy = {});
+  PrefixedStream(UniqueFd pipe, std::string prefix, int destination, UniqueFd copy = {},
+                 bool timestamp = false);
 
   bool open() const { return pipe_.valid(); }
   int fd() const { return pipe_.get(); }

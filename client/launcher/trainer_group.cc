@@ -76,7 +76,7 @@ absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command
       }
     }
   }
-  const bool piped = output.prefix || out_copy.valid();
+  const bool piped = output.prefix || output.timestamp || out_copy.valid();
   auto process = ChildProcess::Spawn(
       {.argv = command,
        .environment = ToEnvp(environment),
@@ -85,8 +85,10 @@ absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command
   Trainer& trainer = trainers_.emplace_back(Trainer{rank, std::move(*process), {}, {}});
   if (piped) {
     const std::string prefix = output.prefix ? absl::StrCat("[", rank, "] ") : "";
-    trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO, std::move(out_copy));
-    trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO, std::move(err_copy));
+    trainer.out.emplace(trainer.process.TakeStdout(), prefix, STDOUT_FILENO, std::move(out_copy),
+                        output.timestamp);
+    trainer.err.emplace(trainer.process.TakeStderr(), prefix, STDERR_FILENO, std::move(err_copy),
+                        output.timestamp);
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,9 @@ namespace collective::launcher {
 // with zeros to `rank_digits`), horovodrun's --output-filename.
 struct OutputOptions {
   bool prefix = true;
+  // Each line also starts with the time (horovodrun's
+  // --prefix-output-with-timestamp).
+  bool timestamp = false;
   std::string directory;
   int rank_digits = 1;
 };

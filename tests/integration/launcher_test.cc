@@ -1015,6 +1015,24 @@ TEST(LauncherTest, Sigusr1AddsNoWorkerToAJobOnListedHosts) {
   EXPECT_TRUE(LineSet(run.out) == std::multiset<std::string>({"[0] worker 0"})) << run.out;
 }
 
+// horovodrun's -prefix-timestamp: the time, as Python's time.asctime()
+// writes it, before each line's prefix.
+TEST(LauncherTest, PrefixOutputWithTimestampStartsEachLineWithTheTime) {
+  const LaunchResult run = RunLauncher(
+      Concat({"-prefix-timestamp", "-np", "2"}, Shell("echo \"out $COLLECTIVE_LOCAL_RANK\"")));
+  ASSERT_EQ(run.exit_code, 0) << run.how << run.err;
+  static const std::regex kLine(
+      R"([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\[(\d)\] out (\d))");
+  std::set<std::string> ranks;
+  for (const std::string& line : Lines(run.out)) {
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(line, match, kLine)) << line;
+    EXPECT_EQ(match[1], match[2]) << line;
+    ranks.insert(match[1]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"})) << run.out;
+}
+
 #ifdef PYTHON_PACKAGE_DIR
 // horovodrun --check-build: the frameworks are those the Python on PATH
 // imports through this package; no -np, no job.

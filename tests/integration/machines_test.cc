@@ -243,10 +243,27 @@ TEST_F(MachinesTest, ASignalIsForwardedToTheRanks) {
 // the port nor the key, so the job reaches the hosts through -p and -i.
 TEST_F(MachinesTest, HorovodrunsSshNetworkAndMpiFlagsReachMpirun) {
   const std::string port = std::to_string(machines_->port());
-  auto launcher = Start({"--verbose", "-p", port, "-i", machines_->key(), "--network-interface",
-                         "lo", "--start-timeout", "45", "--mpi-args=--mca btl_tcp_links '1'", "-np",
-                         "2", "-H", "machine-a:1,machine-b:1", TestWorkerBinary(), "matrix",
-                         "--across-nodes", "--big-bytes", "4096"},
+  auto launcher = Start({"--verbose",
+                         "-p",
+                         port,
+                         "-i",
+                         machines_->key(),
+                         "--network-interface",
+                         "lo",
+                         "--start-timeout",
+                         "45",
+                         "--mpi-args=--mca btl_tcp_links '1'",
+                         "-prefix-timestamp",
+                         "--binding-args=--bind-to none --map-by slot",
+                         "-np",
+                         "2",
+                         "-H",
+                         "machine-a:1,machine-b:1",
+                         TestWorkerBinary(),
+                         "matrix",
+                         "--across-nodes",
+                         "--big-bytes",
+                         "4096"},
                         {}, /*bare_ssh_config=*/true);
   ASSERT_TRUE(launcher.ok()) << launcher.status();
   const Launch run = Finish(*launcher);
@@ -258,6 +275,9 @@ TEST_F(MachinesTest, HorovodrunsSshNetworkAndMpiFlagsReachMpirun) {
       " --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca btl_tcp_links 1");
   EXPECT_EQ(Count(run.err, flags), 2) << "both mpirun commands:\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("COLLECTIVE_CONNECT_TIMEOUT_SECONDS=45"));
+  // The ranks' mpirun: horovodrun's timestamps and binding.
+  EXPECT_THAT(run.err, HasSubstr("--oversubscribe --bind-to none --map-by slot"));
+  EXPECT_THAT(run.err, HasSubstr("--tag-output --timestamp-output"));
   EXPECT_THAT(run.err, HasSubstr("-x NCCL_SOCKET_IFNAME"));
 }
 

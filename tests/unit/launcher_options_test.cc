@@ -572,4 +572,63 @@ TEST(LauncherOptionsTest, CheckBuildNeedsNoJob) {
   EXPECT_THAT(no_ranks.err, HasSubstr("--np is required"));
 }
 
+// The rest of horovodrun's flags: the opposites of its switches, library
+// options and log timestamps (set as horovodrun sets them; README says what
+// changes nothing here), aliases, output timestamps and binding.
+TEST(LauncherOptionsTest, HorovodrunsOtherFlagsAreTaken) {
+  const Parsed parsed = Parse({"--num-proc",
+                               "2",
+                               "--no-hierarchical-allreduce",
+                               "--no-hierarchical-allgather",
+                               "--torus-allreduce",
+                               "--mpi-threads-disable",
+                               "--num-nccl-streams",
+                               "2",
+                               "--thread-affinity",
+                               "1",
+                               "--gloo-timeout-seconds",
+                               "30",
+                               "--log-without-timestamp",
+                               "--stall-check",
+                               "--autotune-gaussian-process-noise",
+                               "0.8",
+                               "--autotune-log-file",
+                               "a.csv",
+                               "--no-timeline-mark-cycles",
+                               "-prefix-timestamp",
+                               "--binding-args=--bind-to core",
+                               "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_EQ(parsed.options().ranks, 2);
+  EXPECT_TRUE(parsed.options().prefix_timestamp);
+  EXPECT_EQ(parsed.options().binding_args, (std::vector<std::string>{"--bind-to", "core"}));
+  // Without --autotune, autotune's settings are not exported; without a
+  // timeline, the cycles' marks are not (as horovodrun exports them).
+  EXPECT_EQ(parsed.options().horovod_variables, (std::map<std::string, std::string>{
+                                                    {"HOROVOD_GLOO_TIMEOUT_SECONDS", "30"},
+                                                    {"HOROVOD_HIERARCHICAL_ALLGATHER", "0"},
+                                                    {"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"},
+                                                    {"HOROVOD_LOG_HIDE_TIME", "1"},
+                                                    {"HOROVOD_MPI_THREADS_DISABLE", "1"},
+                                                    {"HOROVOD_NUM_NCCL_STREAMS", "2"},
+                                                    {"HOROVOD_STALL_CHECK_DISABLE", "0"},
+                                                    {"HOROVOD_THREAD_AFFINITY", "1"},
+                                                    {"HOROVOD_TORUS_ALLREDUCE", "1"},
+                                                }));
+  const Parsed tuned = Parse(
+      {"-np", "1", "--autotune", "--autotune-gaussian-process-noise", "0.8", "--no-autotune", "x"});
+  ASSERT_TRUE(tuned.ok()) << tuned.err;
+  EXPECT_TRUE(tuned.options().horovod_variables.empty()) << "--no-autotune, given last, wins";
+
+  const Parsed elastic = Parse({"--min-num-proc", "1", "--max-num-proc", "3", "-np", "2", "x"});
+  ASSERT_TRUE(elastic.ok()) << elastic.err;
+  EXPECT_EQ(elastic.options().min_ranks, 1);
+  EXPECT_EQ(elastic.options().max_ranks, 3);
+
+  const Parsed jsrun = Parse({"--jsrun", "-np", "1", "x"});
+  ASSERT_FALSE(jsrun.ok());
+  EXPECT_EQ(jsrun.exit_code(), 2);
+  EXPECT_THAT(jsrun.err, HasSubstr("--jsrun: collectiverun starts the ranks itself"));
+}
+
 }  // namespace collective::launcher
