@@ -3,7 +3,8 @@
 Start the processes with a launcher (``collectiverun -np 4 python train.py``),
 call ``hvd.init()``, and use the collectives, ``broadcast_variables`` and
 ``DistributedGradientTape`` as with ``horovod.tensorflow``, eagerly or inside
-``tf.function``, on CPU tensors. The ops are TensorFlow ops with
+``tf.function``, on CPU tensors; TF1-style graphs take ``DistributedOptimizer``,
+``broadcast_global_variables`` and ``BroadcastGlobalVariablesHook`` (``graph_api``). The ops are TensorFlow ops with
 asynchronous kernels (see ``mpi_ops``); what is not built yet is listed in
 README "TensorFlow".
 """
@@ -16,12 +17,17 @@ from collective.tensorflow.functions import (DistributedGradientTape,
                                              broadcast_object_fn, broadcast_variables,
                                              grouped_allreduce, grouped_reducescatter,
                                              reducescatter)
+from collective.tensorflow.graph_api import (BroadcastGlobalVariablesHook, DistributedOptimizer,
+                                             broadcast_global_variables)
 from collective.tensorflow.mpi_ops import *  # noqa: F401,F403  (see mpi_ops.__all__)
+from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 
 __all__ = list(_mpi_ops_all) + [
-    'Compression', 'DistributedGradientTape', 'elastic', 'PartialDistributedGradientTape',
-    'allgather_object', 'allreduce', 'broadcast_', 'broadcast_object', 'broadcast_object_fn',
-    'broadcast_variables',
+    'BroadcastGlobalVariablesHook', 'Compression', 'DistributedGradientTape',
+    'DistributedOptimizer', 'elastic', 'PartialDistributedGradientTape',
+    'SyncBatchNormalization', 'allgather_object',
+    'allreduce', 'broadcast_', 'broadcast_global_variables', 'broadcast_object',
+    'broadcast_object_fn', 'broadcast_variables',
     'grouped_allreduce', 'grouped_reducescatter', 'reducescatter',
 ]

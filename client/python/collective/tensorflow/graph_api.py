@@ -1,0 +1,131 @@
+"""Horovod's TensorFlow API for TF1-style programs (graphs run by a session) and its
+optimizer entry point: ``DistributedOptimizer`` (a ``tf.compat.v1.train.Optimizer``
+wrapped, or a Keras optimizer handed to ``collective.tensorflow.keras``),
+``broadcast_global_variables`` and ``BroadcastGlobalVariablesHook``.
+"""
+
+import warnings
+
+import tensorflow as tf
+
+from collective.common import reduce_ops
+from collective.common.process_sets import global_process_set
+from collective.tensorflow.compression import Compression
+from collective.tensorflow.functions import GradientReducer, broadcast_variables
+from collective.tensorflow.gradient_groups import resolve_groups
+
+_LegacyOptimizer = tf.compat.v1.train.Optimizer
+
+
+class _DistributedOptimizer(_LegacyOptimizer):
+    """A ``tf.compat.v1.train.Optimizer`` that allreduces the gradients the wrapped one
+    computes, before they are applied."""
+
+    def __init__(self, optimizer, name, use_locking, reducer):
+        if name is None:
+            name = f'Distributed{type(optimizer).__name__}'
+        super().__init__(name=name, use_locking=use_locking)
+        self._optimizer = optimizer
+        self._reducer = reducer
+
+    def compute_gradients(self, *args, **kwargs):
+        """The wrapped optimizer's gradients, each allreduced over the process set."""
+        pairs = self._optimizer.compute_gradients(*args, **kwargs)
+        gradients = [gradient for gradient, _ in pairs]
+        variables = [variable for _, variable in pairs]
+        return list(zip(self._reducer.reduce_all(gradients, variables), variables))
+
+    def apply_gradients(self, *args, **kwargs):
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+    def register_local_var(self, var):
+        """Horovod's: ``var`` is this worker's own; its gradient is not reduced."""
+        self._reducer.register_local(var)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='',  # noqa: N802
+                         device_sparse='', compression=Compression.none,
+                         sparse_as_dense=False, backward_passes_per_step=1,
+                         op=reduce_ops.Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set, scale_local_gradients=True):
+    """Horovod's ``horovod.tensorflow.DistributedOptimizer``: a ``tf.compat.v1.train``
+    optimizer whose ``compute_gradients`` allreduces (so ``minimize`` does), or, for a Keras
+    optimizer, ``collective.tensorflow.keras.DistributedOptimizer``."""
+    del device_dense, device_sparse
+    if gradient_predivide_factor != 1.0 and op != reduce_ops.Average:
+        raise ValueError('gradient_predivide_factor not supported with op != Average')
+    if op == reduce_ops.Adasum and average_aggregated_gradients:
+        raise ValueError('Adasum does not support average_aggregated_gradients == True')
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
+                      'and will be removed in v0.23.0.', DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError('groups should be a non-negative integer or '
+                         'a list of list of tf.Variable.')
+
+    if not isinstance(optimizer, _LegacyOptimizer):
+        if op == reduce_ops.Adasum:
+            raise ValueError('op == Adasum is not supported yet with Keras')
+        from collective.tensorflow import keras as hvd_keras  # imports this module
+        return hvd_keras.DistributedOptimizer(
+            optimizer=optimizer, name=name, compression=compression,
+            sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
+            backward_passes_per_step=backward_passes_per_step,
+            average_aggregated_gradients=average_aggregated_gradients,
+            process_set=process_set, scale_local_gradients=scale_local_gradients)
+    # Horovod's TF1 paths of its own that are not built here: say so at the call.
+    if op == reduce_ops.Adasum:
+        raise NotImplementedError(
+            'op=Adasum with a tf.compat.v1 optimizer (Horovod\'s _DistributedAdasumOptimizer) '
+            'is not supported; allreduce(op=Adasum) and DistributedGradientTape(op=Adasum) are')
+    if backward_passes_per_step != 1:
+        raise NotImplementedError(
+            'backward_passes_per_step > 1 with a tf.compat.v1 optimizer is not supported; '
+            'DistributedGradientTape and the Keras DistributedOptimizer take it')
+    reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
+                              process_set, resolve_groups(0, groups), scale_local_gradients)
+    return _DistributedOptimizer(optimizer, name, use_locking, reducer)
+
+
+def broadcast_global_variables(root_rank):
+    """Horovod's: an op that assigns every global variable of the graph its value on
+    ``root_rank``. Graphs only, as in Horovod."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            'hvd.broadcast_global_variables() does not support eager execution. '
+            'Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.')
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """Horovod's SessionRunHook: once the session is created (``MonitoredTrainingSession``,
+    an Estimator), every global variable takes its value on ``root_rank``, so that all
+    workers start from the same weights, whether initialised at random or from a
+    checkpoint."""
+
+    def __init__(self, root_rank, device=''):
+        super().__init__()
+        self.root_rank = root_rank
+        self.bcast_op = None
+        self.device = device
+
+    def begin(self):
+        if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
+            with tf.device(self.device):
+                self.bcast_op = broadcast_global_variables(self.root_rank)
+
+    def after_create_session(self, session, coord):
+        del coord
+        session.run(self.bcast_op)
