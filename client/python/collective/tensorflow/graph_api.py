@@ -78,8 +78,11 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
     if not isinstance(optimizer, _LegacyOptimizer):
         if op == reduce_ops.Adasum:
             raise ValueError('op == Adasum is not supported yet with Keras')
-        from collective.tensorflow import keras as hvd_keras  # imports this module
-        return hvd_keras.DistributedOptimizer(
+        # At the call: the keras package imports collective.tensorflow, which imports
+        # this module.
+        from collective.tensorflow.keras.optimizer import \
+            DistributedOptimizer as keras_distributed_optimizer
+        return keras_distributed_optimizer(
             optimizer=optimizer, name=name, compression=compression,
             sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor,
             backward_passes_per_step=backward_passes_per_step,
