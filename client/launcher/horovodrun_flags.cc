@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -74,6 +75,10 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
       {"stall_check", "warning_time_seconds", "HOROVOD_STALL_CHECK_TIME_SECONDS", 1},
       {"stall_check", "shutdown_time_seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", 1},
       {"logging", "level", "HOROVOD_LOG_LEVEL", -1},
+      {"autotune", "gaussian_process_noise", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0},
+      {"library_options", "num_nccl_streams", "HOROVOD_NUM_NCCL_STREAMS", 1},
+      {"library_options", "thread_affinity", "HOROVOD_THREAD_AFFINITY", 1},
+      {"library_options", "gloo_timeout_seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", 1},
   };
   for (const Entry& entry : kEntries) {
     const YAML::Node node = root[entry.section][entry.key];
@@ -91,8 +96,38 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
     }
     variables[entry.variable] = value;
   }
-  // Switches, as horovodrun exports them: autotune's settings only when it
-  // is on, the cycles' marks only with a timeline.
+  // horovodrun's controller: either is taken (nothing to choose here).
+  if (const YAML::Node controller = root["controller"]; controller.IsDefined()) {
+    const std::string name = controller.IsScalar() ? controller.Scalar() : "";
+    if (absl::AsciiStrToLower(name) != "gloo" && absl::AsciiStrToLower(name) != "mpi") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("horovodrun config file: No such controller supported: ", name));
+    }
+  }
+  // Switches, as horovodrun exports them ("1" or "0"; logging.with_timestamp
+  // the other way round, as HOROVOD_LOG_HIDE_TIME).
+  struct Switch {
+    const char* section;
+    const char* key;
+    const char* variable;
+    bool inverted;
+  };
+  static constexpr Switch kSwitches[] = {
+      {"params", "hierarchical_allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", false},
+      {"params", "hierarchical_allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", false},
+      {"params", "torus_allreduce", "HOROVOD_TORUS_ALLREDUCE", false},
+      {"library_options", "mpi_threads_disable", "HOROVOD_MPI_THREADS_DISABLE", false},
+      {"logging", "with_timestamp", "HOROVOD_LOG_HIDE_TIME", true},
+  };
+  for (const Switch& entry : kSwitches) {
+    const YAML::Node node = root[entry.section][entry.key];
+    if (!node.IsDefined() || node.IsNull()) continue;
+    auto on = Boolean(absl::StrCat(entry.section, ".", entry.key), node);
+    if (!on.ok()) return on.status();
+    variables[entry.variable] = *on != entry.inverted ? "1" : "0";
+  }
+  // Autotune's settings only when it is on, the cycles' marks only with a
+  // timeline.
   if (const YAML::Node enabled = root["autotune"]["enabled"]; enabled.IsDefined()) {
     auto on = Boolean("autotune.enabled", enabled);
     if (!on.ok()) return on.status();
@@ -101,7 +136,8 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
   if (variables.count("HOROVOD_AUTOTUNE") == 0) {
     for (const char* name :
          {"HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES"}) {
+          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
       variables.erase(name);
     }
   }

@@ -428,6 +428,12 @@ stall_check:
   warning_time_seconds: 30
 logging:
   level: DEBUG
+  with_timestamp: false
+library_options:
+  mpi_threads_disable: true
+  num_nccl_streams: 2
+  thread_affinity: 1
+  gloo_timeout_seconds: 30
 )";
   auto variables = HorovodrunConfigVariables(yaml);
   ASSERT_TRUE(variables.ok()) << variables.status();
@@ -438,10 +444,16 @@ logging:
                             {"HOROVOD_CACHE_CAPACITY", "0"},
                             {"HOROVOD_CYCLE_TIME", "2.5"},
                             {"HOROVOD_FUSION_THRESHOLD", "32"},
+                            {"HOROVOD_GLOO_TIMEOUT_SECONDS", "30"},
+                            {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                            {"HOROVOD_LOG_HIDE_TIME", "1"},
                             {"HOROVOD_LOG_LEVEL", "DEBUG"},
+                            {"HOROVOD_MPI_THREADS_DISABLE", "1"},
+                            {"HOROVOD_NUM_NCCL_STREAMS", "2"},
                             {"HOROVOD_STALL_CHECK_DISABLE", "1"},
                             {"HOROVOD_STALL_CHECK_TIME_SECONDS", "30"},
                             {"HOROVOD_TIMELINE", "t.json"},
+                            {"HOROVOD_THREAD_AFFINITY", "1"},
                             {"HOROVOD_TIMELINE_MARK_CYCLES", "0"},
                         }));
   // As horovodrun: autotune's settings only when it is on, marks only with a timeline.
@@ -451,9 +463,10 @@ logging:
   EXPECT_TRUE(variables->empty());
   EXPECT_TRUE(HorovodrunConfigVariables("")->empty());
 
-  for (const char* bad : {"params: {cycle_time_ms: fast}", "params: {cache_capacity: -1}",
-                          "params: {fusion_threshold_mb: 1.5}", "autotune: {enabled: maybe}",
-                          "params: {cycle_time_ms: [1, 2]}", "params: [", "- a list"}) {
+  for (const char* bad :
+       {"controller: jsrun", "params: {torus_allreduce: often}", "params: {cycle_time_ms: fast}",
+        "params: {cache_capacity: -1}", "params: {fusion_threshold_mb: 1.5}",
+        "autotune: {enabled: maybe}", "params: {cycle_time_ms: [1, 2]}", "params: [", "- a list"}) {
     const auto refused = HorovodrunConfigVariables(bad);
     ASSERT_FALSE(refused.ok()) << bad;
     EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << bad;
