@@ -165,7 +165,7 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   app.footer(kFooter);
   // The first argument that is not ours starts the command; the rest is its.
   app.prefix_command();
-  app.set_version_flag("--version", COLLECTIVE_VERSION);
+  app.set_version_flag("-v,--version", COLLECTIVE_VERSION);  // horovodrun takes -v too
   CLI::Option* ranks =
       app.add_option("-n,--np,--num-proc", options.ranks,
                      "ranks to start on this node, 1 to 1024 (mpirun's -np N works too)")

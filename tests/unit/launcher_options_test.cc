@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/launcher/horovodrun_flags.h"
+#include "collective/build_config.h"
 
 namespace collective::launcher {
 namespace {
@@ -567,6 +568,15 @@ TEST(LauncherOptionsTest, HorovodrunsFlagsForMachines) {
   const absl::Status refused = ApplyEnvironment({{"HOROVOD_START_TIMEOUT", "soon"}}, bad);
   EXPECT_THAT(refused.message(),
               HasSubstr("HOROVOD_START_TIMEOUT is 'soon', not a positive number of seconds"));
+}
+
+TEST(LauncherOptionsTest, VersionAsHorovodrunTakesIt) {
+  for (const char* flag : {"-v", "--version"}) {
+    const Parsed parsed = Parse({flag});
+    ASSERT_FALSE(parsed.ok()) << flag;
+    EXPECT_EQ(parsed.exit_code(), 0) << flag;
+    EXPECT_EQ(parsed.out, std::string(COLLECTIVE_VERSION) + "\n") << flag;
+  }
 }
 
 TEST(LauncherOptionsTest, CheckBuildNeedsNoJob) {
