@@ -28,7 +28,7 @@ _HOROVOD_TORCH_NAMES = [
     'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built', 'rocm_built', 'ProcessSet',
     'global_process_set', 'add_process_set', 'remove_process_set', 'Average', 'Sum', 'Adasum',
     'Min', 'Max', 'Product', 'HorovodInternalError', 'DistributedOptimizer', 'SyncBatchNorm',
-    'elastic']
+    'elastic', 'gpu_available', 'num_rank_is_power_2', 'split_list']
 
 
 def test_exports_horovods_names():
@@ -40,6 +40,15 @@ def test_exports_horovods_names():
     for name in ('none', 'fp16'):
         assert hasattr(hvd.Compression, name)
     assert hvd.mpi_ops.HorovodInternalError is hvd.HorovodInternalError
+
+
+def test_horovods_helpers():
+    assert [hvd.num_rank_is_power_2(n) for n in (0, 1, 2, 3, 4, 6, 8)] == \
+        [False, True, True, False, True, False, True]
+    assert hvd.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert hvd.split_list([], 2) == [[], []]
+    assert hvd.gpu_available('torch') == (hvd.cuda_built() and torch.cuda.is_available())
+    assert hvd.gpu_available('mxnet') is False
 
 
 def test_topology_matches_the_launcher():

@@ -108,3 +108,10 @@ def test_what_horovod_refuses_is_refused_at_the_call():
         hvd.DistributedOptimizer(sgd, op=hvd.Adasum)
     with pytest.raises(NotImplementedError, match='backward_passes_per_step > 1'):
         hvd.DistributedOptimizer(sgd, backward_passes_per_step=2)
+
+
+def test_horovods_helpers_are_exported():
+    assert hvd.num_rank_is_power_2(4) and not hvd.num_rank_is_power_2(6)
+    assert hvd.split_list([1, 2, 3], 2) == [[1, 2], [3]]
+    assert hvd.gpu_available('tensorflow') == (
+        hvd.cuda_built() and bool(tf.config.list_physical_devices('GPU')))

@@ -9,6 +9,7 @@ asynchronous kernels (see ``mpi_ops``); what is not built yet is listed in
 README "TensorFlow".
 """
 
+from collective.common.util import gpu_available, num_rank_is_power_2, split_list
 from collective.tensorflow import elastic
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (DistributedGradientTape,
@@ -24,6 +25,7 @@ from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 
 __all__ = list(_mpi_ops_all) + [
+    'gpu_available', 'num_rank_is_power_2', 'split_list',
     'BroadcastGlobalVariablesHook', 'Compression', 'DistributedGradientTape',
     'DistributedOptimizer', 'elastic', 'PartialDistributedGradientTape',
     'SyncBatchNormalization', 'allgather_object',

@@ -10,6 +10,7 @@ process; see ``collective.torch.devices``).
 # torch before collective._core (see collective/__init__.py).
 import torch  # noqa: F401  isort:skip
 
+from collective.common.util import gpu_available, num_rank_is_power_2, split_list
 from collective.torch.arena import empty, zeros
 from collective.torch import elastic
 from collective.torch.compression import Compression
@@ -21,6 +22,7 @@ from collective.torch.optimizer import DistributedOptimizer
 from collective.torch.sync_batch_norm import SyncBatchNorm
 
 __all__ = list(_mpi_ops_all) + [
+    'gpu_available', 'num_rank_is_power_2', 'split_list',
     'Compression', 'DistributedOptimizer', 'SyncBatchNorm', 'allgather_object',
     'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters', 'elastic', 'empty',
     'zeros',
