@@ -41,10 +41,23 @@ absl::StatusOr<bool> Boolean(const std::string& key, const YAML::Node& node) {
   }
 }
 
-}  // namespace
+// Drops what horovodrun does not export: autotune's settings unless it is
+// on, the cycles' marks without a timeline.
+void DropUnexported(std::map<std::string, std::string>& variables) {
+  if (auto it = variables.find("HOROVOD_AUTOTUNE"); it == variables.end() || it->second == "0") {
+    for (const char* name :
+         {"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
+          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
+      variables.erase(name);
+    }
+  }
+  if (variables.count("HOROVOD_TIMELINE") == 0) variables.erase("HOROVOD_TIMELINE_MARK_CYCLES");
+}
 
-absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
-    const std::string& yaml) {
+// The config file's variables, before DropUnexported: the flags may yet
+// turn autotune on or name a timeline.
+absl::StatusOr<std::map<std::string, std::string>> RawConfigVariables(const std::string& yaml) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml);
@@ -104,8 +117,8 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
           absl::StrCat("horovodrun config file: No such controller supported: ", name));
     }
   }
-  // Switches, as horovodrun exports them ("1" or "0"; logging.with_timestamp
-  // the other way round, as HOROVOD_LOG_HIDE_TIME).
+  // Switches, as horovodrun exports them ("1" or "0"; the inverted ones the
+  // other way round).
   struct Switch {
     const char* section;
     const char* key;
@@ -116,6 +129,9 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
       {"params", "hierarchical_allreduce", "HOROVOD_HIERARCHICAL_ALLREDUCE", false},
       {"params", "hierarchical_allgather", "HOROVOD_HIERARCHICAL_ALLGATHER", false},
       {"params", "torus_allreduce", "HOROVOD_TORUS_ALLREDUCE", false},
+      {"autotune", "enabled", "HOROVOD_AUTOTUNE", false},
+      {"timeline", "mark_cycles", "HOROVOD_TIMELINE_MARK_CYCLES", false},
+      {"stall_check", "enabled", "HOROVOD_STALL_CHECK_DISABLE", true},
       {"library_options", "mpi_threads_disable", "HOROVOD_MPI_THREADS_DISABLE", false},
       {"logging", "with_timestamp", "HOROVOD_LOG_HIDE_TIME", true},
   };
@@ -126,32 +142,15 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
     if (!on.ok()) return on.status();
     variables[entry.variable] = *on != entry.inverted ? "1" : "0";
   }
-  // Autotune's settings only when it is on, the cycles' marks only with a
-  // timeline.
-  if (const YAML::Node enabled = root["autotune"]["enabled"]; enabled.IsDefined()) {
-    auto on = Boolean("autotune.enabled", enabled);
-    if (!on.ok()) return on.status();
-    if (*on) variables["HOROVOD_AUTOTUNE"] = "1";
-  }
-  if (variables.count("HOROVOD_AUTOTUNE") == 0) {
-    for (const char* name :
-         {"HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
-      variables.erase(name);
-    }
-  }
-  if (const YAML::Node marks = root["timeline"]["mark_cycles"];
-      marks.IsDefined() && variables.count("HOROVOD_TIMELINE") > 0) {
-    auto on = Boolean("timeline.mark_cycles", marks);
-    if (!on.ok()) return on.status();
-    variables["HOROVOD_TIMELINE_MARK_CYCLES"] = *on ? "1" : "0";
-  }
-  if (const YAML::Node enabled = root["stall_check"]["enabled"]; enabled.IsDefined()) {
-    auto on = Boolean("stall_check.enabled", enabled);
-    if (!on.ok()) return on.status();
-    variables["HOROVOD_STALL_CHECK_DISABLE"] = *on ? "0" : "1";
-  }
+  return variables;
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> HorovodrunConfigVariables(
+    const std::string& yaml) {
+  auto variables = RawConfigVariables(yaml);
+  if (variables.ok()) DropUnexported(*variables);
   return variables;
 }
 
@@ -299,7 +298,7 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() 
     }
     std::stringstream text;
     text << file.rdbuf();
-    auto configured = HorovodrunConfigVariables(text.str());
+    auto configured = RawConfigVariables(text.str());
     if (!configured.ok()) return configured.status();
     variables = std::move(*configured);
   }
@@ -308,18 +307,9 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() 
         "--jsrun: collectiverun starts the ranks itself (across machines through mpirun); it "
         "does not run them with jsrun");
   }
+  // The flags over the file, then what horovodrun exports of both.
   for (const auto& [name, given] : values_) variables[name] = given;
-  // As horovodrun exports them: autotune's settings only when it is on, the
-  // cycles' marks only with a timeline.
-  if (auto it = variables.find("HOROVOD_AUTOTUNE"); it == variables.end() || it->second == "0") {
-    for (const char* name :
-         {"HOROVOD_AUTOTUNE", "HOROVOD_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES",
-          "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-          "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"}) {
-      variables.erase(name);
-    }
-  }
-  if (variables.count("HOROVOD_TIMELINE") == 0) variables.erase("HOROVOD_TIMELINE_MARK_CYCLES");
+  DropUnexported(variables);
   if (auto it = variables.find("HOROVOD_FUSION_THRESHOLD"); it != variables.end()) {
     int64_t megabytes = 0;
     if (!absl::SimpleAtoi(it->second, &megabytes) || megabytes < 0 ||

@@ -485,6 +485,16 @@ library_options:
   EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_FUSION_THRESHOLD"), "33554432");
   EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_STALL_CHECK_DISABLE"), "1");
 
+  // The file's autotune settings count once a flag turns autotune on, as
+  // in horovodrun (the flag overrides `enabled`, not the settings).
+  std::ofstream(path) << "autotune: {enabled: false, log_file: tune.csv}\n";
+  const Parsed turned_on = Parse({"-np", "1", "--config-file", path, "--autotune", "x"});
+  std::remove(path.c_str());
+  ASSERT_TRUE(turned_on.ok()) << turned_on.err;
+  EXPECT_EQ(turned_on.options().horovod_variables,
+            (std::map<std::string, std::string>{{"HOROVOD_AUTOTUNE", "1"},
+                                                {"HOROVOD_AUTOTUNE_LOG", "tune.csv"}}));
+
   const Parsed missing = Parse({"-np", "2", "--config-file", "/nonexistent/h.yaml", "x"});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.exit_code(), 2);
