@@ -32,7 +32,9 @@ constexpr absl::Duration kProbeTimeout = absl::Seconds(120);
 std::set<std::string> ImportableModules(const Environment& environment) {
   auto python = ChildProcess::Spawn({.argv = {"python3", "-c", kProbe},
                                      .environment = ToEnvp(environment),
-                                     .output = SpawnOptions::Output::kSeparatePipes});
+                                     // One pipe: TensorFlow's import warnings must not fill
+                                     // a stderr pipe nobody reads.
+                                     .output = SpawnOptions::Output::kOnePipe});
   if (!python.ok()) return {};
   UniqueFd out = python->TakeStdout();
   std::string text;

@@ -179,7 +179,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     }
     ++local_sizes.back();
   }
-  if (options.other_machines) {
+  if (OnOtherMachines(options)) {
     return RunOnMachines(options,
                          {.job_id = job.job_id, .hosts = node_hosts, .local_sizes = local_sizes},
                          environment, *signals);

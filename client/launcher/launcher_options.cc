@@ -148,9 +148,6 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
                                                    TotalSlots(options.hosts),
                                                    " slots the hosts list"));
   }
-  options.other_machines =
-      std::any_of(options.hosts.begin(), options.hosts.end(),
-                  [](const DiscoveredHost& host) { return !IsThisMachine(host.name); });
   options.hosts_source = hosts.empty() ? "the hostfile" : "-H";
   return absl::OkStatus();
 }
@@ -335,13 +332,9 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   // As horovodrun: a discovery script, or --min-np, makes the job elastic.
   if (discovery || options.min_ranks != 0) options.elastic = true;
   const bool listed_hosts = OnListedHosts(options);
-  if (options.other_machines && options.elastic) {
-    const auto remote =
-        std::find_if(options.hosts.begin(), options.hosts.end(),
-                     [](const DiscoveredHost& h) { return !IsThisMachine(h.name); });
-    err << "collectiverun: " << options.hosts_source << " lists host '" << remote->name
-        << "', which is not this machine: an elastic job runs on this machine's hosts only "
-           "(README, \"Elastic training\")\n";
+  if (options.elastic && OnOtherMachines(options)) {
+    err << "collectiverun: "
+        << HostsOfThisMachine(options.hosts, options.hosts_source).status().message() << "\n";
     return 2;
   }
   if (!discovery && app.count("--slots-per-host") > 0) {
@@ -418,6 +411,11 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   return options;
 }
 
+bool OnOtherMachines(const LauncherOptions& options) {
+  return std::any_of(options.hosts.begin(), options.hosts.end(),
+                     [](const DiscoveredHost& host) { return !IsThisMachine(host.name); });
+}
+
 bool OnListedHosts(const LauncherOptions& options) {
   return !options.host_discovery_script.empty() || (options.elastic && !options.hosts.empty());
 }
@@ -438,7 +436,7 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
     }
   }
   if (options.socket.empty()) options.socket = value("COLLECTIVE_SOCKET");
-  if (!options.socket.empty() && options.other_machines) {
+  if (!options.socket.empty() && OnOtherMachines(options)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the job uses the collectived on ", options.socket,
         " (--socket or COLLECTIVE_SOCKET), a daemon of this machine, but ", options.hosts_source,

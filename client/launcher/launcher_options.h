@@ -56,9 +56,6 @@ struct LauncherOptions {
   // its own (hosts of this machine: stand-in nodes). Empty: one node.
   std::vector<DiscoveredHost> hosts;
   std::string hosts_source;  // "-H" or "the hostfile": what listed them
-  // Some of `hosts` are other machines: Open MPI's launcher starts a
-  // collectived on each host and the ranks (machines_job.h); not elastic.
-  bool other_machines = false;
   // horovodrun's flags for a job across machines, for its mpirun commands:
   // -p/--ssh-port and -i/--ssh-identity-file (mpirun's plm_rsh_args),
   // --network-interfaces (the interfaces the daemons' MPI and NCCL use),
@@ -105,6 +102,11 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
 // latter as a script that always lists them, Horovod's FixedHosts): its
 // slots decide its size, a failed worker's host is blacklisted.
 bool OnListedHosts(const LauncherOptions& options);
+
+// Some of -H's (or --hostfile's) hosts are other machines: Open MPI's
+// launcher starts a collectived on each host and the ranks (machines_job.h);
+// never elastic.
+bool OnOtherMachines(const LauncherOptions& options);
 
 // The environment of the private daemon and the ranks: `environment` with
 // the variables of horovodrun's flags set over it, as horovodrun sets them.

@@ -164,7 +164,8 @@ class MachinesSupervisor {
     }
     if (!ranks_.reaped()) set.Add(ranks_.pidfd(), [this] { ranks_.TryReap(); });
     const bool woke = set.Wait(deadline);
-    if (!woke && kill_ranks_at_.has_value() && absl::Now() >= *kill_ranks_at_) {
+    // Whatever woke the wait (the daemons' output may never fall silent).
+    if (kill_ranks_at_.has_value() && absl::Now() >= *kill_ranks_at_) {
       Say(absl::StrCat("the ranks did not stop within ", options_.grace_seconds,
                        " s; sending SIGKILL to their mpirun"));
       ranks_.Signal(SIGKILL);
@@ -204,8 +205,6 @@ class MachinesSupervisor {
   std::optional<absl::Time> kill_ranks_at_;
   bool daemons_failed_ = false;
 };
-
-}  // namespace
 
 std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
                                            const std::vector<std::string>& sockets,
@@ -275,6 +274,8 @@ std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const M
   return argv;
 }
 
+}  // namespace
+
 int RunOnMachines(const LauncherOptions& options, const MachinesJob& job,
                   const Environment& environment, const SignalWatcher& signals) {
   const std::string tag = SocketTag();
@@ -298,8 +299,7 @@ int RunOnMachines(const LauncherOptions& options, const MachinesJob& job,
   auto ranks = ChildProcess::Spawn({.argv = ranks_argv, .environment = ToEnvp(environment)});
   if (!ranks.ok()) {
     Say(absl::StrCat("cannot start the ranks: ", ranks.status().message()));
-    daemons->SignalChildOnly(SIGTERM);
-    return 1;
+    return 1;  // the daemons' mpirun is killed with its process group (~ChildProcess)
   }
   return MachinesSupervisor(options, signals, std::move(*daemons), std::move(*ranks)).Run();
 }

@@ -29,15 +29,6 @@ struct MachinesJob {
   std::vector<int> local_sizes;
 };
 
-// The argument vectors of the two mpirun commands, for the tests: the
-// daemons' (one collectived per host, on `sockets[i]`), and the ranks'.
-std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
-                                           const std::vector<std::string>& sockets,
-                                           const Environment& environment);
-std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
-                                         const std::vector<std::string>& sockets,
-                                         const Environment& environment);
-
 // Runs the job to its end; returns collectiverun's exit code (that of
 // mpirun for the ranks: the first failed rank's code; 128+N after a
 // forwarded signal N; 1 when the daemons fail).

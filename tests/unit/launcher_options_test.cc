@@ -523,10 +523,10 @@ TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
 
   // Another machine: mpirun starts the daemons and ranks there
   // (machines_job.h), but not for an elastic job.
-  EXPECT_FALSE(two.options().other_machines);
+  EXPECT_FALSE(OnOtherMachines(two.options()));
   const Parsed remote = Parse({"-np", "3", "-H", "localhost:1,node-b:1,node-b:1", "x"});
   ASSERT_TRUE(remote.ok()) << remote.err;
-  EXPECT_TRUE(remote.options().other_machines);
+  EXPECT_TRUE(OnOtherMachines(remote.options()));
   ASSERT_EQ(remote.options().hosts.size(), 2u);
   EXPECT_EQ(remote.options().hosts[1].name, "node-b");
   EXPECT_EQ(remote.options().hosts[1].slots, 2);

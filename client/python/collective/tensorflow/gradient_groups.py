@@ -4,6 +4,8 @@ and reduced together as one grouped allreduce."""
 
 import warnings
 
+from collective.common.util import split_list
+
 
 def resolve_groups(num_groups, groups):
     """Horovod's checks: ``num_groups`` (deprecated, with its DeprecationWarning) stands for
@@ -27,10 +29,7 @@ def split_indices(groups, gradients, variables):
     gradient alone. Empty groups are left out."""
     present = [i for i, gradient in enumerate(gradients) if gradient is not None]
     if not isinstance(groups, list):
-        quotient, remainder = divmod(len(present), groups)
-        runs = [present[i * quotient + min(i, remainder):(i + 1) * quotient + min(i + 1, remainder)]
-                for i in range(groups)]
-        return [run for run in runs if run]
+        return [run for run in split_list(present, groups) if run]
     index_of = {variables[i].ref(): i for i in present}
     split = []
     for group in groups:

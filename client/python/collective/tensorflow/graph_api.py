@@ -4,8 +4,6 @@ wrapped, or a Keras optimizer handed to ``collective.tensorflow.keras``),
 ``broadcast_global_variables`` and ``BroadcastGlobalVariablesHook``.
 """
 
-import warnings
-
 import tensorflow as tf
 
 from collective.common import reduce_ops
@@ -66,14 +64,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         raise ValueError('gradient_predivide_factor not supported with op != Average')
     if op == reduce_ops.Adasum and average_aggregated_gradients:
         raise ValueError('Adasum does not support average_aggregated_gradients == True')
-    if num_groups != 0:
-        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
-                      'and will be removed in v0.23.0.', DeprecationWarning)
-        if groups is None:
-            groups = num_groups
-    if groups is not None and not (isinstance(groups, list) or groups > 0):
-        raise ValueError('groups should be a non-negative integer or '
-                         'a list of list of tf.Variable.')
+    groups = resolve_groups(num_groups, groups)
 
     if not isinstance(optimizer, _LegacyOptimizer):
         if op == reduce_ops.Adasum:
@@ -98,7 +89,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             'backward_passes_per_step > 1 with a tf.compat.v1 optimizer is not supported; '
             'DistributedGradientTape and the Keras DistributedOptimizer take it')
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set, resolve_groups(0, groups), scale_local_gradients)
+                              process_set, groups, scale_local_gradients)
     return _DistributedOptimizer(optimizer, name, use_locking, reducer)
 
 
