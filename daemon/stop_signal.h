@@ -1,7 +1,8 @@
 // What ends the daemon: SIGTERM, SIGINT or SIGUSR2 (which mpirun forwards),
 // or the engine's own request when the daemon cannot go on (its MPI world
-// of daemons broke). main waits on it; the engine requests through it. Signals are taken
-// synchronously (signalfd), so shutdown runs as ordinary code on main's thread.
+// of daemons broke). main waits on it; the engine requests through it.
+// Signals are taken synchronously (signalfd), so shutdown runs as ordinary
+// code on main's thread.
 #pragma once
 
 #include <memory>
@@ -14,8 +15,8 @@ namespace collective::daemon {
 
 class StopSignal {
  public:
-  // Blocks SIGTERM, SIGINT and SIGUSR2 in the calling thread, and so in every thread
-  // it starts later: call it before any other thread exists.
+  // Blocks SIGTERM, SIGINT and SIGUSR2 in the calling thread, and so in
+  // every thread it starts later: call it before any other thread exists.
   static absl::StatusOr<std::unique_ptr<StopSignal>> Create();
   ~StopSignal();
   StopSignal(const StopSignal&) = delete;

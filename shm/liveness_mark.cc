@@ -3,17 +3,13 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
-#include <vector>
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/logging.h"
 
 namespace collective::shm {
 namespace {
@@ -23,17 +19,6 @@ namespace {
 constexpr char kShmDirectory[] = "/dev/shm/";
 
 std::string PathOf(absl::string_view name) { return absl::StrCat(kShmDirectory, name); }
-
-std::vector<std::string> ShmNamesStartingWith(absl::string_view prefix) {
-  std::vector<std::string> names;
-  DIR* dir = ::opendir(kShmDirectory);
-  if (dir == nullptr) return names;
-  while (const dirent* entry = ::readdir(dir)) {
-    if (absl::StartsWith(entry->d_name, prefix)) names.emplace_back(entry->d_name);
-  }
-  ::closedir(dir);
-  return names;
-}
 
 // Whether `fd`, which we hold locked, is still the object named `name`: a
 // mark removed and made again under the same name belongs to someone else.
@@ -90,7 +75,7 @@ void LivenessMark::Release() {
 
 int RemoveOrphaned(uid_t uid) {
   int removed = 0;
-  for (const std::string& mark : ShmNamesStartingWith(SegmentNames::MarkPrefix(uid))) {
+  for (const std::string& mark : ShmObjectsStartingWith(SegmentNames::MarkPrefix(uid))) {
     const std::string segments = SegmentNames::SegmentsOfMark(uid, mark);
     if (segments.empty()) continue;  // not a mark (one being made ends in ".new")
     const int fd = ::open(PathOf(mark).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -100,13 +85,10 @@ int RemoveOrphaned(uid_t uid) {
       ::close(fd);
       continue;
     }
-    for (const std::string& name : ShmNamesStartingWith(segments)) {
-      if (::unlink(PathOf(name).c_str()) == 0) {
-        log::Shm().info("removed segment '/{}' of a daemon that is gone", name);
-        ++removed;
-      }
+    for (const std::string& name : ShmObjectsStartingWith(segments)) {
+      if (RemoveShmObject(name, "a daemon that is gone")) ++removed;
     }
-    if (::unlink(PathOf(mark).c_str()) == 0) ++removed;
+    if (RemoveShmObject(mark, "a daemon that is gone")) ++removed;
     ::close(fd);
   }
   return removed;

@@ -64,28 +64,38 @@ std::string SegmentNames::Doorbell(uint64_t job_sequence) const {
 }
 
 int SegmentNames::Remove(bool keep_ours) const {
-  // glibc implements POSIX shared memory as files in /dev/shm.
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
   int removed = 0;
   const std::string ours = absl::StrCat(prefix_, epoch_);
   const std::string our_mark = Mark();
-  while (const dirent* entry = ::readdir(dir)) {
-    const absl::string_view name = entry->d_name;
+  // Both prefixes start so.
+  for (const std::string& name : ShmObjectsStartingWith("collectived.")) {
     const bool segment = absl::StartsWith(name, prefix_);
     if (!segment && !absl::StartsWith(name, mark_prefix_)) continue;
     if (keep_ours && absl::StartsWith(name, segment ? ours : our_mark)) continue;
-    if (::shm_unlink(absl::StrCat("/", name).c_str()) == 0) {
-      log::Shm().info("removed stale segment '/{}' left by an earlier daemon", name);
-      ++removed;
-    }
+    if (RemoveShmObject(name, "an earlier daemon on this socket")) ++removed;
   }
-  ::closedir(dir);
   return removed;
 }
 
 int SegmentNames::RemoveStale() const { return Remove(/*keep_ours=*/true); }
 
 int SegmentNames::RemoveAll() const { return Remove(/*keep_ours=*/false); }
+
+std::vector<std::string> ShmObjectsStartingWith(absl::string_view prefix) {
+  std::vector<std::string> names;
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  while (const dirent* entry = ::readdir(dir)) {
+    if (absl::StartsWith(entry->d_name, prefix)) names.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  return names;
+}
+
+bool RemoveShmObject(const std::string& name, absl::string_view whose) {
+  if (::shm_unlink(absl::StrCat("/", name).c_str()) != 0) return false;
+  log::Shm().info("removed '/{}', left by {}", name, whose);
+  return true;
+}
 
 }  // namespace collective::shm

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <sys/types.h>
 
@@ -52,5 +53,13 @@ class SegmentNames {
   std::string mark_prefix_;  // "collectived.alive.<uid>.<socket tag>."
   std::string epoch_;        // 16 hex digits
 };
+
+// The names of the objects in /dev/shm (where glibc keeps POSIX shared
+// memory) that start with `prefix`.
+std::vector<std::string> ShmObjectsStartingWith(absl::string_view prefix);
+
+// Removes the object `name` ("collectived...."), saying in the log whose it
+// was (`whose`: "an earlier daemon"); whether it went.
+bool RemoveShmObject(const std::string& name, absl::string_view whose);
 
 }  // namespace collective::shm

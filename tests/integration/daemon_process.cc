@@ -208,6 +208,14 @@ bool HasPending(const v1::StatusResponse& status, const std::string& name, int r
   return false;
 }
 
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t count = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
 std::vector<std::string> SmallMemoryFlags() {
   return {"--default-arena-bytes",    "1MiB", "--result-arena-bytes", "4MiB",
           "--fusion-threshold-bytes", "1MiB"};

@@ -119,6 +119,9 @@ bool HasPending(const v1::StatusResponse& status, const std::string& name, int r
 // production defaults. Append further flags after these.
 std::vector<std::string> SmallMemoryFlags();
 
+// How many times `what` occurs in `text` (overlapping ones too).
+size_t Occurrences(const std::string& text, const std::string& what);
+
 // A job of two test workers that blocks: rank 1 ("victim") submits a tensor
 // rank 0 never submits, and rank 0 waits on one rank 1 never submits. Ending
 // it (EndStuckJob) kills the victim, which fails the job on rank 0 ("...

@@ -104,14 +104,6 @@ bool AwaitLog(DaemonProcess& daemon, const std::string& text, absl::Duration tim
   return true;
 }
 
-size_t Occurrences(const std::string& text, const std::string& what) {
-  size_t count = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++count;
-  }
-  return count;
-}
-
 class HostileClientsTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -668,38 +669,32 @@ TEST(ConnectTimeoutTest, RanksStartedBeforeTheirDaemonWaitForIt) {
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
 
+// A rank run against `socket` with `timeout` (unset when empty) in its
+// environment fails its registration with an error containing `expect`.
+void ExpectConnectError(const std::string& socket, const std::string& timeout,
+                        const std::string& expect) {
+  std::map<std::string, std::string> environment = {{"COLLECTIVE_SOCKET", socket}};
+  if (!timeout.empty()) environment["COLLECTIVE_CONNECT_TIMEOUT_SECONDS"] = timeout;
+  auto worker =
+      Subprocess::Start({TestWorkerBinary(), "connect-error", "--expect", expect}, environment);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::optional<int> exited = worker->Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value()) << "timeout " << timeout;
+  EXPECT_TRUE(ExitedCleanly(exited)) << worker->Describe(*exited) << worker->Stdout();
+}
+
 TEST(ConnectTimeoutTest, WithoutADaemonARankFailsAtOnceOrAfterItsTimeout) {
   TemporaryDirectory directory("connect");
   const std::string socket = directory.path() + "/collectived.sock";
   const absl::Time started = absl::Now();
-  auto at_once = Subprocess::Start(
-      {TestWorkerBinary(), "connect-error", "--expect", "cannot reach collectived at " + socket},
-      {{"COLLECTIVE_SOCKET", socket}});
-  ASSERT_TRUE(at_once.ok()) << at_once.status();
-  auto exited = at_once->Wait(kStateTimeout);
-  ASSERT_TRUE(exited.has_value());
-  EXPECT_TRUE(ExitedCleanly(exited)) << at_once->Describe(*exited) << at_once->Stdout();
+  ExpectConnectError(socket, "", "cannot reach collectived at " + socket);
   EXPECT_LT(absl::Now() - started, absl::Seconds(5));
-
-  auto waited = Subprocess::Start(
-      {TestWorkerBinary(), "connect-error", "--expect",
-       "UNAVAILABLE: collectived did not accept connections on " + socket +
-           " within 1s (COLLECTIVE_CONNECT_TIMEOUT_SECONDS)"},
-      {{"COLLECTIVE_SOCKET", socket}, {"COLLECTIVE_CONNECT_TIMEOUT_SECONDS", "1"}});
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  exited = waited->Wait(kStateTimeout);
-  ASSERT_TRUE(exited.has_value());
-  EXPECT_TRUE(ExitedCleanly(exited)) << waited->Describe(*exited) << waited->Stdout();
-
-  auto malformed = Subprocess::Start(
-      {TestWorkerBinary(), "connect-error", "--expect",
-       "environment variable COLLECTIVE_CONNECT_TIMEOUT_SECONDS='soon' is not a number of "
-       "seconds from 0 to 86400"},
-      {{"COLLECTIVE_SOCKET", socket}, {"COLLECTIVE_CONNECT_TIMEOUT_SECONDS", "soon"}});
-  ASSERT_TRUE(malformed.ok()) << malformed.status();
-  exited = malformed->Wait(kStateTimeout);
-  ASSERT_TRUE(exited.has_value());
-  EXPECT_TRUE(ExitedCleanly(exited)) << malformed->Describe(*exited) << malformed->Stdout();
+  ExpectConnectError(socket, "1",
+                     "UNAVAILABLE: collectived did not accept connections on " + socket +
+                         " within 1s (COLLECTIVE_CONNECT_TIMEOUT_SECONDS)");
+  ExpectConnectError(socket, "soon",
+                     "environment variable COLLECTIVE_CONNECT_TIMEOUT_SECONDS='soon' is not a "
+                     "number of seconds from 0 to 86400");
 }
 
 }  // namespace

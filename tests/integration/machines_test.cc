@@ -57,14 +57,6 @@ std::set<std::string> DaemonSockets() {
   return found;
 }
 
-int Count(const std::string& text, const std::string& what) {
-  int count = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
-    ++count;
-  }
-  return count;
-}
-
 class MachinesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -227,7 +219,7 @@ TEST_F(MachinesTest, ASignalIsForwardedToTheRanks) {
   ASSERT_TRUE(launcher.ok()) << launcher.status();
   // Both ranks run (their lines came back through mpirun) before the signal.
   const absl::Time deadline = absl::Now() + kTimeout;
-  while (Count(launcher->Stdout(), "running") < 2) {
+  while (Occurrences(launcher->Stdout(), "running") < 2) {
     ASSERT_LT(absl::Now(), deadline) << launcher->Stderr();
     ASSERT_FALSE(launcher->Wait(absl::Milliseconds(20)).has_value()) << launcher->Stderr();
   }
@@ -269,11 +261,11 @@ TEST_F(MachinesTest, HorovodrunsSshNetworkAndMpiFlagsReachMpirun) {
   const Launch run = Finish(*launcher);
   ASSERT_TRUE(run.status.has_value()) << run.err;
   ASSERT_EQ(*run.status, 0) << run.out << run.err;
-  EXPECT_EQ(Count(run.out, "ok "), 2) << run.out;
+  EXPECT_EQ(Occurrences(run.out, "ok "), 2) << run.out;
   const std::string flags = absl::StrCat(
       "--mca plm_rsh_args -p ", port, " -i ", machines_->key(),
       " --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca btl_tcp_links 1");
-  EXPECT_EQ(Count(run.err, flags), 2) << "both mpirun commands:\n" << run.err;
+  EXPECT_EQ(Occurrences(run.err, flags), 2) << "both mpirun commands:\n" << run.err;
   EXPECT_THAT(run.err, HasSubstr("COLLECTIVE_CONNECT_TIMEOUT_SECONDS=45"));
   // The ranks' mpirun: horovodrun's timestamps and binding.
   EXPECT_THAT(run.err, HasSubstr("--oversubscribe --bind-to none --map-by slot"));

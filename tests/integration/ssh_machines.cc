@@ -14,12 +14,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "tests/integration/daemon_process.h"
 
 namespace collective::testing {
 namespace {
@@ -145,11 +144,7 @@ std::map<std::string, std::string> SshMachines::EnvironmentWithoutPortAndKey() c
 }
 
 int SshMachines::Logins() const {
-  int logins = 0;
-  for (absl::string_view line : absl::StrSplit(sshd_->Stderr(), '\n')) {
-    if (absl::StrContains(line, "Accepted publickey")) ++logins;
-  }
-  return logins;
+  return static_cast<int>(Occurrences(sshd_->Stderr(), "Accepted publickey"));
 }
 
 }  // namespace collective::testing
