@@ -88,12 +88,15 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const SpawnOptions& options) {
   std::vector<std::string> environment = options.environment;
   std::vector<char*> argv = Pointers(args);
   std::vector<char*> envp = Pointers(environment);
-  UniqueFd null_input(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!null_input.valid()) {
+  UniqueFd input(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!input.valid()) {
     return absl::InternalError(absl::StrCat("/dev/null: ", std::strerror(errno)));
   }
   ChildProcess child;
   UniqueFd out_write, err_write, report_read, report_write;
+  if (options.input_pipe) {
+    if (absl::Status s = MakePipe(input, child.stdin_); !s.ok()) return s;
+  }
   if (options.output != SpawnOptions::Output::kInherit) {
     if (absl::Status s = MakePipe(child.stdout_, out_write); !s.ok()) return s;
   }
@@ -108,9 +111,10 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const SpawnOptions& options) {
   child.pid_ = ::fork();
   if (child.pid_ < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   if (child.pid_ == 0) {
-    ExecChild(launcher, argv.data(), envp.data(), null_input.get(), out_write.get(), err_fd,
+    ExecChild(launcher, argv.data(), envp.data(), input.get(), out_write.get(), err_fd,
               report_write.get());
   }
+  input.Reset();
   out_write.Reset();
   err_write.Reset();
   report_write.Reset();
@@ -137,6 +141,7 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(const SpawnOptions& options) {
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
+      stdin_(std::move(other.stdin_)),
       stdout_(std::move(other.stdout_)),
       stderr_(std::move(other.stderr_)),
       status_(std::exchange(other.status_, std::nullopt)) {}
@@ -146,6 +151,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
     KillAndReap();
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::move(other.pidfd_);
+    stdin_ = std::move(other.stdin_);
     stdout_ = std::move(other.stdout_);
     stderr_ = std::move(other.stderr_);
     status_ = std::exchange(other.status_, std::nullopt);
@@ -175,7 +181,10 @@ void ChildProcess::SignalChildOnly(int signal) const {
 std::optional<int> ChildProcess::TryReap() {
   if (status_.has_value() || pid_ <= 0) return status_;
   int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == pid_) status_ = status;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    status_ = status;
+    stdin_.Reset();
+  }
   return status_;
 }
 

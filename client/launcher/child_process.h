@@ -33,11 +33,16 @@ struct SpawnOptions {
     kOnePipe,        // stdout and stderr into one pipe
   };
   Output output = Output::kInherit;
+  // The child's stdin: /dev/null, or a pipe whose write end the launcher
+  // holds (stdin()) until the child is reaped or destroyed: a child that
+  // reads it sees its end only then (an ssh session to a remote worker,
+  // whose end stops the worker).
+  bool input_pipe = false;
 };
 
 class ChildProcess {
  public:
-  // Starts the child; stdin is /dev/null. Fails with NOT_FOUND when argv[0]
+  // Starts the child; stdin is /dev/null unless `input_pipe`. Fails with NOT_FOUND when argv[0]
   // does not exist, PERMISSION_DENIED when it cannot be executed.
   static absl::StatusOr<ChildProcess> Spawn(const SpawnOptions& options);
 
@@ -55,6 +60,10 @@ class ChildProcess {
   // The read ends of the output pipes (kOnePipe: stdout only), once.
   UniqueFd TakeStdout() { return std::move(stdout_); }
   UniqueFd TakeStderr() { return std::move(stderr_); }
+  // The write end of its stdin (input_pipe), or -1.
+  int stdin_fd() const { return stdin_.get(); }
+  // Closes it: the child reads the end of its input.
+  void CloseStdin() { stdin_.Reset(); }
 
   // Sends `signal` to the child's process group, unless it was reaped.
   void Signal(int signal) const;
@@ -73,6 +82,7 @@ class ChildProcess {
 
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+  UniqueFd stdin_;
   UniqueFd stdout_;
   UniqueFd stderr_;
   std::optional<int> status_;

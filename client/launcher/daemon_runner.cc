@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -60,59 +61,17 @@ absl::StatusOr<std::string> MakeDirectory(const Environment& environment) {
   return pattern;
 }
 
-// A datagram socket for sd_notify(3) messages, in the private directory;
-// each message carries its sender's credentials (SO_PASSCRED).
-absl::StatusOr<UniqueFd> BindNotifySocket(const std::string& path) {
-  UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!fd.valid()) return Errno("socket");
-  auto address = UnixAddress(path);
-  if (!address.ok()) return address.status();
-  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
-    return Errno(absl::StrCat("bind ", path));
-  }
-  const int on = 1;
-  if (::setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) {
-    return Errno("setsockopt SO_PASSCRED");
-  }
-  return fd;
-}
-
 // Reads every pending notification; for each READY=1, records its sender's
-// pid as the daemon of the node whose socket its STATUS names ("idle,
-// serving <socket>"; a single daemon is node 0).
+// pid as the daemon of the node whose socket it serves (a single daemon is
+// node 0).
 void ReadReady(int fd, const std::vector<std::string>& sockets, std::vector<pid_t>& pids) {
-  char buffer[4096];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
-  while (true) {
-    iovec data{.iov_base = buffer, .iov_len = sizeof(buffer)};
-    msghdr message{};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    const ssize_t got = ::recvmsg(fd, &message, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return;
-    pid_t sender = 0;
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
-         header = CMSG_NXTHDR(&message, header)) {
-      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_CREDENTIALS) {
-        ucred credentials{};
-        std::memcpy(&credentials, CMSG_DATA(header), sizeof(credentials));
-        sender = credentials.pid;
-      }
-    }
-    bool ready = false;
-    size_t node = sockets.size() == 1 ? 0 : sockets.size();
-    for (absl::string_view line :
-         absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(got)), '\n')) {
-      if (line == "READY=1") ready = true;
-      if (absl::ConsumePrefix(&line, "STATUS=idle, serving ")) {
-        node =
-            static_cast<size_t>(std::find(sockets.begin(), sockets.end(), line) - sockets.begin());
-      }
-    }
-    if (ready && node < sockets.size() && sender > 0) pids[node] = sender;
+  for (const ReadyNotice& notice : ReadReadyNotices(fd)) {
+    const size_t node =
+        sockets.size() == 1
+            ? 0
+            : static_cast<size_t>(std::find(sockets.begin(), sockets.end(), notice.socket) -
+                                  sockets.begin());
+    if (node < sockets.size() && pids[node] == 0) pids[node] = notice.pid;
   }
 }
 
@@ -133,21 +92,34 @@ std::string DefaultBinary() {
 // bound to a core (the trainers share them), a daemon that dies leaving
 // the others running (they report it, and the launcher re-forms the job
 // without its host), root allowed when the launcher runs as root (as for
-// the daemon it starts on its own).
+// the daemon it starts on its own). Across machines, `options.mpirun`
+// instead, and each app context on its host with its exports and its
+// NOTIFY_SOCKET there (`notify` for this machine's).
 std::vector<std::string> MpirunArgv(const std::string& daemon,
                                     const std::vector<std::string>& sockets,
-                                    const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {
-      COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "--enable-recovery", "-x",
-      "NOTIFY_SOCKET"};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+                                    const PrivateDaemonOptions& options,
+                                    const std::string& notify) {
+  const bool machines = !options.hosts.empty();
+  std::vector<std::string> argv =
+      machines
+          ? options.mpirun
+          : std::vector<std::string>{
+                COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-x", "NOTIFY_SOCKET"};
+  argv.push_back("--enable-recovery");
+  if (!machines && ::geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (size_t node = 0; node < sockets.size(); ++node) {
     if (node > 0) argv.push_back(":");
+    if (machines) {
+      argv.insert(argv.end(), options.exports.begin(), options.exports.end());
+      const std::string& there = options.remote_notify[node];
+      argv.insert(argv.end(), {"-x", "NOTIFY_SOCKET=" + (there.empty() ? notify : there)});
+      if (!options.hosts[node].empty()) argv.insert(argv.end(), {"-H", options.hosts[node]});
+    }
     for (const std::string& arg :
          {std::string("-np"), std::string("1"), daemon, std::string("--socket"), sockets[node]}) {
       argv.push_back(arg);
     }
-    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), options.args.begin(), options.args.end());
   }
   return argv;
 }
@@ -183,6 +155,15 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   if (!notify.ok()) return notify.status();
   daemon->notify_ = std::move(*notify);
   daemon->daemon_pids_.assign(daemon->sockets_.size(), 0);
+  daemon->remote_.assign(daemon->sockets_.size(), false);
+  for (size_t node = 0; node < options.remote_notify.size(); ++node) {
+    daemon->remote_[node] = !options.remote_notify[node].empty();
+  }
+  // One daemon of this machine runs on its own; any other world under
+  // mpirun, which reaches other machines.
+  daemon->under_mpirun_ =
+      daemon->sockets_.size() > 1 ||
+      std::find(daemon->remote_.begin(), daemon->remote_.end(), true) != daemon->remote_.end();
 
   Environment daemon_environment = environment;
   daemon_environment["NOTIFY_SOCKET"] = daemon->notify_path_;
@@ -190,9 +171,9 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   const std::string binary = CollectivedBinary(options.binary);
   std::vector<std::string> argv = {binary, "--socket", daemon->socket()};
   argv.insert(argv.end(), options.args.begin(), options.args.end());
-  SpawnOptions spawn{.argv = daemon->sockets_.size() == 1
-                                 ? std::move(argv)
-                                 : MpirunArgv(binary, daemon->sockets_, options.args),
+  SpawnOptions spawn{.argv = !daemon->under_mpirun_ ? std::move(argv)
+                                                    : MpirunArgv(binary, daemon->sockets_, options,
+                                                                 daemon->notify_path_),
                      .environment = ToEnvp(daemon_environment),
                      .output = SpawnOptions::Output::kOnePipe};
   auto process = ChildProcess::Spawn(spawn);
@@ -229,20 +210,23 @@ absl::Status PrivateDaemon::StartFailed(std::optional<int> exit_status) {
   }
   return absl::DeadlineExceededError(absl::StrCat(
       Describe(), " did not report ready within ", absl::FormatDuration(kStartTimeout),
-      sockets_.size() > 1 ? absl::StrCat(" (",
-                                         std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
-                                                       [](pid_t pid) { return pid > 0; }),
-                                         " did)")
-                          : ""));
+      under_mpirun_ ? absl::StrCat(" (",
+                                   std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
+                                                 [](pid_t pid) { return pid > 0; }),
+                                   " did)")
+                    : ""));
 }
 
 absl::Status PrivateDaemon::Serve() {
-  if (sockets_.size() > 1) {
+  if (under_mpirun_) {
     // Each node's daemon, to tell which one exits (mpirun keeps the others:
     // --enable-recovery).
-    for (pid_t pid : daemon_pids_) {
-      UniqueFd exit(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-      if (!exit.valid()) return Errno(absl::StrCat("pidfd_open of collectived ", pid));
+    // One on another machine: its host agent watches it (RemoteExited).
+    for (size_t node = 0; node < daemon_pids_.size(); ++node) {
+      const pid_t pid = daemon_pids_[node];
+      UniqueFd exit(remote_[node] ? ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+                                  : static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+      if (!exit.valid()) return Errno(absl::StrCat("watching collectived ", pid));
       node_exits_.push_back(std::move(exit));
     }
   }
@@ -271,8 +255,9 @@ absl::Status PrivateDaemon::AwaitReady(const SignalWatcher& signals) {
 PrivateDaemon::~PrivateDaemon() { Stop(); }
 
 std::string PrivateDaemon::Describe() const {
-  if (sockets_.size() == 1) return absl::StrCat("collectived (pid ", pid(), ")");
-  return absl::StrCat("the ", sockets_.size(), " collectived of mpirun (pid ", pid(), ")");
+  if (!under_mpirun_) return absl::StrCat("collectived (pid ", pid(), ")");
+  return absl::StrCat("the ", sockets_.size() == 1 ? "" : absl::StrCat(sockets_.size(), " "),
+                      "collectived of mpirun (pid ", pid(), ")");
 }
 
 void PrivateDaemon::Watch(PollSet& set, const std::function<void(int)>& on_exit) {
@@ -281,6 +266,25 @@ void PrivateDaemon::Watch(PollSet& set, const std::function<void(int)>& on_exit)
     set.Add(process_->pidfd(), [this, on_exit] {
       if (const std::optional<int> status = process_->TryReap()) on_exit(*status);
     });
+  }
+}
+
+void PrivateDaemon::RemoteReady(const std::string& socket, pid_t pid) {
+  for (size_t node = 0; node < sockets_.size(); ++node) {
+    if (remote_[node] && sockets_[node] == socket && daemon_pids_[node] == 0) {
+      daemon_pids_[node] = pid;
+    }
+  }
+}
+
+void PrivateDaemon::RemoteExited(const std::string& socket, pid_t pid) {
+  for (size_t node = 0; node < node_exits_.size(); ++node) {
+    if (remote_[node] && sockets_[node] == socket && daemon_pids_[node] == pid &&
+        node_exits_[node].valid()) {
+      const uint64_t one = 1;
+      ssize_t ignored = ::write(node_exits_[node].get(), &one, sizeof(one));
+      (void)ignored;
+    }
   }
 }
 
@@ -301,9 +305,17 @@ void PrivateDaemon::RequestStop() {
   // to stop as a service manager would, they drain and exit, and so does
   // mpirun.
   bool told = false;
+  bool remote_told = false;
   for (size_t node = 0; node < node_exits_.size(); ++node) {
     if (!node_exits_[node].valid()) continue;
-    ::kill(daemon_pids_[node], SIGTERM);
+    if (!remote_[node]) {
+      ::kill(daemon_pids_[node], SIGTERM);
+    } else if (!remote_told) {
+      // mpirun passes SIGUSR2 on to every daemon, which stops them as
+      // SIGTERM does (its own SIGTERM would kill them).
+      process_->SignalChildOnly(SIGUSR2);
+      remote_told = true;
+    }
     told = true;
   }
   // One daemon, or none left under mpirun (or not yet known): the process
@@ -319,7 +331,7 @@ void PrivateDaemon::KillIfPastStopDeadline(absl::Time now) {
   Say(absl::StrCat(Describe(), " did not stop within ", absl::FormatDuration(kStopTimeout),
                    " of SIGTERM; killing it"));
   for (size_t node = 0; node < node_exits_.size(); ++node) {
-    if (node_exits_[node].valid()) ::kill(daemon_pids_[node], SIGKILL);
+    if (node_exits_[node].valid() && !remote_[node]) ::kill(daemon_pids_[node], SIGKILL);
   }
   process_->Signal(SIGKILL);
   killed_ = true;
@@ -353,6 +365,55 @@ void PrivateDaemon::Stop() {
   if (!directory_.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(directory_, ignored);
+  }
+}
+
+absl::StatusOr<UniqueFd> BindNotifySocket(const std::string& path) {
+  UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return Errno("socket");
+  auto address = UnixAddress(path);
+  if (!address.ok()) return address.status();
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*address), sizeof(*address)) != 0) {
+    return Errno(absl::StrCat("bind ", path));
+  }
+  const int on = 1;
+  if (::setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on)) != 0) {
+    return Errno("setsockopt SO_PASSCRED");
+  }
+  return fd;
+}
+
+std::vector<ReadyNotice> ReadReadyNotices(int fd) {
+  std::vector<ReadyNotice> notices;
+  char buffer[4096];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
+  while (true) {
+    iovec data{.iov_base = buffer, .iov_len = sizeof(buffer)};
+    msghdr message{};
+    message.msg_iov = &data;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    const ssize_t got = ::recvmsg(fd, &message, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return notices;
+    pid_t sender = 0;
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
+         header = CMSG_NXTHDR(&message, header)) {
+      if (header->cmsg_level == SOL_SOCKET && header->cmsg_type == SCM_CREDENTIALS) {
+        ucred credentials{};
+        std::memcpy(&credentials, CMSG_DATA(header), sizeof(credentials));
+        sender = credentials.pid;
+      }
+    }
+    bool ready = false;
+    std::string socket;
+    for (absl::string_view line :
+         absl::StrSplit(absl::string_view(buffer, static_cast<size_t>(got)), '\n')) {
+      if (line == "READY=1") ready = true;
+      if (absl::ConsumePrefix(&line, "STATUS=idle, serving ")) socket = std::string(line);
+    }
+    if (ready && sender > 0) notices.push_back({.pid = sender, .socket = std::move(socket)});
   }
 }
 

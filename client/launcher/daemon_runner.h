@@ -37,6 +37,16 @@ struct PrivateDaemonOptions {
   // Without `sockets`: how many daemons, on sockets node<i>.sock in the
   // private directory when several.
   int nodes = 1;
+  // With `sockets`, for a world across machines: each node's host (mpirun
+  // -H; empty: this machine's daemon, started here) and, for one on another
+  // machine, the NOTIFY_SOCKET its host agent listens on there (the agent
+  // relays READY=1 and the daemon's exit: RemoteReady, RemoteExited).
+  std::vector<std::string> hosts;
+  std::vector<std::string> remote_notify;
+  // Then mpirun and its flags (machines_job.h's MpirunForMachines), and the
+  // -x exports of each app context.
+  std::vector<std::string> mpirun;
+  std::vector<std::string> exports;
 };
 
 class PrivateDaemon {
@@ -78,6 +88,12 @@ class PrivateDaemon {
   // "collectived (pid 12)" / "the 3 collectived of mpirun (pid 12)".
   std::string Describe() const;
 
+  // The host agent of another machine says that the daemon on `socket`
+  // there serves, as `pid` (its readiness), or that it exited (a node's
+  // exit, as WatchNodes reports one of this machine).
+  void RemoteReady(const std::string& socket, pid_t pid);
+  void RemoteExited(const std::string& socket, pid_t pid);
+
   // Adds to `set` the daemon's output and, while it runs, its exit, which
   // calls `on_exit` with its wait status.
   void Watch(PollSet& set, const std::function<void(int)>& on_exit);
@@ -115,7 +131,11 @@ class PrivateDaemon {
   // with several, a pidfd per node, reset once that daemon exited.
   std::vector<pid_t> daemon_pids_;
   std::vector<UniqueFd> node_exits_;
-  bool node_lost_ = false;  // a node's daemon exited before Stop
+  // Per node: whether it runs on another machine (its pid is there; its
+  // node_exits_ entry is an eventfd that RemoteExited makes readable).
+  std::vector<bool> remote_;
+  bool under_mpirun_ = false;  // several daemons, or one on another machine
+  bool node_lost_ = false;     // a node's daemon exited before Stop
   std::optional<ChildProcess> process_;
   std::optional<PrefixedStream> output_;
   bool stopped_ = false;
@@ -124,6 +144,20 @@ class PrivateDaemon {
 // The collectived binary to start: `chosen` (--daemon) if given, else the
 // one next to collectiverun, else whatever PATH finds.
 std::string CollectivedBinary(const std::string& chosen);
+
+// A datagram socket at `path` for sd_notify(3) messages (the readiness
+// protocol collectived speaks to systemd), each carrying its sender's
+// credentials (SO_PASSCRED); non-blocking.
+absl::StatusOr<UniqueFd> BindNotifySocket(const std::string& path);
+// A collectived said READY=1: its pid, and the socket its STATUS says it
+// serves ("idle, serving <socket>"; empty when it says none).
+struct ReadyNotice {
+  pid_t pid = 0;
+  std::string socket;
+};
+// Reads every pending notification on `fd` (BindNotifySocket's); returns
+// those that say READY=1.
+std::vector<ReadyNotice> ReadReadyNotices(int fd);
 
 // OK when something accepts connections on `socket` (a configured daemon):
 // checked once, before the ranks start, so that a wrong path fails here and

@@ -48,6 +48,15 @@ void DaemonWorlds::Cancel() {
   }
 }
 
+void DaemonWorlds::RemoteReady(const std::string& socket, pid_t pid) {
+  if (starting_ != nullptr) starting_->RemoteReady(socket, pid);
+}
+
+void DaemonWorlds::RemoteExited(const std::string& socket, pid_t pid) {
+  if (serving_ != nullptr) serving_->RemoteExited(socket, pid);
+  if (starting_ != nullptr) starting_->RemoteExited(socket, pid);
+}
+
 void DaemonWorlds::Watch(PollSet& set, std::optional<absl::Time>& deadline) {
   for (Stopping& world : stopping_) {
     world.daemon->Watch(set, [](int) {});

@@ -45,6 +45,12 @@ class DaemonWorlds {
   // The job stops: no world starts any more, and one starting stops.
   void Cancel();
 
+  // A host agent relays that the daemon on `socket` of another machine
+  // serves as `pid` (for the starting world), or exited (the world whose
+  // daemon it was).
+  void RemoteReady(const std::string& socket, pid_t pid);
+  void RemoteExited(const std::string& socket, pid_t pid);
+
   // Adds the stopping and starting worlds' output, exits and readiness to
   // `set`, and moves `deadline` up to their timeouts.
   void Watch(PollSet& set, std::optional<absl::Time>& deadline);

@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/launcher/host_discovery.h"
+#include "client/launcher/machines_job.h"
 
 namespace collective::launcher {
 namespace {
@@ -91,9 +93,14 @@ ElasticWorld::ElasticWorld(Options options, const JobIdentity& job, const Enviro
       command_(std::move(command)),
       output_(std::move(output)),
       directory_(std::move(directory)),
-      watch_(std::move(watch)) {}
+      watch_(std::move(watch)) {
+  if (options_.remote.has_value()) {
+    agents_ = std::make_unique<HostAgents>(directory_, *options_.remote, environment_);
+  }
+}
 
 ElasticWorld::~ElasticWorld() {
+  agents_.reset();  // the copies on other machines go first
   std::error_code ignored;
   std::filesystem::remove_all(directory_, ignored);
 }
@@ -122,7 +129,22 @@ int ElasticWorld::HostNumber(const std::string& name) {
 
 std::string ElasticWorld::SocketOf(int host) const {
   if (!options_.daemon_per_host) return job_.socket;
-  return absl::StrCat(directory_, "/daemons/host", host, ".sock");
+  return absl::StrCat(DirectoryOf(host), "/daemons/host", host, ".sock");
+}
+
+std::optional<int> ElasticWorld::HostOfSocket(const std::string& socket) const {
+  for (int host = 0; host < static_cast<int>(hosts_.size()); ++host) {
+    if (SocketOf(host) == socket) return host;
+  }
+  return std::nullopt;
+}
+
+bool ElasticWorld::IsRemote(int host) const {
+  return agents_ != nullptr && !IsThisMachine(HostName(host));
+}
+
+std::string ElasticWorld::DirectoryOf(int host) const {
+  return IsRemote(host) ? agents_->DirectoryOf(host) : directory_;
 }
 
 std::optional<ElasticWorld::DaemonPlan> ElasticWorld::DaemonsToStart() const {
@@ -316,22 +338,34 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
   for (int worker : added) {
     const int rank =
         static_cast<int>(std::find(workers.begin(), workers.end(), worker) - workers.begin());
-    Environment environment =
-        RankEnvironment(environment_, SocketOf(host_of_.at(worker)), job_id,
-                        HostName(host_of_.at(worker)), PlaceRank(local_sizes, rank));
-    environment["COLLECTIVE_ELASTIC_DIR"] = directory_;
+    const int host = host_of_.at(worker);
+    Environment environment = RankEnvironment(environment_, SocketOf(host), job_id, HostName(host),
+                                              PlaceRank(local_sizes, rank));
+    environment["COLLECTIVE_ELASTIC_DIR"] = DirectoryOf(host);
     environment["COLLECTIVE_ELASTIC_WORKER"] = absl::StrCat(worker);
     environment["COLLECTIVE_ELASTIC_GENERATION"] = absl::StrCat(generation);
     environment["COLLECTIVE_ELASTIC_FAILURES"] = absl::StrCat(failures_);
     environment["COLLECTIVE_ELASTIC_AWAIT"] = awaited;
-    environment["COLLECTIVE_ELASTIC_HOST"] = HostName(host_of_.at(worker));
+    environment["COLLECTIVE_ELASTIC_HOST"] = HostName(host);
     // What horovodrun sets for an elastic job's workers, which Horovod's
     // own code (and scripts written for it) read.
     environment["HOROVOD_ELASTIC"] = absl::StrCat(1);
-    if (absl::Status started = trainers.Add(worker, command_, environment, output_);
-        !started.ok()) {
-      return started;
+    absl::Status started;
+    if (IsRemote(host)) {
+      // Its host's agent serves before the worker looks for its directory.
+      started = agents_->Attach(host, HostName(host));
+      if (started.ok()) {
+        std::erase_if(environment, [](const auto& variable) {
+          return !ExportedToOtherMachines(variable.first);
+        });
+        started =
+            trainers.Add(worker, agents_->WorkerCommand(HostName(host), environment, command_),
+                         agents_->environment(), output_, /*input_pipe=*/true);
+      }
+    } else {
+      started = trainers.Add(worker, command_, environment, output_);
     }
+    if (!started.ok()) return started;
     started_in_[worker] = generation;
   }
   generation_ = generation;

@@ -12,6 +12,11 @@
 // last. So rank 0 of a new generation is the first survivor, and holds the
 // state it broadcasts.
 //
+// Hosts of other machines (`remote`): each gets a copy of the directory,
+// kept by a host agent there (remote_hosts.h), and its workers are started
+// over ssh; the daemons' sockets, and the directory a worker is told, are
+// its host's.
+//
 // Daemons: with one per host (a host discovery script's job), a generation
 // whose nodes differ from those the daemons serve needs a new MPI world of
 // daemons (an epoch). Its workers wait for the marker `daemons-<epoch>`;
@@ -34,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/launcher/rank_environment.h"
+#include "client/launcher/remote_hosts.h"
 #include "client/launcher/trainer_group.h"
 #include "client/launcher/unique_fd.h"
 
@@ -52,6 +58,9 @@ class ElasticWorld {
     // One daemon per host, on <directory>/daemons/host<number>.sock, which
     // the launcher starts (DaemonsToStart); off: the job's socket for all.
     bool daemon_per_host = false;
+    // Set: hosts of other machines are reached so (needs daemon_per_host);
+    // unset: every host is this machine.
+    std::optional<RemoteShell> remote;
   };
 
   // Makes the rendezvous directory (under $TMPDIR or /tmp) for a job whose
@@ -124,6 +133,14 @@ class ElasticWorld {
   void DaemonsLost();
   // Host `host`'s daemon's socket (the job's, without daemon_per_host).
   std::string SocketOf(int host) const;
+  // The host whose daemon listens on `socket`, if any.
+  std::optional<int> HostOfSocket(const std::string& socket) const;
+  // Host `host` is another machine (only with Options::remote).
+  bool IsRemote(int host) const;
+  // Where host `host`'s workers rendezvous: the directory, or its copy there.
+  std::string DirectoryOf(int host) const;
+  // The agents of the other machines; null without Options::remote.
+  HostAgents* agents() const { return agents_.get(); }
 
   // Hosts are numbered in the order they are first named.
   int HostNumber(const std::string& name);
@@ -159,6 +176,7 @@ class ElasticWorld {
   OutputOptions output_;
   std::string directory_;
   UniqueFd watch_;
+  std::unique_ptr<HostAgents> agents_;  // with Options::remote
   int generation_ = -1;
   std::vector<int> workers_;      // of the current generation, in rank order
   std::vector<int> local_sizes_;  // of its nodes, in node order

@@ -77,11 +77,10 @@ absl::StatusOr<std::unique_ptr<DiscoveryRun>> HostDiscovery::Begin(absl::Duratio
                         absl::StrCat("host discovery: ", child.status().message()));
   }
   return std::unique_ptr<DiscoveryRun>(
-      new DiscoveryRun(std::move(*child), script_, default_slots_, timeout));
+      new DiscoveryRun(std::move(*child), script_, default_slots_, timeout, other_machines_));
 }
 
-absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
-    absl::Duration timeout) const {
+absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::ListHosts(absl::Duration timeout) const {
   if (fixed_.has_value()) return *fixed_;
   absl::StatusOr<std::unique_ptr<DiscoveryRun>> run = Begin(timeout);
   if (!run.ok()) return run.status();
@@ -94,14 +93,15 @@ absl::StatusOr<std::vector<DiscoveredHost>> HostDiscovery::LocalHosts(
 }
 
 DiscoveryRun::DiscoveryRun(ChildProcess child, std::string script, int default_slots,
-                           absl::Duration timeout)
+                           absl::Duration timeout, bool other_machines)
     : child_(std::move(child)),
       out_(child_.TakeStdout()),
       err_(child_.TakeStderr()),
       script_(std::move(script)),
       default_slots_(default_slots),
       timeout_(timeout),
-      deadline_(absl::Now() + timeout) {}
+      deadline_(absl::Now() + timeout),
+      other_machines_(other_machines) {}
 
 void DiscoveryRun::Pump(UniqueFd& fd, std::string& sink) {
   char buffer[4096];
@@ -134,6 +134,7 @@ absl::StatusOr<std::vector<DiscoveredHost>> DiscoveryRun::Finish() {
   }
   auto hosts = ParseDiscoveredHosts(output_, default_slots_);
   if (!hosts.ok()) return hosts.status();
+  if (other_machines_) return MergeHosts(*hosts);
   return HostsOfThisMachine(*hosts, "the host discovery script");
 }
 
@@ -155,10 +156,10 @@ absl::StatusOr<std::vector<DiscoveredHost>> HostsOfThisMachine(
     const std::vector<DiscoveredHost>& hosts, absl::string_view source) {
   for (const DiscoveredHost& host : hosts) {
     if (!IsThisMachine(host.name)) {
-      return absl::UnimplementedError(absl::StrCat(
-          source, " lists host '", host.name,
-          "', which is not this machine: an elastic job runs on this machine's hosts only "
-          "(README, \"Elastic training\")"));
+      return absl::UnimplementedError(
+          absl::StrCat(source, " lists host '", host.name,
+                       "', which is not this machine: a job on a configured daemon (--socket, "
+                       "COLLECTIVE_SOCKET) runs on this machine's hosts only"));
     }
   }
   return MergeHosts(hosts);

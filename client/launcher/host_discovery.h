@@ -69,13 +69,14 @@ class DiscoveryRun {
   // It exited and its output is read to the end.
   bool done() const { return child_.reaped() && !out_.valid() && !err_.valid(); }
   absl::Time deadline() const { return deadline_; }
-  // What the script listed (as HostDiscovery::LocalHosts says), once
+  // What the script listed (as HostDiscovery::ListHosts says), once
   // done(); before, DEADLINE_EXCEEDED, and the script is killed.
   absl::StatusOr<std::vector<DiscoveredHost>> Finish();
 
  private:
   friend class HostDiscovery;
-  DiscoveryRun(ChildProcess child, std::string script, int default_slots, absl::Duration timeout);
+  DiscoveryRun(ChildProcess child, std::string script, int default_slots, absl::Duration timeout,
+               bool other_machines);
   // Appends what `fd` has to `sink`; closes it at its end.
   static void Pump(UniqueFd& fd, std::string& sink);
 
@@ -88,6 +89,7 @@ class DiscoveryRun {
   int default_slots_;
   absl::Duration timeout_;
   absl::Time deadline_;
+  bool other_machines_;
 };
 
 class HostDiscovery {
@@ -102,11 +104,16 @@ class HostDiscovery {
   HostDiscovery(std::vector<DiscoveredHost> fixed, std::string source)
       : default_slots_(1), fixed_(std::move(fixed)), source_(std::move(source)) {}
 
+  // Hosts of other machines may be listed (an elastic job across
+  // machines); without, a listing that names one fails.
+  void AllowOtherMachines() { other_machines_ = true; }
+
   // Runs the script (its stderr kept for the error) and returns the hosts
-  // it lists (HostsOfThisMachine). Fails when the script
-  // cannot start, exits non-zero, prints a malformed line or another host,
-  // or takes longer than `timeout` (it is then killed).
-  absl::StatusOr<std::vector<DiscoveredHost>> LocalHosts(
+  // it lists (MergeHosts; HostsOfThisMachine unless AllowOtherMachines).
+  // Fails when the script cannot start, exits non-zero, prints a malformed
+  // line or another machine's host (unless allowed), or takes longer than
+  // `timeout` (it is then killed).
+  absl::StatusOr<std::vector<DiscoveredHost>> ListHosts(
       absl::Duration timeout = absl::Seconds(10)) const;
   // Starts the script, for the caller's poll loop to drive; fails when it
   // cannot start. Not for fixed hosts.
@@ -127,6 +134,7 @@ class HostDiscovery {
   Environment environment_;
   std::optional<std::vector<DiscoveredHost>> fixed_;
   std::string source_ = "the host discovery script";
+  bool other_machines_ = false;
 };
 
 }  // namespace collective::launcher

@@ -48,7 +48,24 @@ int JobSupervisor::Run() {
       if (!stopping_) daemon->WatchNodes(set, [this](int node) { OnNodeLost(node); });
     }
     if (elastic_ != nullptr && !stopping_) {
-      set.Add(elastic_->watch_fd(), [this] { OnElasticMarkers(); });
+      set.Add(elastic_->watch_fd(), [this] {
+        OnElasticMarkers();
+        // What changed reaches the other machines' copies too.
+        if (HostAgents* agents = elastic_->agents()) agents->Sync();
+      });
+    }
+    if (elastic_ != nullptr && elastic_->agents() != nullptr) {
+      elastic_->agents()->Watch(
+          set, {.daemon_ready =
+                    [this](const std::string& socket, pid_t pid) {
+                      if (worlds_ != nullptr) worlds_->RemoteReady(socket, pid);
+                    },
+                .daemon_exited =
+                    [this](const std::string& socket, pid_t pid) {
+                      if (worlds_ != nullptr) worlds_->RemoteExited(socket, pid);
+                    },
+                .lost = [this](const std::string& host,
+                               const std::string& why) { OnAgentLost(host, why); }});
     }
     const bool discovers = Discovers();
     if (!discovers) discovery_run_.reset();  // a run in flight is killed
@@ -282,6 +299,13 @@ bool JobSupervisor::AwaitSlotsWithout(const Trainer& trainer, const std::string&
 
 std::string JobSupervisor::HostLabel(int host) const {
   return daemon_per_host() ? absl::StrCat("host ", elastic_->HostName(host)) : "this machine";
+}
+
+void JobSupervisor::OnAgentLost(const std::string& host, const std::string& why) {
+  if (stopping_ || finishing_) return;
+  StopOthers(absl::StrCat("collectiverun's agent on ", host, " ", why,
+                          ": the workers there can no longer rendezvous"),
+             /*exit_code=*/1);
 }
 
 void JobSupervisor::OnElasticMarkers() {

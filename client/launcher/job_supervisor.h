@@ -90,6 +90,9 @@ class JobSupervisor {
   // An elastic job's rendezvous directory changed: the workers may all wait
   // to re-form after a failed collective.
   void OnElasticMarkers();
+  // The agent of another machine (remote_hosts.h) exited or misspoke
+  // (`why`): the job stops, its workers there being cut off.
+  void OnAgentLost(const std::string& host, const std::string& why);
   void OnDaemonExit(int status);
   // Starts the discovery script every second, one run at a time, and
   // takes what a run listed once it is done (or past its deadline).

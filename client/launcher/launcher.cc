@@ -1,6 +1,7 @@
 #include "client/launcher/launcher.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "client/launcher/launcher_output.h"
 #include "client/launcher/machines_job.h"
 #include "client/launcher/poll_set.h"
+#include "client/launcher/remote_hosts.h"
 #include "client/launcher/signal_watcher.h"
 #include "client/launcher/trainer_group.h"
 
@@ -62,7 +64,7 @@ absl::Status RaiseFileLimit(int ranks) {
 absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& discovery, int ranks,
                                                        absl::Duration timeout,
                                                        const SignalWatcher& signals) {
-  absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts();
+  absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.ListHosts();
   if (!hosts.ok()) return hosts.status();
   const absl::Time deadline = absl::Now() + timeout;
   bool said = false;
@@ -85,7 +87,7 @@ absl::StatusOr<std::vector<DiscoveredHost>> AwaitSlots(const HostDiscovery& disc
     set.Add(signals.fd(), [&] { signalled = true; });
     set.Wait(std::min(deadline, absl::Now() + absl::Seconds(1)));
     if (signalled) return absl::CancelledError("a signal arrived");
-    hosts = discovery.LocalHosts();
+    hosts = discovery.ListHosts();
   }
   return hosts;
 }
@@ -100,6 +102,13 @@ std::vector<std::string> PlaceWorkers(const std::vector<DiscoveredHost>& hosts, 
     }
   }
   return placed;
+}
+
+// collectiverun's own path, which other machines share.
+std::string SelfPath() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string("collectiverun") : self.string();
 }
 
 int StartFailureCode(const absl::Status& status) {
@@ -155,6 +164,9 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     // An elastic job on fixed hosts: as on a script that always lists them.
     discovery = std::make_unique<HostDiscovery>(options.hosts, options.hosts_source);
   }
+  // A job on its own daemons may reach other machines (over ssh); one on a
+  // configured daemon serves this machine only.
+  if (discovery != nullptr && job.socket.empty()) discovery->AllowOtherMachines();
   if (discovery != nullptr) {
     const absl::StatusOr<std::vector<DiscoveredHost>> hosts = AwaitSlots(
         *discovery, options.ranks, absl::Seconds(options.elastic_timeout_seconds), *signals);
@@ -179,7 +191,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     }
     ++local_sizes.back();
   }
-  if (OnOtherMachines(options)) {
+  if (OnOtherMachines(options) && !options.elastic) {
     return RunOnMachines(options,
                          {.job_id = job.job_id, .hosts = node_hosts, .local_sizes = local_sizes},
                          environment, *signals);
@@ -230,11 +242,22 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
   std::unique_ptr<ElasticWorld> elastic;
   absl::StatusOr<TrainerGroup> trainers = TrainerGroup();
   if (options.elastic) {
+    std::optional<RemoteShell> remote;
+    if (daemon_per_host) {
+      // Hosts of other machines, listed now or later, are reached over ssh.
+      remote =
+          RemoteShell{.ssh = SshCommand(environment, options.ssh_port, options.ssh_identity_file),
+                      .self = SelfPath(),
+                      .grace_seconds = options.grace_seconds,
+                      .start_timeout = absl::Seconds(
+                          options.start_timeout_seconds != 0 ? options.start_timeout_seconds : 30)};
+    }
     auto world = ElasticWorld::Create({.min_ranks = options.min_ranks,
                                        .max_ranks = options.max_ranks,
                                        .restarts = options.restarts,
                                        .reset_limit = options.reset_limit,
-                                       .daemon_per_host = daemon_per_host},
+                                       .daemon_per_host = daemon_per_host,
+                                       .remote = std::move(remote)},
                                       job, environment, options.command, output);
     if (!world.ok()) {
       Say(world.status().message());
@@ -242,8 +265,15 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     }
     elastic = std::move(*world);
     std::vector<int> hosts;
+    // With another machine among the first hosts, the supervisor starts the
+    // first world too, once their agents serve (the workers wait for it).
+    const bool first_here =
+        std::all_of(node_hosts.begin(), node_hosts.end(),
+                    [](const std::string& host) { return IsThisMachine(host); });
     if (daemon_per_host) {
       for (const std::string& host : first_hosts) hosts.push_back(elastic->HostNumber(host));
+    }
+    if (daemon_per_host && first_here) {
       // The first world of daemons serves before the workers start (a
       // trainer that registers at once finds its daemon); the supervisor
       // starts the later ones.
@@ -260,7 +290,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     }
     if (absl::Status started = elastic->Start(*trainers, hosts); !started.ok()) {
       trainers = started;
-    } else if (daemon_per_host) {
+    } else if (daemon_per_host && first_here) {
       if (absl::Status said = elastic->DaemonsStarted(); !said.ok()) trainers = said;
     }
   } else if (several_nodes) {
@@ -295,6 +325,21 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     supervisor_options.launch_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;
       world.sockets = sockets;
+      bool machines = false;
+      for (const std::string& socket : sockets) {
+        const int host = elastic->HostOfSocket(socket).value_or(0);
+        machines = machines || elastic->IsRemote(host);
+        world.hosts.push_back(elastic->IsRemote(host) ? elastic->HostName(host) : "");
+        world.remote_notify.push_back(
+            elastic->IsRemote(host) ? elastic->DirectoryOf(host) + "/notify" : "");
+      }
+      if (machines) {
+        world.mpirun = MpirunForMachines(options, /*daemons=*/true);
+        world.exports = DaemonExports(DaemonEnvironment(options, environment));
+      } else {
+        world.hosts.clear();
+        world.remote_notify.clear();
+      }
       return PrivateDaemon::Launch(world, environment);
     };
   }

@@ -50,8 +50,8 @@ of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
 to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
 runs PATH every second and grows or shrinks the job to the slots it lists,
-lines "host[:slots]" that must all be this machine (each host a stand-in node
-with a collectived of its own); a worker that fails blacklists its host, as
+lines "host[:slots]" (each host a node with a collectived of its own: a
+stand-in node for this machine, another machine over ssh); a worker that fails blacklists its host, as
 horovodrun does (for good, or for --blacklist-cooldown-range MIN MAX), and
 the job stops once every host it runs on is blacklisted. An elastic job on
 -H's or --hostfile's hosts runs as on a script that always lists them. The
@@ -70,8 +70,8 @@ the job as horovodrun does through mpirun: Open MPI's launcher (ssh, or
 what OMPI_MCA_plm_rsh_agent says) starts a collectived on each host, then
 the ranks, with the variables of this environment exported; collectived and
 the command must be at the same paths there. An elastic job (and a host
-discovery script) runs on this machine's hosts only (README, "Across
-machines").
+discovery script) reaches other machines over ssh itself, starting each
+worker there on its own (README, "Elastic training").
 
 Example: collectiverun -np 4 python -u train.py --epochs 10)";
 
@@ -238,8 +238,8 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
       ->type_name("PATH");
   app.add_option("--host-discovery-script", options.host_discovery_script,
                  "elastic training on the hosts and slots this script lists (lines "
-                 "'host[:slots]', all of them this machine, each host a stand-in node), run "
-                 "every second; implies --elastic")
+                 "'host[:slots]', each host a node: this machine's stand-in, or another "
+                 "machine over ssh), run every second; implies --elastic")
       ->type_name("PATH");
   app.add_option("--slots-per-host,--slots", options.slots_per_host,
                  "with --host-discovery-script: the slots of a host listed without ':slots' "
@@ -332,11 +332,6 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
   // As horovodrun: a discovery script, or --min-np, makes the job elastic.
   if (discovery || options.min_ranks != 0) options.elastic = true;
   const bool listed_hosts = OnListedHosts(options);
-  if (options.elastic && OnOtherMachines(options)) {
-    err << "collectiverun: "
-        << HostsOfThisMachine(options.hosts, options.hosts_source).status().message() << "\n";
-    return 2;
-  }
   if (!discovery && app.count("--slots-per-host") > 0) {
     err << "collectiverun: --slots-per-host needs --host-discovery-script\n"
         << "Run with --help for more information.\n";

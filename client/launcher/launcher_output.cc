@@ -9,7 +9,7 @@
 
 namespace collective::launcher {
 
-void WriteAll(int fd, absl::string_view text) {
+bool WriteAll(int fd, absl::string_view text) {
   while (!text.empty()) {
     const ssize_t written = ::write(fd, text.data(), text.size());
     if (written >= 0) {
@@ -20,9 +20,10 @@ void WriteAll(int fd, absl::string_view text) {
       pollfd room{fd, POLLOUT, 0};
       ::poll(&room, 1, -1);
     } else if (errno != EINTR) {
-      return;
+      return false;
     }
   }
+  return true;
 }
 
 void Say(absl::string_view message) {

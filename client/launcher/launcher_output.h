@@ -9,7 +9,8 @@ namespace collective::launcher {
 
 // Writes all of `text` to `fd`. A reader that went away (EPIPE: the output
 // was piped into `head`) or another error drops the text: the job goes on.
-void WriteAll(int fd, absl::string_view text);
+// Returns whether all of it was written.
+bool WriteAll(int fd, absl::string_view text);
 
 // "collectiverun: <message>\n" on stderr.
 void Say(absl::string_view message);

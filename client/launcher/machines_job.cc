@@ -33,45 +33,10 @@ constexpr absl::Duration kStopSignalInterval = absl::Seconds(1);
 // $HOROVOD_START_TIMEOUT or the environment says.
 constexpr char kConnectTimeoutSeconds[] = "60";
 
-// The flags both mpirun commands share: `binding` (none unless
-// --binding-args: the ranks and the daemon share the host's cores), an app
-// context per node or rank on its host (hence more contexts than slots),
-// root allowed when collectiverun runs as root (as for the daemon it starts
-// on one machine), and horovodrun's flags as horovodrun passes them to
-// mpirun.
-std::vector<std::string> MpirunCommon(const LauncherOptions& options,
-                                      const std::vector<std::string>& binding = {"--bind-to",
-                                                                                 "none"}) {
-  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--oversubscribe"};
-  argv.insert(argv.end(), binding.begin(), binding.end());
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  std::vector<std::string> ssh;
-  if (options.ssh_port != 0) ssh.push_back(absl::StrCat("-p ", options.ssh_port));
-  if (!options.ssh_identity_file.empty()) ssh.push_back("-i " + options.ssh_identity_file);
-  if (!ssh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", absl::StrJoin(ssh, " ")});
-  if (!options.network_interfaces.empty()) {
-    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", options.network_interfaces, "--mca",
-                             "oob_tcp_if_include", options.network_interfaces});
-  }
-  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
-  return argv;
-}
-
 bool IsVariableName(absl::string_view name) {
   return !name.empty() && !absl::ascii_isdigit(name.front()) &&
          std::all_of(name.begin(), name.end(),
                      [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
-}
-
-// Whether mpirun should carry `name` to the ranks, as horovodrun decides:
-// not the shell's functions, not OLDPWD, not a secret key; not Open MPI's
-// and PMIx's own (mpirun passes its settings to the hosts itself), and not
-// what each host has of its own.
-bool Exported(absl::string_view name) {
-  return IsVariableName(name) && name != "_" && name != "OLDPWD" && name != "HOSTNAME" &&
-         name != "PWD" && !absl::EndsWith(name, "_SECRET_KEY") &&
-         !absl::StartsWith(name, "OMPI_") && !absl::StartsWith(name, "PMIX_") &&
-         !absl::StartsWith(name, "SSH_");
 }
 
 // -x NAME for each variable of `environment` that `take` selects: once per
@@ -85,18 +50,6 @@ std::vector<std::string> Exports(const Environment& environment, Select take) {
     exports.push_back(name);
   }
   return exports;
-}
-
-// The daemons' environment: the job's, logging warnings only unless
-// --verbose or the environment says otherwise (as for a private daemon).
-Environment DaemonEnvironment(const LauncherOptions& options, const Environment& environment) {
-  Environment daemons = environment;
-  if (!options.verbose) daemons.emplace("COLLECTIVED_LOG_LEVEL", "warn");
-  // As horovodrun sets it for NCCL, which runs in the daemons here.
-  if (!options.network_interfaces.empty()) {
-    daemons["NCCL_SOCKET_IFNAME"] = options.network_interfaces;
-  }
-  return daemons;
 }
 
 // A tag no other job of this user shares, for the sockets' names.
@@ -209,15 +162,8 @@ class MachinesSupervisor {
 std::vector<std::string> DaemonsMpirunArgv(const LauncherOptions& options, const MachinesJob& job,
                                            const std::vector<std::string>& sockets,
                                            const Environment& environment) {
-  std::vector<std::string> argv = MpirunCommon(options);
-  // Without mpirun's own notes ("Forwarding signal 12 to job" when they
-  // stop), as the daemons log warnings only, unless --verbose.
-  if (!options.verbose) argv.push_back("--quiet");
-  const std::vector<std::string> exports =
-      Exports(DaemonEnvironment(options, environment), [](absl::string_view name) {
-        return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_") ||
-               absl::StartsWith(name, "NCCL_");
-      });
+  std::vector<std::string> argv = MpirunForMachines(options, /*daemons=*/true);
+  const std::vector<std::string> exports = DaemonExports(DaemonEnvironment(options, environment));
   const std::string binary = CollectivedBinary(options.daemon);
   for (size_t node = 0; node < job.hosts.size(); ++node) {
     if (node > 0) argv.push_back(":");
@@ -237,9 +183,7 @@ std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const M
                                          const Environment& environment) {
   // horovodrun's --binding-args replace its binding, for the ranks only
   // (the daemons share their host's cores with them).
-  std::vector<std::string> argv = options.binding_args.empty()
-                                      ? MpirunCommon(options)
-                                      : MpirunCommon(options, options.binding_args);
+  std::vector<std::string> argv = MpirunForMachines(options, /*daemons=*/false);
   // horovodrun's: "[1,<rank>]<stdout>:" before each line, and mpirun's
   // own output files.
   if (options.prefix_output) argv.push_back("--tag-output");
@@ -248,7 +192,7 @@ std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const M
     argv.push_back("--output-filename");
     argv.push_back(options.output_directory);
   }
-  const std::vector<std::string> exports = Exports(environment, Exported);
+  const std::vector<std::string> exports = Exports(environment, ExportedToOtherMachines);
   int rank = 0;
   for (size_t node = 0; node < job.hosts.size(); ++node) {
     for (int local = 0; local < job.local_sizes[node]; ++local, ++rank) {
@@ -275,6 +219,55 @@ std::vector<std::string> RanksMpirunArgv(const LauncherOptions& options, const M
 }
 
 }  // namespace
+
+std::vector<std::string> MpirunForMachines(const LauncherOptions& options, bool daemons) {
+  std::vector<std::string> argv = {COLLECTIVE_MPIEXEC, "--oversubscribe"};
+  // horovodrun's --binding-args replace its binding, for the ranks only
+  // (the daemons share their host's cores with them).
+  if (daemons || options.binding_args.empty()) {
+    argv.insert(argv.end(), {"--bind-to", "none"});
+  } else {
+    argv.insert(argv.end(), options.binding_args.begin(), options.binding_args.end());
+  }
+  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+  std::vector<std::string> ssh;
+  if (options.ssh_port != 0) ssh.push_back(absl::StrCat("-p ", options.ssh_port));
+  if (!options.ssh_identity_file.empty()) ssh.push_back("-i " + options.ssh_identity_file);
+  if (!ssh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", absl::StrJoin(ssh, " ")});
+  if (!options.network_interfaces.empty()) {
+    argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", options.network_interfaces, "--mca",
+                             "oob_tcp_if_include", options.network_interfaces});
+  }
+  argv.insert(argv.end(), options.mpi_args.begin(), options.mpi_args.end());
+  // Without mpirun's own notes ("Forwarding signal 12 to job" when they
+  // stop), as the daemons log warnings only, unless --verbose.
+  if (daemons && !options.verbose) argv.push_back("--quiet");
+  return argv;
+}
+
+bool ExportedToOtherMachines(absl::string_view name) {
+  return IsVariableName(name) && name != "_" && name != "OLDPWD" && name != "HOSTNAME" &&
+         name != "PWD" && !absl::EndsWith(name, "_SECRET_KEY") &&
+         !absl::StartsWith(name, "OMPI_") && !absl::StartsWith(name, "PMIX_") &&
+         !absl::StartsWith(name, "SSH_");
+}
+
+std::vector<std::string> DaemonExports(const Environment& environment) {
+  return Exports(environment, [](absl::string_view name) {
+    return absl::StartsWith(name, "COLLECTIVED_") || absl::StartsWith(name, "HOROVOD_") ||
+           absl::StartsWith(name, "NCCL_");
+  });
+}
+
+Environment DaemonEnvironment(const LauncherOptions& options, const Environment& environment) {
+  Environment daemons = environment;
+  if (!options.verbose) daemons.emplace("COLLECTIVED_LOG_LEVEL", "warn");
+  // As horovodrun sets it for NCCL, which runs in the daemons here.
+  if (!options.network_interfaces.empty()) {
+    daemons["NCCL_SOCKET_IFNAME"] = options.network_interfaces;
+  }
+  return daemons;
+}
 
 int RunOnMachines(const LauncherOptions& options, const MachinesJob& job,
                   const Environment& environment, const SignalWatcher& signals) {

@@ -56,7 +56,8 @@ absl::StatusOr<TrainerGroup> TrainerGroup::StartOnNodes(const std::vector<std::s
 }
 
 absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command,
-                               const Environment& environment, const OutputOptions& output) {
+                               const Environment& environment, const OutputOptions& output,
+                               bool input_pipe) {
   UniqueFd out_copy, err_copy;
   if (!output.directory.empty()) {
     const std::string directory =
@@ -80,7 +81,8 @@ absl::Status TrainerGroup::Add(int rank, const std::vector<std::string>& command
   auto process = ChildProcess::Spawn(
       {.argv = command,
        .environment = ToEnvp(environment),
-       .output = piped ? SpawnOptions::Output::kSeparatePipes : SpawnOptions::Output::kInherit});
+       .output = piped ? SpawnOptions::Output::kSeparatePipes : SpawnOptions::Output::kInherit,
+       .input_pipe = input_pipe});
   if (!process.ok()) return process.status();
   Trainer& trainer = trainers_.emplace_back(Trainer{rank, std::move(*process), {}, {}});
   if (piped) {

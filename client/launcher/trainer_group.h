@@ -60,10 +60,12 @@ class TrainerGroup {
                                                    const OutputOptions& output);
 
   // Starts one more: `command` with `environment`, its output handled as
-  // `output` says for `rank`. Callbacks of a Watch in progress stay valid
-  // (trainers live in a deque).
+  // `output` says for `rank`; with `input_pipe`, its stdin a pipe the
+  // launcher holds open until it exits (SpawnOptions). Callbacks of a Watch
+  // in progress stay valid (trainers live in a deque).
   absl::Status Add(int rank, const std::vector<std::string>& command,
-                   const Environment& environment, const OutputOptions& output);
+                   const Environment& environment, const OutputOptions& output,
+                   bool input_pipe = false);
 
   std::deque<Trainer>& trainers() { return trainers_; }
   int running() const;

@@ -1063,11 +1063,12 @@ TEST(LauncherTest, CheckBuildSaysWhatThePythonOnPathImports) {
 #endif
 
 TEST(LauncherTest, AHostDiscoveryScriptThatCannotServeTheJobStopsIt) {
-  // Another machine: collectiverun starts this machine's workers only.
-  const DiscoveryScript remote("localhost:1\nnode-that-is-not-here:4");
+  // Another machine that ssh cannot reach: its agent does not start.
+  const DiscoveryScript remote("localhost:1\nnode-that-is-not-here.invalid:4");
   LaunchResult run = RunLauncher({"-np", "2", "--host-discovery-script", remote.script(), "true"});
   EXPECT_EQ(run.exit_code, 1) << run.how << "\n" << run.err;
-  EXPECT_THAT(run.err, HasSubstr("lists host 'node-that-is-not-here', which is not this machine"));
+  EXPECT_THAT(run.err, HasSubstr("cannot start collectiverun's agent on "
+                                 "node-that-is-not-here.invalid (ssh "));
 
   // Fewer slots than -np (horovodrun's driver waits for as many), for
   // longer than --elastic-timeout, although --min-np would be met.

@@ -60,7 +60,7 @@ std::set<std::string> DaemonSockets() {
 class MachinesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto machines = SshMachines::Start({"machine-a", "machine-b"});
+    auto machines = SshMachines::Start({"machine-a", "machine-b", "machine-c"});
     ASSERT_TRUE(machines.ok()) << machines.status();
     machines_ = std::move(*machines);
     sockets_before_ = DaemonSockets();
@@ -273,24 +273,112 @@ TEST_F(MachinesTest, HorovodrunsSshNetworkAndMpiFlagsReachMpirun) {
   EXPECT_THAT(run.err, HasSubstr("-x NCCL_SOCKET_IFNAME"));
 }
 
-TEST_F(MachinesTest, ElasticJobsAndAConfiguredDaemonAreRefused) {
-  auto elastic = Start({"--elastic", "-np", "2", "-H", "machine-a:1,machine-b:1", "true"});
-  ASSERT_TRUE(elastic.ok());
-  Launch run = Finish(*elastic);
-  ASSERT_TRUE(run.status.has_value());
-  EXPECT_EQ(WEXITSTATUS(*run.status), 2);
-  EXPECT_THAT(run.err, HasSubstr("-H lists host 'machine-a', which is not this machine: an "
-                                 "elastic job runs on this machine's hosts only"));
+TEST_F(MachinesTest, AConfiguredDaemonIsRefused) {
   auto configured = Start({"-np", "2", "-H", "machine-a:1,machine-b:1", "true"},
                           {{"COLLECTIVE_SOCKET", "/run/collectived/collectived.sock"}});
   ASSERT_TRUE(configured.ok());
-  run = Finish(*configured);
+  Launch run = Finish(*configured);
   ASSERT_TRUE(run.status.has_value());
   EXPECT_NE(WEXITSTATUS(*run.status), 0);
   EXPECT_THAT(run.err, HasSubstr("-H lists hosts on other machines, where collectiverun starts "
                                  "a collectived of its own on each"));
   EXPECT_EQ(machines_->Logins(), 0) << "nothing was started";
 }
+
+#ifdef PYTHON_PACKAGE_DIR
+// Elastic jobs across machines (remote_hosts.h): workers started over ssh,
+// each machine's copy of the rendezvous kept by collectiverun's agent there,
+// the daemons of each generation's hosts an MPI world over ssh. Each job
+// runs with a TMPDIR of its own, which holds the launcher's rendezvous
+// directory and every host's copy: empty at the end, nothing is left.
+class ElasticMachinesTest : public MachinesTest {
+ protected:
+  absl::StatusOr<Subprocess> StartElastic(const std::vector<std::string>& args,
+                                          std::map<std::string, std::string> environment = {}) {
+    environment["PYTHONPATH"] = PYTHON_PACKAGE_DIR;
+    environment["PYTHONDONTWRITEBYTECODE"] = "1";
+    environment["TMPDIR"] = temporary_.path();
+    return Start(args, environment);
+  }
+
+  // The discovery tests of tests/python/elastic, on machines a, b and c
+  // in place of localhost, 127.0.0.1 and 127.0.0.2, the script listing
+  // `listed` at the start.
+  Launch RunDiscoveryTest(const std::string& test, const std::string& listed) {
+    const std::string hosts = temporary_.path() + "/hosts";
+    { std::ofstream(hosts) << listed; }
+    const std::string elastic = COLLECTIVE_SOURCE_DIR "/tests/python/elastic";
+    auto launcher =
+        StartElastic({"--host-discovery-script", elastic + "/discover_hosts.sh", "--min-np", "2",
+                      "-np", "3", PYTHON_EXECUTABLE, "-m", "pytest", "-q", "-s", "-p",
+                      "no:cacheprovider", "--confcutdir=" + elastic, elastic + "/" + test},
+                     {{"COLLECTIVE_TEST_HOSTS_FILE", hosts},
+                      {"COLLECTIVE_TEST_NODES", "machine-a machine-b machine-c"},
+                      {"COLLECTIVE_ELASTIC_TIMEOUT_S", "60"}});
+    EXPECT_TRUE(launcher.ok()) << launcher.status();
+    if (!launcher.ok()) return {};
+    Launch run = Finish(*launcher);
+    std::filesystem::remove(hosts);
+    return run;
+  }
+
+  void TearDown() override {
+    MachinesTest::TearDown();
+    std::vector<std::string> left;
+    for (const auto& entry : std::filesystem::directory_iterator(temporary_.path())) {
+      left.push_back(entry.path().filename().string());
+    }
+    EXPECT_THAT(left, ::testing::IsEmpty()) << "left in the job's TMPDIR";
+  }
+
+  TemporaryDirectory temporary_{"elastic-machines"};
+};
+
+TEST_F(ElasticMachinesTest, AJobGoesOnWithoutTheMachineOfAFailedWorker) {
+  const int logins_before = machines_->Logins();
+  auto launcher =
+      StartElastic({"--min-np", "2", "-np", "3", "-H", "machine-a:2,machine-b:1", PYTHON_EXECUTABLE,
+                    "-u", COLLECTIVE_SOURCE_DIR "/examples/python/elastic_train.py", "--epochs",
+                    "2", "--kill-worker", "2", "--kill-at-batch", "5"});
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  // Worker 2, alone on machine-b, killed itself mid-step: its machine is
+  // left out, and the job re-forms on machine-a's new daemon.
+  EXPECT_THAT(run.err, HasSubstr("worker 2 (pid"));
+  EXPECT_THAT(run.err, HasSubstr("blacklisting host machine-b for good; re-forming the job with "
+                                 "2 workers as generation 1"));
+  EXPECT_THAT(run.out, HasSubstr("[0] re-formed with 2 ranks"));
+  EXPECT_THAT(run.out, HasSubstr("[0] epoch 0: 2 ranks, 480 samples (all)"));
+  EXPECT_THAT(run.out, HasSubstr("[0] epoch 1: 2 ranks, 480 samples (all)"));
+  EXPECT_THAT(run.out, HasSubstr("[0] done: 2 ranks hold the same weights"));
+  // Over ssh: an agent per machine, each worker, and mpirun's daemons
+  // (twice: the first world, and machine-a's alone).
+  EXPECT_GE(machines_->Logins() - logins_before, 2 + 3 + 3);
+}
+
+TEST_F(ElasticMachinesTest, ADiscoveryScriptMovesTheJobFromARemovedMachineToAnAddedOne) {
+  const Launch run =
+      RunDiscoveryTest("test_elastic_discovery_nodes.py", "machine-a:2\nmachine-b:1\n");
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("no longer lists machine-b"));
+  EXPECT_THAT(run.err, HasSubstr("worker 3 added on machine-c"));
+  EXPECT_THAT(run.out, HasSubstr("elastic across nodes:"));
+  EXPECT_EQ(Occurrences(run.out, "1 passed"), 3u) << run.out;
+}
+
+TEST_F(ElasticMachinesTest, AMachineWhoseDaemonDiesIsLeftOut) {
+  const Launch run =
+      RunDiscoveryTest("test_elastic_discovery_node_dies.py", "machine-a:2\nmachine-b:1\n");
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  // machine-b's agent relayed its daemon's exit.
+  EXPECT_THAT(run.err, HasSubstr("the collectived of machine-b (node 1) exited while the job ran"));
+  EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
+}
+#endif
 
 }  // namespace
 }  // namespace collective::testing

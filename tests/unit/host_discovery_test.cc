@@ -109,7 +109,7 @@ class ScriptTest : public ::testing::Test {
 TEST_F(ScriptTest, ListsEachHostOnceInTheOrderFirstNamed) {
   const HostDiscovery discovery(Script("echo localhost:2; echo 127.0.0.1; echo \"$EXTRA\""), 3,
                                 {{"EXTRA", "localhost:4"}, {"PATH", "/usr/bin:/bin"}});
-  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts();
+  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.ListHosts();
   ASSERT_TRUE(hosts.ok()) << hosts.status();
   ASSERT_EQ(hosts->size(), 2u);
   // localhost 2, then 4 more from the environment given; 127.0.0.1 is a
@@ -126,7 +126,7 @@ TEST_F(ScriptTest, ReadsAScriptThatWritesMuchToStderr) {
   const HostDiscovery discovery(
       Script("head -c 300000 /dev/zero | tr '\\0' x >&2; echo localhost:2"), 1,
       {{"PATH", "/usr/bin:/bin"}});
-  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.LocalHosts(absl::Seconds(5));
+  const absl::StatusOr<std::vector<DiscoveredHost>> hosts = discovery.ListHosts(absl::Seconds(5));
   ASSERT_TRUE(hosts.ok()) << hosts.status();
   EXPECT_EQ(TotalSlots(*hosts), 2);
 }
@@ -134,24 +134,33 @@ TEST_F(ScriptTest, ReadsAScriptThatWritesMuchToStderr) {
 TEST_F(ScriptTest, SaysWhyItCannotUseTheScript) {
   const Environment path = {{"PATH", "/usr/bin:/bin"}};
   absl::StatusOr<std::vector<DiscoveredHost>> slots =
-      HostDiscovery(Script("echo 'no cluster today' >&2; exit 3"), 1, path).LocalHosts();
+      HostDiscovery(Script("echo 'no cluster today' >&2; exit 3"), 1, path).ListHosts();
   EXPECT_TRUE(absl::IsFailedPrecondition(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("exited with code 3: no cluster today"));
 
-  slots = HostDiscovery(Script("echo localhost:2; echo node-b:4"), 1, path).LocalHosts();
+  slots = HostDiscovery(Script("echo localhost:2; echo node-b:4"), 1, path).ListHosts();
   EXPECT_TRUE(absl::IsUnimplemented(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(),
               HasSubstr("lists host 'node-b', which is not this machine"));
+  // Unless the job may reach other machines (its own daemons, over ssh).
+  HostDiscovery across(Script("echo localhost:2; echo node-b:4; echo localhost:1"), 1, path);
+  across.AllowOtherMachines();
+  slots = across.ListHosts();
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  ASSERT_EQ(slots->size(), 2u);
+  EXPECT_EQ((*slots)[0].name, "localhost");
+  EXPECT_EQ((*slots)[0].slots, 3);
+  EXPECT_EQ((*slots)[1].name, "node-b");
 
-  slots = HostDiscovery(Script("echo localhost:x"), 1, path).LocalHosts();
+  slots = HostDiscovery(Script("echo localhost:x"), 1, path).ListHosts();
   EXPECT_TRUE(absl::IsInvalidArgument(slots.status())) << slots.status();
 
-  slots = HostDiscovery("/nonexistent/discover.sh", 1, path).LocalHosts();
+  slots = HostDiscovery("/nonexistent/discover.sh", 1, path).ListHosts();
   EXPECT_TRUE(absl::IsNotFound(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("host discovery: cannot start"));
 
   // A script that does not finish is killed at the deadline.
-  slots = HostDiscovery(Script("exec sleep 30"), 1, path).LocalHosts(absl::Milliseconds(200));
+  slots = HostDiscovery(Script("exec sleep 30"), 1, path).ListHosts(absl::Milliseconds(200));
   EXPECT_TRUE(absl::IsDeadlineExceeded(slots.status())) << slots.status();
   EXPECT_THAT(slots.status().message(), HasSubstr("ran longer than 200ms"));
 }

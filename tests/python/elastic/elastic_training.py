@@ -58,6 +58,13 @@ def worker():
     return elastic_rendezvous.worker()
 
 
+def node_names():
+    """The hosts the discovery tests list as their first, second and third node: stand-in
+    nodes of this machine, unless COLLECTIVE_TEST_NODES names others (machines reached over
+    ssh, as machines_test runs these tests)."""
+    return os.environ.get('COLLECTIVE_TEST_NODES', 'localhost 127.0.0.1 127.0.0.2').split()
+
+
 def death_file():
     """Where a worker about to die writes the time, for the survivors to measure the recovery."""
     job = os.environ['COLLECTIVE_JOB_ID'].rsplit('.', 1)[0]

@@ -9,7 +9,7 @@ collectiverun stops worker 2 (its host is gone), and the survivors roll back and
 one node (generation 1). At that generation's first step rank 0 lists ``127.0.0.2:1``: a
 worker is started on the new host and joins at the next commit (generation 2, two nodes
 again). The job ends with every sample processed once per epoch and one process's weights on
-every rank."""
+every rank. (machines_test runs it with other machines' names: ``training.node_names()``.)"""
 
 import os
 import signal
@@ -33,6 +33,7 @@ def _generation():
 def test_the_job_moves_from_a_removed_node_to_an_added_one():
     seen = {}
     times = {}
+    first, _, third = training.node_names()
 
     def hook(state, step, phase):
         generation = _generation()
@@ -41,7 +42,7 @@ def test_the_job_moves_from_a_removed_node_to_an_added_one():
         if generation == 0 and step == 3:
             if hvd.rank() == 0 and phase == 'start':
                 times['removed'] = time.monotonic()
-                _list_hosts('localhost:2')
+                _list_hosts(f'{first}:2')
             if training.worker() == 2 and phase == 'updated':
                 signal.pause()  # until collectiverun's SIGTERM ends this worker
         if generation == 1 and phase == 'start' and 'one_node' not in times:
@@ -50,7 +51,7 @@ def test_the_job_moves_from_a_removed_node_to_an_added_one():
                 # Listed only now, so that the job re-forms on one node
                 # first; the new host's worker is started within the
                 # script's next runs, and this step's commit meets it.
-                _list_hosts('localhost:2', '127.0.0.2:1')
+                _list_hosts(f'{first}:2', f'{third}:1')
                 elastic_rendezvous._wait_until(
                     lambda: elastic_rendezvous.read_world().generation > 1, 'the grown generation')
         if generation == 2 and phase == 'start' and 'two_nodes' not in times:
