@@ -112,7 +112,11 @@ class PrivateDaemon {
   // the SIGTERM; the caller watches the exit (Watch), calls
   // KillIfPastStopDeadline when it wakes, and Stop once exited().
   void RequestStop();
-  std::optional<absl::Time> stop_deadline() const { return stop_deadline_; }
+  // When it is killed unless it exited; nullopt before RequestStop and
+  // once killed (then only its exit is to be waited for).
+  std::optional<absl::Time> stop_deadline() const {
+    return killed_ ? std::nullopt : stop_deadline_;
+  }
   void KillIfPastStopDeadline(absl::Time now);
   bool exited() const;
 

@@ -20,12 +20,16 @@ void PollSet::Add(int fd, std::function<void()> on_ready) {
 bool PollSet::Wait(std::optional<absl::Time> deadline) {
   while (true) {
     int timeout_ms = -1;
+    bool last = false;  // the deadline has passed: one look, without waiting
     if (deadline.has_value()) {
       const absl::Duration left = *deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return false;
+      last = left <= absl::ZeroDuration();
       // Rounded up, so that a wake-up never comes before the deadline.
-      timeout_ms = static_cast<int>(std::min<int64_t>(
-          absl::ToInt64Milliseconds(left + absl::Milliseconds(1) - absl::Nanoseconds(1)), 1 << 30));
+      timeout_ms =
+          last ? 0
+               : static_cast<int>(std::min<int64_t>(
+                     absl::ToInt64Milliseconds(left + absl::Milliseconds(1) - absl::Nanoseconds(1)),
+                     1 << 30));
     }
     const int ready = ::poll(fds_.data(), fds_.size(), timeout_ms);
     if (ready < 0 && errno == EINTR) continue;
@@ -35,7 +39,10 @@ bool PollSet::Wait(std::optional<absl::Time> deadline) {
       Say(absl::StrCat("poll failed: ", std::strerror(errno)));
       std::_Exit(1);
     }
-    if (ready == 0) continue;  // a timeout: the deadline check above decides
+    if (ready == 0) {
+      if (last) return false;
+      continue;  // a timeout: the deadline check above decides
+    }
     for (size_t i = 0; i < fds_.size(); ++i) {
       if (fds_[i].revents != 0) callbacks_[i]();
     }

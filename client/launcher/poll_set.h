@@ -22,6 +22,9 @@ class PollSet {
 
   // Waits until a descriptor is ready, then runs the callbacks of all that
   // are. Returns false if `deadline` passed first (nullopt: no deadline).
+  // A deadline already past still looks once, without waiting: a caller
+  // whose deadline stays behind it (a kill sent, its exit not yet reaped)
+  // still gets what is ready, rather than spinning without it.
   bool Wait(std::optional<absl::Time> deadline);
 
  private:
