@@ -70,6 +70,8 @@ absl::StatusOr<std::unique_ptr<World>> World::Create(WorldMode mode) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &world->rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world->size_);
+  world->stopping_.assign(static_cast<size_t>(world->size_), false);
+  world->stopping_[static_cast<size_t>(world->rank_)] = true;
   for (MPI_Comm* comm : {&world->control_, &world->data_}) {
     if (absl::Status dup = MpiStatus(MPI_Comm_dup(MPI_COMM_WORLD, comm), "MPI_Comm_dup");
         !dup.ok()) {
@@ -93,19 +95,30 @@ void World::AnnounceStop() {
       requests.push_back(request);
     }
   }
-  // A dead node never takes its notice: give up after a while, and leave
-  // MPI_Finalize out then (it would wait for that node too).
+  // Every other daemon stops too (a notice breaks its world) and says so:
+  // MPI_Finalize then meets them all. One that does not within a while (it
+  // died, or left MPI unfinalised itself) would keep MPI_Finalize waiting
+  // for good, and so would a notice of ours it never takes: MPI is left
+  // unfinalised then.
   const auto deadline = std::chrono::steady_clock::now() + kStopNoticeDeadline;
-  int done = 0;
-  while (!requests.empty()) {
-    if (MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done,
-                    MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
+  int sent = 0;
+  while (true) {
+    if (!sent && MPI_Testall(static_cast<int>(requests.size()), requests.data(), &sent,
+                             MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
       abandoned_ = true;
       return;
     }
-    if (done) return;
+    while (TakeStopNotice() >= 0) {
+    }
+    std::vector<int> silent;
+    for (int node = 0; node < size_; ++node) {
+      if (!stopping_[static_cast<size_t>(node)]) silent.push_back(node);
+    }
+    if (sent && silent.empty()) return;
     if (std::chrono::steady_clock::now() > deadline) {
-      log::Mpi().warn("not every node took this daemon's stop notice; leaving MPI unfinalised");
+      log::Mpi().warn("{}; leaving MPI unfinalised",
+                      !sent ? std::string("not every node took this daemon's stop notice")
+                            : absl::StrCat("node ", silent.front(), " did not say that it stops"));
       abandoned_ = true;
       return;
     }
@@ -123,6 +136,9 @@ int World::TakeStopNotice() {
   }
   char notice = 0;
   MPI_Recv(&notice, 1, MPI_CHAR, status.MPI_SOURCE, kStopTag, control_, MPI_STATUS_IGNORE);
+  if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_) {
+    stopping_[static_cast<size_t>(status.MPI_SOURCE)] = true;
+  }
   return status.MPI_SOURCE;
 }
 

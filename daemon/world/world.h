@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -57,8 +58,10 @@ class World {
   MPI_Comm data() const { return data_; }
 
   // Tells every other daemon that this one is stopping (whether or not a
-  // job runs), and waits, boundedly, until the notices are out: they stop
-  // too, and MPI_Finalize then finds them all.
+  // job runs), and waits, boundedly, until the notices are out and every
+  // other daemon has said that it stops too: MPI_Finalize then finds them
+  // all. Past the bound (a daemon died, or left MPI unfinalised), MPI is
+  // abandoned (the destructor skips MPI_Finalize, which would wait for it).
   void AnnounceStop();
   // A node whose daemon announced that it stops, if one did since the last
   // call; -1 otherwise.
@@ -75,6 +78,8 @@ class World {
 
   bool initialised_ = false;
   bool abandoned_ = false;
+  // Per node: it said that it stops (this one: itself).
+  std::vector<bool> stopping_;
   int rank_ = 0;
   int size_ = 1;
   std::string node_name_;
