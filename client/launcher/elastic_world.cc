@@ -339,6 +339,13 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
     const int rank =
         static_cast<int>(std::find(workers.begin(), workers.end(), worker) - workers.begin());
     const int host = host_of_.at(worker);
+    // Its host's agent serves before the worker looks for its directory
+    // (which a new agent, after one was lost, has anew).
+    if (IsRemote(host)) {
+      if (absl::Status attached = agents_->Attach(host, HostName(host)); !attached.ok()) {
+        return attached;
+      }
+    }
     Environment environment = RankEnvironment(environment_, SocketOf(host), job_id, HostName(host),
                                               PlaceRank(local_sizes, rank));
     environment["COLLECTIVE_ELASTIC_DIR"] = DirectoryOf(host);
@@ -352,16 +359,10 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
     environment["HOROVOD_ELASTIC"] = absl::StrCat(1);
     absl::Status started;
     if (IsRemote(host)) {
-      // Its host's agent serves before the worker looks for its directory.
-      started = agents_->Attach(host, HostName(host));
-      if (started.ok()) {
-        std::erase_if(environment, [](const auto& variable) {
-          return !ExportedToOtherMachines(variable.first);
-        });
-        started =
-            trainers.Add(worker, agents_->WorkerCommand(HostName(host), environment, command_),
-                         agents_->environment(), output_, /*input_pipe=*/true);
-      }
+      std::erase_if(environment,
+                    [](const auto& variable) { return !ExportedToOtherMachines(variable.first); });
+      started = trainers.Add(worker, agents_->WorkerCommand(HostName(host), environment, command_),
+                             agents_->environment(), output_, /*input_pipe=*/true);
     } else {
       started = trainers.Add(worker, command_, environment, output_);
     }

@@ -60,6 +60,16 @@ std::optional<int> TakeSignal(int fd) {
   return static_cast<int>(info.ssi_signo);
 }
 
+// The copy of the directory, and the shared memory named for the daemons'
+// sockets there (a daemon that died could not remove its own).
+void RemoveCopy(const std::string& directory) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(directory + "/daemons", error)) {
+    shm::SegmentNames(::geteuid(), entry.path().string(), 0).RemoveAll();
+  }
+  std::filesystem::remove_all(directory, error);
+}
+
 class HostAgent {
  public:
   explicit HostAgent(std::string directory) : directory_(std::move(directory)) {}
@@ -116,12 +126,7 @@ class HostAgent {
 
   // Removes what the job left on this machine.
   int Finish(int code) {
-    if (!made_) return code;
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(directory_ + "/daemons", error)) {
-      shm::SegmentNames(::geteuid(), entry.path().string(), 0).RemoveAll();
-    }
-    std::filesystem::remove_all(directory_, error);
+    if (made_) RemoveCopy(directory_);
     return code;
   }
 
@@ -221,6 +226,21 @@ class HostAgent {
 }  // namespace
 
 int RunHostAgent(const std::string& directory) { return HostAgent(directory).Run(); }
+
+int RunHostCleanup(const std::string& directory) {
+  // Only what an agent makes: an absolute path named as collectiverun names
+  // a machine's copy, a directory (not a link) of this user, 0700.
+  const std::string name = std::filesystem::path(directory).filename().string();
+  struct stat info {};
+  if (!absl::StartsWith(directory, "/") || !absl::StartsWith(name, "collectiverun-elastic-") ||
+      !absl::StrContains(name, "-host") || ::lstat(directory.c_str(), &info) != 0 ||
+      !S_ISDIR(info.st_mode) || info.st_uid != ::geteuid() || (info.st_mode & 0777) != 0700) {
+    Complain(absl::StrCat("not an agent's directory, left alone: ", directory));
+    return 1;
+  }
+  RemoveCopy(directory);
+  return 0;
+}
 
 int RunRemoteExec(double grace_seconds, const std::vector<std::string>& command) {
   UniqueFd stop_signals = WatchStopSignals();

@@ -13,6 +13,10 @@
 //   directory and the shared memory of the daemons that served in it, and
 //   exits 0.
 //
+// - The clean-up (`collectiverun --host-cleanup DIRECTORY`) of an agent that
+//   was killed: removes what the agent would have, if DIRECTORY is what an
+//   agent makes (named so, 0700, this user's).
+//
 // - A remote worker (`collectiverun --remote-exec GRACE -- COMMAND...`)
 //   runs COMMAND (stdin /dev/null, a process group of its own) and exits
 //   as it does (a signal N as 128 + N, which ssh passes on). ssh forwards
@@ -29,6 +33,7 @@ namespace collective::launcher {
 
 // Each returns the process's exit code.
 int RunHostAgent(const std::string& directory);
+int RunHostCleanup(const std::string& directory);
 int RunRemoteExec(double grace_seconds, const std::vector<std::string>& command);
 
 }  // namespace collective::launcher

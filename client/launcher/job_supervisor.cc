@@ -301,11 +301,23 @@ std::string JobSupervisor::HostLabel(int host) const {
   return daemon_per_host() ? absl::StrCat("host ", elastic_->HostName(host)) : "this machine";
 }
 
-void JobSupervisor::OnAgentLost(const std::string& host, const std::string& why) {
+void JobSupervisor::OnAgentLost(const std::string& host_name, const std::string& why) {
   if (stopping_ || finishing_) return;
-  StopOthers(absl::StrCat("collectiverun's agent on ", host, " ", why,
-                          ": the workers there can no longer rendezvous"),
-             /*exit_code=*/1);
+  const int host = elastic_->HostNumber(host_name);
+  const absl::Time now = absl::Now();
+  const std::optional<absl::Time> until = blacklist_.Add(host, now);
+  const std::string what = absl::StrCat("collectiverun's agent on ", host_name, " ", why);
+  Say(absl::StrCat(what, ": the workers there can no longer rendezvous; blacklisting the host ",
+                   HostBlacklist::Describe(until, now), ", and re-forming the job without it"));
+  // As for a daemon that died: a world that spans the host is not to be
+  // trusted (its daemon there is unwatched now), so its daemons stop, and
+  // the survivors re-form on a new one.
+  const std::vector<int>& nodes = elastic_->running_nodes();
+  if (std::find(nodes.begin(), nodes.end(), host) != nodes.end()) {
+    worlds_->StopServing();
+    elastic_->DaemonsLost();
+  }
+  Retire(LiveOn(host), host, what);
 }
 
 void JobSupervisor::OnElasticMarkers() {

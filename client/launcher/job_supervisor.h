@@ -91,7 +91,9 @@ class JobSupervisor {
   // to re-form after a failed collective.
   void OnElasticMarkers();
   // The agent of another machine (remote_hosts.h) exited or misspoke
-  // (`why`): the job stops, its workers there being cut off.
+  // (`why`): its workers are cut off from the rendezvous. As for a daemon
+  // that died, the host is blacklisted, its workers stop, and the job
+  // re-forms without it.
   void OnAgentLost(const std::string& host, const std::string& why);
   void OnDaemonExit(int status);
   // Starts the discovery script every second, one run at a time, and

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   // (host_agent.h); not for users, so not among the options.
   const std::vector<std::string> args(argv, argv + argc);
   if (args.size() == 3 && args[1] == "--host-agent") return RunHostAgent(args[2]);
+  if (args.size() == 3 && args[1] == "--host-cleanup") return RunHostCleanup(args[2]);
   if (args.size() >= 5 && args[1] == "--remote-exec" && args[3] == "--") {
     double grace = 0;
     if (!absl::SimpleAtod(args[2], &grace) || !(grace >= 0)) return 2;

@@ -53,19 +53,43 @@ HostAgents::HostAgents(std::string hub, RemoteShell shell, Environment environme
 
 HostAgents::~HostAgents() {
   // An agent's stdin ends with its session: it removes its directory and
-  // the shared memory left there, and exits, and so does its ssh.
-  for (auto& [number, agent] : agents_) agent->process.CloseStdin();
+  // the shared memory left there, and exits, and so does its ssh. What a
+  // lost agent left is removed over a session of its own.
+  std::vector<ChildProcess> cleanups;
+  std::vector<Agent*> all;
+  for (auto& [number, agent] : agents_) all.push_back(agent.get());
+  for (auto& agent : replaced_) all.push_back(agent.get());
+  for (Agent* agent : all) {
+    if (!agent->lost) {
+      agent->process.CloseStdin();
+      continue;
+    }
+    std::vector<std::string> argv = shell_.ssh;
+    argv.push_back(agent->host);
+    argv.push_back(
+        absl::StrCat(ShellQuote(shell_.self), " --host-cleanup ", ShellQuote(agent->directory)));
+    absl::StatusOr<ChildProcess> cleanup =
+        ChildProcess::Spawn({.argv = argv, .environment = ToEnvp(environment_)});
+    if (cleanup.ok()) cleanups.push_back(std::move(*cleanup));
+  }
   const absl::Time deadline = absl::Now() + kAgentStopTimeout;
-  for (auto& [number, agent] : agents_) {
+  for (Agent* agent : all) {
     while (!agent->process.reaped()) {
       PollSet set;
-      set.Add(agent->process.pidfd(), [&agent] { agent->process.TryReap(); });
+      set.Add(agent->process.pidfd(), [agent] { agent->process.TryReap(); });
       if (agent->errors.has_value() && agent->errors->open()) {
-        set.Add(agent->errors->fd(), [&agent] { agent->errors->Pump(); });
+        set.Add(agent->errors->fd(), [agent] { agent->errors->Pump(); });
       }
       if (!set.Wait(deadline)) break;  // ~ChildProcess kills it
     }
     if (agent->errors.has_value()) agent->errors->Drain();
+  }
+  for (ChildProcess& cleanup : cleanups) {
+    while (!cleanup.reaped()) {
+      PollSet set;
+      set.Add(cleanup.pidfd(), [&cleanup] { cleanup.TryReap(); });
+      if (!set.Wait(deadline)) break;
+    }
   }
 }
 
@@ -106,9 +130,21 @@ void HostAgents::Sync() {
   for (auto& [number, agent] : agents_) SyncOne(*agent, files);
 }
 
+std::string HostAgents::DirectoryOf(int number) const {
+  const auto replaced = replacements_.find(number);
+  return replaced == replacements_.end()
+             ? absl::StrCat(hub_, "-host", number)
+             : absl::StrCat(hub_, "-host", number, "-", replaced->second);
+}
+
 absl::Status HostAgents::Attach(int number, const std::string& host) {
-  if (const auto it = agents_.find(number); it != agents_.end() && !it->second->lost) {
-    return absl::OkStatus();
+  if (const auto it = agents_.find(number); it != agents_.end()) {
+    if (!it->second->lost) return absl::OkStatus();
+    // The host is back after its agent was lost: a new agent, in a
+    // directory of its own.
+    replaced_.push_back(std::move(it->second));
+    agents_.erase(it);
+    ++replacements_[number];
   }
   const std::string directory = DirectoryOf(number);
   std::vector<std::string> argv = shell_.ssh;
@@ -257,7 +293,7 @@ void HostAgents::Watch(PollSet& set, const Events& events) {
       set.Add(agent->process.pidfd(), [this, agent, events] {
         if (const std::optional<int> status = agent->process.TryReap()) {
           if (agent->errors.has_value()) agent->errors->Drain();
-          Lose(*agent, DescribeExit(*status), events);
+          Lose(*agent, absl::StrCat("ended (its ssh ", DescribeExit(*status), ")"), events);
         }
       });
     }

@@ -69,10 +69,13 @@ class HostAgents {
   HostAgents(const HostAgents&) = delete;
   HostAgents& operator=(const HostAgents&) = delete;
 
-  // Where host number `number` keeps its copy of the directory.
-  std::string DirectoryOf(int number) const { return absl::StrCat(hub_, "-host", number); }
+  // Where host number `number` keeps its copy of the directory:
+  // <hub>-host<number>, and <hub>-host<number>-<k> for its k-th agent after
+  // one was lost (what a lost agent left may still be there).
+  std::string DirectoryOf(int number) const;
   // Starts the agent of `host` (number `number`) unless it runs, waits for
-  // it to serve (up to the start timeout) and sends it every file.
+  // it to serve (up to the start timeout) and sends it every file. After
+  // its agent was lost, a new one in a new directory.
   absl::Status Attach(int number, const std::string& host);
 
   // The command that runs `command` on `host` with `variables` (those a
@@ -116,6 +119,10 @@ class HostAgents {
   RemoteShell shell_;
   Environment environment_;
   std::map<int, std::unique_ptr<Agent>> agents_;  // by host number
+  // Agents lost and replaced since, whose directories are removed at the
+  // end; and how many each host number had.
+  std::vector<std::unique_ptr<Agent>> replaced_;
+  std::map<int, int> replacements_;
 };
 
 }  // namespace collective::launcher

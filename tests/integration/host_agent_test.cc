@@ -9,9 +9,12 @@
 #include <optional>
 #include <string>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +29,7 @@
 #include "client/launcher/launcher_output.h"
 #include "client/launcher/poll_set.h"
 #include "client/launcher/rank_environment.h"
+#include "client/launcher/remote_hosts.h"
 #include "tests/common/temporary_directory.h"
 
 namespace collective::launcher {
@@ -188,6 +192,39 @@ TEST(HostAgentTest, ADirectoryThatExistsOrAMalformedMessageEndsTheAgent) {
   EXPECT_FALSE(std::filesystem::exists(directory));
 }
 
+int RunCleanup(const std::string& directory) {
+  auto cleanup = ChildProcess::Spawn({.argv = {COLLECTIVERUN_BINARY, "--host-cleanup", directory},
+                                      .environment = ToEnvp(CurrentEnvironment()),
+                                      .output = SpawnOptions::Output::kOnePipe});
+  EXPECT_TRUE(cleanup.ok()) << cleanup.status();
+  PollSet set;
+  set.Add(cleanup->pidfd(), [] {});
+  EXPECT_TRUE(set.Wait(absl::Now() + kDeadline));
+  return ShellExitCode(cleanup->TryReap().value_or(-1));
+}
+
+// What a killed agent left is removed by a clean-up run over ssh, which
+// takes nothing but an agent's directory.
+TEST(HostAgentTest, ACleanUpRemovesOnlyAnAgentsDirectory) {
+  testing::TemporaryDirectory scratch;
+  const std::string copy = scratch.path() + "/collectiverun-elastic-Ab12Cd-host3";
+  ASSERT_EQ(::mkdir(copy.c_str(), 0700), 0);
+  ASSERT_EQ(::mkdir((copy + "/daemons").c_str(), 0700), 0);
+  { std::ofstream(copy + "/world") << "generation 2\n"; }
+  EXPECT_EQ(RunCleanup(copy), 0);
+  EXPECT_FALSE(std::filesystem::exists(copy));
+
+  const std::string other = scratch.path() + "/precious";
+  ASSERT_EQ(::mkdir(other.c_str(), 0700), 0);
+  EXPECT_EQ(RunCleanup(other), 1);
+  const std::string open_copy = scratch.path() + "/collectiverun-elastic-Ab12Cd-host4";
+  ASSERT_EQ(::mkdir(open_copy.c_str(), 0755), 0);
+  EXPECT_EQ(RunCleanup(open_copy), 1) << "not 0700: not an agent's";
+  EXPECT_EQ(RunCleanup("relative/collectiverun-elastic-Ab12Cd-host5"), 1);
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_TRUE(std::filesystem::exists(open_copy));
+}
+
 // A remote worker: its command's exit code, and a stop when its session ends.
 TEST(HostAgentTest, ARemoteWorkerExitsAsItsCommandAndStopsWithItsSession) {
   auto exits = ChildProcess::Spawn(
@@ -215,6 +252,112 @@ TEST(HostAgentTest, ARemoteWorkerExitsAsItsCommandAndStopsWithItsSession) {
   ASSERT_TRUE(sleeper->TryReap().has_value());
   EXPECT_EQ(ShellExitCode(*sleeper->status()), 128 + SIGTERM);
   EXPECT_LT(absl::Now() - ended, absl::Seconds(5)) << "SIGTERM, not the grace's SIGKILL";
+}
+
+// collectiverun's side (HostAgents) with an "ssh" that runs the command on
+// this machine (sh -c), as the real one runs it on the host.
+RemoteShell LocalShell() {
+  return {.ssh = {"sh", "-c", "exec sh -c \"$2\"", "ssh"},
+          .self = COLLECTIVERUN_BINARY,
+          .grace_seconds = 5,
+          .start_timeout = kDeadline};
+}
+
+// The pid of the process one of whose arguments is `argument`, or -1.
+pid_t PidWithArgument(const std::string& argument) {
+  DIR* proc = ::opendir("/proc");
+  pid_t found = -1;
+  while (dirent* entry = proc != nullptr ? ::readdir(proc) : nullptr) {
+    const std::string line = Read(absl::StrCat("/proc/", entry->d_name, "/cmdline"));
+    size_t start = 0;
+    for (size_t end = line.find('\0'); end != std::string::npos;
+         start = end + 1, end = line.find('\0', start)) {
+      if (line.compare(start, end - start, argument) == 0) found = std::atoi(entry->d_name);
+    }
+  }
+  if (proc != nullptr) ::closedir(proc);
+  return found;
+}
+
+// Until `path` holds `content` (or the deadline): an agent writes what it
+// was sent on its own time.
+bool AwaitContent(const std::string& path, const std::string& content) {
+  UniqueFd watch(::inotify_init1(IN_CLOEXEC | IN_NONBLOCK));
+  const std::string directory = std::filesystem::path(path).parent_path().string();
+  if (::inotify_add_watch(watch.get(), directory.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
+    return false;
+  }
+  const absl::Time deadline = absl::Now() + kDeadline;
+  while (Read(path) != content) {
+    PollSet set;
+    set.Add(watch.get(), [&] {
+      alignas(inotify_event) char events[4096];
+      while (::read(watch.get(), events, sizeof(events)) > 0) {
+      }
+    });
+    if (!set.Wait(deadline)) return Read(path) == content;
+  }
+  return true;
+}
+
+// Until `done` (or the deadline), drives `agents` as the launcher's loop does.
+bool DriveUntil(HostAgents& agents, const HostAgents::Events& events,
+                const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + kDeadline;
+  while (!done()) {
+    PollSet set;
+    agents.Watch(set, events);
+    if (!set.Wait(deadline)) return done();
+  }
+  return true;
+}
+
+TEST(HostAgentsTest, MirrorTheDirectoryBothWaysAndReplaceALostAgent) {
+  testing::TemporaryDirectory scratch;
+  const std::string hub = scratch.path() + "/collectiverun-elastic-T3st00";
+  ASSERT_EQ(::mkdir(hub.c_str(), 0700), 0);
+  { std::ofstream(hub + "/world") << "generation 0\n"; }
+  std::string lost_host, first, second;
+  {
+    HostAgents agents(hub, LocalShell(), CurrentEnvironment());
+    ASSERT_TRUE(agents.Attach(1, "machine-x").ok());
+    first = agents.DirectoryOf(1);
+    EXPECT_EQ(first, hub + "-host1");
+    EXPECT_TRUE(AwaitContent(first + "/world", "generation 0\n")) << "every file at once";
+
+    // A change reaches the copy at the next Sync, whole.
+    { std::ofstream(hub + "/world.new") << "generation 1\n"; }
+    ASSERT_EQ(std::rename((hub + "/world.new").c_str(), (hub + "/world").c_str()), 0);
+    agents.Sync();
+    EXPECT_TRUE(AwaitContent(first + "/world", "generation 1\n"));
+    EXPECT_FALSE(std::filesystem::exists(first + "/world.new")) << "not the staging copy";
+
+    // A worker's marker there comes back here.
+    const HostAgents::Events events{
+        .daemon_ready = [](const std::string&, pid_t) {},
+        .daemon_exited = [](const std::string&, pid_t) {},
+        .lost = [&](const std::string& host, const std::string&) { lost_host = host; }};
+    { std::ofstream(first + "/joining-1-0"); }
+    EXPECT_TRUE(
+        DriveUntil(agents, events, [&] { return std::filesystem::exists(hub + "/joining-1-0"); }));
+
+    // The agent is killed: the host is lost, and a new agent comes in a
+    // directory of its own.
+    const pid_t agent = PidWithArgument(first);
+    ASSERT_GT(agent, 0);
+    ASSERT_EQ(::kill(agent, SIGKILL), 0);
+    EXPECT_TRUE(DriveUntil(agents, events, [&] { return !lost_host.empty(); }));
+    EXPECT_EQ(lost_host, "machine-x");
+    ASSERT_TRUE(agents.Attach(1, "machine-x").ok());
+    second = agents.DirectoryOf(1);
+    EXPECT_EQ(second, hub + "-host1-1");
+    EXPECT_TRUE(AwaitContent(second + "/world", "generation 1\n"));
+    EXPECT_TRUE(std::filesystem::exists(first)) << "what the killed agent left, until the end";
+  }
+  // The end: the live agent removes its copy, and the lost one's is removed
+  // by a clean-up run.
+  EXPECT_FALSE(std::filesystem::exists(second));
+  EXPECT_FALSE(std::filesystem::exists(first));
 }
 
 }  // namespace

@@ -378,6 +378,17 @@ TEST_F(ElasticMachinesTest, AMachineWhoseDaemonDiesIsLeftOut) {
   EXPECT_THAT(run.err, HasSubstr("the collectived of machine-b (node 1) exited while the job ran"));
   EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
 }
+
+TEST_F(ElasticMachinesTest, AMachineWhoseAgentDiesIsLeftOut) {
+  const Launch run =
+      RunDiscoveryTest("test_elastic_machine_agent_dies.py", "machine-a:2\nmachine-b:1\n");
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("collectiverun's agent on machine-b ended (its ssh "));
+  EXPECT_THAT(run.err, HasSubstr("the workers there can no longer rendezvous; blacklisting the "
+                                 "host for good, and re-forming the job without it"));
+  EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
+}
 #endif
 
 }  // namespace
