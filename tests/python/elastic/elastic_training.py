@@ -10,6 +10,7 @@ state, the samples the whole job processed in it.
 """
 
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -63,6 +64,29 @@ def node_names():
     nodes of this machine, unless COLLECTIVE_TEST_NODES names others (machines reached over
     ssh, as machines_test runs these tests)."""
     return os.environ.get('COLLECTIVE_TEST_NODES', 'localhost 127.0.0.1 127.0.0.2').split()
+
+
+def train_losing_the_second_node(cut_off):
+    """Trains on two nodes, the second running worker 2 alone, which calls ``cut_off()`` (its
+    node is to be lost: its daemon killed, say) in step 3 of generation 0 after the weights
+    changed, and waits to be stopped with its node. Checks what the survivors see: the job
+    re-formed once, on the first node alone, with every sample processed once per epoch and
+    one process's weights. Returns ``facts``."""
+    def hook(state, step, phase):
+        if (os.environ['COLLECTIVE_ELASTIC_GENERATION'], step, phase) == ('0', 3, 'updated') \
+                and worker() == 2:
+            assert hvd.cross_rank() == 1 and hvd.local_size() == 1
+            cut_off()
+            signal.pause()  # until collectiverun stops this worker with its node
+
+    state, model, facts = train(hook)
+    assert worker() != 2
+    assert (hvd.rank(), hvd.size()) == (worker(), 2)
+    assert (hvd.cross_size(), hvd.local_size()) == (1, 2)
+    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '1'
+    assert facts['resets'] == 1
+    check_result(state, model)
+    return facts
 
 
 def death_file():

@@ -45,21 +45,7 @@ def _segments_of(socket_path):
 
 
 def test_a_node_whose_daemon_dies_is_left_out():
-    def hook(state, step, phase):
-        if (os.environ['COLLECTIVE_ELASTIC_GENERATION'], step, phase) == ('0', 3, 'updated') \
-                and training.worker() == 2:
-            assert hvd.cross_rank() == 1 and hvd.local_size() == 1
-            _kill_my_daemon()
-            signal.pause()  # until collectiverun stops this worker with its host
-
-    state, model, facts = training.train(hook)
-    assert training.worker() != 2
-    assert (hvd.rank(), hvd.size()) == (training.worker(), 2)
-    assert (hvd.cross_size(), hvd.local_size()) == (1, 2)
-    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '1'
-    assert facts['resets'] == 1
-    training.report(facts)
-    training.check_result(state, model)
+    training.report(training.train_losing_the_second_node(_kill_my_daemon))
     # Its socket, as the dead daemon's worker wrote it.
     with open(training.death_file() + '.socket') as f:
         dead = f.read()

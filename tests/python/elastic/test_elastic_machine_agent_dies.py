@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 
-import collective.torch as hvd
 import elastic_training as training
 
 
@@ -26,17 +25,4 @@ def _kill_my_agent():
 
 
 def test_a_machine_whose_agent_dies_is_left_out():
-    def hook(state, step, phase):
-        if (os.environ['COLLECTIVE_ELASTIC_GENERATION'], step, phase) == ('0', 3, 'updated') \
-                and training.worker() == 2:
-            assert hvd.cross_rank() == 1 and hvd.local_size() == 1
-            _kill_my_agent()
-            signal.pause()  # until collectiverun stops this worker with its machine
-
-    state, model, facts = training.train(hook)
-    assert training.worker() != 2
-    assert (hvd.rank(), hvd.size()) == (training.worker(), 2)
-    assert (hvd.cross_size(), hvd.local_size()) == (1, 2)
-    assert os.environ['COLLECTIVE_ELASTIC_GENERATION'] == '1'
-    assert facts['resets'] == 1
-    training.check_result(state, model)
+    training.train_losing_the_second_node(_kill_my_agent)
