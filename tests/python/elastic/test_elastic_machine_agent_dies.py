@@ -12,7 +12,9 @@ one process's weights on both survivors."""
 import os
 import signal
 import subprocess
+import time
 
+import collective.torch as hvd
 import elastic_training as training
 
 
@@ -21,8 +23,13 @@ def _kill_my_agent():
     agents = subprocess.run(['pgrep', '-f', '--', f'--host-agent {directory}$'], capture_output=True,
                             text=True, check=True).stdout.split()
     assert len(agents) == 1, agents
+    with open(training.death_file(), 'w') as f:
+        f.write(repr(time.time()))
     os.kill(int(agents[0]), signal.SIGKILL)
 
 
 def test_a_machine_whose_agent_dies_is_left_out():
-    training.train_losing_the_second_node(_kill_my_agent)
+    training.report(training.train_losing_the_second_node(_kill_my_agent))
+    hvd.barrier()
+    if hvd.rank() == 0:
+        os.unlink(training.death_file())
