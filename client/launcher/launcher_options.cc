@@ -51,9 +51,10 @@ to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
 runs PATH every second and grows or shrinks the job to the slots it lists,
 lines "host[:slots]" (each host a node with a collectived of its own: a
-stand-in node for this machine, another machine over ssh); a worker that fails blacklists its host, as
-horovodrun does (for good, or for --blacklist-cooldown-range MIN MAX), and
-the job stops once every host it runs on is blacklisted. An elastic job on
+stand-in node for this machine, another machine over ssh); a worker that
+fails blacklists its host, as horovodrun does (for good, or for
+--blacklist-cooldown-range MIN MAX), and the job stops once every host it
+runs on is blacklisted. An elastic job on
 -H's or --hostfile's hosts runs as on a script that always lists them. The
 exit status is then 0 when every rank that
 did not fail exited 0.
