@@ -17,6 +17,11 @@ void PollSet::Add(int fd, std::function<void()> on_ready) {
   callbacks_.push_back(std::move(on_ready));
 }
 
+void PollSet::AddWritable(int fd, std::function<void()> on_ready) {
+  fds_.push_back({fd, POLLOUT, 0});
+  callbacks_.push_back(std::move(on_ready));
+}
+
 bool PollSet::Wait(std::optional<absl::Time> deadline) {
   while (true) {
     int timeout_ms = -1;

@@ -19,6 +19,8 @@ class PollSet {
  public:
   // Calls `on_ready` when `fd` is readable, hung up or in error.
   void Add(int fd, std::function<void()> on_ready);
+  // Calls `on_ready` when `fd` takes writing (or is in error).
+  void AddWritable(int fd, std::function<void()> on_ready);
 
   // Waits until a descriptor is ready, then runs the callbacks of all that
   // are. Returns false if `deadline` passed first (nullopt: no deadline).

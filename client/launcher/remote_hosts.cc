@@ -17,7 +17,6 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/launcher/launcher_output.h"
 
 namespace collective::launcher {
 namespace {
@@ -120,8 +119,23 @@ void HostAgents::SyncOne(Agent& agent, const std::map<std::string, std::string>&
         EncodeAgentMessage({.kind = AgentMessage::Kind::kFile, .name = name, .content = content});
     agent.sent[name] = content;
   }
-  // A failed write: the agent is gone, which its exit reports.
-  if (!batch.empty()) WriteAll(agent.process.stdin_fd(), batch);
+  agent.outbox += batch;
+  Flush(agent);
+}
+
+void HostAgents::Flush(Agent& agent) {
+  while (!agent.outbox.empty()) {
+    const ssize_t wrote =
+        ::write(agent.process.stdin_fd(), agent.outbox.data(), agent.outbox.size());
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote < 0 && errno == EAGAIN) return;  // the rest when it takes more (Watch)
+    if (wrote <= 0) {
+      // The agent is gone, which its exit reports.
+      agent.outbox.clear();
+      return;
+    }
+    agent.outbox.erase(0, static_cast<size_t>(wrote));
+  }
 }
 
 void HostAgents::Sync() {
@@ -162,6 +176,8 @@ absl::Status HostAgents::Attach(int number, const std::string& host) {
   auto agent = std::make_unique<Agent>(
       Agent{.host = host, .directory = directory, .process = std::move(*process)});
   agent->messages = agent->process.TakeStdout();
+  ::fcntl(agent->process.stdin_fd(), F_SETFL,
+          ::fcntl(agent->process.stdin_fd(), F_GETFL) | O_NONBLOCK);
   agent->errors.emplace(agent->process.TakeStderr(), absl::StrCat("[", host, "] "), STDERR_FILENO);
   // Its first word says the directory is there: workers sent to the host
   // after this find it.
@@ -282,6 +298,9 @@ void HostAgents::Watch(PollSet& set, const Events& events) {
       set.Add(agent->errors->fd(), [agent] { agent->errors->Pump(); });
     }
     if (agent->lost) continue;
+    if (!agent->outbox.empty() && agent->process.stdin_fd() >= 0) {
+      set.AddWritable(agent->process.stdin_fd(), [agent] { Flush(*agent); });
+    }
     if (agent->messages.valid()) {
       set.Add(agent->messages.get(), [this, agent, events] {
         std::string why;

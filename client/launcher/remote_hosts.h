@@ -106,6 +106,9 @@ class HostAgents {
     AgentMessageReader reader;
     std::optional<PrefixedStream> errors;
     std::map<std::string, std::string> sent;  // name -> content it has
+    // What is yet to be written to its stdin (non-blocking: a machine that
+    // hangs must not hold up collectiverun's loop).
+    std::string outbox;
     bool lost = false;
   };
 
@@ -113,6 +116,8 @@ class HostAgents {
   bool Read(Agent& agent, const Events* events, std::string& why);
   void Lose(Agent& agent, const std::string& why, const Events& events);
   void SyncOne(Agent& agent, const std::map<std::string, std::string>& files);
+  // Writes what its stdin takes now of the agent's outbox.
+  static void Flush(Agent& agent);
   std::map<std::string, std::string> HubFiles() const;
 
   std::string hub_;

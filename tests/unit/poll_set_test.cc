@@ -1,8 +1,10 @@
-// The launcher's one poll loop: callbacks of what is ready run, a deadline
-// ends the wait, and a deadline already past still looks once (a loop whose
-// deadline stayed behind it must still reap the exit it waits for, rather
-// than spin without ever polling).
+// The launcher's one poll loop: callbacks of what is ready (readable, or
+// writable when asked) run, a deadline ends the wait, and a deadline already
+// past still looks once (a loop whose deadline stayed behind it must still
+// reap the exit it waits for, rather than spin without ever polling).
 #include "client/launcher/poll_set.h"
+
+#include <string>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -62,6 +64,25 @@ TEST(PollSetTest, ADeadlineAlreadyPastStillLooksOnce) {
   PollSet nothing;
   nothing.Add(idle.read_end.get(), [] {});
   EXPECT_FALSE(nothing.Wait(absl::Now() - absl::Seconds(1)));
+}
+
+TEST(PollSetTest, WritableMeansThePipeTakesMore) {
+  Pipe pipe;
+  ASSERT_EQ(::fcntl(pipe.write_end.get(), F_SETFL, O_NONBLOCK), 0);
+  bool ran = false;
+  PollSet room;
+  room.AddWritable(pipe.write_end.get(), [&] { ran = true; });
+  EXPECT_TRUE(room.Wait(absl::Now() + absl::Seconds(10)));
+  EXPECT_TRUE(ran);
+
+  const std::string chunk(4096, 'x');
+  while (::write(pipe.write_end.get(), chunk.data(), chunk.size()) > 0) {
+  }
+  ran = false;
+  PollSet full;
+  full.AddWritable(pipe.write_end.get(), [&] { ran = true; });
+  EXPECT_FALSE(full.Wait(absl::Now() + absl::Milliseconds(20)));
+  EXPECT_FALSE(ran) << "a full pipe takes nothing";
 }
 
 }  // namespace
