@@ -294,11 +294,12 @@ TEST_F(MachinesTest, AConfiguredDaemonIsRefused) {
 class ElasticMachinesTest : public MachinesTest {
  protected:
   absl::StatusOr<Subprocess> StartElastic(const std::vector<std::string>& args,
-                                          std::map<std::string, std::string> environment = {}) {
+                                          std::map<std::string, std::string> environment = {},
+                                          bool bare_ssh_config = false) {
     environment["PYTHONPATH"] = PYTHON_PACKAGE_DIR;
     environment["PYTHONDONTWRITEBYTECODE"] = "1";
     environment["TMPDIR"] = temporary_.path();
-    return Start(args, environment);
+    return Start(args, environment, bare_ssh_config);
   }
 
   // The discovery tests of tests/python/elastic, on machines a, b and c
@@ -356,6 +357,22 @@ TEST_F(ElasticMachinesTest, AJobGoesOnWithoutTheMachineOfAFailedWorker) {
   // Over ssh: an agent per machine, each worker, and mpirun's daemons
   // (twice: the first world, and machine-a's alone).
   EXPECT_GE(machines_->Logins() - logins_before, 2 + 3 + 3);
+}
+
+// horovodrun's -p and -i reach every ssh of the job (the agents', the
+// workers' and mpirun's), through an ssh configuration that names neither.
+TEST_F(ElasticMachinesTest, HorovodrunsSshFlagsReachEverySshOfTheJob) {
+  auto launcher = StartElastic(
+      {"--min-np", "1", "-np", "2", "-H", "machine-a:1,machine-b:1", "-p",
+       absl::StrCat(machines_->port()), "-i", machines_->key(), PYTHON_EXECUTABLE, "-u",
+       COLLECTIVE_SOURCE_DIR "/examples/python/elastic_train.py", "--epochs", "1"},
+      {}, /*bare_ssh_config=*/true);
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  const Launch run = Finish(*launcher);
+  ASSERT_TRUE(run.status.has_value()) << run.err;
+  ASSERT_EQ(*run.status, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("[0] epoch 0: 2 ranks, 480 samples (all)"));
+  EXPECT_THAT(run.out, HasSubstr("[0] done: 2 ranks hold the same weights"));
 }
 
 TEST_F(ElasticMachinesTest, ADiscoveryScriptMovesTheJobFromARemovedMachineToAnAddedOne) {
