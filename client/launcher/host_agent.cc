@@ -1,7 +1,6 @@
 #include "client/launcher/host_agent.h"
 
 #include <cerrno>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -12,8 +11,8 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/inotify.h>
-#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include "client/launcher/launcher_output.h"
 #include "client/launcher/poll_set.h"
 #include "client/launcher/rank_environment.h"
+#include "client/launcher/signal_watcher.h"
 #include "client/launcher/unique_fd.h"
 #include "shm/segment_names.h"
 
@@ -41,23 +41,6 @@ void Complain(absl::string_view what) {
 
 std::string ErrnoText(absl::string_view what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
-}
-
-// SIGTERM, SIGINT and SIGHUP through a descriptor; SIGPIPE ignored (a
-// broken session shows as a failed write).
-UniqueFd WatchStopSignals() {
-  std::signal(SIGPIPE, SIG_IGN);
-  sigset_t signals;
-  sigemptyset(&signals);
-  for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, signal);
-  ::sigprocmask(SIG_BLOCK, &signals, nullptr);
-  return UniqueFd(::signalfd(-1, &signals, SFD_NONBLOCK | SFD_CLOEXEC));
-}
-
-std::optional<int> TakeSignal(int fd) {
-  signalfd_siginfo info{};
-  if (::read(fd, &info, sizeof(info)) != static_cast<ssize_t>(sizeof(info))) return std::nullopt;
-  return static_cast<int>(info.ssi_signo);
 }
 
 // The copy of the directory, and the shared memory named for the daemons'
@@ -75,8 +58,10 @@ class HostAgent {
   explicit HostAgent(std::string directory) : directory_(std::move(directory)) {}
 
   int Run() {
-    stop_signals_ = WatchStopSignals();
-    if (!stop_signals_.valid()) return Fail(ErrnoText("signalfd"));
+    // SIGTERM, SIGINT and SIGHUP end it as its session's end does.
+    absl::StatusOr<SignalWatcher> signals = SignalWatcher::Start();
+    if (!signals.ok()) return Fail(signals.status().message());
+    stop_signals_.emplace(std::move(*signals));
     if (!absl::StartsWith(directory_, "/")) return Fail("the directory must be an absolute path");
     if (::mkdir(directory_.c_str(), 0700) != 0) {
       return Fail(ErrnoText(absl::StrCat("cannot make ", directory_)));
@@ -101,8 +86,8 @@ class HostAgent {
       set.Add(STDIN_FILENO, [this] { OnInput(); });
       set.Add(watch_.get(), [this] { OnDirectoryChanged(); });
       set.Add(notify_.get(), [this] { OnNotify(); });
-      set.Add(stop_signals_.get(), [this] {
-        if (TakeSignal(stop_signals_.get()).has_value()) done_ = true;
+      set.Add(stop_signals_->fd(), [this] {
+        if (stop_signals_->Take().has_value()) done_ = true;
       });
       for (auto& [pid, daemon] : daemons_) {
         const pid_t daemon_pid = pid;
@@ -215,7 +200,7 @@ class HostAgent {
   bool made_ = false;
   bool done_ = false;
   int exit_code_ = 0;
-  UniqueFd stop_signals_;
+  std::optional<SignalWatcher> stop_signals_;
   UniqueFd watch_;
   UniqueFd notify_;
   AgentMessageReader reader_;
@@ -243,9 +228,10 @@ int RunHostCleanup(const std::string& directory) {
 }
 
 int RunRemoteExec(double grace_seconds, const std::vector<std::string>& command) {
-  UniqueFd stop_signals = WatchStopSignals();
-  if (!stop_signals.valid()) {
-    Complain(ErrnoText("signalfd"));
+  // SIGTERM, SIGINT and SIGHUP are passed on to the command.
+  absl::StatusOr<SignalWatcher> signals = SignalWatcher::Start();
+  if (!signals.ok()) {
+    Complain(signals.status().message());
     return 1;
   }
   absl::StatusOr<ChildProcess> child =
@@ -259,8 +245,8 @@ int RunRemoteExec(double grace_seconds, const std::vector<std::string>& command)
   while (!child->reaped()) {
     PollSet set;
     set.Add(child->pidfd(), [&] { child->TryReap(); });
-    set.Add(stop_signals.get(), [&] {
-      if (const std::optional<int> signal = TakeSignal(stop_signals.get())) child->Signal(*signal);
+    set.Add(signals->fd(), [&] {
+      while (const std::optional<int> signal = signals->Take()) child->Signal(*signal);
     });
     if (input_open) {
       set.Add(STDIN_FILENO, [&] {

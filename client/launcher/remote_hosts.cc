@@ -182,37 +182,23 @@ absl::Status HostAgents::Attach(int number, const std::string& host) {
   // Its first word says the directory is there: workers sent to the host
   // after this find it.
   const absl::Time deadline = absl::Now() + shell_.start_timeout;
-  bool hello = false;
   std::string why;
-  while (!hello) {
+  while (!agent->said_hello && why.empty()) {
     PollSet set;
     set.Add(agent->messages.get(), [&] {
-      char buffer[4096];
-      const ssize_t got = ::read(agent->messages.get(), buffer, sizeof(buffer));
-      if (got <= 0) {
-        if (got < 0 && errno == EINTR) return;
-        why = "its session ended";
-        return;
-      }
-      agent->reader.Append(absl::string_view(buffer, static_cast<size_t>(got)));
-      std::optional<absl::StatusOr<AgentMessage>> message = agent->reader.Next();
-      if (!message.has_value()) return;
-      if (!message->ok() || (*message)->kind != AgentMessage::Kind::kHello) {
-        why = message->ok() ? "it spoke before it said hello"
-                            : std::string(message->status().message());
-        return;
-      }
-      hello = true;
+      if (!Read(*agent, /*events=*/nullptr, why)) return;
+      if (!agent->messages.valid()) why = "its session ended";
     });
     if (agent->errors->open()) set.Add(agent->errors->fd(), [&] { agent->errors->Pump(); });
-    if (!set.Wait(deadline))
+    if (!set.Wait(deadline)) {
       why = absl::StrCat("no answer within ", absl::FormatDuration(shell_.start_timeout));
-    if (!why.empty()) {
-      agent->errors->Drain();
-      return absl::UnavailableError(absl::StrCat(
-          "cannot start collectiverun's agent on ", host, " (", absl::StrJoin(argv, " "),
-          "): ", why, " (its output, if any, is above as [", host, "] lines)"));
     }
+  }
+  if (!why.empty()) {
+    agent->errors->Drain();
+    return absl::UnavailableError(
+        absl::StrCat("cannot start collectiverun's agent on ", host, " (", absl::StrJoin(argv, " "),
+                     "): ", why, " (its output, if any, is above as [", host, "] lines)"));
   }
   SyncOne(*agent, HubFiles());
   agents_[number] = std::move(agent);
@@ -242,7 +228,11 @@ std::vector<std::string> HostAgents::WorkerCommand(const std::string& host,
 bool HostAgents::Read(Agent& agent, const Events* events, std::string& why) {
   char buffer[4096];
   const ssize_t got = ::read(agent.messages.get(), buffer, sizeof(buffer));
-  if (got < 0) return errno == EINTR || errno == EAGAIN;
+  if (got < 0) {
+    if (errno == EINTR || errno == EAGAIN) return true;
+    why = absl::StrCat("its messages cannot be read: ", std::strerror(errno));
+    return false;
+  }
   if (got == 0) {
     agent.messages.Reset();  // its exit says the rest
     return true;
@@ -273,6 +263,7 @@ bool HostAgents::Read(Agent& agent, const Events* events, std::string& why) {
         if (events != nullptr) events->daemon_exited((*message)->name, (*message)->pid);
         break;
       case AgentMessage::Kind::kHello:
+        agent.said_hello = true;
         break;
       case AgentMessage::Kind::kFile:
         why = "it sent a file";

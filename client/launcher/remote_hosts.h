@@ -105,6 +105,7 @@ class HostAgents {
     UniqueFd messages;     // its stdout
     AgentMessageReader reader;
     std::optional<PrefixedStream> errors;
+    bool said_hello = false;                  // its directory is there
     std::map<std::string, std::string> sent;  // name -> content it has
     // What is yet to be written to its stdin (non-blocking: a machine that
     // hangs must not hold up collectiverun's loop).
