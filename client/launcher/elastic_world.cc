@@ -143,6 +143,10 @@ bool ElasticWorld::IsRemote(int host) const {
   return agents_ != nullptr && !IsThisMachine(HostName(host));
 }
 
+absl::Status ElasticWorld::Reach(int host) {
+  return IsRemote(host) ? agents_->Attach(host, HostName(host)) : absl::OkStatus();
+}
+
 std::string ElasticWorld::DirectoryOf(int host) const {
   return IsRemote(host) ? agents_->DirectoryOf(host) : directory_;
 }
@@ -335,17 +339,16 @@ absl::Status ElasticWorld::Publish(const std::vector<int>& listed, const std::ve
   // member of the previous one has left it (the daemon serves one job at a
   // time): it waits for their markers (collective.common.elastic_rendezvous).
   const std::string awaited = absl::StrJoin(workers_, " ");
+  // Every host's agent serves before any worker starts (a worker looks for
+  // its directory, which a new agent, after one was lost, has anew): a
+  // machine that cannot be reached starts none.
+  for (int worker : added) {
+    if (absl::Status reached = Reach(host_of_.at(worker)); !reached.ok()) return reached;
+  }
   for (int worker : added) {
     const int rank =
         static_cast<int>(std::find(workers.begin(), workers.end(), worker) - workers.begin());
     const int host = host_of_.at(worker);
-    // Its host's agent serves before the worker looks for its directory
-    // (which a new agent, after one was lost, has anew).
-    if (IsRemote(host)) {
-      if (absl::Status attached = agents_->Attach(host, HostName(host)); !attached.ok()) {
-        return attached;
-      }
-    }
     Environment environment = RankEnvironment(environment_, SocketOf(host), job_id, HostName(host),
                                               PlaceRank(local_sizes, rank));
     environment["COLLECTIVE_ELASTIC_DIR"] = DirectoryOf(host);

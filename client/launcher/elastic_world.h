@@ -137,6 +137,9 @@ class ElasticWorld {
   std::optional<int> HostOfSocket(const std::string& socket) const;
   // Host `host` is another machine (only with Options::remote).
   bool IsRemote(int host) const;
+  // Host `host` can take workers: OK for this machine; for another, its
+  // agent serves (started now unless it runs: HostAgents::Attach).
+  absl::Status Reach(int host);
   // Where host `host`'s workers rendezvous: the directory, or its copy there.
   std::string DirectoryOf(int host) const;
   // The agents of the other machines; null without Options::remote.

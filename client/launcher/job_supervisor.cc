@@ -169,17 +169,9 @@ void JobSupervisor::OnNodeLost(int node) {
     return;
   }
   const int host = elastic_->running_nodes()[static_cast<size_t>(node)];
-  const absl::Time now = absl::Now();
-  const std::optional<absl::Time> until = blacklist_.Add(host, now);
-  const std::string why =
-      absl::StrCat("the collectived of ", elastic_->HostName(host), " (node ", node, ")");
-  Say(absl::StrCat(why, " exited while the job ran; blacklisting the host ",
-                   HostBlacklist::Describe(until, now), ", and re-forming the job without it"));
-  // The world of daemons is broken: the others stop now, and their workers'
-  // collectives fail at once instead of at the node timeout.
-  worlds_->StopServing();
-  elastic_->DaemonsLost();
-  Retire(LiveOn(host), host, absl::StrCat(why, " is gone"));
+  LeaveOut(host,
+           absl::StrCat("the collectived of ", elastic_->HostName(host), " (node ", node, ")"),
+           " exited while the job ran");
 }
 
 void JobSupervisor::OnSignal(int signal) {
@@ -303,21 +295,25 @@ std::string JobSupervisor::HostLabel(int host) const {
 
 void JobSupervisor::OnAgentLost(const std::string& host_name, const std::string& why) {
   if (stopping_ || finishing_) return;
-  const int host = elastic_->HostNumber(host_name);
+  LeaveOut(elastic_->HostNumber(host_name),
+           absl::StrCat("collectiverun's agent on ", host_name, " ", why),
+           "; the workers there can no longer rendezvous");
+}
+
+void JobSupervisor::LeaveOut(int host, const std::string& what, const std::string& consequence) {
   const absl::Time now = absl::Now();
   const std::optional<absl::Time> until = blacklist_.Add(host, now);
-  const std::string what = absl::StrCat("collectiverun's agent on ", host_name, " ", why);
-  Say(absl::StrCat(what, ": the workers there can no longer rendezvous; blacklisting the host ",
+  Say(absl::StrCat(what, consequence, "; blacklisting the host ",
                    HostBlacklist::Describe(until, now), ", and re-forming the job without it"));
-  // As for a daemon that died: a world that spans the host is not to be
-  // trusted (its daemon there is unwatched now), so its daemons stop, and
-  // the survivors re-form on a new one.
+  // A world of daemons that spans the host is broken (its daemon there is
+  // dead, or unwatched): the others stop now, and their workers'
+  // collectives fail at once instead of at the node timeout.
   const std::vector<int>& nodes = elastic_->running_nodes();
   if (std::find(nodes.begin(), nodes.end(), host) != nodes.end()) {
     worlds_->StopServing();
     elastic_->DaemonsLost();
   }
-  Retire(LiveOn(host), host, what);
+  Retire(LiveOn(host), host, absl::StrCat(what, consequence));
 }
 
 void JobSupervisor::OnElasticMarkers() {
@@ -428,6 +424,16 @@ void JobSupervisor::OnDiscovery(absl::StatusOr<std::vector<DiscoveredHost>> host
   // once: survivors waiting for --min-np join it whole.
   std::vector<int> to_add;
   for (const auto& [host, wanted] : target) {
+    if (LiveOn(host) >= wanted) continue;
+    // A machine that cannot be reached is left out, as Horovod's driver
+    // blacklists a host it fails to start workers on; the others still grow
+    // the job.
+    if (absl::Status reached = elastic_->Reach(host); !reached.ok()) {
+      const std::optional<absl::Time> until = blacklist_.Add(host, now);
+      Say(absl::StrCat(reached.message(), "; blacklisting the host ",
+                       HostBlacklist::Describe(until, now)));
+      continue;
+    }
     for (int live = LiveOn(host); live < wanted; ++live) to_add.push_back(host);
   }
   if (to_add.empty()) return;

@@ -95,6 +95,10 @@ class JobSupervisor {
   // that died, the host is blacklisted, its workers stop, and the job
   // re-forms without it.
   void OnAgentLost(const std::string& host, const std::string& why);
+  // Host `host` is lost to the job (`what`, then `consequence`, says how):
+  // it is blacklisted, a world of daemons that spans it stops, and its
+  // workers stop (SIGTERM, `what` said), so the others re-form without it.
+  void LeaveOut(int host, const std::string& what, const std::string& consequence);
   void OnDaemonExit(int status);
   // Starts the discovery script every second, one run at a time, and
   // takes what a run listed once it is done (or past its deadline).

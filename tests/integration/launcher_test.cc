@@ -663,6 +663,31 @@ TEST(LauncherTest, AHostDiscoveryScriptGrowsTheJob) {
       << run.out;
 }
 
+TEST(LauncherTest, AMachineThatCannotBeReachedIsLeftOutWhileTheJobGrowsOnTheOthers) {
+  // Worker 0 lists a slot more here and one on a machine that ssh cannot
+  // reach: that machine is blacklisted (no worker started there), and the
+  // job grows by the slot here alone.
+  const DiscoveryScript discovery("localhost:1");
+  const LaunchResult run = RunLauncher(
+      Concat(
+          {"-np", "1", "--min-np", "1", "--host-discovery-script", discovery.script()},
+          Shell(absl::StrCat("case $COLLECTIVE_ELASTIC_WORKER in 0) printf 'localhost:2\\n"
+                             "unreachable.invalid:1\\n' > '",
+                             discovery.hosts(), "'; exec ", AwaitWorld(false),
+                             ";; *) echo worker $COLLECTIVE_ELASTIC_WORKER of "
+                             "$COLLECTIVE_LOCAL_SIZE generation $COLLECTIVE_ELASTIC_GENERATION;; "
+                             "esac"))),
+      kElasticPrivateDaemon);
+  ASSERT_EQ(run.exit_code, 0) << run.how << "\nstdout:\n" << run.out << "stderr:\n" << run.err;
+  EXPECT_THAT(run.err, HasSubstr("cannot start collectiverun's agent on unreachable.invalid"));
+  EXPECT_THAT(run.err, HasSubstr("; blacklisting the host for good"));
+  EXPECT_THAT(run.err, HasSubstr("worker 1 added on localhost; the job re-forms with 2 workers"));
+  EXPECT_TRUE(LineSet(run.out) ==
+              std::multiset<std::string>(
+                  {"[0] worker 0 sees generation 1 1 [0, 1]", "[1] worker 1 of 2 generation 1"}))
+      << run.out;
+}
+
 TEST(LauncherTest, AHostDiscoveryScriptsJobStartsOnEverySlotListedUpToMaxNp) {
   // As horovodrun's driver: -np 1, but the script lists 3 slots and
   // --max-np allows 2: two workers start, in one generation.
