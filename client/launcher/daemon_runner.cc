@@ -78,10 +78,10 @@ void ReadReady(int fd, const std::vector<std::string>& sockets, std::vector<pid_
 // Next to collectiverun (an install or a build tree keeps them together),
 // else whatever PATH finds.
 std::string DefaultBinary() {
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  if (!error) {
-    const std::string sibling = (self.parent_path() / "collectived").string();
+  const std::string self = CollectiverunBinary();
+  if (absl::StartsWith(self, "/")) {
+    const std::string sibling =
+        (std::filesystem::path(self).parent_path() / "collectived").string();
     if (::access(sibling.c_str(), X_OK) == 0) return sibling;
   }
   return "collectived";
@@ -99,7 +99,8 @@ std::vector<std::string> MpirunArgv(const std::string& daemon,
                                     const std::vector<std::string>& sockets,
                                     const PrivateDaemonOptions& options,
                                     const std::string& notify) {
-  const bool machines = !options.hosts.empty();
+  const bool machines = std::any_of(options.hosts.begin(), options.hosts.end(),
+                                    [](const std::string& host) { return !host.empty(); });
   std::vector<std::string> argv =
       machines
           ? options.mpirun
@@ -156,14 +157,9 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   daemon->notify_ = std::move(*notify);
   daemon->daemon_pids_.assign(daemon->sockets_.size(), 0);
   daemon->remote_.assign(daemon->sockets_.size(), false);
-  for (size_t node = 0; node < options.remote_notify.size(); ++node) {
-    daemon->remote_[node] = !options.remote_notify[node].empty();
+  for (size_t node = 0; node < options.hosts.size(); ++node) {
+    daemon->remote_[node] = !options.hosts[node].empty();
   }
-  // One daemon of this machine runs on its own; any other world under
-  // mpirun, which reaches other machines.
-  daemon->under_mpirun_ =
-      daemon->sockets_.size() > 1 ||
-      std::find(daemon->remote_.begin(), daemon->remote_.end(), true) != daemon->remote_.end();
 
   Environment daemon_environment = environment;
   daemon_environment["NOTIFY_SOCKET"] = daemon->notify_path_;
@@ -171,9 +167,9 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Launch(
   const std::string binary = CollectivedBinary(options.binary);
   std::vector<std::string> argv = {binary, "--socket", daemon->socket()};
   argv.insert(argv.end(), options.args.begin(), options.args.end());
-  SpawnOptions spawn{.argv = !daemon->under_mpirun_ ? std::move(argv)
-                                                    : MpirunArgv(binary, daemon->sockets_, options,
-                                                                 daemon->notify_path_),
+  SpawnOptions spawn{.argv = !daemon->under_mpirun() ? std::move(argv)
+                                                     : MpirunArgv(binary, daemon->sockets_, options,
+                                                                  daemon->notify_path_),
                      .environment = ToEnvp(daemon_environment),
                      .output = SpawnOptions::Output::kOnePipe};
   auto process = ChildProcess::Spawn(spawn);
@@ -210,15 +206,15 @@ absl::Status PrivateDaemon::StartFailed(std::optional<int> exit_status) {
   }
   return absl::DeadlineExceededError(absl::StrCat(
       Describe(), " did not report ready within ", absl::FormatDuration(kStartTimeout),
-      under_mpirun_ ? absl::StrCat(" (",
-                                   std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
-                                                 [](pid_t pid) { return pid > 0; }),
-                                   " did)")
-                    : ""));
+      under_mpirun() ? absl::StrCat(" (",
+                                    std::count_if(daemon_pids_.begin(), daemon_pids_.end(),
+                                                  [](pid_t pid) { return pid > 0; }),
+                                    " did)")
+                     : ""));
 }
 
 absl::Status PrivateDaemon::Serve() {
-  if (under_mpirun_) {
+  if (under_mpirun()) {
     // Each node's daemon, to tell which one exits (mpirun keeps the others:
     // --enable-recovery).
     // One on another machine: its host agent watches it (RemoteExited).
@@ -254,8 +250,12 @@ absl::Status PrivateDaemon::AwaitReady(const SignalWatcher& signals) {
 
 PrivateDaemon::~PrivateDaemon() { Stop(); }
 
+bool PrivateDaemon::under_mpirun() const {
+  return sockets_.size() > 1 || std::find(remote_.begin(), remote_.end(), true) != remote_.end();
+}
+
 std::string PrivateDaemon::Describe() const {
-  if (!under_mpirun_) return absl::StrCat("collectived (pid ", pid(), ")");
+  if (!under_mpirun()) return absl::StrCat("collectived (pid ", pid(), ")");
   return absl::StrCat("the ", sockets_.size() == 1 ? "" : absl::StrCat(sockets_.size(), " "),
                       "collectived of mpirun (pid ", pid(), ")");
 }
@@ -429,6 +429,12 @@ absl::Status CheckDaemonListening(const std::string& socket) {
         "private one)"));
   }
   return absl::OkStatus();
+}
+
+std::string CollectiverunBinary() {
+  std::error_code error;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string("collectiverun") : self.string();
 }
 
 std::string CollectivedBinary(const std::string& chosen) {

@@ -37,14 +37,15 @@ struct PrivateDaemonOptions {
   // Without `sockets`: how many daemons, on sockets node<i>.sock in the
   // private directory when several.
   int nodes = 1;
-  // With `sockets`, for a world across machines: each node's host (mpirun
-  // -H; empty: this machine's daemon, started here) and, for one on another
-  // machine, the NOTIFY_SOCKET its host agent listens on there (the agent
-  // relays READY=1 and the daemon's exit: RemoteReady, RemoteExited).
+  // With `sockets`, for a world that may span machines: each node's host,
+  // empty for this machine, and for one on another machine the
+  // NOTIFY_SOCKET its host agent listens on there (the agent relays
+  // READY=1 and the daemon's exit: RemoteReady, RemoteExited). Empty: all
+  // on this machine.
   std::vector<std::string> hosts;
   std::vector<std::string> remote_notify;
-  // Then mpirun and its flags (machines_job.h's MpirunForMachines), and the
-  // -x exports of each app context.
+  // With another machine among `hosts`: mpirun and its flags (machines_job.h's
+  // MpirunForMachines), and the -x exports of each app context.
   std::vector<std::string> mpirun;
   std::vector<std::string> exports;
 };
@@ -122,6 +123,8 @@ class PrivateDaemon {
 
  private:
   PrivateDaemon() = default;
+  // Several daemons, or one on another machine: mpirun starts them.
+  bool under_mpirun() const;
   absl::Status AwaitReady(const SignalWatcher& signals);
 
   std::string directory_;
@@ -138,8 +141,7 @@ class PrivateDaemon {
   // Per node: whether it runs on another machine (its pid is there; its
   // node_exits_ entry is an eventfd that RemoteExited makes readable).
   std::vector<bool> remote_;
-  bool under_mpirun_ = false;  // several daemons, or one on another machine
-  bool node_lost_ = false;     // a node's daemon exited before Stop
+  bool node_lost_ = false;  // a node's daemon exited before Stop
   std::optional<ChildProcess> process_;
   std::optional<PrefixedStream> output_;
   bool stopped_ = false;
@@ -148,6 +150,8 @@ class PrivateDaemon {
 // The collectived binary to start: `chosen` (--daemon) if given, else the
 // one next to collectiverun, else whatever PATH finds.
 std::string CollectivedBinary(const std::string& chosen);
+// collectiverun's own path (which other machines share), else its name.
+std::string CollectiverunBinary();
 
 // A datagram socket at `path` for sd_notify(3) messages (the readiness
 // protocol collectived speaks to systemd), each carrying its sender's

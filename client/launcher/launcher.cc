@@ -1,7 +1,6 @@
 #include "client/launcher/launcher.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <utility>
@@ -102,13 +101,6 @@ std::vector<std::string> PlaceWorkers(const std::vector<DiscoveredHost>& hosts, 
     }
   }
   return placed;
-}
-
-// collectiverun's own path, which other machines share.
-std::string SelfPath() {
-  std::error_code error;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", error);
-  return error ? std::string("collectiverun") : self.string();
 }
 
 int StartFailureCode(const absl::Status& status) {
@@ -247,7 +239,7 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
       // Hosts of other machines, listed now or later, are reached over ssh.
       remote =
           RemoteShell{.ssh = SshCommand(environment, options.ssh_port, options.ssh_identity_file),
-                      .self = SelfPath(),
+                      .self = CollectiverunBinary(),
                       .grace_seconds = options.grace_seconds,
                       .start_timeout = absl::Seconds(
                           options.start_timeout_seconds != 0 ? options.start_timeout_seconds : 30)};
@@ -325,21 +317,15 @@ int RunJob(const LauncherOptions& options, const Environment& environment) {
     supervisor_options.launch_daemons = [&](const std::vector<std::string>& sockets) {
       PrivateDaemonOptions world = daemon_options;
       world.sockets = sockets;
-      bool machines = false;
       for (const std::string& socket : sockets) {
         const int host = elastic->HostOfSocket(socket).value_or(0);
-        machines = machines || elastic->IsRemote(host);
-        world.hosts.push_back(elastic->IsRemote(host) ? elastic->HostName(host) : "");
-        world.remote_notify.push_back(
-            elastic->IsRemote(host) ? elastic->DirectoryOf(host) + "/notify" : "");
+        const bool remote = elastic->IsRemote(host);
+        world.hosts.push_back(remote ? elastic->HostName(host) : "");
+        world.remote_notify.push_back(remote ? elastic->DirectoryOf(host) + "/notify" : "");
       }
-      if (machines) {
-        world.mpirun = MpirunForMachines(options, /*daemons=*/true);
-        world.exports = DaemonExports(DaemonEnvironment(options, environment));
-      } else {
-        world.hosts.clear();
-        world.remote_notify.clear();
-      }
+      // Used only with another machine among the hosts.
+      world.mpirun = MpirunForMachines(options, /*daemons=*/true);
+      world.exports = DaemonExports(DaemonEnvironment(options, environment));
       return PrivateDaemon::Launch(world, environment);
     };
   }
