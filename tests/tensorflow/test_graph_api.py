@@ -103,11 +103,16 @@ def test_what_horovod_refuses_is_refused_at_the_call():
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(), op=hvd.Adasum)
     with pytest.warns(DeprecationWarning, match='`num_groups` has been replaced by `groups`'):
         hvd.DistributedOptimizer(sgd, num_groups=2)
-    # Horovod's own TF1 paths that are not built here say so.
-    with pytest.raises(NotImplementedError, match='_DistributedAdasumOptimizer'):
-        hvd.DistributedOptimizer(sgd, op=hvd.Adasum)
-    with pytest.raises(NotImplementedError, match='backward_passes_per_step > 1'):
+    # Eagerly (these tests run eagerly) Horovod refuses local aggregation of a v1 optimizer.
+    with pytest.raises(ValueError, match='backward_passes_per_step > 1 is not yet supported for '
+                                         '_LegacyOptimizer with eager execution'):
         hvd.DistributedOptimizer(sgd, backward_passes_per_step=2)
+
+
+def test_adasum_of_a_v1_optimizer_refuses_a_process_set_at_the_call(evens):
+    with pytest.raises(NotImplementedError, match='Adasum does not support process sets yet'):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), op=hvd.Adasum,
+                                 process_set=evens)
 
 
 def test_horovods_helpers_are_exported():

@@ -1,6 +1,8 @@
 """Horovod's TensorFlow API for TF1-style programs (graphs run by a session) and its
 optimizer entry point: ``DistributedOptimizer`` (a ``tf.compat.v1.train.Optimizer``
-wrapped, or a Keras optimizer handed to ``collective.tensorflow.keras``),
+wrapped, with local aggregation (``gradient_aggregation``) or Adasum
+(``adasum_optimizer``) if asked, or a Keras optimizer handed to
+``collective.tensorflow.keras``),
 ``broadcast_global_variables`` and ``BroadcastGlobalVariablesHook``.
 """
 
@@ -8,8 +10,10 @@ import tensorflow as tf
 
 from collective.common import reduce_ops
 from collective.common.process_sets import global_process_set
+from collective.tensorflow.adasum_optimizer import DistributedAdasumOptimizer
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import GradientReducer, broadcast_variables
+from collective.tensorflow.gradient_aggregation import GraphGradientAggregator
 from collective.tensorflow.gradient_groups import resolve_groups
 
 _LegacyOptimizer = tf.compat.v1.train.Optimizer
@@ -17,24 +21,36 @@ _LegacyOptimizer = tf.compat.v1.train.Optimizer
 
 class _DistributedOptimizer(_LegacyOptimizer):
     """A ``tf.compat.v1.train.Optimizer`` that allreduces the gradients the wrapped one
-    computes, before they are applied."""
+    computes, before they are applied; with ``aggregator`` (``backward_passes_per_step`` > 1),
+    the local sums of that many runs."""
 
-    def __init__(self, optimizer, name, use_locking, reducer):
+    def __init__(self, optimizer, name, use_locking, reducer, aggregator=None):
         if name is None:
             name = f'Distributed{type(optimizer).__name__}'
         super().__init__(name=name, use_locking=use_locking)
         self._optimizer = optimizer
         self._reducer = reducer
+        self._aggregator = aggregator
 
     def compute_gradients(self, *args, **kwargs):
         """The wrapped optimizer's gradients, each allreduced over the process set."""
         pairs = self._optimizer.compute_gradients(*args, **kwargs)
         gradients = [gradient for gradient, _ in pairs]
         variables = [variable for _, variable in pairs]
+        if self._aggregator is not None:
+            return list(zip(self._aggregator.compute_gradients(gradients, variables), variables))
         return list(zip(self._reducer.reduce_all(gradients, variables), variables))
 
-    def apply_gradients(self, *args, **kwargs):
-        return self._optimizer.apply_gradients(*args, **kwargs)
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """The wrapped optimizer's; with local aggregation, on the runs that reduced only."""
+        if self._aggregator is None:
+            return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                   name=name)
+        grads_and_vars = list(grads_and_vars)
+        return self._aggregator.apply_gradients(
+            lambda: self._optimizer.apply_gradients(grads_and_vars, global_step=global_step,
+                                                    name=name),
+            [gradient for gradient, _ in grads_and_vars])
 
     def get_slot(self, *args, **kwargs):
         return self._optimizer.get_slot(*args, **kwargs)
@@ -79,18 +95,22 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             backward_passes_per_step=backward_passes_per_step,
             average_aggregated_gradients=average_aggregated_gradients,
             process_set=process_set, scale_local_gradients=scale_local_gradients)
-    # Horovod's TF1 paths of its own that are not built here: say so at the call.
     if op == reduce_ops.Adasum:
-        raise NotImplementedError(
-            'op=Adasum with a tf.compat.v1 optimizer (Horovod\'s _DistributedAdasumOptimizer) '
-            'is not supported; allreduce(op=Adasum) and DistributedGradientTape(op=Adasum) are')
-    if backward_passes_per_step != 1:
-        raise NotImplementedError(
-            'backward_passes_per_step > 1 with a tf.compat.v1 optimizer is not supported; '
-            'DistributedGradientTape and the Keras DistributedOptimizer take it')
+        if process_set.process_set_id != global_process_set.process_set_id:
+            raise NotImplementedError('Adasum does not support process sets yet')
+        return DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
+                                          backward_passes_per_step)
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
                               process_set, groups, scale_local_gradients)
-    return _DistributedOptimizer(optimizer, name, use_locking, reducer)
+    aggregator = None
+    if backward_passes_per_step > 1:
+        if tf.executing_eagerly():
+            raise ValueError('backward_passes_per_step > 1 is not yet supported for '
+                             '_LegacyOptimizer with eager execution.')
+        aggregator = GraphGradientAggregator(backward_passes_per_step,
+                                             average_aggregated_gradients, sparse_as_dense,
+                                             reducer.reduce_all)
+    return _DistributedOptimizer(optimizer, name, use_locking, reducer, aggregator)
 
 
 def broadcast_global_variables(root_rank):

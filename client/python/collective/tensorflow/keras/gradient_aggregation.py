@@ -9,6 +9,8 @@ eagerly and inside ``tf.function`` (the choice is a ``tf.cond`` on a counter var
 
 import tensorflow as tf
 
+from collective.tensorflow.gradient_aggregation import dense_for_aggregation
+
 
 class LocalGradientAggregator:
     """The local sums and the pass counter of one optimizer, made at its first call."""
@@ -19,14 +21,6 @@ class LocalGradientAggregator:
         self._sparse_as_dense = sparse_as_dense
         self._counter = None
         self._sums = None
-
-    def _dense(self, gradient):
-        if not isinstance(gradient, tf.IndexedSlices):
-            return gradient
-        if not self._sparse_as_dense:
-            raise ValueError('IndexedSlices are not supported when `backward_passes_per_step` > 1 '
-                             'and `sparse_as_dense` is False.')
-        return tf.convert_to_tensor(gradient)
 
     def _build(self, gradients, variables):
         # Lifted out of any tf.function: the variables outlive its trace.
@@ -43,8 +37,7 @@ class LocalGradientAggregator:
         ``apply`` (the wrapped optimizer's apply_gradients) on the allreduced sums
         (``reduce_all(gradients, variables)``), else counts the optimizer's iteration.
         Returns the optimizer's iteration count."""
-        gradients = [None if gradient is None else self._dense(gradient)
-                     for gradient in gradients]
+        gradients = [dense_for_aggregation(g, self._sparse_as_dense) for g in gradients]
         if self._sums is None:
             self._build(gradients, variables)
         for total, gradient in zip(self._sums, gradients):

@@ -1,0 +1,51 @@
+"""A TF1 program as Horovod's TF1 users write it: ``tf.compat.v1.disable_v2_behavior()``
+(reference variables, TF1 control flow), a ``MonitoredTrainingSession`` with
+``BroadcastGlobalVariablesHook``, and the two paths of a tf.compat.v1
+``DistributedOptimizer`` that keep state in the graph: local aggregation
+(``backward_passes_per_step=2``, Momentum) and Adasum (Adam). Run by every rank of
+``collectiverun -np 2`` (or any power of two); the last line says ``ok`` only if every value
+matched."""
+
+import numpy as np
+import tensorflow as tf
+
+tf.compat.v1.disable_v2_behavior()
+
+import collective.tensorflow as hvd  # noqa: E402  (after the switch to TF1 behaviour)
+
+
+def main():
+    hvd.init()
+    size, rank = hvd.size(), hvd.rank()
+    x = tf.compat.v1.placeholder(tf.float32, [])
+    w = tf.compat.v1.get_variable('w', initializer=np.ones(2, np.float32))
+    step = tf.compat.v1.train.get_or_create_global_step()
+    aggregated = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.5, 0.9),
+                                          backward_passes_per_step=2)
+    train_w = aggregated.minimize(tf.reduce_sum(w * x), global_step=step)
+    # Adasum of orthogonal updates is their sum; the start is rank 0's weights (the hook).
+    v = tf.compat.v1.get_variable('v', initializer=np.full(size, rank, np.float32))
+    own = np.zeros(size, np.float32)
+    own[rank] = 1.0
+    train_v = hvd.DistributedOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), op=hvd.Adasum,
+                                       backward_passes_per_step=2).minimize(tf.reduce_sum(v * own))
+    assert isinstance(w, tf.compat.v1.Variable) and not hasattr(w, 'handle'), type(w)
+
+    mean_gradient = 2 * (size + 1) / 2.0  # two passes of (rank + 1), averaged over ranks
+    expected_w = [1.0, 1.0 - 0.5 * mean_gradient,
+                  1.0 - 0.5 * mean_gradient, 1.0 - 0.5 * mean_gradient * (1 + 1.9)]
+    with tf.compat.v1.train.MonitoredTrainingSession(
+            hooks=[hvd.BroadcastGlobalVariablesHook(0)]) as session:
+        for run in range(4):
+            session.run([train_w, train_v], feed_dict={x: rank + 1.0})
+            np.testing.assert_allclose(session.run(w), np.full(2, expected_w[run]), rtol=1e-6)
+            assert session.run(step) == run + 1
+            # Adam's first steps move each weight by about its rate.
+            local = (run + 1) % 2
+            expected_v = np.full(size, -0.1 * (run + 1 - local)) - 0.1 * local * own
+            np.testing.assert_allclose(session.run(v), expected_v, atol=1e-4)
+    print(f'tf1 behaviour check: rank {rank} of {size} ok', flush=True)
+
+
+if __name__ == '__main__':
+    main()
