@@ -96,14 +96,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
   return daemon;
 }
 
-void Daemon::Shutdown(const std::string& reason) {
+void Daemon::Shutdown(const std::string& reason, bool world_lost) {
   if (shut_down_) return;
   shut_down_ = true;
   observe::NotifyStopping(absl::StrCat("stopping: ", reason));
   // Before the engine stops: a scrape in progress still gets its answer.
   if (metrics_http_) metrics_http_->Stop();
   listener_->Stop();
-  engine_.Shutdown(reason);
+  engine_.Shutdown(reason, world_lost);
   // Every session and registration has been finished by the engine; give
   // in-flight writes a moment to reach the clients.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -31,7 +31,8 @@ class Daemon {
 
   // Stops accepting work, fails pending requests with an error that names
   // `reason`, ends every session, removes the socket and every segment.
-  void Shutdown(const std::string& reason);
+  // `world_lost`: a node of the MPI world is gone (see engine::ShutdownEvent).
+  void Shutdown(const std::string& reason, bool world_lost = false);
 
   ~Daemon();
 

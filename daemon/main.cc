@@ -53,6 +53,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   const collective::daemon::StopSignal::Reason reason = signal.Wait();
-  (*daemon)->Shutdown(reason.text);
+  (*daemon)->Shutdown(reason.text, reason.world_lost);
   return reason.exit_code;
 }

@@ -23,6 +23,10 @@ absl::StatusOr<std::unique_ptr<StopSignal>> StopSignal::Create() {
   // which leaves a daemon no time to meet the others in MPI_Finalize: a
   // launcher stops daemons it started under mpirun with SIGUSR2.
   sigaddset(&signals, SIGUSR2);
+  // A launcher that knows a node of the world is lost (its daemon died, or
+  // its machine is unreachable) stops the others with SIGUSR1: they leave
+  // MPI at once instead of waiting for that node's stop notice.
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
   if (signal_fd < 0) {
@@ -65,7 +69,11 @@ StopSignal::Reason StopSignal::Wait() {
     }
     signalfd_siginfo info{};
     if ((fds[0].revents & POLLIN) && ::read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
-      const char* name = sigabbrev_np(static_cast<int>(info.ssi_signo));
+      const int signal = static_cast<int>(info.ssi_signo);
+      const char* name = sigabbrev_np(signal);
+      if (signal == SIGUSR1) {
+        return {"received SIGUSR1: a node of the MPI world is lost", 0, /*world_lost=*/true};
+      }
       return {absl::StrCat("received SIG", name != nullptr ? name : "?"), 0};
     }
   }

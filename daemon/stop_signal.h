@@ -1,6 +1,7 @@
 // What ends the daemon: SIGTERM, SIGINT or SIGUSR2 (which mpirun forwards),
-// or the engine's own request when the daemon cannot go on (its MPI world
-// of daemons broke). main waits on it; the engine requests through it.
+// SIGUSR1 (a launcher's word that a node of the MPI world is lost, so that
+// nobody waits for it), or the engine's own request when the daemon cannot
+// go on (its MPI world of daemons broke). main waits on it; the engine requests through it.
 // Signals are taken synchronously (signalfd), so shutdown runs as ordinary
 // code on main's thread.
 #pragma once
@@ -15,7 +16,7 @@ namespace collective::daemon {
 
 class StopSignal {
  public:
-  // Blocks SIGTERM, SIGINT and SIGUSR2 in the calling thread, and so in
+  // Blocks SIGTERM, SIGINT, SIGUSR1 and SIGUSR2 in the calling thread, and so in
   // every thread it starts later: call it before any other thread exists.
   static absl::StatusOr<std::unique_ptr<StopSignal>> Create();
   ~StopSignal();
@@ -25,6 +26,9 @@ class StopSignal {
   struct Reason {
     std::string text;   // "received SIGTERM", or the engine's words
     int exit_code = 0;  // 0 for a signal
+    // SIGUSR1: a node of the world is gone; the daemon stops without
+    // waiting to hear from the others (see engine::ShutdownEvent).
+    bool world_lost = false;
   };
 
   // Thread-safe; the first request wins.

@@ -92,7 +92,11 @@ std::string DefaultBinary() {
 // bound to a core (the trainers share them), a daemon that dies leaving
 // the others running (they report it, and the launcher re-forms the job
 // without its host), root allowed when the launcher runs as root (as for
-// the daemon it starts on its own). Across machines, `options.mpirun`
+// the daemon it starts on its own), and no grace period of mpirun's own
+// (odls_base_sigkill_timeout 0): daemons that left a broken world without
+// MPI_Finalize (SIGUSR1, see RequestStop) are not waited for, which cost
+// 2 s before the next world could start; the launcher stops its daemons
+// itself and removes what a killed one left. Across machines, `options.mpirun`
 // instead, and each app context on its host with its exports and its
 // NOTIFY_SOCKET there (`notify` for this machine's).
 std::vector<std::string> MpirunArgv(const std::string& daemon,
@@ -106,7 +110,7 @@ std::vector<std::string> MpirunArgv(const std::string& daemon,
           ? options.mpirun
           : std::vector<std::string>{
                 COLLECTIVE_MPIEXEC, "--oversubscribe", "--bind-to", "none", "-x", "NOTIFY_SOCKET"};
-  argv.push_back("--enable-recovery");
+  argv.insert(argv.end(), {"--enable-recovery", "--mca", "odls_base_sigkill_timeout", "0"});
   if (!machines && ::geteuid() == 0) argv.push_back("--allow-run-as-root");
   for (size_t node = 0; node < sockets.size(); ++node) {
     if (node > 0) argv.push_back(":");
@@ -299,21 +303,23 @@ void PrivateDaemon::WatchNodes(PollSet& set, const std::function<void(int)>& on_
   }
 }
 
-void PrivateDaemon::RequestStop() {
+void PrivateDaemon::RequestStop(bool world_lost) {
   if (stop_deadline_.has_value() || !process_.has_value() || process_->reaped()) return;
+  node_lost_ = node_lost_ || world_lost;
   // mpirun turns a SIGTERM of its own into killing the daemons; each told
   // to stop as a service manager would, they drain and exit, and so does
-  // mpirun.
+  // mpirun. A world that lost a node is told so (SIGUSR1): its daemons
+  // leave MPI at once, where they would wait for that node's word.
   bool told = false;
   bool remote_told = false;
   for (size_t node = 0; node < node_exits_.size(); ++node) {
     if (!node_exits_[node].valid()) continue;
     if (!remote_[node]) {
-      ::kill(daemon_pids_[node], SIGTERM);
+      ::kill(daemon_pids_[node], node_lost_ ? SIGUSR1 : SIGTERM);
     } else if (!remote_told) {
-      // mpirun passes SIGUSR2 on to every daemon, which stops them as
-      // SIGTERM does (its own SIGTERM would kill them).
-      process_->SignalChildOnly(SIGUSR2);
+      // mpirun passes SIGUSR1 and SIGUSR2 on to every daemon; SIGUSR2
+      // stops them as SIGTERM does (its own SIGTERM would kill them).
+      process_->SignalChildOnly(node_lost_ ? SIGUSR1 : SIGUSR2);
       remote_told = true;
     }
     told = true;

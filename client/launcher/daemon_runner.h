@@ -112,7 +112,10 @@ class PrivateDaemon {
   // Stop in halves, for a caller that goes on meanwhile: RequestStop sends
   // the SIGTERM; the caller watches the exit (Watch), calls
   // KillIfPastStopDeadline when it wakes, and Stop once exited().
-  void RequestStop();
+  // `world_lost` (or a node's daemon seen to exit): a node of the world is
+  // gone, and the others are told so (SIGUSR1), so that they do not wait
+  // for its word before they exit.
+  void RequestStop(bool world_lost = false);
   // When it is killed unless it exited; nullopt before RequestStop and
   // once killed (then only its exit is to be waited for).
   std::optional<absl::Time> stop_deadline() const {
@@ -141,7 +144,9 @@ class PrivateDaemon {
   // Per node: whether it runs on another machine (its pid is there; its
   // node_exits_ entry is an eventfd that RemoteExited makes readable).
   std::vector<bool> remote_;
-  bool node_lost_ = false;  // a node's daemon exited before Stop
+  // A node's daemon exited before Stop, or the caller said the world lost
+  // a node.
+  bool node_lost_ = false;
   std::optional<ChildProcess> process_;
   std::optional<PrefixedStream> output_;
   bool stopped_ = false;

@@ -23,14 +23,15 @@ DaemonWorlds::~DaemonWorlds() {
   if (owned_serving_ != nullptr) owned_serving_->Stop();
 }
 
-void DaemonWorlds::StopWorld(PrivateDaemon* daemon, std::unique_ptr<PrivateDaemon> owned) {
-  daemon->RequestStop();
+void DaemonWorlds::StopWorld(PrivateDaemon* daemon, std::unique_ptr<PrivateDaemon> owned,
+                             bool world_lost) {
+  daemon->RequestStop(world_lost);
   stopping_.push_back({daemon, std::move(owned)});
 }
 
-void DaemonWorlds::StopServing() {
+void DaemonWorlds::StopServing(bool world_lost) {
   if (serving_ == nullptr) return;
-  StopWorld(serving_, std::move(owned_serving_));
+  StopWorld(serving_, std::move(owned_serving_), world_lost);
   serving_ = nullptr;
 }
 

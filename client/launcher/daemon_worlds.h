@@ -41,7 +41,8 @@ class DaemonWorlds {
   // Stops the serving world, and starts one on `sockets` once it exited.
   void Replace(std::vector<std::string> sockets);
   // Stops the serving world: none serves until the next Replace.
-  void StopServing();
+  // `world_lost`: it lost a node (see PrivateDaemon::RequestStop).
+  void StopServing(bool world_lost = false);
   // The job stops: no world starts any more, and one starting stops.
   void Cancel();
 
@@ -66,7 +67,8 @@ class DaemonWorlds {
     PrivateDaemon* daemon;
     std::unique_ptr<PrivateDaemon> owned;  // null for the launcher's
   };
-  void StopWorld(PrivateDaemon* daemon, std::unique_ptr<PrivateDaemon> owned);
+  void StopWorld(PrivateDaemon* daemon, std::unique_ptr<PrivateDaemon> owned,
+                 bool world_lost = false);
   std::optional<absl::Status> AdvanceStart(absl::Time now);
   // Stops the stopping worlds that exited for good.
   void FinishStopped();

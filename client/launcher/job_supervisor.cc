@@ -310,7 +310,7 @@ void JobSupervisor::LeaveOut(int host, const std::string& what, const std::strin
   // collectives fail at once instead of at the node timeout.
   const std::vector<int>& nodes = elastic_->running_nodes();
   if (std::find(nodes.begin(), nodes.end(), host) != nodes.end()) {
-    worlds_->StopServing();
+    worlds_->StopServing(/*world_lost=*/true);
     elastic_->DaemonsLost();
   }
   Retire(LiveOn(host), host, absl::StrCat(what, consequence));

@@ -119,8 +119,8 @@ bool Engine::Post(EngineEvent event) {
   return true;
 }
 
-void Engine::Shutdown(const std::string& reason) {
-  Post(ShutdownEvent{reason});
+void Engine::Shutdown(const std::string& reason, bool world_lost) {
+  Post(ShutdownEvent{reason, world_lost});
   if (thread_.joinable()) thread_.join();
 }
 
@@ -421,6 +421,10 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
   log::Daemon().info("shutting down: {}", event.reason);
   const absl::Status status =
       absl::UnavailableError(absl::StrCat("collectived is shutting down (", event.reason, ")"));
+  if (event.world_lost && !world_->single()) {
+    log::Mpi().info("a node of the MPI world is lost: leaving MPI without waiting for it");
+    BreakWorld(status, /*abandon_mpi=*/true);
+  }
   if (job_ != nullptr) {
     for (const job::Job::WaitingRegistration& waiting : job_->waiting()) {
       waiting.call->Finish(status, {});

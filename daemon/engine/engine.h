@@ -97,7 +97,7 @@ class Engine {
   // Fails all pending work with an error naming `reason`, ends every
   // session and registration, removes the job's segments, and stops the
   // engine thread. Returns when the thread has exited.
-  void Shutdown(const std::string& reason);
+  void Shutdown(const std::string& reason, bool world_lost = false);
 
  private:
   // engine.cc

@@ -56,6 +56,10 @@ struct TimelineEvent {
 
 struct ShutdownEvent {
   std::string reason;
+  // A node of the MPI world is gone: the world is abandoned at once (MPI
+  // left unfinalised), instead of waiting at the end for every node's stop
+  // notice, which that node never sends.
+  bool world_lost = false;
 };
 
 // A batch of CUDA tensors is done on one device (posted from CUDA's

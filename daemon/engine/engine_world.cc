@@ -260,7 +260,8 @@ void Engine::BreakWorld(const absl::Status& why, bool abandon_mpi) {
     // Nothing decided can finish without MPI.
     if (job_ != nullptr) AbandonDecided(absl::UnavailableError(why.message()));
   }
-  if (!world_broken_.ok()) return;
+  // A daemon that stops forms no other job.
+  if (!world_broken_.ok() || shutting_down_) return;
   world_broken_ = absl::FailedPreconditionError(
       absl::StrCat("the MPI world of this job's daemons broke (", why.message(),
                    "); it cannot form another job: restart the daemons together (mpirun, srun)"));

@@ -643,6 +643,25 @@ TEST(StopSignalTest, Sigusr2StopsTheDaemonAsSigtermDoes) {
   EXPECT_FALSE(std::filesystem::exists(socket + ".lock"));
 }
 
+// A launcher says with SIGUSR1 that a node of the daemon's MPI world is
+// lost: the daemon stops (without an MPI world, as on SIGTERM), cleanly,
+// and says why.
+TEST(StopSignalTest, Sigusr1StopsTheDaemonSayingThatTheWorldLostANode) {
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const std::string socket = (*daemon)->socket();
+  (*daemon)->process().Signal(SIGUSR1);
+  const std::optional<int> exited = (*daemon)->process().Wait(kStateTimeout);
+  ASSERT_TRUE(exited.has_value()) << "SIGUSR1 did not stop the daemon";
+  EXPECT_TRUE(ExitedCleanly(exited)) << (*daemon)->process().Describe(*exited);
+  EXPECT_NE((*daemon)->process().Stderr().find(
+                "shutting down: received SIGUSR1: a node of the MPI world is lost"),
+            std::string::npos)
+      << (*daemon)->process().Stderr();
+  EXPECT_FALSE(std::filesystem::exists(socket));
+  EXPECT_FALSE(std::filesystem::exists(socket + ".lock"));
+}
+
 // Ranks started together with their daemon (collectiverun on other
 // machines starts both at once): with COLLECTIVE_CONNECT_TIMEOUT_SECONDS a
 // rank waits for the socket to accept connections; without it a rank

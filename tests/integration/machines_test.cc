@@ -391,8 +391,10 @@ TEST_F(ElasticMachinesTest, AMachineWhoseDaemonDiesIsLeftOut) {
       RunDiscoveryTest("test_elastic_discovery_node_dies.py", "machine-a:2\nmachine-b:1\n");
   ASSERT_TRUE(run.status.has_value()) << run.err;
   ASSERT_EQ(*run.status, 0) << run.out << run.err;
-  // machine-b's agent relayed its daemon's exit.
+  // machine-b's agent relayed its daemon's exit, and collectiverun told
+  // machine-a's daemon that its world lost a node (it does not wait for it).
   EXPECT_THAT(run.err, HasSubstr("the collectived of machine-b (node 1) exited while the job ran"));
+  EXPECT_THAT(run.err, HasSubstr("received SIGUSR1: a node of the MPI world is lost"));
   EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
 }
 
@@ -404,6 +406,7 @@ TEST_F(ElasticMachinesTest, AMachineWhoseAgentDiesIsLeftOut) {
   EXPECT_THAT(run.err, HasSubstr("collectiverun's agent on machine-b ended (its ssh "));
   EXPECT_THAT(run.err, HasSubstr("the workers there can no longer rendezvous; blacklisting the "
                                  "host for good, and re-forming the job without it"));
+  EXPECT_THAT(run.err, HasSubstr("received SIGUSR1: a node of the MPI world is lost"));
   EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
 }
 #endif

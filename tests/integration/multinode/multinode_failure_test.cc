@@ -7,7 +7,10 @@
 // - a client killed: every rank on every node gets an error naming its
 //   rank, and the daemons go on to serve the next job;
 // - a tensor one rank never submits: reported and failed on every node,
-//   naming exactly the missing rank, and the job goes on.
+//   naming exactly the missing rank, and the job goes on;
+// - daemons told by their launcher that the world lost a node (SIGUSR1):
+//   they fail the job and leave MPI at once, without waiting for a word
+//   from the lost node.
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -93,6 +96,40 @@ TEST(MultiNodeFailureTest, ADaemonThatDiesFailsTheJobOnEveryOtherNodeInTime) {
     EXPECT_THAT(SegmentsOf(socket), ::testing::IsEmpty()) << socket;
   }
   EXPECT_THAT(job.daemons->mpirun().Stderr(), HasSubstr("it cannot form another job"));
+}
+
+TEST(MultiNodeFailureTest, DaemonsToldThatTheWorldLostANodeFailTheJobAndLeaveAtOnce) {
+  LoopJob job;
+  StartLoop(job, {1, 1});
+  const std::string socket0 = job.daemons->socket(0);
+  const std::string socket1 = job.daemons->socket(1);
+  // Both pids first: once node 0 stops, node 1 soon stops too.
+  std::vector<pid_t> pids;
+  for (int node = 0; node < 2; ++node) {
+    const absl::StatusOr<pid_t> pid = job.daemons->DaemonPid(node);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    pids.push_back(*pid);
+  }
+  ASSERT_EQ(::kill(pids[0], SIGUSR1), 0);
+  ::kill(pids[1], SIGUSR1);  // it may have stopped already
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::optional<int> exit = job.workers[rank].Wait(absl::Seconds(30));
+    ASSERT_TRUE(exit.has_value()) << "rank " << rank << " did not hear that its job failed";
+    EXPECT_THAT(job.workers[rank].Stdout(), HasSubstr("error after "));
+  }
+  ASSERT_TRUE(job.daemons->Wait(absl::Seconds(30)).has_value())
+      << "the daemons did not exit; mpirun's stderr: " << job.daemons->mpirun().Stderr();
+  // Node 0 took its SIGUSR1 (node 1 may hear of the failed job from node 0
+  // first, which breaks its world too). Neither waited for the other's
+  // stop notice (AnnounceStop).
+  const std::string said = job.daemons->mpirun().Stderr();
+  EXPECT_THAT(said, HasSubstr("shutting down: received SIGUSR1: a node of the MPI world is lost"));
+  EXPECT_THAT(said, HasSubstr("a node of the MPI world is lost: leaving MPI without waiting"));
+  EXPECT_THAT(said, ::testing::Not(HasSubstr("did not say that it stops")));
+  for (const std::string& socket : {socket0, socket1}) {
+    EXPECT_FALSE(std::filesystem::exists(socket)) << socket;
+    EXPECT_THAT(SegmentsOf(socket), ::testing::IsEmpty()) << socket;
+  }
 }
 
 TEST(MultiNodeFailureTest, AClientThatDiesFailsTheJobOnEveryNodeAndTheDaemonsGoOn) {
