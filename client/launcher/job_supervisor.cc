@@ -207,11 +207,20 @@ void JobSupervisor::OnSignal(int signal) {
 
 void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
   const int status = *trainer.process.status();
-  const std::string what =
-      absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank, " (pid ",
-                   trainer.process.pid(), ") ", DescribeExit(status));
+  const bool retired = retiring_.erase(trainer.rank) > 0;
+  std::string how = DescribeExit(status);
+  const bool ssh_ended = (WIFEXITED(status) && WEXITSTATUS(status) == 255) || WIFSIGNALED(status);
+  if (retired && ssh_ended && elastic_ != nullptr &&
+      elastic_->IsRemote(elastic_->HostOf(trainer.rank))) {
+    // Its process is the ssh that collectiverun stopped (ssh says 255);
+    // --remote-exec stops the worker there as the session ends.
+    how = absl::StrCat("stopped (its ssh session to ",
+                       elastic_->HostName(elastic_->HostOf(trainer.rank)), " ended)");
+  }
+  const std::string what = absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank,
+                                        " (pid ", trainer.process.pid(), ") ", how);
   if (elastic_ != nullptr) elastic_->Exited(trainer.rank);
-  if (retiring_.erase(trainer.rank) > 0 && !stopping_) {
+  if (retired && !stopping_) {
     // Stopped for the listed slots or its host: not a failure.
     ReformWithout(trainer, what, /*replace=*/false, /*exit_code=*/1);
     return;

@@ -406,6 +406,9 @@ TEST_F(ElasticMachinesTest, AMachineWhoseAgentDiesIsLeftOut) {
   EXPECT_THAT(run.err, HasSubstr("collectiverun's agent on machine-b ended (its ssh "));
   EXPECT_THAT(run.err, HasSubstr("the workers there can no longer rendezvous; blacklisting the "
                                  "host for good, and re-forming the job without it"));
+  // Its worker there is stopped by ending its ssh session, and said so
+  // (not as ssh's exit code 255).
+  EXPECT_THAT(run.err, HasSubstr("(its ssh session to machine-b ended)"));
   EXPECT_THAT(run.err, HasSubstr("received SIGUSR1: a node of the MPI world is lost"));
   EXPECT_EQ(Occurrences(run.out, "1 passed"), 2u) << run.out;
 }
