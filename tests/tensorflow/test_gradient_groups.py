@@ -121,7 +121,11 @@ def test_optimizer_aggregates_backward_passes_locally(traced, average):
                                          average_aggregated_gradients=average)
 
     def step(gradient):
-        return optimizer.apply_gradients([(gradient, variable)])
+        # As minimize and model.fit do: the gradients reduced where they are computed, then
+        # applied (Horovod 0.28's split).
+        reduced = optimizer._compute_gradients(  # noqa: SLF001
+            lambda: tf.reduce_sum(variable * gradient), [variable])
+        return optimizer.apply_gradients(reduced)
 
     if traced:
         step = tf.function(step)
@@ -131,6 +135,7 @@ def test_optimizer_aggregates_backward_passes_locally(traced, average):
         made, _ = _calls_made(lambda: step(_rank_gradients(s)))
         # Every pass counts an iteration; only every passes-th one communicates and applies.
         assert int(optimizer.iterations) == s + 1
+        assert int(optimizer._agg_helper.counter) == (s + 1) % passes  # noqa: SLF001
         if (s + 1) % passes == 0:
             accumulated = sum(mean * (t + 1) for t in range(s + 1 - passes, s + 1))
             expected -= accumulated / (passes if average else 1)
@@ -144,16 +149,14 @@ def test_optimizer_aggregation_with_groups_and_sparse_gradients():
     table = tf.Variable(tf.zeros([size, 2]))
     bias = tf.Variable(tf.zeros([2]))
 
-    def gradients():
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.gather(table, [hvd.rank()]) * (hvd.rank() + 1)) + \
-                tf.reduce_sum(bias)
-        return tape.gradient(loss, [table, bias])
+    def loss():
+        return tf.reduce_sum(tf.gather(table, [hvd.rank()]) * (hvd.rank() + 1)) + \
+            tf.reduce_sum(bias)
 
     dense = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), backward_passes_per_step=2,
                                      sparse_as_dense=True, groups=1)
     for _ in range(2):
-        made, _ = _calls_made(lambda: dense.apply_gradients(zip(gradients(), [table, bias])))
+        made, _ = _calls_made(lambda: dense.minimize(loss, [table, bias]))
     assert made == 1  # one grouped allreduce of both sums
     expected = np.zeros([size, 2])
     for r in range(size):
@@ -163,7 +166,7 @@ def test_optimizer_aggregation_with_groups_and_sparse_gradients():
     sparse = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), backward_passes_per_step=2)
     with pytest.raises(ValueError, match='IndexedSlices are not supported when '
                                          '`backward_passes_per_step` > 1'):
-        sparse.apply_gradients(zip(gradients(), [table, bias]))
+        sparse.minimize(loss, [table, bias])
 
 
 def test_model_fit_with_aggregation_and_groups():

@@ -86,7 +86,7 @@ def test_a_keras_optimizer_is_handed_to_the_keras_distributed_optimizer():
     assert type(optimizer).__name__ == 'SGD'
     assert hasattr(optimizer, 'register_local_var')
     w = tf.Variable(np.ones(2, dtype=np.float32))
-    optimizer.apply_gradients([(tf.constant(np.full(2, hvd.rank() + 1.0, np.float32)), w)])
+    optimizer.minimize(lambda: tf.reduce_sum(w * (hvd.rank() + 1.0)), [w])
     np.testing.assert_allclose(w.numpy(), np.full(2, 1.0 - 0.5 * (hvd.size() + 1) / 2.0))
 
 

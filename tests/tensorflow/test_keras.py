@@ -2,6 +2,7 @@
 weights of plain SGD on the average of every rank's gradient, computed here by hand."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import collective.tensorflow.keras as hvd
@@ -68,3 +69,25 @@ def test_learning_rate_warmup_then_schedule():
     np.testing.assert_allclose(history['lr'], learning_rates, rtol=1e-6)
     np.testing.assert_allclose(fitted, weights, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(history['loss'], losses, rtol=1e-4)
+
+
+def test_the_broadcast_callback_keeps_local_variables_own_values():
+    # Frozen layers whose weights start at the rank's number: after fit, the local layer keeps
+    # each rank's own, the others hold the root's.
+    root = hvd.size() - 1
+    constant = tf.keras.initializers.Constant(float(hvd.rank()))
+    model = tf.keras.Sequential([tf.keras.Input(shape=(2,))] + [
+        tf.keras.layers.Dense(2, kernel_initializer=constant, bias_initializer=constant,
+                              trainable=False) for _ in range(2)])
+    model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1)), loss='mse')
+    local = model.layers[0].variables
+    callback = hvd.callbacks.BroadcastGlobalVariablesCallback(root, local_variables=local)
+    model.fit(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), verbose=0,
+              callbacks=[callback])
+    for layer, expected in ((model.layers[0], hvd.rank()), (model.layers[1], root)):
+        for variable in layer.variables:
+            np.testing.assert_array_equal(variable.numpy(), np.full(variable.shape, expected))
+    one = hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=local[0])
+    assert len(one._local_vars) == 1  # noqa: SLF001
+    with pytest.raises(ValueError, match='All local variables must be of tf.Variable type.'):
+        hvd.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[np.ones(2)])

@@ -1,16 +1,20 @@
-"""Horovod's local gradient aggregation for a ``tf.compat.v1`` optimizer
-(``DistributedOptimizer(..., backward_passes_per_step=N)`` in a graph run by a session).
+"""Horovod's local gradient aggregation (``backward_passes_per_step`` > 1), for a
+``tf.compat.v1`` DistributedOptimizer in a graph run by a session and for the Keras
+DistributedOptimizer, eagerly or inside ``tf.function``.
 
-Each run of the training op adds the pass's gradients to local sums. On every N-th run
-``compute_gradients`` hands out the allreduced sums (divided by N with
-``average_aggregated_gradients``) and ``apply_gradients`` applies them; on the other runs the
-wrapped optimizer is not run, and only the global step moves on, as in Horovod's
-``LocalGradientAggregationHelper``. Every rank runs the training op equally often, so all of
-them reduce on the same run.
+As Horovod's ``LocalGradientAggregationHelper`` (and its eager twin), it works in two halves:
+- ``compute_gradients`` adds a pass's gradients to local sums and counts the pass; on every
+  N-th pass it hands out the allreduced sums (divided by N with
+  ``average_aggregated_gradients``) and the count starts again, on the others the pass's own
+  gradients;
+- ``apply_gradients`` applies them on the passes that reduced (the count back at 0); on the
+  others the wrapped optimizer is not run, and only its step counter moves on (the global
+  step of a TF1 graph, the Keras optimizer's ``iterations``).
+Every rank runs as many passes, so all of them reduce on the same one.
 
-A session graph orders nothing by itself: every read of a sum or of the pass counter
-follows the writes it must see through explicit control dependencies. Graphs only: eagerly
-Horovod refuses it, and so does ``DistributedOptimizer``.
+A session graph orders nothing by itself: every read of a sum or of the counter follows the
+writes it must see through explicit control dependencies (inside ``tf.function`` and eagerly
+they are kept anyway).
 """
 
 import tensorflow as tf
@@ -27,8 +31,27 @@ def dense_for_aggregation(gradient, sparse_as_dense):
     return tf.convert_to_tensor(gradient)
 
 
-class GraphGradientAggregator:
-    """The local sums and pass counter of one ``tf.compat.v1`` DistributedOptimizer."""
+def _local_zeros(name, shape, dtype):
+    """A variable of zeros. Lifted out of any tf.function or control flow (its initial value
+    too); in a graph, in LOCAL_VARIABLES, as Horovod's: a checkpoint of the model does not
+    carry a half-made aggregation."""
+    with tf.init_scope():
+        if tf.executing_eagerly():
+            return tf.Variable(tf.zeros(shape, dtype), trainable=False, name=name)
+        return tf.compat.v1.Variable(tf.zeros(shape, dtype), trainable=False, name=name,
+                                     use_resource=True,
+                                     collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+
+
+def _count_global_step():
+    step = tf.compat.v1.train.get_global_step()
+    if step is None:
+        return tf.no_op()
+    return step.assign_add(tf.constant(1, step.dtype.base_dtype), read_value=False)
+
+
+class GradientAggregator:
+    """The local sums and pass counter of one DistributedOptimizer, made at its first pass."""
 
     def __init__(self, backward_passes_per_step, average_aggregated_gradients, sparse_as_dense,
                  reduce_all):
@@ -37,27 +60,29 @@ class GraphGradientAggregator:
         self._sparse_as_dense = sparse_as_dense
         self._reduce_all = reduce_all
         self._counter = None
+        self._sums = None
 
-    def _local_variable(self, name, initial_value):
-        # Lifted out of any control flow; LOCAL_VARIABLES, as Horovod's: a checkpoint of the
-        # model does not carry a half-made aggregation.
-        with tf.init_scope():
-            return tf.compat.v1.Variable(
-                initial_value, trainable=False, name=name, use_resource=True,
-                collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES])
+    @property
+    def counter(self):
+        """The passes since the last reduction (Horovod's ``_agg_helper.counter``); None
+        before the first."""
+        return self._counter
+
+    def _build(self, gradients):
+        self._counter = _local_zeros('collective_aggregation_counter', [], tf.int32)
+        self._sums = [None if g is None else
+                      _local_zeros('collective_aggregated_gradient', g.shape, g.dtype)
+                      for g in gradients]
 
     def compute_gradients(self, gradients, variables):
         """Adds this pass's ``gradients`` (of ``variables``; None stays None) to the sums and
         returns, on the N-th pass, the allreduced sums, else this pass's own gradients (which
         ``apply_gradients`` then does not apply)."""
         gradients = [dense_for_aggregation(g, self._sparse_as_dense) for g in gradients]
+        if self._sums is None:
+            self._build(gradients)
         present = [i for i, g in enumerate(gradients) if g is not None]
-        if self._counter is None:
-            self._counter = self._local_variable('collective_aggregation_counter',
-                                                 tf.constant(0, tf.int32))
-        sums = [self._local_variable('collective_aggregated_gradient',
-                                     tf.zeros(gradients[i].shape, gradients[i].dtype))
-                for i in present]
+        sums = [self._sums[i] for i in present]
 
         def clear():
             return tf.group(*[total.assign(tf.zeros_like(total)) for total in sums])
@@ -92,17 +117,10 @@ class GraphGradientAggregator:
             results[i] = result
         return results
 
-    def apply_gradients(self, apply, gradients):
-        """``apply`` (the wrapped optimizer's apply_gradients) on the run whose
-        ``compute_gradients`` reduced (the counter back at 0), after ``gradients``; on the
-        other runs only the global step (if the graph has one) moves on."""
-
-        def count_only():
-            step = tf.compat.v1.train.get_global_step()
-            if step is None:
-                return tf.no_op()
-            return step.assign_add(tf.constant(1, step.dtype.base_dtype), read_value=False)
-
+    def apply_gradients(self, apply, gradients, count=_count_global_step):
+        """``apply`` (the wrapped optimizer's apply_gradients) on the pass whose
+        ``compute_gradients`` reduced, after ``gradients``; on the other passes ``count``
+        (the optimizer's step counter moves on). Both return alike (ops in a graph)."""
         with tf.control_dependencies([g for g in gradients if g is not None]):
             applied = tf.equal(self._counter.read_value(), 0)
-            return tf.cond(applied, apply, count_only)
+            return tf.cond(applied, apply, count)

@@ -13,7 +13,7 @@ from collective.common.process_sets import global_process_set
 from collective.tensorflow.adasum_optimizer import DistributedAdasumOptimizer
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import GradientReducer, broadcast_variables
-from collective.tensorflow.gradient_aggregation import GraphGradientAggregator
+from collective.tensorflow.gradient_aggregation import GradientAggregator
 from collective.tensorflow.gradient_groups import resolve_groups
 
 _LegacyOptimizer = tf.compat.v1.train.Optimizer
@@ -107,7 +107,7 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
         if tf.executing_eagerly():
             raise ValueError('backward_passes_per_step > 1 is not yet supported for '
                              '_LegacyOptimizer with eager execution.')
-        aggregator = GraphGradientAggregator(backward_passes_per_step,
+        aggregator = GradientAggregator(backward_passes_per_step,
                                              average_aggregated_gradients, sparse_as_dense,
                                              reducer.reduce_all)
     return _DistributedOptimizer(optimizer, name, use_locking, reducer, aggregator)

@@ -10,19 +10,36 @@ from collective.tensorflow.functions import allreduce, broadcast_variables
 
 class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     """Broadcasts the model's and the optimizer's variables from ``root_rank`` once, after the
-    first batch (when the optimizer has made its slots), as Horovod does."""
+    first batch (when the optimizer has made its slots), as Horovod does; the model's
+    ``local_variables`` (one variable or a collection, or later ``register_local_var``) keep
+    each worker's own values."""
 
-    def __init__(self, root_rank, device='', process_set=global_process_set):
+    def __init__(self, root_rank, device='', local_variables=None,
+                 process_set=global_process_set):
         super().__init__()
         del device
         self.root_rank = root_rank
         self.process_set = process_set
         self.broadcast_done = False
+        self._local_vars = set()
+        if local_variables is None:
+            local_variables = []
+        elif isinstance(local_variables, tf.Variable):
+            local_variables = [local_variables]
+        elif not all(isinstance(var, tf.Variable) for var in local_variables):
+            raise ValueError('All local variables must be of tf.Variable type.')
+        for var in local_variables:
+            self.register_local_var(var)
+
+    def register_local_var(self, var):
+        """Horovod's: ``var`` keeps this worker's value (it is not broadcast)."""
+        self._local_vars.add(var.ref())
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        broadcast_variables(self.model.variables, self.root_rank, process_set=self.process_set)
+        shared = [var for var in self.model.variables if var.ref() not in self._local_vars]
+        broadcast_variables(shared, self.root_rank, process_set=self.process_set)
         optimizer = self.model.optimizer
         variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
         broadcast_variables(variables, self.root_rank, process_set=self.process_set)

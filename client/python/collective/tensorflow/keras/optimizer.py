@@ -1,17 +1,21 @@
-"""Horovod's Keras ``DistributedOptimizer``: the wrapped optimizer, whose
-``apply_gradients`` first allreduces the gradients over the process set (in ``groups`` if
-asked, after ``backward_passes_per_step`` local passes if asked).
-
-``model.fit`` (``minimize``) and custom loops that call ``apply_gradients``
-both pass through it. The optimizer keeps its own class name and config.
+"""Horovod's Keras ``DistributedOptimizer``: the wrapped optimizer, whose gradients are
+allreduced over the process set where they are computed (in ``groups`` if asked, after
+``backward_passes_per_step`` local passes if asked), as Horovod 0.28's:
+``compute_gradients``, ``_compute_gradients`` (legacy optimizers) and ``get_gradients``
+return them reduced, so ``minimize`` and ``model.fit`` reduce; ``apply_gradients`` applies
+what it is given (with local aggregation, on the passes that reduced only). A custom loop
+reduces through ``DistributedGradientTape``, as Horovod documents. The optimizer keeps its
+own class name and config.
 """
+
+import tensorflow as tf
 
 from collective.common import reduce_ops
 from collective.common.process_sets import global_process_set
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import GradientReducer, local_layer_variables
+from collective.tensorflow.gradient_aggregation import GradientAggregator
 from collective.tensorflow.gradient_groups import resolve_groups
-from collective.tensorflow.keras.gradient_aggregation import LocalGradientAggregator
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',  # noqa: N802
@@ -20,40 +24,71 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=global_process_set,
                          scale_local_gradients=True):
-    """Horovod's: a copy of ``optimizer`` (from its config) that allreduces gradients before
-    applying them: one by one, or in ``groups`` (a count, or lists of variables); with
+    """Horovod's: a copy of ``optimizer`` (from its config) whose computed gradients are
+    allreduced: one by one, or in ``groups`` (a count, or lists of variables); with
     ``backward_passes_per_step`` > 1, the local sums of that many passes (see
-    ``gradient_aggregation``). Variables registered with ``register_local_var`` keep their
-    own gradients (divided by the set's size with ``scale_local_gradients``)."""
+    ``gradient_aggregation``; ``_agg_helper.counter`` counts the passes, as Horovod's).
+    Variables registered with ``register_local_var`` keep their own gradients (divided by
+    the set's size with ``scale_local_gradients``)."""
     del name, device_dense, device_sparse
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
                               process_set, resolve_groups(num_groups, groups),
                               scale_local_gradients)
-    aggregator = (LocalGradientAggregator(backward_passes_per_step, average_aggregated_gradients,
-                                          sparse_as_dense)
+    aggregator = (GradientAggregator(backward_passes_per_step, average_aggregated_gradients,
+                                     sparse_as_dense, reducer.reduce_all)
                   if backward_passes_per_step > 1 else None)
     base = optimizer.__class__
 
-    def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        pairs = list(grads_and_vars)
-        gradients, variables = [g for g, _ in pairs], [v for _, v in pairs]
+    def reduce(gradients, variables):
+        gradients, variables = list(gradients), list(variables)
         if aggregator is None:
-            reduced = reducer.reduce_all(gradients, variables)
-            return base.apply_gradients(self, list(zip(reduced, variables)), *args, **kwargs)
-        return aggregator.apply(
-            self, gradients, variables, reducer.reduce_all,
-            lambda reduced: base.apply_gradients(self, reduced, *args, **kwargs))
+            return reducer.reduce_all(gradients, variables)
+        return aggregator.compute_gradients(gradients, variables)
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        return self._compute_gradients(loss, var_list, None, tape)
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        tape = tf.GradientTape() if tape is None else tape
+        if hasattr(base, '_compute_gradients'):  # a legacy (OptimizerV2) optimizer
+            compute = base._compute_gradients  # noqa: SLF001
+            pairs = compute(self, loss, var_list, grad_loss, tape=tape)
+        else:
+            pairs = base.compute_gradients(self, loss, var_list, tape=tape)
+        variables = [v for _, v in pairs]
+        return list(zip(reduce([g for g, _ in pairs], variables), variables))
+
+    def get_gradients(self, loss, params):
+        return reduce(base.get_gradients(self, loss, params), params)
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if aggregator is None:
+            return base.apply_gradients(self, grads_and_vars, *args, **kwargs)
+        pairs = list(grads_and_vars)
+
+        def apply():
+            base.apply_gradients(self, pairs, *args, **kwargs)
+            return tf.identity(self.iterations)
+
+        return aggregator.apply_gradients(apply, [g for g, _ in pairs],
+                                          lambda: tf.identity(self.iterations.assign_add(1)))
 
     def register_local_var(self, var):
         """Horovod's: ``var`` is this worker's own; its gradient is not reduced."""
         del self
         reducer.register_local(var)
 
-    distributed = type(base.__name__, (base,), {
+    members = {
+        'compute_gradients': compute_gradients,
+        '_compute_gradients': _compute_gradients,
         'apply_gradients': apply_gradients,
         'register_local_var': register_local_var,
-        '__doc__': f'{base.__name__} whose gradients are allreduced first (collective).',
-    })
+        '_agg_helper': aggregator,
+        '__doc__': f'{base.__name__} whose gradients are allreduced (collective).',
+    }
+    if hasattr(base, 'get_gradients'):
+        members['get_gradients'] = get_gradients
+    distributed = type(base.__name__, (base,), members)
     return distributed.from_config(optimizer.get_config())
 
 
