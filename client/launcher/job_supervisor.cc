@@ -210,12 +210,13 @@ void JobSupervisor::OnTrainerExit(const Trainer& trainer) {
   const bool retired = retiring_.erase(trainer.rank) > 0;
   std::string how = DescribeExit(status);
   const bool ssh_ended = (WIFEXITED(status) && WEXITSTATUS(status) == 255) || WIFSIGNALED(status);
-  if (retired && ssh_ended && elastic_ != nullptr &&
-      elastic_->IsRemote(elastic_->HostOf(trainer.rank))) {
+  if (retired && ssh_ended && elastic_ != nullptr) {
     // Its process is the ssh that collectiverun stopped (ssh says 255);
     // --remote-exec stops the worker there as the session ends.
-    how = absl::StrCat("stopped (its ssh session to ",
-                       elastic_->HostName(elastic_->HostOf(trainer.rank)), " ended)");
+    const int host = elastic_->HostOf(trainer.rank);
+    if (elastic_->IsRemote(host)) {
+      how = absl::StrCat("stopped (its ssh session to ", elastic_->HostName(host), " ended)");
+    }
   }
   const std::string what = absl::StrCat(elastic_ != nullptr ? "worker " : "rank ", trainer.rank,
                                         " (pid ", trainer.process.pid(), ") ", how);

@@ -155,3 +155,13 @@ def test_adasum_refuses_a_number_of_ranks_not_a_power_of_two():
         with pytest.raises(NotImplementedError,
                            match='Running Adasum with non-power of 2 ranks is not supported yet'):
             optimizer.minimize(tf.reduce_sum(w))
+
+
+def test_aggregation_refuses_another_variable_list_with_a_reason():
+    # The local sums belong to the variables of the first pass: a pass over another list
+    # says so instead of adding to the wrong sums.
+    first, second = tf.Variable([1.0]), tf.Variable([2.0])
+    optimizer = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), backward_passes_per_step=2)
+    optimizer.minimize(lambda: tf.reduce_sum(first), [first])
+    with pytest.raises(ValueError, match='this optimizer sums 1 gradients, and was given 2'):
+        optimizer.minimize(lambda: tf.reduce_sum(first + second), [first, second])

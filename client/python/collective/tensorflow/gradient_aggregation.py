@@ -81,6 +81,11 @@ class GradientAggregator:
         gradients = [dense_for_aggregation(g, self._sparse_as_dense) for g in gradients]
         if self._sums is None:
             self._build(gradients)
+        elif len(gradients) != len(self._sums):
+            raise ValueError(
+                f'backward_passes_per_step > 1 aggregates the gradients of one variable list: '
+                f'this optimizer sums {len(self._sums)} gradients, and was given '
+                f'{len(gradients)}')
         present = [i for i, g in enumerate(gradients) if g is not None]
         sums = [self._sums[i] for i in present]
 
