@@ -84,6 +84,10 @@ struct DaemonConfig {
   // the negotiation (each node's part with its announcement, the combination
   // with node 0's decision) instead of through MPI afterwards; 0: never.
   uint64_t cross_node_inline_bytes = 8ull << 10;
+  // Each node also sends its part of such an allreduce to the set's other
+  // nodes, which combine the parts themselves as soon as all are there
+  // (one hop between daemons instead of two).
+  bool cross_node_peer_parts = true;
 
   // Autotuning (as HOROVOD_AUTOTUNE): the engine tries values of
   // fusion_threshold_bytes (and across nodes cycle_time_ms and

@@ -393,6 +393,11 @@ std::vector<Knob> BuildTable() {
                 "ranks' part with its announcement, node 0 combines the parts as it decides "
                 "and sends the result with the decision, so the data takes no round trip of "
                 "its own. 0: always through MPI after the decision."),
+          Bool(COLLECTIVE_KNOB(cross_node_peer_parts),
+               "Each node also sends its part of such an allreduce to the other nodes of its "
+               "process set, and a node that holds every node's part combines them itself, "
+               "as node 0 does, instead of waiting for node 0's decision: one hop between "
+               "daemons instead of two, for one more message per node and step."),
       });
   AddSection(
       table, "Autotuning",

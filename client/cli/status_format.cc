@@ -172,6 +172,10 @@ std::string FormatStatus(const v1::StatusResponse& status) {
         out += fmt::format(" ({} combined as it decided)", totals.decided_combined());
       }
     }
+    if (totals.combined_from_peers() != 0) {
+      out += fmt::format("; {} combined here from every node's part before node 0's decision",
+                         totals.combined_from_peers());
+    }
     out += "\n";
   }
 

@@ -48,7 +48,8 @@ absl::Status AcrossNodes::Begin(world::World& world, uint64_t generation,
           .cache_capacity = config_.response_cache_capacity,
           .heartbeat_interval = Ticks(std::chrono::milliseconds(config_.heartbeat_interval_ms)),
           .node_timeout = Ticks(std::chrono::duration<double>(config_.node_timeout_seconds)),
-          .combine = &exec::ops::CombineNodeParts});
+          .combine = &exec::ops::CombineNodeParts,
+          .peer_parts = config_.cross_node_peer_parts});
   return absl::OkStatus();
 }
 

@@ -3,8 +3,9 @@
 // 0 awaiting its decision, and the batches it decided, run one at a time in
 // decision order (this node's part from shared memory, then nonblocking MPI
 // among the set's nodes, pipelined; a small cached allreduce instead sends
-// its part with its announcement and takes node 0's combination from the
-// decision). The engine keeps the loop and the job;
+// its part with its announcement, to node 0 and to the set's other nodes,
+// and takes the combination from the other nodes' parts or from node 0's
+// decision, whichever comes first). The engine keeps the loop and the job;
 // it calls Announce, Poll, Advance and Fail, and AcrossNodes calls back
 // through AcrossNodes::Host for what the engine owns (completing and failing
 // requests, breaking the world, the job's end). Status and metrics read it

@@ -25,6 +25,7 @@ enum class ControlTag : int {
   // Point-to-point messages between nodes (remote_messages.h).
   kMessageNotice = 5,  // MessageNotice, the receiver's node -> the sender's
   kMessageReply = 6,   // MessageReply, the sender's node -> the receiver's
+  kPeerParts = 7,      // PeerParts, a node -> the other nodes of a set but node 0
 };
 
 class ControlLink {

@@ -94,8 +94,23 @@ void GlobalTable::Take(int from, const v1::NodeReady& ready, const job::ProcessS
 void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
                       const google::protobuf::RepeatedPtrField<v1::RankRequest>& ranks,
                       std::optional<uint32_t> cache_bit, const std::string* part,
-                      const job::ProcessSetTable& sets, Clock::time_point now) {
+                      const job::ProcessSetTable& sets, Clock::time_point now, bool replayed) {
   const Key key(set_id, name);
+  const auto pending = table_.find(key);
+  const auto ahead = ahead_.find(key);
+  const bool behind_own =
+      !replayed && ahead != ahead_.end() &&
+      std::any_of(ahead->second.begin(), ahead->second.end(),
+                  [from](const Ahead& waiting) { return waiting.from == from; });
+  if ((pending != table_.end() && pending->second.from_nodes.contains(from)) || behind_own) {
+    // The node is a step ahead: this waits for the pending step's decision.
+    ahead_[key].push_back(Ahead{.from = from,
+                                .ranks = ranks,
+                                .cache_bit = cache_bit,
+                                .part = part != nullptr ? std::optional(*part) : std::nullopt,
+                                .at = now});
+    return;
+  }
   const job::ProcessSet* set = sets.Find(set_id);
   auto [it, inserted] = table_.try_emplace(key);
   Entry& entry = it->second;
@@ -117,7 +132,7 @@ void GlobalTable::Add(int from, int32_t set_id, const std::string& name,
     entry.by_set_rank[index] = rank;
     ++entry.submitted;
   }
-  ++entry.nodes;
+  entry.from_nodes.insert(from);
   if (!cache_bit.has_value()) {
     entry.all_from_cache = false;
   } else if (entry.cache_bit.has_value() && *entry.cache_bit != *cache_bit) {
@@ -173,21 +188,56 @@ bool GlobalTable::IsReady(const Key& key, const Entry& entry) const {
   return true;
 }
 
+bool GlobalTable::TakeAhead(const job::ProcessSetTable& sets) {
+  bool took = false;
+  for (auto it = ahead_.begin(); it != ahead_.end();) {
+    const Key key = it->first;
+    std::deque<Ahead>& waiting = it->second;
+    // Each node's announcements in the order they came; another node's may
+    // go before them.
+    std::set<int> held;
+    for (auto next = waiting.begin(); next != waiting.end();) {
+      const auto pending = table_.find(key);
+      if (held.contains(next->from) ||
+          (pending != table_.end() && pending->second.from_nodes.contains(next->from))) {
+        held.insert(next->from);
+        ++next;
+        continue;
+      }
+      Ahead taken = std::move(*next);
+      next = waiting.erase(next);
+      Add(taken.from, key.first, key.second, taken.ranks, taken.cache_bit,
+          taken.part.has_value() ? &*taken.part : nullptr, sets, taken.at, /*replayed=*/true);
+      took = true;
+    }
+    it = waiting.empty() ? ahead_.erase(it) : std::next(it);
+  }
+  return took;
+}
+
 void GlobalTable::DecideReady(const job::ProcessSetTable& sets) {
-  if (!ended_.ok()) {
-    while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
-    return;
-  }
-  std::vector<std::pair<uint64_t, Key>> ready;
-  for (const auto& [key, entry] : table_) {
-    if (IsReady(key, entry)) ready.emplace_back(entry.sequence, key);
-  }
-  std::sort(ready.begin(), ready.end());
-  for (const auto& [sequence, key] : ready) {
-    auto it = table_.find(key);
-    Entry entry = std::move(it->second);
-    table_.erase(it);
-    Decide(key, std::move(entry), sets);
+  // Every decision may let announcements that came ahead of it in, which
+  // may complete more.
+  for (bool took = TakeAhead(sets);; took = TakeAhead(sets)) {
+    if (!ended_.ok()) {
+      while (!table_.empty()) {
+        Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
+      }
+      if (!took) return;
+      continue;
+    }
+    std::vector<std::pair<uint64_t, Key>> ready;
+    for (const auto& [key, entry] : table_) {
+      if (IsReady(key, entry)) ready.emplace_back(entry.sequence, key);
+    }
+    if (ready.empty() && !took) return;
+    std::sort(ready.begin(), ready.end());
+    for (const auto& [sequence, key] : ready) {
+      auto it = table_.find(key);
+      Entry entry = std::move(it->second);
+      table_.erase(it);
+      Decide(key, std::move(entry), sets);
+    }
   }
 }
 
@@ -197,14 +247,20 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
   decision.set_process_set_id(key.first);
   decision.set_name(key.second);
   const bool has_joined = entry.submitted < static_cast<int32_t>(entry.by_set_rank.size());
-  if (set != nullptr && entry.all_from_cache && entry.cache_bit.has_value() && !has_joined &&
-      cache_.BitOf(key) == entry.cache_bit) {
+  const ResponseCache::Entry* cached =
+      entry.all_from_cache && entry.cache_bit.has_value() ? cache_.At(*entry.cache_bit) : nullptr;
+  if (set != nullptr && cached != nullptr && cached->key == key && !has_joined) {
     // Every node announced the cached tensor: no request travelled, and
-    // the cached ones passed the checks when they were cached.
+    // the cached ones passed the checks when they were cached. The entry
+    // may have been retired (evicted) since: every node still holds it,
+    // since its bit is reused only once every node has applied the
+    // retirement, which each did after announcing by it. Deciding it as
+    // announced keeps a node that settled it from the others' parts in
+    // step with the rest.
     decision.set_from_cache(true);
     decision.set_cache_bit(*entry.cache_bit);
     Combine(entry, decision);
-    bits_.Touch(*entry.cache_bit);
+    if (cache_.BitOf(key) == entry.cache_bit) bits_.Touch(*entry.cache_bit);
     ++counters_.decided_from_cache;
     return;
   }
@@ -232,7 +288,7 @@ void GlobalTable::Decide(const Key& key, Entry entry, const job::ProcessSetTable
 void GlobalTable::Combine(const Entry& entry, v1::Decision& decision) {
   // Decided from the cache, none of its ranks joined: every node of its set
   // announced it. A node without a part leaves it to MPI on every node.
-  if (combine_ == nullptr || static_cast<int32_t>(entry.parts.size()) != entry.nodes) return;
+  if (combine_ == nullptr || entry.parts.size() != entry.from_nodes.size()) return;
   std::vector<const std::string*> parts;  // in node order
   for (const auto& [node, part] : entry.parts) parts.push_back(&part);
   if (std::optional<std::string> combined = combine_(cache_.At(decision.cache_bit())->ranks, parts);

@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,10 +89,24 @@ class GlobalTable {
     uint64_t sequence = 0;  // order of first announcement
     bool all_from_cache = true;
     std::optional<uint32_t> cache_bit;  // the bit the cached announcements named
-    // Nodes that announced it (each does once), and by node its part of a
-    // small allreduce, sent with the cache bit.
-    int32_t nodes = 0;
+    // Nodes that announced it, and by node its part of a small allreduce,
+    // sent with the cache bit.
+    std::set<int> from_nodes;
     std::map<int, std::string> parts;
+  };
+
+  // An announcement that came ahead of its tensor's decision: its node had
+  // already announced the tensor's pending step. A node that combines small
+  // allreduces from the other nodes' parts (PeerPart) settles a step before
+  // node 0 decides it and may announce the next one before another node's
+  // announcement of this one arrives here. It is taken, in arrival order,
+  // once the pending step is decided.
+  struct Ahead {
+    int from = 0;
+    google::protobuf::RepeatedPtrField<v1::RankRequest> ranks;
+    std::optional<uint32_t> cache_bit;
+    std::optional<std::string> part;
+    Clock::time_point at;
   };
 
   struct Joins {
@@ -99,10 +115,15 @@ class GlobalTable {
     int32_t last = -1;         // the set rank that joined last
   };
 
+  // `replayed`: an announcement taken from ahead_ (it goes before the ones
+  // still there).
   void Add(int from, int32_t set_id, const std::string& name,
            const google::protobuf::RepeatedPtrField<v1::RankRequest>& ranks,
            std::optional<uint32_t> cache_bit, const std::string* part,
-           const job::ProcessSetTable& sets, Clock::time_point now);
+           const job::ProcessSetTable& sets, Clock::time_point now, bool replayed = false);
+  // Takes the announcements that waited for their pending step's decision
+  // and may enter now; true if any did.
+  bool TakeAhead(const job::ProcessSetTable& sets);
   bool IsReady(const Key& key, const Entry& entry) const;
   // A rank of the set has joined: every node hears it, and what waits of
   // the set's collectives other than allreduce and join fails at once
@@ -126,6 +147,7 @@ class GlobalTable {
   const ResponseCache& cache_;
   CacheBits& bits_;
   std::map<Key, Entry> table_;
+  std::map<Key, std::deque<Ahead>> ahead_;  // by tensor, in arrival order
   uint64_t next_sequence_ = 0;
   std::map<int32_t, Joins> joins_;
   absl::Status ended_;  // why the job ended; OK while it runs

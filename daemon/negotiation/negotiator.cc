@@ -1,5 +1,7 @@
 #include "daemon/negotiation/negotiator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -8,6 +10,8 @@ namespace collective::daemon::negotiation {
 Negotiator::Negotiator(std::unique_ptr<ControlLink> link, job::NodeLayout layout, GlobalCheck check,
                        const Options& options)
     : layout_(std::move(layout)),
+      combine_(options.combine),
+      peer_parts_enabled_(options.peer_parts && options.combine != nullptr),
       link_(std::move(link)),
       monitor_(*link_, options.heartbeat_interval, options.node_timeout),
       cache_(options.cache_capacity) {
@@ -41,9 +45,32 @@ std::optional<uint32_t> Negotiator::Announce(const ReadyTensor& tensor, const jo
 }
 
 void Negotiator::AddReduction(uint32_t bit, std::string part) {
+  const ResponseCache::Entry* entry = cache_.At(bit);
+  if (peer_parts_enabled_ && entry != nullptr) {
+    v1::PeerPart peer;
+    peer.set_cache_bit(bit);
+    peer.set_cache_version(cache_.version());
+    peer.set_step(steps_[bit].settled);
+    peer.set_data(part);
+    for (int node : NodesOf(*entry)) {
+      if (node != 0 && node != link_->node()) *peer_outgoing_[node].add_parts() = peer;
+    }
+    if (!coordinator()) {
+      own_parts_[bit] =
+          OwnPart{.cache_version = peer.cache_version(), .step = peer.step(), .data = part};
+    }
+  }
   v1::NodeReduction* reduction = outgoing_.add_reductions();
   reduction->set_cache_bit(bit);
   reduction->set_data(std::move(part));
+}
+
+std::vector<int> Negotiator::NodesOf(const ResponseCache::Entry& entry) const {
+  std::vector<int> nodes;
+  for (const v1::RankRequest& rank : entry.ranks) nodes.push_back(layout_.NodeOf(rank.rank()));
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  return nodes;
 }
 
 void Negotiator::Joined(int32_t process_set_id, int32_t set_rank, int32_t rank) {
@@ -63,9 +90,124 @@ absl::Status Negotiator::Tell(const v1::JobEvent& event) {
   return link_->Progress();
 }
 
-void Negotiator::Apply(const v1::Decisions& batch) {
+void Negotiator::Apply(v1::Decisions& batch) {
   cache_.Apply(batch);
   ++batches_applied_;
+  auto& decisions = *batch.mutable_decisions();
+  int kept = 0;
+  for (int i = 0; i < decisions.size(); ++i) {
+    const v1::Decision& decision = decisions[i];
+    // Every step of a cached tensor counts, also one decided in full (a
+    // rank had joined, say) while other nodes announced it by its bit.
+    std::optional<uint32_t> bit;
+    if (decision.from_cache()) {
+      bit = decision.cache_bit();
+    } else if (decision.cache_put()) {
+      // A new entry: its steps count from here on every node.
+      steps_.erase(decision.cache_bit());
+      own_parts_.erase(decision.cache_bit());
+    } else if (!decision.join_began()) {
+      bit = cache_.BitOf({decision.process_set_id(), decision.name()});
+    }
+    if (bit.has_value()) {
+      Steps& steps = steps_[*bit];
+      if (steps.decided++ < steps.settled && decision.from_cache()) {
+        continue;  // a step settled here from every node's part
+      }
+      steps.settled = std::max(steps.settled, steps.decided);
+      if (auto own = own_parts_.find(*bit);
+          own != own_parts_.end() && own->second.step < steps.settled) {
+        own_parts_.erase(own);
+      }
+    }
+    if (kept != i) decisions.SwapElements(kept, i);
+    ++kept;
+  }
+  decisions.DeleteSubrange(kept, decisions.size() - kept);
+  DropStaleParts();
+}
+
+absl::Status Negotiator::SendPeerParts() {
+  for (auto& [node, parts] : peer_outgoing_) {
+    if (absl::Status sent = link_->Send(node, ControlTag::kPeerParts, parts); !sent.ok()) {
+      return sent;
+    }
+  }
+  peer_outgoing_.clear();
+  return absl::OkStatus();
+}
+
+absl::Status Negotiator::ReceivePeerParts() {
+  std::vector<ControlLink::Received> received;
+  if (absl::Status read = link_->Receive(ControlTag::kPeerParts, received); !read.ok()) {
+    return read;
+  }
+  if (!peer_parts_enabled_ || coordinator()) return absl::OkStatus();  // node 0 decides them anyway
+  for (ControlLink::Received& message : received) {
+    v1::PeerParts parts;
+    if (!parts.ParseFromString(message.bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("node ", message.from, " sent unreadable allreduce parts"));
+    }
+    for (v1::PeerPart& part : *parts.mutable_parts()) {
+      peer_parts_[PartKey(part.cache_bit(), part.cache_version(), part.step())][message.from] =
+          std::move(*part.mutable_data());
+    }
+  }
+  DropStaleParts();
+  return absl::OkStatus();
+}
+
+void Negotiator::DropStaleParts() {
+  for (auto it = peer_parts_.begin(); it != peer_parts_.end();) {
+    const auto& [bit, version, step] = it->first;
+    const auto steps = steps_.find(bit);
+    const bool settled =
+        version == cache_.version() && steps != steps_.end() && step < steps->second.settled;
+    it = version < cache_.version() || settled ? peer_parts_.erase(it) : std::next(it);
+  }
+}
+
+std::optional<v1::Decisions> Negotiator::CombineFromPeers() {
+  v1::Decisions combined;
+  for (auto own = own_parts_.begin(); own != own_parts_.end();) {
+    const uint32_t bit = own->first;
+    const OwnPart& part = own->second;
+    const ResponseCache::Entry* entry = cache_.At(bit);
+    const auto peers = peer_parts_.find(PartKey(bit, part.cache_version, part.step));
+    if (part.cache_version != cache_.version() || entry == nullptr || peers == peer_parts_.end()) {
+      ++own;  // node 0's decision settles it
+      continue;
+    }
+    const std::vector<int> nodes = NodesOf(*entry);
+    std::vector<const std::string*> parts;  // in node order, as node 0 combines them
+    for (int node : nodes) {
+      if (node == link_->node()) {
+        parts.push_back(&part.data);
+      } else if (auto peer = peers->second.find(node); peer != peers->second.end()) {
+        parts.push_back(&peer->second);
+      } else {
+        break;
+      }
+    }
+    if (parts.size() != nodes.size()) {
+      ++own;
+      continue;
+    }
+    std::optional<std::string> result = combine_(entry->ranks, parts);
+    peer_parts_.erase(peers);
+    own = own_parts_.erase(own);
+    // A malformed part: node 0's decision leaves it to every node's MPI.
+    if (!result.has_value()) continue;
+    v1::Decision& decision = *combined.add_decisions();
+    decision.set_from_cache(true);
+    decision.set_cache_bit(bit);
+    decision.set_combined(std::move(*result));
+    ++steps_[bit].settled;
+    ++combined_from_peers_;
+  }
+  if (combined.decisions().empty()) return std::nullopt;
+  return combined;
 }
 
 absl::Status Negotiator::ReceiveEvents(Incoming& incoming) {
@@ -88,6 +230,13 @@ absl::StatusOr<Negotiator::Incoming> Negotiator::Exchange(const job::ProcessSetT
                                                           Clock::time_point now) {
   Incoming incoming;
   absl::Status status = coordinator() ? Coordinate(sets, now, incoming) : Follow(now, incoming);
+  if (status.ok()) status = ReceivePeerParts();
+  if (status.ok() && !coordinator()) {
+    if (std::optional<v1::Decisions> combined = CombineFromPeers(); combined.has_value()) {
+      incoming.batches.push_back(std::move(*combined));
+    }
+  }
+  if (status.ok()) status = SendPeerParts();
   if (status.ok()) status = ReceiveEvents(incoming);
   if (status.ok()) status = link_->Progress();
   if (!status.ok()) return status;
@@ -151,7 +300,9 @@ absl::Status Negotiator::Follow(Clock::time_point now, Incoming& incoming) {
       return absl::DataLossError(absl::StrCat("node ", message.from, " sent unreadable decisions"));
     }
     Apply(batch);
-    incoming.batches.push_back(std::move(batch));
+    if (!batch.decisions().empty() || batch.has_tuning()) {
+      incoming.batches.push_back(std::move(batch));
+    }
   }
   received.clear();
   if (absl::Status read = link_->Receive(ControlTag::kHeartbeat, received); !read.ok()) {
@@ -189,6 +340,7 @@ bool Negotiator::Fail(int32_t process_set_id, const std::string& name, const abs
 void Negotiator::AddTo(v1::Totals& totals) const {
   totals.set_announced_in_full(totals.announced_in_full() + announced_in_full_);
   totals.set_announced_from_cache(totals.announced_from_cache() + announced_from_cache_);
+  totals.set_combined_from_peers(totals.combined_from_peers() + combined_from_peers_);
   if (table_ != nullptr) {
     totals.set_decided_in_full(totals.decided_in_full() + table_->counters().decided_in_full);
     totals.set_decided_from_cache(totals.decided_from_cache() +
@@ -210,6 +362,7 @@ void Negotiator::Describe(v1::NegotiationStatus* out) const {
   out->set_cache_capacity(cache_.capacity());
   out->set_cache_entries(static_cast<uint32_t>(cache_.live_entries()));
   out->set_batches_applied(batches_applied_);
+  out->set_combined_from_peers(combined_from_peers_);
   if (table_ != nullptr) {
     out->set_decided_in_full(table_->counters().decided_in_full);
     out->set_decided_from_cache(table_->counters().decided_from_cache);

@@ -8,6 +8,16 @@
 // whose job fails tells every other node, and the node monitor's heartbeats
 // bound how long a dead or hung daemon goes unnoticed.
 //
+// A small cached allreduce carries each node's part of the result with its
+// bit; node 0 combines the parts as it decides. With peer parts, each node
+// also sends its part to the set's other nodes, and a node holding every
+// part of a step it announced combines them itself (the same function, the
+// same parts in node order, so the same bytes as node 0's) and drops node
+// 0's decision of that step when it arrives. Every node counts each cache
+// entry's steps alike (node 0's decisions, or a combination made here in
+// place of one), so a part names its step and the cache version it was
+// sent under, and is combined only with parts of that step and version.
+//
 // Event-driven: messages are sent when something becomes ready and looked
 // for whenever the engine polls; nothing blocks. The messages travel over a
 // ControlLink (MPI between daemons, an in-process fake in unit tests).
@@ -16,9 +26,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -45,11 +57,22 @@ class Negotiator {
     // Node 0: combines small allreduces' parts (AddReduction) into their
     // decisions; null: the nodes always combine them themselves.
     GlobalCombine combine = nullptr;
+    // Each part also goes to the other nodes of the tensor's set (but node
+    // 0, which has it with the announcement), and a node other than 0 that
+    // holds every node's part of a step it announced combines them itself
+    // with `combine`, as node 0 will, instead of waiting for node 0's
+    // decision: one hop between daemons instead of two. The decision, when
+    // it comes, is let pass.
+    bool peer_parts = false;
   };
 
   // What the other nodes sent, for the engine to carry out in order.
   struct Incoming {
+    // Node 0's batches of decisions, then (nodes but 0) one of the
+    // decisions this node made itself from every node's parts: a cached
+    // small allreduce with its combination, as node 0 decides it.
     std::vector<v1::Decisions> batches;
+
     std::vector<std::pair<int, v1::JobEvent>> events;  // (from node, event)
     // Node 0: announcements arrived (the rest of a tensor's may follow).
     bool heard = false;
@@ -110,15 +133,42 @@ class Negotiator {
   void AddTo(v1::Totals& totals) const;
 
  private:
-  absl::Status SendReady(Clock::time_point now);
   absl::Status ReceiveEvents(Incoming& incoming);
-  // Applies a batch's cache changes on this node, and counts it.
-  void Apply(const v1::Decisions& batch);
+  // Applies a batch's cache changes on this node, and counts it and its
+  // cached decisions' steps; drops those of steps this node settled from
+  // the other nodes' parts.
+  void Apply(v1::Decisions& batch);
+  // The nodes of the cached tensor's set, in order.
+  std::vector<int> NodesOf(const ResponseCache::Entry& entry) const;
+  absl::Status SendPeerParts();
+  absl::Status ReceivePeerParts();
+  // Nodes but 0: settles the steps whose every node's part is here.
+  std::optional<v1::Decisions> CombineFromPeers();
+  // Forgets the parts of steps settled here, and of older cache versions.
+  void DropStaleParts();
   absl::Status Coordinate(const job::ProcessSetTable& sets, Clock::time_point now,
                           Incoming& incoming);
   absl::Status Follow(Clock::time_point now, Incoming& incoming);
 
+  // A cached tensor's steps since it was put at its bit: those settled here
+  // (decided by node 0, or combined from every node's part) and node 0's
+  // decisions of them applied here. Every node counts the same steps, so
+  // the count settled when a node announces a step names that step.
+  struct Steps {
+    uint64_t settled = 0;
+    uint64_t decided = 0;
+  };
+  // Nodes but 0: this node's part of a step it announced, until it settles.
+  struct OwnPart {
+    uint64_t cache_version = 0;
+    uint64_t step = 0;
+    std::string data;
+  };
+  using PartKey = std::tuple<uint32_t, uint64_t, uint64_t>;  // bit, cache version, step
+
   const job::NodeLayout layout_;
+  const GlobalCombine combine_;
+  const bool peer_parts_enabled_;
   std::unique_ptr<ControlLink> link_;
   NodeMonitor monitor_;
   ResponseCache cache_;
@@ -127,6 +177,11 @@ class Negotiator {
   uint64_t batches_applied_ = 0;
   uint64_t announced_in_full_ = 0;
   uint64_t announced_from_cache_ = 0;
+  uint64_t combined_from_peers_ = 0;
+  std::map<uint32_t, Steps> steps_;                           // by cache bit
+  std::map<uint32_t, OwnPart> own_parts_;                     // by cache bit
+  std::map<PartKey, std::map<int, std::string>> peer_parts_;  // by node
+  std::map<int, v1::PeerParts> peer_outgoing_;                // by node
   // Node 0 only.
   std::unique_ptr<CacheBits> bits_;
   std::unique_ptr<GlobalTable> table_;

@@ -25,6 +25,7 @@ void ResponseCache::Retire(uint32_t bit) {
   if (it == by_bit_.end() || it->second.retired) return;
   by_key_.erase(it->second.key);
   it->second.retired = true;
+  ++version_;
 }
 
 void ResponseCache::Put(uint32_t bit, Key key, std::vector<v1::RankRequest> ranks) {
@@ -34,6 +35,7 @@ void ResponseCache::Put(uint32_t bit, Key key, std::vector<v1::RankRequest> rank
   }
   by_key_[key] = bit;
   by_bit_[bit] = Entry{.key = std::move(key), .ranks = std::move(ranks), .retired = false};
+  ++version_;
 }
 
 void ResponseCache::Apply(const v1::Decisions& batch) {

@@ -66,9 +66,13 @@ class ResponseCache {
   std::optional<uint32_t> Match(const ReadyTensor& tensor) const;
 
   size_t live_entries() const { return by_key_.size(); }
+  // How many changes (puts, retirements) were applied: two nodes whose
+  // versions are equal hold the same entries at the same bits.
+  uint64_t version() const { return version_; }
 
  private:
   uint32_t capacity_;
+  uint64_t version_ = 0;
   std::map<uint32_t, Entry> by_bit_;
   std::map<Key, uint32_t> by_key_;  // live entries only
 };

@@ -26,6 +26,8 @@
 //   repeat [--steps S] [--tensors T] [--change-at K]  the same allreduces, step
 //                                      after step (tensor 0 reshaped from step K)
 //   loop [--elements N]                allreduces until one fails
+//   lead [--steps S]                   rank 0 submits each step's allreduce
+//                                      first, and tells the others to follow
 //   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted
 //   rooted-matrix [--only C]           reduce (every op), gather, scatter, every root
 //   rooted-mismatch --kind K           the last rank's root, dtype or scatter rows differ
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
       {"timeline", TimelineScenario},
       {"repeat", RepeatScenario},
       {"loop", LoopScenario},
+      {"lead", LeadScenario},
       {"workload", WorkloadScenario},
       {"rooted-matrix", RootedMatrix},
       {"rooted-mismatch", RootedMismatch},

@@ -106,6 +106,7 @@ int StallScenario(const Args& args);
 int TimelineScenario(const Args& args);
 int RepeatScenario(const Args& args);
 int LoopScenario(const Args& args);
+int LeadScenario(const Args& args);
 int WorkloadScenario(const Args& args);
 // collectives_worker_rooted.cc
 int RootedMatrix(const Args& args);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "tests/integration/collectives_checks.h"
 #include "tests/integration/collectives_worker.h"
@@ -42,6 +43,45 @@ int RepeatScenario(const Args& args) {
   const int changed_from = std::stoi(Flag(args, "--change-at", "-1"));
   for (int step = 0; step < steps; ++step) Step(*client, team, tensors, step, changed_from);
   Say(absl::StrCat("ok ", steps, " steps of ", tensors, " tensors on rank ", client->rank()));
+  return 0;
+}
+
+// lead [--steps S]: S steps of one small allreduce, which rank 0 submits
+// first; it then sends every other rank a message, and they submit theirs
+// once it has arrived. Across nodes, node 0's part of each step is then on
+// its way to the other nodes before they announce theirs (they combine the
+// parts themselves: cross_node_peer_parts).
+int LeadScenario(const Args& args) {
+  auto client = ConnectOrDie(args);
+  const int steps = std::stoi(Flag(args, "--steps", "10"));
+  const int rank = client->rank();
+  const int size = client->size();
+  for (int step = 0; step < steps; ++step) {
+    std::vector<float> data = {static_cast<float>(rank), static_cast<float>(step), 1.0f, -2.0f};
+    std::vector<float> sum(data.size());
+    const TensorView view{data.data(), DataType::kFloat32, {static_cast<int64_t>(data.size())}};
+    float token = static_cast<float>(step);
+    const TensorView token_view{&token, DataType::kFloat32, {1}};
+    if (rank == 0) {
+      const Client::Handle handle =
+          ValueOrDie(client->AllreduceAsync("lead", view, sum.data()), "allreduce");
+      for (int peer = 1; peer < size; ++peer) {
+        OkOrDie(client->Send(token_view, peer, step), "send to the other ranks");
+      }
+      OkOrDie(client->Wait(handle).status(), "allreduce");
+    } else {
+      OkOrDie(client->Recv(token_view, 0, step).status(), "receive rank 0's word");
+      OkOrDie(client->Allreduce("lead", view, sum.data()), "allreduce");
+    }
+    const float n = static_cast<float>(size);
+    const std::vector<float> expected = {n * (n - 1) / 2, n * static_cast<float>(step), n,
+                                         -2.0f * n};
+    if (sum != expected) {
+      Die(absl::StrCat("step ", step, ": the sum is {", absl::StrJoin(sum, ", "), "}, not {",
+                       absl::StrJoin(expected, ", "), "}"));
+    }
+  }
+  Say(absl::StrCat("ok ", steps, " led steps on rank ", rank));
   return 0;
 }
 

@@ -5,7 +5,8 @@
 //   counters of `collectivectl status` show (and a changed tensor, or a
 //   capacity of 0, goes back to the full exchange); node 0 combines those
 //   small allreduces itself as it decides, unless cross_node_inline_bytes
-//   is 0;
+//   is 0, and another node holding every node's part combines them
+//   without waiting for that decision (cross_node_peer_parts);
 // - the timeline: a tensor across nodes has its negotiation, its local
 //   reduction and its transfer among the daemons (CROSS_NODE).
 #include <filesystem>
@@ -25,6 +26,7 @@ namespace collective::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kSteps = 6;
 constexpr int kTensors = 8;
@@ -112,6 +114,51 @@ INSTANTIATE_TEST_SUITE_P(
                   kTensors*(kSteps - 1),
                   0}),
     [](const auto& test) { return test.param.name; });
+
+// Node 0's part of each step is on its way to node 1 before node 1's rank
+// submits its own (the lead scenario): node 1 combines the parts itself,
+// ahead of node 0's decision, and every result stays right (the workers
+// check them). With cross_node_peer_parts off, node 1 takes node 0's
+// combination. Node 0 decides every step either way.
+TEST(PeerPartsTest, ANodeHoldingEveryPartCombinesThemWithoutWaitingForNodeZero) {
+  constexpr int kLedSteps = 12;
+  for (const bool peer_parts : {true, false}) {
+    SCOPED_TRACE(peer_parts ? "cross_node_peer_parts on" : "off");
+    auto daemons = MpiDaemons::Start(
+        {.nodes = 2, .daemon_flags = {"--cross-node-peer-parts", peer_parts ? "true" : "false"}});
+    ASSERT_TRUE(daemons.ok()) << daemons.status();
+    auto workers = (*daemons)->StartWorkers(CollectivesWorkerBinary(), {1, 1},
+                                            {"lead", "--steps", absl::StrCat(kLedSteps)});
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    ASSERT_EQ(WaitForWorkers(*workers, absl::Seconds(60)), "");
+    const auto zero = QueryStatus((*daemons)->socket(0));
+    ASSERT_TRUE(zero.ok()) << zero.status();
+    EXPECT_EQ(zero->totals().decided_combined(), kLedSteps - 1u) << "the first step goes in full";
+    EXPECT_EQ(zero->totals().combined_from_peers(), 0u) << "node 0 combines as it decides";
+    const auto one = QueryStatus((*daemons)->socket(1));
+    ASSERT_TRUE(one.ok()) << one.status();
+    const uint64_t from_peers = one->totals().combined_from_peers();
+    auto cli =
+        Subprocess::Start({CollectivectlBinary(), "--socket", (*daemons)->socket(1), "status"});
+    ASSERT_TRUE(cli.ok()) << cli.status();
+    ASSERT_TRUE(ExitedCleanly(cli->Wait(absl::Seconds(30))));
+    if (peer_parts) {
+      // A step may still take node 0's combination, when node 1's
+      // announcement reaches node 0 before node 0's part has left it (node
+      // 0's daemon descheduled just then): the test asks for some steps,
+      // not every one.
+      EXPECT_GT(from_peers, 0u);
+      EXPECT_LE(from_peers, kLedSteps - 1u);
+      const std::string said = absl::StrCat(
+          "; ", from_peers, " combined here from every node's part before node 0's decision");
+      EXPECT_THAT(cli->Stdout(), HasSubstr(said));
+    } else {
+      EXPECT_EQ(from_peers, 0u);
+      EXPECT_THAT(cli->Stdout(), Not(HasSubstr("combined here")));
+    }
+    EXPECT_TRUE(ExitedCleanly((*daemons)->Stop())) << (*daemons)->mpirun().Stderr();
+  }
+}
 
 // A cache smaller than the set of tensors evicts and reuses bits while the
 // steps run; every result stays right (the workers check them).

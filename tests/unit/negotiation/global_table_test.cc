@@ -220,6 +220,44 @@ TEST_F(GlobalTableTest, APartCountsForItsOwnStepOnly) {
   EXPECT_FALSE(next.decisions(0).has_combined()) << "node 0's part of the last step is gone";
 }
 
+// A node that combined a step from every node's part (PeerPart) may announce
+// the next step before another node's announcement of this one arrives.
+TEST_F(GlobalTableTest, ANodesNextStepThatComesAheadWaitsForThePendingStepsDecision) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(1, {bit}, {{bit, "one"}});
+  AnnounceBits(1, {bit}, {{bit, "one again"}});
+  EXPECT_EQ(table_.TakeBatch(), std::nullopt) << "node 0 announced neither step";
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  const v1::Decisions first = Batch();
+  ASSERT_EQ(first.decisions_size(), 1);
+  EXPECT_EQ(first.decisions(0).combined(), "w:zero+one");
+  const std::vector<WaitingTensor> waiting = table_.Waiting(sets_, Clock::now());
+  ASSERT_EQ(waiting.size(), 1u) << "node 1's next step waits for node 0's";
+  EXPECT_THAT(waiting.front().ready_ranks, ElementsAre(2, 3));
+  EXPECT_THAT(waiting.front().missing_ranks, ElementsAre(0, 1));
+  AnnounceBits(0, {bit}, {{bit, "zero again"}});
+  const v1::Decisions second = Batch();
+  ASSERT_EQ(second.decisions_size(), 1);
+  EXPECT_EQ(second.decisions(0).combined(), "w:zero again+one again");
+  EXPECT_THAT(table_.Waiting(sets_, Clock::now()), IsEmpty());
+}
+
+// Every node announced the step by the bit, and a node that combined it
+// from the parts ran it so: node 0 decides it from the entry even after
+// evicting it, which no node can have reused yet.
+TEST_F(GlobalTableTest, AStepAnnouncedByABitEvictedMeanwhileIsStillDecidedFromIt) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(0, {bit}, {{bit, "zero"}});
+  for (int i = 0; i < 8; ++i) Cached(absl::StrCat("x", i));  // the last one evicts w
+  ASSERT_EQ(cache_.BitOf({0, "w"}), std::nullopt) << "w's entry should have been evicted";
+  AnnounceBits(1, {bit}, {{bit, "one"}});
+  const v1::Decisions batch = Batch();
+  ASSERT_EQ(batch.decisions_size(), 1);
+  EXPECT_TRUE(batch.decisions(0).from_cache());
+  EXPECT_EQ(batch.decisions(0).cache_bit(), bit);
+  EXPECT_EQ(batch.decisions(0).combined(), "w:zero+one");
+}
+
 TEST_F(GlobalTableTest, APartWithATensorAnnouncedInFullIsNotCombined) {
   const uint32_t bit = Cached("w");
   AnnounceBits(0, {bit}, {{bit, "zero"}});

@@ -16,6 +16,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/negotiation/mismatch.h"
 #include "tests/unit/negotiation/fake_control_link.h"
 
@@ -24,8 +25,18 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 constexpr auto kTimeout = std::chrono::seconds(30);
+
+// Stands in for the kernels' combination: the parts, '|'-joined in the order
+// node 0 hands them over.
+std::optional<std::string> JoinParts(const std::vector<v1::RankRequest>& /*everyone*/,
+                                     const std::vector<const std::string*>& parts) {
+  std::string joined;
+  for (const std::string* part : parts) joined += (joined.empty() ? "" : "|") + *part;
+  return joined;
+}
 
 class NegotiatorTest : public ::testing::Test {
  protected:
@@ -44,7 +55,8 @@ class NegotiatorTest : public ::testing::Test {
           Negotiator::Options{.cache_capacity = 16,
                               .heartbeat_interval = std::chrono::milliseconds(100),
                               .node_timeout = std::chrono::seconds(5),
-                              .combine = combine_}));
+                              .combine = combine_,
+                              .peer_parts = peer_parts_}));
     }
   }
 
@@ -99,6 +111,16 @@ class NegotiatorTest : public ::testing::Test {
     return received;
   }
 
+  // Nodes of `local_sizes` that send their parts to one another
+  // (cross_node_peer_parts), with "bias" negotiated once and cached.
+  void FormWithPeerPartsAndCacheBias(const std::vector<int32_t>& local_sizes) {
+    combine_ = &JoinParts;
+    peer_parts_ = true;
+    Form(local_sizes);
+    for (size_t node = 0; node < local_sizes.size(); ++node) Announce(node, "bias", 2);
+    Settle(1);
+  }
+
   std::vector<std::string> Names(const v1::Decisions& batch, const Negotiator& negotiator) const {
     std::vector<std::string> names;
     for (const v1::Decision& decision : batch.decisions()) {
@@ -113,6 +135,7 @@ class NegotiatorTest : public ::testing::Test {
   }
 
   GlobalCombine combine_ = nullptr;  // node 0's, for the nodes formed next
+  bool peer_parts_ = false;          // for the nodes formed next
   std::unique_ptr<FakeControlNetwork> network_;
   std::vector<int32_t> local_sizes_;
   std::unique_ptr<job::ProcessSetTable> sets_;
@@ -184,15 +207,6 @@ TEST_F(NegotiatorTest, SteadyStateStepsAreDecidedFromTheResponseCache) {
   EXPECT_EQ(totals.decided_from_cache(), 2u);
 }
 
-// Stands in for the kernels' combination: the parts, '|'-joined in the order
-// node 0 hands them over.
-std::optional<std::string> JoinParts(const std::vector<v1::RankRequest>& /*everyone*/,
-                                     const std::vector<const std::string*>& parts) {
-  std::string joined;
-  for (const std::string* part : parts) joined += (joined.empty() ? "" : "|") + *part;
-  return joined;
-}
-
 TEST_F(NegotiatorTest, ASmallAllreducesPartsTravelWithItsBitsAndItsCombinationWithTheDecision) {
   combine_ = &JoinParts;
   Form({1, 2, 1});
@@ -218,6 +232,89 @@ TEST_F(NegotiatorTest, ASmallAllreducesPartsTravelWithItsBitsAndItsCombinationWi
   v1::Totals totals;
   negotiators_[0]->AddTo(totals);
   EXPECT_EQ(totals.decided_combined(), 1u);
+}
+
+TEST_F(NegotiatorTest, ANodeHoldingEveryPartCombinesThemWithoutWaitingForNodeZero) {
+  FormWithPeerPartsAndCacheBias({1, 1});
+  for (int step = 1; step <= 3; ++step) {
+    SCOPED_TRACE(absl::StrCat("step ", step));
+    const std::string zero = absl::StrCat("zero", step);
+    const std::string one = absl::StrCat("one", step);
+    for (auto [node, part] : {std::pair<size_t, std::string>(0, zero), {1, one}}) {
+      const std::optional<uint32_t> bit = Announce(node, "bias", 2);
+      ASSERT_TRUE(bit.has_value());
+      negotiators_[node]->AddReduction(*bit, part);
+    }
+    // Node 0 holds only its own announcement, and sends node 1 its part.
+    auto at_zero = negotiators_[0]->Exchange(*sets_, Clock::now());
+    ASSERT_TRUE(at_zero.ok()) << at_zero.status();
+    EXPECT_THAT(at_zero->batches, IsEmpty());
+    // Node 1 combines the two parts at once.
+    auto at_one = negotiators_[1]->Exchange(*sets_, Clock::now());
+    ASSERT_TRUE(at_one.ok()) << at_one.status();
+    ASSERT_EQ(at_one->batches.size(), 1u);
+    ASSERT_EQ(at_one->batches[0].decisions_size(), 1);
+    const v1::Decision& own = at_one->batches[0].decisions(0);
+    EXPECT_TRUE(own.from_cache());
+    EXPECT_THAT(Names(at_one->batches[0], *negotiators_[1]), ElementsAre("cached:bias"));
+    EXPECT_EQ(own.combined(), zero + "|" + one);
+    // Node 0 decides it with the same combination; node 1 lets that pass.
+    at_zero = negotiators_[0]->Exchange(*sets_, Clock::now());
+    ASSERT_TRUE(at_zero.ok()) << at_zero.status();
+    ASSERT_EQ(at_zero->batches.size(), 1u);
+    EXPECT_EQ(at_zero->batches[0].decisions(0).combined(), zero + "|" + one);
+    at_one = negotiators_[1]->Exchange(*sets_, Clock::now());
+    ASSERT_TRUE(at_one.ok()) << at_one.status();
+    EXPECT_THAT(at_one->batches, IsEmpty()) << "node 0's decision of a step settled here";
+  }
+  v1::Totals totals;
+  negotiators_[1]->AddTo(totals);
+  EXPECT_EQ(totals.combined_from_peers(), 3u);
+  negotiators_[0]->AddTo(totals);
+  EXPECT_EQ(totals.decided_combined(), 3u);
+}
+
+TEST_F(NegotiatorTest, ANodeMissingAPartTakesNodeZerosDecision) {
+  FormWithPeerPartsAndCacheBias({1, 1});
+  ASSERT_TRUE(Announce(0, "bias", 2).has_value());  // no part: e.g. its limit is smaller
+  const std::optional<uint32_t> bit = Announce(1, "bias", 2);
+  ASSERT_TRUE(bit.has_value());
+  negotiators_[1]->AddReduction(*bit, "one");
+  const auto received = Settle(1);
+  ASSERT_EQ(received[1].size(), 1u);
+  ASSERT_EQ(received[1][0].decisions_size(), 1);
+  EXPECT_TRUE(received[1][0].decisions(0).from_cache());
+  EXPECT_FALSE(received[1][0].decisions(0).has_combined()) << "the nodes combine it by MPI";
+  v1::Totals totals;
+  negotiators_[1]->AddTo(totals);
+  EXPECT_EQ(totals.combined_from_peers(), 0u);
+}
+
+TEST_F(NegotiatorTest, OnThreeNodesEachNodeButZeroCombinesOnceItHoldsEveryPart) {
+  FormWithPeerPartsAndCacheBias({1, 2, 1});
+  const std::vector<std::string> part = {"zero", "one", "two"};
+  for (size_t node : {0, 1, 2}) {
+    const std::optional<uint32_t> bit = Announce(node, "bias", 2);
+    ASSERT_TRUE(bit.has_value());
+    negotiators_[node]->AddReduction(*bit, part[node]);
+  }
+  std::vector<std::vector<v1::Decisions>> received(3);
+  // Node 1 lacks node 2's part at first; node 2 holds both others'.
+  for (size_t node : {0, 1, 2, 1, 0, 1, 2}) {
+    auto incoming = negotiators_[node]->Exchange(*sets_, Clock::now());
+    ASSERT_TRUE(incoming.ok()) << incoming.status();
+    for (v1::Decisions& batch : incoming->batches) received[node].push_back(std::move(batch));
+  }
+  for (size_t node = 0; node < 3; ++node) {
+    SCOPED_TRACE(absl::StrCat("node ", node));
+    ASSERT_EQ(received[node].size(), 1u) << "one decision each: node 0's passes the others";
+    ASSERT_EQ(received[node][0].decisions_size(), 1);
+    EXPECT_EQ(received[node][0].decisions(0).combined(), "zero|one|two");
+  }
+  v1::Totals totals;
+  negotiators_[1]->AddTo(totals);
+  negotiators_[2]->AddTo(totals);
+  EXPECT_EQ(totals.combined_from_peers(), 2u);
 }
 
 TEST_F(NegotiatorTest, AJobEventReachesEveryOtherNode) {
