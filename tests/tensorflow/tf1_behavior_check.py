@@ -2,7 +2,8 @@
 (reference variables, TF1 control flow), a ``MonitoredTrainingSession`` with
 ``BroadcastGlobalVariablesHook``, and the two paths of a tf.compat.v1
 ``DistributedOptimizer`` that keep state in the graph: local aggregation
-(``backward_passes_per_step=2``, Momentum) and Adasum (Adam). Run by every rank of
+(``backward_passes_per_step=2``, Momentum) and Adasum (Adam), and the Keras
+``DistributedOptimizer``'s ``get_gradients`` (Keras in a TF1 graph). Run by every rank of
 ``collectiverun -np 2`` (or any power of two); the last line says ``ok`` only if every value
 matched."""
 
@@ -12,6 +13,7 @@ import tensorflow as tf
 tf.compat.v1.disable_v2_behavior()
 
 import collective.tensorflow as hvd  # noqa: E402  (after the switch to TF1 behaviour)
+import collective.tensorflow.keras as hvd_keras  # noqa: E402
 
 
 def main():
@@ -30,12 +32,20 @@ def main():
     train_v = hvd.DistributedOptimizer(tf.compat.v1.train.AdamOptimizer(0.1), op=hvd.Adasum,
                                        backward_passes_per_step=2).minimize(tf.reduce_sum(v * own))
     assert isinstance(w, tf.compat.v1.Variable) and not hasattr(w, 'handle'), type(w)
+    # Keras in a TF1 graph asks its optimizer for get_gradients: averaged over the ranks.
+    u = tf.compat.v1.get_variable('u', initializer=np.zeros(3, np.float32))
+    keras_gradients = hvd_keras.DistributedOptimizer(
+        tf.keras.optimizers.legacy.SGD(0.1)).get_gradients(tf.reduce_sum(u * x * [1., 2., 3.]),
+                                                           [u])
 
     mean_gradient = 2 * (size + 1) / 2.0  # two passes of (rank + 1), averaged over ranks
     expected_w = [1.0, 1.0 - 0.5 * mean_gradient,
                   1.0 - 0.5 * mean_gradient, 1.0 - 0.5 * mean_gradient * (1 + 1.9)]
     with tf.compat.v1.train.MonitoredTrainingSession(
             hooks=[hvd.BroadcastGlobalVariablesHook(0)]) as session:
+        np.testing.assert_allclose(
+            session.run(keras_gradients, feed_dict={x: rank + 1.0})[0],
+            np.array([1., 2., 3.]) * (size + 1) / 2.0, rtol=1e-6)
         for run in range(4):
             session.run([train_w, train_v], feed_dict={x: rank + 1.0})
             np.testing.assert_allclose(session.run(w), np.full(2, expected_w[run]), rtol=1e-6)
