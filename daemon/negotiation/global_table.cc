@@ -338,6 +338,18 @@ bool GlobalTable::Fail(int32_t process_set_id, const std::string& name, const ab
 void GlobalTable::EndAll(const absl::Status& why) {
   if (ended_.ok()) ended_ = why;
   while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
+  // Announcements that waited for a step just failed fail too.
+  for (auto& [key, waiting] : ahead_) {
+    v1::Decision& decision = *batch_.add_decisions();
+    decision.set_process_set_id(key.first);
+    decision.set_name(key.second);
+    decision.set_code(static_cast<int32_t>(ended_.code()));
+    decision.set_message(std::string(ended_.message()));
+    for (Ahead& next : waiting) {
+      for (v1::RankRequest& rank : next.ranks) *decision.add_ranks() = std::move(rank);
+    }
+  }
+  ahead_.clear();
 }
 
 std::optional<v1::Decisions> GlobalTable::TakeBatch() {

@@ -242,6 +242,19 @@ TEST_F(GlobalTableTest, ANodesNextStepThatComesAheadWaitsForThePendingStepsDecis
   EXPECT_THAT(table_.Waiting(sets_, Clock::now()), IsEmpty());
 }
 
+TEST_F(GlobalTableTest, EndAllAlsoFailsAnAnnouncementThatCameAhead) {
+  const uint32_t bit = Cached("w");
+  AnnounceBits(1, {bit}, {{bit, "one"}});
+  AnnounceBits(1, {bit}, {{bit, "one again"}});
+  table_.EndAll(absl::UnavailableError("rank 0 died"));
+  const v1::Decisions batch = Batch();
+  EXPECT_THAT(Names(batch), ElementsAre("w", "w")) << "the pending step, then the one ahead";
+  for (const v1::Decision& decision : batch.decisions()) {
+    EXPECT_EQ(decision.message(), "rank 0 died");
+    EXPECT_EQ(decision.ranks_size(), 2) << "node 1's ranks";
+  }
+}
+
 // Every node announced the step by the bit, and a node that combined it
 // from the parts ran it so: node 0 decides it from the entry even after
 // evicting it, which no node can have reused yet.
