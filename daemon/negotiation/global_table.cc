@@ -218,14 +218,11 @@ bool GlobalTable::TakeAhead(const job::ProcessSetTable& sets) {
 void GlobalTable::DecideReady(const job::ProcessSetTable& sets) {
   // Every decision may let announcements that came ahead of it in, which
   // may complete more.
+  if (!ended_.ok()) {
+    FailAll();
+    return;
+  }
   for (bool took = TakeAhead(sets);; took = TakeAhead(sets)) {
-    if (!ended_.ok()) {
-      while (!table_.empty()) {
-        Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
-      }
-      if (!took) return;
-      continue;
-    }
     std::vector<std::pair<uint64_t, Key>> ready;
     for (const auto& [key, entry] : table_) {
       if (IsReady(key, entry)) ready.emplace_back(entry.sequence, key);
@@ -337,6 +334,10 @@ bool GlobalTable::Fail(int32_t process_set_id, const std::string& name, const ab
 
 void GlobalTable::EndAll(const absl::Status& why) {
   if (ended_.ok()) ended_ = why;
+  FailAll();
+}
+
+void GlobalTable::FailAll() {
   while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
   // Announcements that waited for a step just failed fail too.
   for (auto& [key, waiting] : ahead_) {

@@ -124,6 +124,8 @@ class GlobalTable {
   // Takes the announcements that waited for their pending step's decision
   // and may enter now; true if any did.
   bool TakeAhead(const job::ProcessSetTable& sets);
+  // The job ended (ended_): fails what waits, and what came ahead of it.
+  void FailAll();
   bool IsReady(const Key& key, const Entry& entry) const;
   // A rank of the set has joined: every node hears it, and what waits of
   // the set's collectives other than allreduce and join fails at once

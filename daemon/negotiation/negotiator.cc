@@ -97,8 +97,8 @@ void Negotiator::Apply(v1::Decisions& batch) {
   int kept = 0;
   for (int i = 0; i < decisions.size(); ++i) {
     const v1::Decision& decision = decisions[i];
-    // Every step of a cached tensor counts, also one decided in full (a
-    // rank had joined, say) while other nodes announced it by its bit.
+    // Every step of a cached tensor counts, also one decided in full while
+    // its entry stays (a node announced it in full with the same requests).
     std::optional<uint32_t> bit;
     if (decision.from_cache()) {
       bit = decision.cache_bit();
