@@ -67,6 +67,12 @@ struct DaemonConfig {
   // Threads that share a large reduction; 0: one per online core.
   uint32_t reduce_threads = 0;
   EngineWait engine_wait = EngineWait::kAuto;
+  // For this many microseconds after it ran every request its ranks had
+  // submitted (and, across nodes, after any progress while another daemon
+  // owes it something), the engine looks for work again without sleeping,
+  // yielding its core between looks; 0: it sleeps as soon as it finds
+  // nothing to do.
+  uint32_t engine_spin_us = 200;
 
   // Multi-node: whether to join the launcher's MPI world, and how often the
   // engine looks for messages of the other daemons while it waits for them.

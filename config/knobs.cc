@@ -365,6 +365,14 @@ std::vector<Knob> BuildTable() {
                       "the job's doorbell word, which every client rings; doorbell: on the "
                       "doorbell whatever the kernel (to measure it, or to work around a "
                       "kernel)."),
+                 Unsigned<uint32_t>(
+                     COLLECTIVE_KNOB(engine_spin_us), 0, 1000000,
+                     "For this many microseconds after it ran every request its ranks had "
+                     "submitted, or (across nodes) made progress while another daemon owes it "
+                     "a reply, the engine looks for work again at once instead of sleeping, "
+                     "yielding its core between looks: the ranks' next small requests, or the "
+                     "reply, usually come within microseconds, and a sleep costs a wake-up of "
+                     "tens. 0: it sleeps as soon as it finds nothing to do."),
              });
   AddSection(
       table, "Multi-node",

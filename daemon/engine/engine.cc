@@ -148,16 +148,19 @@ void Engine::Loop() {
     worked = PollWorld() || worked;
     worked = DrainSubmissionRings() || worked;
     worked = across_.Advance() || worked;
+    bool drained = false;
     if (RunReady()) {
       worked = true;
+      drained = coordinator_ != nullptr && coordinator_->idle();
       if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
     }
     const Clock::time_point now = Clock::now();
     RunTimers(now);
     systemd_status_.Observe(job_.get());
+    if (drained) spin_.Drained(now);
     if (worked) {
-      world_spin_.Worked(now);
-    } else if (SpinsForWorld(now)) {
+      spin_.Worked(now);
+    } else if (Spins(now)) {
       std::this_thread::yield();
     } else {
       doorbell_.Sleep(NextTimer());
@@ -176,6 +179,14 @@ void Engine::Loop() {
     world_.reset();
   }
   log::Daemon().info("engine stopped");
+}
+
+bool Engine::Spins(Clock::time_point now) const {
+  if (job_ == nullptr || world_->abandoned()) return false;
+  const bool owed = !world_->single() && across_.view().active() &&
+                    (across_.AwaitsOtherNodes() || !message_runs_.empty() ||
+                     (remote_messages_ != nullptr && !remote_messages_->idle()));
+  return spin_.Spins(now, owed);
 }
 
 std::vector<shm::ClientSegmentHeader*> Engine::AttachedClients() const {

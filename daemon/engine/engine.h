@@ -45,7 +45,7 @@
 #include "daemon/engine/across_nodes.h"
 #include "daemon/engine/engine_doorbell.h"
 #include "daemon/engine/engine_events.h"
-#include "daemon/engine/world_spin.h"
+#include "daemon/engine/engine_spin.h"
 #include "daemon/exec/cross_node_run.h"
 #include "daemon/exec/executor.h"
 #include "daemon/exec/fusion.h"
@@ -231,10 +231,11 @@ class Engine {
   // The negotiation moved: look for the other daemons' next message often
   // for a while (two cycles).
   void KeepPollingFast();
-  // Whether the engine looks again at once rather than sleeping (see
-  // world_spin.h): another daemon owes it a decision, a transfer's other
-  // half or a message's, and it made progress just now.
-  bool SpinsForWorld(Clock::time_point now) const;
+  // Whether the engine, finding nothing to do, looks again at once rather
+  // than sleeping (see engine_spin.h): it just ran every request of the
+  // job's ranks, or made progress while another daemon owes it a decision,
+  // a transfer's other half or a message's.
+  bool Spins(Clock::time_point now) const;
   // The nodes agreed on the job: its communicators, then the job itself.
   void FormAcrossNodes(const job::NodeLayout& layout);
   // An exchange that cannot complete any more: kept for MPI, and the world
@@ -377,7 +378,7 @@ class Engine {
   bool reported_partial_ = false;  // node 0 holds a non-empty partial report
   // Until then, the negotiation moved: look for the next message often.
   Clock::time_point fast_poll_until_{};
-  WorldSpin world_spin_;
+  EngineSpin spin_{std::chrono::microseconds(config_.engine_spin_us)};
 
   // Job state: engine thread only.
   std::unique_ptr<job::Job> job_;

@@ -17,7 +17,7 @@ namespace {
 // While transfers run, and for a short window after the negotiation moved
 // (an announcement made or received, a decision taken), the next message
 // usually follows within microseconds: look this often once the engine
-// stopped looking at once (world_spin.h), and sleep a whole cycle only when
+// stopped looking at once (engine_spin.h), and sleep a whole cycle only when
 // the window has passed. Sleeps, not spins: the trainers and daemons of a
 // node often outnumber its cores.
 constexpr auto kFastPoll = std::chrono::microseconds(50);
@@ -75,14 +75,6 @@ Clock::time_point Engine::NextWorldPoll() const {
     return cycle;
   }
   return std::min(idle, across_.next_heartbeat());
-}
-
-bool Engine::SpinsForWorld(Clock::time_point now) const {
-  if (world_->single() || world_->abandoned() || job_ == nullptr || !across_.view().active()) {
-    return false;
-  }
-  return world_spin_.Spins(now, across_.AwaitsOtherNodes() || !message_runs_.empty() ||
-                                    (remote_messages_ != nullptr && !remote_messages_->idle()));
 }
 
 void Engine::KeepPollingFast() {

@@ -122,6 +122,46 @@ def test_second_call_under_a_name_in_use_raises_at_the_call(kind):
     _ranks_in_step()
 
 
+def _non_contiguous(tensor):
+    """``tensor``'s values in a strided view: the general path's case (a contiguous CPU tensor
+    takes allreduce's short one, async_ops.allreduce_now)."""
+    holder = torch.zeros(tensor.numel(), 2, dtype=tensor.dtype)
+    holder[:, 0] = tensor.reshape(-1)
+    view = holder[:, 0]
+    assert not view.is_contiguous()
+    return view
+
+
+@pytest.mark.parametrize('call', ['allreduce', 'allreduce_'])
+@pytest.mark.parametrize('contiguous', [True, False], ids=['short_path', 'general_path'])
+def test_a_synchronous_allreduce_under_a_name_in_use_raises_at_the_call(call, contiguous):
+    first = hvd.allreduce_async(_value(hvd.rank()), name='names.sync', op=hvd.Sum)
+    _wait_until_complete(first)
+    second = _value(hvd.rank()) if contiguous else _non_contiguous(_value(hvd.rank()))
+    with pytest.raises(ValueError) as refused:
+        getattr(hvd, call)(second, name='names.sync', op=hvd.Sum)
+    assert str(refused.value) == HOROVOD_DUPLICATE_NAME
+    assert torch.equal(second, _value(hvd.rank())), 'the refused call changed its tensor'
+    assert torch.equal(hvd.synchronize(first), _sum())
+    # The refused call did not take the name: it is free once the first is synchronized.
+    assert torch.equal(getattr(hvd, call)(second, name='names.sync', op=hvd.Sum), _sum())
+    _ranks_in_step()
+
+
+def test_unnamed_allreduces_pair_up_whichever_path_each_rank_takes():
+    # Contiguous tensors take the short path, strided ones the general path;
+    # both count the unnamed calls alike, so the n-th call of every rank
+    # meets the n-th of the others whichever path each rank took.
+    for step in range(4):
+        own = _value(hvd.rank())
+        short = (hvd.rank() + step) % 2 == 0
+        in_place = own.clone() if short else _non_contiguous(own)
+        assert torch.equal(hvd.allreduce_(in_place, op=hvd.Sum), _sum()), step
+        new = own if short else _non_contiguous(own)
+        assert torch.equal(hvd.allreduce(new, op=hvd.Max), _value(hvd.size() - 1)), step
+    _ranks_in_step()
+
+
 def test_name_outstanding_on_one_rank_only_is_refused_there(two_ranks):
     # Rank 0's first 'dup' stays outstanding until the others submit theirs,
     # which they do only after the barrier that rank 0 reaches after its check.

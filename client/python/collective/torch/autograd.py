@@ -34,6 +34,10 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
+        output = async_ops.allreduce_now(tensor, None, name, op, prescale_factor,
+                                         postscale_factor, process_set)
+        if output is not None:
+            return output
         return synchronize(async_ops.allreduce_async(
             tensor, name=name, op=op, prescale_factor=prescale_factor,
             postscale_factor=postscale_factor, process_set=process_set))

@@ -63,6 +63,31 @@ def start(set_id, names, submit, finish, keepalive, placement=None):
     return handle
 
 
+def run_now(set_id, name, submit):
+    """Makes one request under ``name`` on process set ``set_id`` and waits for it: a
+    call whose handle nobody ever sees (a synchronous one), without a handle's bookkeeping.
+
+    The name is refused and released as ``start`` and ``synchronize`` do for a handle's:
+    ValueError at the call while it is in use, in use until the wait ends. ``submit(client)``
+    makes the request and returns the binding's request handle. Returns its Result; an
+    error is what ``synchronize`` would raise.
+    """
+    connection = connections.current()
+    key = (set_id, name)
+    with connection.names_lock:
+        if key in connection.names_in_use:
+            raise ValueError(DUPLICATE_NAME_ERROR)
+        handle = next(connection.handle_ids)
+        connection.names_in_use[key] = handle
+    try:
+        client = connection.client
+        return client.wait(submit(client))
+    finally:
+        with connection.names_lock:
+            if connection.names_in_use.get(key) == handle:
+                del connection.names_in_use[key]
+
+
 def discard(handle):
     """Waits for a call whose result nobody wants; its error, if any, is dropped too."""
     try:

@@ -5,6 +5,8 @@ in-place ones in ``async_ops``, their gradients in ``autograd``. Everything
 is re-exported by ``collective.torch``.
 """
 
+import torch
+
 from collective.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
                                       gloo_built, gloo_enabled, init, is_homogeneous,
                                       is_initialized, local_rank, local_size, mpi_built,
@@ -14,6 +16,7 @@ from collective.common.exceptions import HorovodInternalError
 from collective.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                             remove_process_set)
 from collective.common import reduce_ops
+from collective.torch import async_ops
 # The autograd functions, by the names horovod.torch.mpi_ops gives them.
 from collective.torch.autograd import (HorovodAllgather, HorovodAllreduce, HorovodAlltoall,
                                        HorovodBroadcast, HorovodGroupedAllgather,
@@ -85,6 +88,13 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         A tensor of the same shape and type as `tensor`, reduced across all processes.
     """
     op = reduce_ops.resolve_op(op, average)
+    if (compression is Compression.none and isinstance(tensor, torch.Tensor)
+            and not (tensor.requires_grad and torch.is_grad_enabled())):
+        # No gradient to record: what the autograd function would return, without its cost.
+        reduced = async_ops.allreduce_now(tensor, None, name, op, prescale_factor,
+                                          postscale_factor, process_set)
+        if reduced is not None:
+            return reduced
     compressed, ctx = compression.compress(tensor)
     reduced = HorovodAllreduce.apply(compressed, None, name, op, prescale_factor,
                                      postscale_factor, process_set)
