@@ -320,16 +320,21 @@ void GlobalTable::UpdateCache(const Key& key, v1::Decision& decision, bool cache
 bool GlobalTable::Fail(int32_t process_set_id, const std::string& name, const absl::Status& why) {
   auto it = table_.find({process_set_id, name});
   if (it == table_.end()) return false;
-  v1::Decision& decision = *batch_.add_decisions();
-  decision.set_process_set_id(process_set_id);
-  decision.set_name(name);
-  decision.set_code(static_cast<int32_t>(why.code()));
-  decision.set_message(std::string(why.message()));
+  v1::Decision& decision = AddFailure(it->first, why);
   for (auto& rank : it->second.by_set_rank) {
     if (rank.has_value()) *decision.add_ranks() = std::move(*rank);
   }
   table_.erase(it);
   return true;
+}
+
+v1::Decision& GlobalTable::AddFailure(const Key& key, const absl::Status& why) {
+  v1::Decision& decision = *batch_.add_decisions();
+  decision.set_process_set_id(key.first);
+  decision.set_name(key.second);
+  decision.set_code(static_cast<int32_t>(why.code()));
+  decision.set_message(std::string(why.message()));
+  return decision;
 }
 
 void GlobalTable::EndAll(const absl::Status& why) {
@@ -341,11 +346,7 @@ void GlobalTable::FailAll() {
   while (!table_.empty()) Fail(table_.begin()->first.first, table_.begin()->first.second, ended_);
   // Announcements that waited for a step just failed fail too.
   for (auto& [key, waiting] : ahead_) {
-    v1::Decision& decision = *batch_.add_decisions();
-    decision.set_process_set_id(key.first);
-    decision.set_name(key.second);
-    decision.set_code(static_cast<int32_t>(ended_.code()));
-    decision.set_message(std::string(ended_.message()));
+    v1::Decision& decision = AddFailure(key, ended_);
     for (Ahead& next : waiting) {
       for (v1::RankRequest& rank : next.ranks) *decision.add_ranks() = std::move(rank);
     }

@@ -126,6 +126,8 @@ class GlobalTable {
   bool TakeAhead(const job::ProcessSetTable& sets);
   // The job ended (ended_): fails what waits, and what came ahead of it.
   void FailAll();
+  // A failed decision of `key` in the batch, without its ranks yet.
+  v1::Decision& AddFailure(const Key& key, const absl::Status& why);
   bool IsReady(const Key& key, const Entry& entry) const;
   // A rank of the set has joined: every node hears it, and what waits of
   // the set's collectives other than allreduce and join fails at once

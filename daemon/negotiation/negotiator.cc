@@ -45,24 +45,21 @@ std::optional<uint32_t> Negotiator::Announce(const ReadyTensor& tensor, const jo
 }
 
 void Negotiator::AddReduction(uint32_t bit, std::string part) {
+  v1::NodeReduction reduction;
+  reduction.set_cache_bit(bit);
+  reduction.set_data(std::move(part));
   const ResponseCache::Entry* entry = cache_.At(bit);
   if (peer_parts_enabled_ && entry != nullptr) {
     v1::PeerPart peer;
-    peer.set_cache_bit(bit);
+    *peer.mutable_reduction() = reduction;
     peer.set_cache_version(cache_.version());
     peer.set_step(steps_[bit].settled);
-    peer.set_data(part);
     for (int node : NodesOf(*entry)) {
       if (node != 0 && node != link_->node()) *peer_outgoing_[node].add_parts() = peer;
     }
-    if (!coordinator()) {
-      own_parts_[bit] =
-          OwnPart{.cache_version = peer.cache_version(), .step = peer.step(), .data = part};
-    }
+    if (!coordinator()) own_parts_[bit] = std::move(peer);
   }
-  v1::NodeReduction* reduction = outgoing_.add_reductions();
-  reduction->set_cache_bit(bit);
-  reduction->set_data(std::move(part));
+  *outgoing_.add_reductions() = std::move(reduction);
 }
 
 std::vector<int> Negotiator::NodesOf(const ResponseCache::Entry& entry) const {
@@ -116,7 +113,7 @@ void Negotiator::Apply(v1::Decisions& batch) {
       }
       steps.settled = std::max(steps.settled, steps.decided);
       if (auto own = own_parts_.find(*bit);
-          own != own_parts_.end() && own->second.step < steps.settled) {
+          own != own_parts_.end() && own->second.step() < steps.settled) {
         own_parts_.erase(own);
       }
     }
@@ -150,8 +147,8 @@ absl::Status Negotiator::ReceivePeerParts() {
           absl::StrCat("node ", message.from, " sent unreadable allreduce parts"));
     }
     for (v1::PeerPart& part : *parts.mutable_parts()) {
-      peer_parts_[PartKey(part.cache_bit(), part.cache_version(), part.step())][message.from] =
-          std::move(*part.mutable_data());
+      peer_parts_[PartKey(part.reduction().cache_bit(), part.cache_version(), part.step())]
+                 [message.from] = std::move(*part.mutable_reduction()->mutable_data());
     }
   }
   DropStaleParts();
@@ -172,10 +169,11 @@ std::optional<v1::Decisions> Negotiator::CombineFromPeers() {
   v1::Decisions combined;
   for (auto own = own_parts_.begin(); own != own_parts_.end();) {
     const uint32_t bit = own->first;
-    const OwnPart& part = own->second;
+    const v1::PeerPart& part = own->second;
     const ResponseCache::Entry* entry = cache_.At(bit);
-    const auto peers = peer_parts_.find(PartKey(bit, part.cache_version, part.step));
-    if (part.cache_version != cache_.version() || entry == nullptr || peers == peer_parts_.end()) {
+    const auto peers = peer_parts_.find(PartKey(bit, part.cache_version(), part.step()));
+    if (part.cache_version() != cache_.version() || entry == nullptr ||
+        peers == peer_parts_.end()) {
       ++own;  // node 0's decision settles it
       continue;
     }
@@ -183,7 +181,7 @@ std::optional<v1::Decisions> Negotiator::CombineFromPeers() {
     std::vector<const std::string*> parts;  // in node order, as node 0 combines them
     for (int node : nodes) {
       if (node == link_->node()) {
-        parts.push_back(&part.data);
+        parts.push_back(&part.reduction().data());
       } else if (auto peer = peers->second.find(node); peer != peers->second.end()) {
         parts.push_back(&peer->second);
       } else {

@@ -158,12 +158,6 @@ class Negotiator {
     uint64_t settled = 0;
     uint64_t decided = 0;
   };
-  // Nodes but 0: this node's part of a step it announced, until it settles.
-  struct OwnPart {
-    uint64_t cache_version = 0;
-    uint64_t step = 0;
-    std::string data;
-  };
   using PartKey = std::tuple<uint32_t, uint64_t, uint64_t>;  // bit, cache version, step
 
   const job::NodeLayout layout_;
@@ -178,8 +172,9 @@ class Negotiator {
   uint64_t announced_in_full_ = 0;
   uint64_t announced_from_cache_ = 0;
   uint64_t combined_from_peers_ = 0;
-  std::map<uint32_t, Steps> steps_;                           // by cache bit
-  std::map<uint32_t, OwnPart> own_parts_;                     // by cache bit
+  std::map<uint32_t, Steps> steps_;  // by cache bit
+  // Nodes but 0: this node's part of a step it announced, until it settles.
+  std::map<uint32_t, v1::PeerPart> own_parts_;                // by cache bit
   std::map<PartKey, std::map<int, std::string>> peer_parts_;  // by node
   std::map<int, v1::PeerParts> peer_outgoing_;                // by node
   // Node 0 only.

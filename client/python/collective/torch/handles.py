@@ -46,12 +46,7 @@ def start(set_id, names, submit, finish, keepalive, placement=None):
     """
     connection = connections.current()
     names = [(set_id, name) for name in names]
-    with connection.names_lock:
-        if any(name in connection.names_in_use for name in names):
-            raise ValueError(DUPLICATE_NAME_ERROR)
-        handle = next(connection.handle_ids)
-        for name in names:
-            connection.names_in_use[name] = handle
+    handle = _claim_names(connection, names)
     try:
         requests = list(submit())
     except BaseException:
@@ -73,19 +68,13 @@ def run_now(set_id, name, submit):
     error is what ``synchronize`` would raise.
     """
     connection = connections.current()
-    key = (set_id, name)
-    with connection.names_lock:
-        if key in connection.names_in_use:
-            raise ValueError(DUPLICATE_NAME_ERROR)
-        handle = next(connection.handle_ids)
-        connection.names_in_use[key] = handle
+    names = ((set_id, name),)
+    handle = _claim_names(connection, names)
     try:
         client = connection.client
         return client.wait(submit(client))
     finally:
-        with connection.names_lock:
-            if connection.names_in_use.get(key) == handle:
-                del connection.names_in_use[key]
+        _free_names(connection, handle, names)
 
 
 def discard(handle):
@@ -94,6 +83,20 @@ def discard(handle):
         synchronize(handle)
     except Exception:  # noqa: BLE001 (the caller gave the call up)
         pass
+
+
+def _claim_names(connection, names):
+    """A new handle id, under which ``names`` ((set id, name) pairs) are now in use;
+    Horovod's ValueError if one already is."""
+    in_use = connection.names_in_use
+    with connection.names_lock:
+        for name in names:  # not any() over a generator: this runs on every call
+            if name in in_use:
+                raise ValueError(DUPLICATE_NAME_ERROR)
+        handle = next(connection.handle_ids)
+        for name in names:
+            in_use[name] = handle
+    return handle
 
 
 def _free_names(connection, handle, names):
