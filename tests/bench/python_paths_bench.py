@@ -19,9 +19,11 @@ Each round runs, one after the other on the same machine:
     taking turns step by step with the same model under a local optimizer.
 It prints the medians over the rounds and the ratios of Python to the C++
 placement that does the same work (copy for ordinary tensors, inplace for
-arena tensors), to C++ at its fastest (zerocopy), and to MPI. The DistributedOptimizer lines are the wait in `synchronize()`
-after the backward (the reduction the backward did not hide) and the whole
-step's excess over the local step.
+arena tensors), to C++ at its fastest (zerocopy), and to MPI; and the median
+of each round's own Python/C++ ratio, which drift between rounds moves less.
+The DistributedOptimizer lines are the wait in `synchronize()` after the
+backward (the reduction the backward did not hide) and the whole step's
+excess over the local step.
 
 Timings on a shared machine are noisy: read the ratios of one run, and
 compare runs only on the same machine. The worker checks its results (the
@@ -252,12 +254,15 @@ def _table(rounds, args):
     print(f'{args.ranks} ranks, medians of {len(rounds)} round(s), one machine. C++ alike: '
           'collective-bench copy placement for ordinary tensors, inplace for arena tensors '
           '(latency: zerocopy); C++ best: zerocopy; MPI: MPI_Allreduce in place')
+    print('Py/alike per round: the median over the rounds of each round\'s own ratio, which '
+          'the machine\'s drift from round to round moves less')
     print(f'{"":56} {"Python":>9} {"C++alike":>9} {"C++best":>9} {"MPI":>9} {"Py/alike":>8} '
-          f'{"Py/best":>8} {"Py/MPI":>8}')
+          f'{"Py/best":>8} {"Py/MPI":>8} {"per round":>9}')
     for label, unit, python, alike, best, mpi in rows:
         p, a, b, m = median(python), median(alike), median(best), median(mpi)
+        per_round = statistics.median(r[python] / r[alike] for r in rounds)
         print(f'{label:56} {p:7.1f}{unit} {a:7.1f}{unit} {b:7.1f}{unit} {m:7.1f}{unit} '
-              f'{p / a:8.2f} {p / b:8.2f} {p / m:8.2f}')
+              f'{p / a:8.2f} {p / b:8.2f} {p / m:8.2f} {per_round:9.2f}')
     if args.optimizer_steps:
         sync = median('optimizer_synchronize_ms')
         excess = median('optimizer_step_ms') - median('local_step_ms')

@@ -7,6 +7,7 @@ import torch
 
 import collective.torch as ct
 from collective import _core
+from collective.common import connection
 from collective.common.exceptions import HorovodInternalError
 from collective.torch import grad_buckets
 from _helpers import assert_same_on_all_ranks, rank_batch
@@ -362,8 +363,14 @@ def test_gradients_accumulate_in_the_arena():
     _loss(model, ct.rank(), seed=1).backward()
     # Autograd added into the arena views, which the hooks then submitted.
     assert [p.grad.data_ptr() for p in params] == addresses
+    copied = connection.current().client.copied_out_bytes
     optimizer.synchronize()
     assert [p.grad.data_ptr() for p in params] == addresses
+    # On one node the daemon wrote the averages into the views: nothing was
+    # copied out of the result segment. Across nodes the results are.
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    assert connection.current().client.copied_out_bytes == copied + (
+        0 if ct.cross_size() == 1 else nbytes)
     _assert_grads(model, _expected_grads(seeds=(1,)))
 
 

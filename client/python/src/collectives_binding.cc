@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <pybind11/stl.h>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "bindings.h"
 #include "collective/client.h"
 #include "errors.h"
@@ -39,6 +42,36 @@ Handles Reduction(Client& client, const std::vector<std::string>& names,
                                  .adasum_scope = ToAdasumScope(adasum_scope)};
   py::gil_scoped_release release;
   return ValueOrThrow((client.*kSubmit)(names, views, pointers, options), ErrorPhase::kCall);
+}
+
+// One CPU tensor's allreduce, submitted and waited for under one release of
+// the GIL, with no handle list and no Result object: the Python layer's
+// synchronous allreduce (async_ops.allreduce_now), where a small tensor's
+// cost is mostly the caller's own work. The result is written to `output`
+// (which may be the input). A refused request raises as a call's error does,
+// a failed one as wait() raises.
+void AllreduceNow(Client& client, const std::string& name, const TensorArg& input,
+                  std::uintptr_t output, int op, double prescale, double postscale,
+                  int32_t process_set) {
+  const TensorView view = ToTensorView(input, Placement{});
+  const AllreduceOptions options{.op = ToReduceOp(op),
+                                 .prescale = prescale,
+                                 .postscale = postscale,
+                                 .process_set = process_set};
+  absl::Status refused;
+  absl::Status failed;
+  {
+    py::gil_scoped_release release;
+    absl::StatusOr<Client::Handle> handle =
+        client.AllreduceAsync(name, view, ToPointer(output), options);
+    if (handle.ok()) {
+      failed = client.Wait(*handle).status();
+    } else {
+      refused = std::move(handle).status();
+    }
+  }
+  ThrowIfError(std::move(refused), ErrorPhase::kCall);
+  ThrowIfError(std::move(failed), ErrorPhase::kWait);
 }
 
 // Without outputs the results are views the Python layer copies out (CPU);
@@ -91,6 +124,10 @@ void BindCollectives(py::module_& m) {
            "position; returns one handle per tensor. device: the code of the device every "
            "tensor lies on (DEVICES); cuda_stream: for CUDA, the stream that orders the call; "
            "adasum_scope: with the adasum op, which ranks it combines (ADASUM_SCOPES).")
+      .def("allreduce", &AllreduceNow, py::arg("name"), py::arg("input"), py::arg("output"),
+           py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
+           "Allreduce of one CPU tensor into output (which may be the input), returning once "
+           "the result is there; raises as allreduce_async or wait would.")
       .def("allgather_async", &Allgather, py::arg("names"), py::arg("inputs"),
            py::arg("process_set"), py::arg("outputs") = std::vector<std::uintptr_t>{},
            py::arg("output_bytes") = std::vector<size_t>{}, py::arg("device") = 0,

@@ -113,28 +113,27 @@ def allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, p
     """``allreduce_`` (``output`` is ``tensor``) or the forward of ``allreduce`` (``output``
     None: a new tensor) of one tensor that needs none of the general path: a dense,
     contiguous CPU tensor of a type the daemon takes, reduced by any op but Adasum (None:
-    Average; the deprecated ``average`` flag is the general path's). The request is made
-    and waited for in one go (handles.run_now), with a fraction of the general path's
-    Python work, which is most of what a small allreduce costs the caller. The checks, the
-    name, the counter of unnamed calls and the errors are the general path's; the tensor's
-    checks, which cannot fail here, come first.
+    Average; the deprecated ``average`` flag is the general path's). The binding submits the
+    request and waits for it in one call (handles.run_now), with a fraction of the general
+    path's Python work, which is most of what a small allreduce costs the caller. The checks,
+    the name, the counter of unnamed calls and the errors are the general path's; the
+    tensor's checks, which cannot fail here, come first.
 
     Returns the output tensor, or None (nothing done) when the call needs the general path.
     """
     if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is torch.strided
-            and tensor.is_contiguous() and tensor_args.supported(tensor.dtype)
-            and op is not reduce_ops.Adasum):
+            and tensor.is_contiguous()):
         return None
-    if op is None:
-        op = Average
-    set_id = process_set_id(process_set)
+    dtype = tensor_args.dtype_code(tensor.dtype)
+    if dtype is None or op is reduce_ops.Adasum:
+        return None
+    code = reduce_ops.wire_code(Average if op is None else op)
+    set_id = 0 if process_set is global_process_set else process_set_id(process_set)
     base = _base_name('allreduce', name, set_id)
-    code = reduce_ops.wire_code(op)
     if output is None:
         output = torch.empty_like(tensor)
-    handles.run_now(set_id, base, lambda client: client.allreduce_async(
-        [base], [tensor_args.arg(tensor)], [output.data_ptr()], code, float(prescale_factor),
-        float(postscale_factor), set_id)[0])
+    handles.run_now(set_id, base, (tensor.data_ptr(), dtype, tensor.shape), output.data_ptr(),
+                    code, float(prescale_factor), float(postscale_factor))
     return output
 
 

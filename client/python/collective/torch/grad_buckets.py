@@ -25,9 +25,10 @@ gradient in an arena bucket for that reason:
   it, when autograd has finished writing it for this step, and the next
   write (``zero_grad``) is refused until ``step()`` or ``synchronize()`` has
   waited for the result.
-- The result comes back through the job's result segment, which clients map
-  read-only and the daemon reuses, so it is still copied into ``p.grad``
-  (libcollective's copy-out, the one copy left).
+- On one node the daemon writes each result into the view it reduced, in
+  the same pass (the output of an in-place allreduce that lies in the
+  client's own arena); nothing is copied out either. Across nodes the result
+  still comes through the job's result segment and is copied into ``p.grad``.
 
 The buckets are an optimization only: parameters that do not fit (an
 optimizer's buckets take at most ``ARENA_SHARE`` of the arena's free space,

@@ -58,21 +58,20 @@ def start(set_id, names, submit, finish, keepalive, placement=None):
     return handle
 
 
-def run_now(set_id, name, submit):
-    """Makes one request under ``name`` on process set ``set_id`` and waits for it: a
+def run_now(set_id, name, tensor, output, op, prescale, postscale):
+    """Allreduces one CPU ``tensor`` ((address, dtype code, shape)) under ``name`` on process
+    set ``set_id`` into the memory at ``output`` and returns once the result is there: a
     call whose handle nobody ever sees (a synchronous one), without a handle's bookkeeping.
 
     The name is refused and released as ``start`` and ``synchronize`` do for a handle's:
-    ValueError at the call while it is in use, in use until the wait ends. ``submit(client)``
-    makes the request and returns the binding's request handle. Returns its Result; an
-    error is what ``synchronize`` would raise.
+    ValueError at the call while it is in use, in use until the call returns. An error is
+    what ``synchronize`` would raise.
     """
     connection = connections.current()
     names = ((set_id, name),)
     handle = _claim_names(connection, names)
     try:
-        client = connection.client
-        return client.wait(submit(client))
+        connection.client.allreduce(name, tensor, output, op, prescale, postscale, set_id)
     finally:
         _free_names(connection, handle, names)
 

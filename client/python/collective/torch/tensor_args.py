@@ -29,6 +29,11 @@ def supported(dtype):
     return dtype in _DTYPE_CODES
 
 
+def dtype_code(dtype):
+    """The binding's code for ``dtype``; None when the daemon does not take it."""
+    return _DTYPE_CODES.get(dtype)
+
+
 def check(tensor):
     """Raises ValueError unless the daemon can take ``tensor``."""
     if not isinstance(tensor, torch.Tensor):
