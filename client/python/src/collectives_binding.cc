@@ -4,7 +4,8 @@
 // limit on outstanding requests. Lists of several tensors form a group that
 // the daemon negotiates and runs together. CUDA tensors are not copied:
 // libcollective orders the daemon's work after what the caller's stream has
-// queued, and wait() makes that stream wait for the result.
+// queued, and wait() makes that stream wait for the result. allreduce, the
+// one synchronous call, submits and waits under one release of the GIL.
 #include <cstdint>
 #include <memory>
 #include <string>
