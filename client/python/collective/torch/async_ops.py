@@ -128,7 +128,8 @@ def allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, p
     if dtype is None or op is reduce_ops.Adasum:
         return None
     code = reduce_ops.wire_code(Average if op is None else op)
-    set_id = 0 if process_set is global_process_set else process_set_id(process_set)
+    set_id = (global_process_set.process_set_id if process_set is global_process_set else
+              process_set_id(process_set))
     base = _base_name('allreduce', name, set_id)
     if output is None:
         output = torch.empty_like(tensor)
