@@ -188,7 +188,8 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;
   bool daemon_gpu_path_ = false;
-  absl::Duration spin_;  // how long a waiter spins before it sleeps
+  absl::Duration spin_;   // how long a waiter spins before it sleeps
+  absl::Duration yield_;  // then how long it yields its core in a loop
 
   // One submission (or CUDA registration) at a time, from building its
   // message to pushing it: a push lets go of mutex_ while the ring is full,
