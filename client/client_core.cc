@@ -122,9 +122,7 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   core->allocator_ = shm::ArenaAllocator(core->segment_->arena_bytes(), shm::kDataAlignment);
   core->limits_ = response.limits();
   core->daemon_gpu_path_ = response.gpu_path();
-  const bool core_each = response.topology().local_size() + 1 <= UsableCpus();
-  core->spin_ = core_each ? kSpin : absl::ZeroDuration();
-  core->yield_ = core_each ? absl::ZeroDuration() : kYield;
+  core->core_each_ = response.topology().local_size() + 1 <= UsableCpus();
 
   const v1::Topology& wire = response.topology();
   *topology =
@@ -423,16 +421,14 @@ absl::StatusOr<FinishedRequest> ClientCore::Wait(uint64_t request_id, absl::Dura
 }
 
 void ClientCore::WaitForActivity(uint32_t snapshot, absl::Time deadline) {
-  const auto activity = [&] { return ring_->WakeWord() != snapshot || !ring_->Empty(); };
-  const absl::Time spin_until = absl::Now() + spin_;
-  while (absl::Now() < spin_until) {
-    if (activity()) return;
-    for (int i = 0; i < 16; ++i) CpuRelax();
-  }
-  const absl::Time yield_until = std::min(deadline, absl::Now() + yield_);
-  while (absl::Now() < yield_until) {
-    if (activity()) return;
-    ::sched_yield();
+  const absl::Time busy_until = std::min(deadline, absl::Now() + (core_each_ ? kSpin : kYield));
+  while (absl::Now() < busy_until) {
+    if (ring_->WakeWord() != snapshot || !ring_->Empty()) return;
+    if (core_each_) {
+      for (int i = 0; i < 16; ++i) CpuRelax();
+    } else {
+      ::sched_yield();
+    }
   }
   const absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return;
