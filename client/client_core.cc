@@ -122,7 +122,10 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   core->allocator_ = shm::ArenaAllocator(core->segment_->arena_bytes(), shm::kDataAlignment);
   core->limits_ = response.limits();
   core->daemon_gpu_path_ = response.gpu_path();
-  core->core_each_ = response.topology().local_size() + 1 <= UsableCpus();
+  const int32_t busy_threads = response.busy_threads_on_host() > 0
+                                   ? response.busy_threads_on_host()
+                                   : response.topology().local_size() + 1;
+  core->core_each_ = busy_threads <= UsableCpus();
 
   const v1::Topology& wire = response.topology();
   *topology =

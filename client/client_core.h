@@ -188,8 +188,9 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   std::unique_ptr<SubmissionOutbox> outbox_;  // guarded by mutex_
   v1::Limits limits_;
   bool daemon_gpu_path_ = false;
-  // Every local rank and the daemon's engine have a core each: a waiter
-  // spins (kSpin) before it sleeps, not yields its core in a loop (kYield).
+  // Every rank and daemon engine of the job on this machine has a core: a
+  // waiter spins (kSpin) before it sleeps, not yields its core in a loop
+  // (kYield).
   bool core_each_ = false;
 
   // One submission (or CUDA registration) at a time, from building its

@@ -49,12 +49,18 @@ absl::Status AcrossNodes::Begin(world::World& world, uint64_t generation,
           .heartbeat_interval = Ticks(std::chrono::milliseconds(config_.heartbeat_interval_ms)),
           .node_timeout = Ticks(std::chrono::duration<double>(config_.node_timeout_seconds)),
           .combine = &exec::ops::CombineNodeParts,
-          .peer_parts = config_.cross_node_peer_parts});
+          .peer_parts = config_.cross_node_peer_parts,
+          .decisions_after_run = true});
   return absl::OkStatus();
 }
 
 void AcrossNodes::End(v1::Totals& totals) {
-  if (negotiator_ != nullptr) negotiator_->AddTo(totals);
+  if (negotiator_ != nullptr) {
+    negotiator_->AddTo(totals);
+    // What node 0 decided and ran reaches the other nodes, which may still
+    // wait for it.
+    if (world_ != nullptr && !world_->abandoned()) (void)negotiator_->SendDecided();
+  }
   if (world_ != nullptr && world_->abandoned()) {
     // MPI may still own buffers of the job's transfers and requests of its
     // messages, and freeing communicators could wait on a dead node: leave
@@ -138,6 +144,11 @@ absl::StatusOr<AcrossNodes::Heard> AcrossNodes::Poll(Clock::time_point now) {
     // An ending job still runs what node 0 decided (see Engine::EndJob).
     if (host_.job() == nullptr || !Decides(host_.job()->state())) break;
     Decide(std::move(batch));
+  }
+  // Node 0 ran its combined small allreduces first; the other nodes hear
+  // of them now (most settled them from the parts already).
+  if (negotiator_ != nullptr) {
+    if (absl::Status sent = negotiator_->SendDecided(); !sent.ok()) return sent;
   }
   return heard;
 }

@@ -148,6 +148,8 @@ class AcrossNodes {
   // Tensors announced here await node 0's decision, or transfers run: the
   // other daemons' next message is due within microseconds.
   bool AwaitsOtherNodes() const { return !announced_.empty() || transferring(); }
+  // Announcements wait to be sent by the next Poll.
+  bool unsent() const { return negotiator_ != nullptr && negotiator_->unsent(); }
 
   // Runs the decided batches, one at a time, in decision order; true if any
   // progressed.

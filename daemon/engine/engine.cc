@@ -154,6 +154,10 @@ void Engine::Loop() {
       drained = coordinator_ != nullptr && coordinator_->idle();
       if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
     }
+    // What this look announced goes out now, not a look later: the other
+    // nodes (node 0 for its decision, the peers for a small allreduce's
+    // parts) wait for it, and a look is a yield of the core away.
+    if (across_.unsent()) worked = PollWorld() || worked;
     const Clock::time_point now = Clock::now();
     RunTimers(now);
     systemd_status_.Observe(job_.get());

@@ -290,6 +290,7 @@ void Engine::FinishFormation(const job::NodeLayout& layout) {
     response.set_client_id(member->id);
     response.set_session_token(member->session_token);
     *response.mutable_topology() = member->topology;
+    response.set_busy_threads_on_host(job_->layout().BusyThreadsOnHost());
     response.mutable_arena()->set_name(member->segment->name());
     response.mutable_arena()->set_size_bytes(member->segment->size());
     response.mutable_results()->set_name(segment.name());

@@ -33,6 +33,20 @@ struct NodeLayout {
     return n;
   }
   bool IsLocal(int32_t rank) const { return NodeOf(rank) == node; }
+  // Threads of the job that wait busily on this node's machine: the ranks
+  // and the engine thread of every node whose host is this node's (several
+  // daemons on one machine stand in for nodes in tests), or of this node
+  // alone where the hosts are unknown.
+  int32_t BusyThreadsOnHost() const {
+    int32_t threads = 0;
+    for (int32_t n = 0; n < nodes(); ++n) {
+      const bool here =
+          n == node || (static_cast<size_t>(n) < hosts.size() &&
+                        static_cast<size_t>(node) < hosts.size() && hosts[n] == hosts[node]);
+      if (here) threads += local_sizes[n] + 1;
+    }
+    return threads;
+  }
   bool homogeneous() const {
     for (int32_t size : local_sizes) {
       if (size != local_sizes.front()) return false;

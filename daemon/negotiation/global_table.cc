@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <set>
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "daemon/job/set_span.h"
@@ -33,13 +31,10 @@ ReadyTensor Everyone(const v1::Decision& decision, const job::ProcessSet& set,
 }
 
 bool SameRequests(const google::protobuf::RepeatedPtrField<v1::RankRequest>& decided,
-                  const std::vector<v1::RankRequest>& cached) {
+                  const std::vector<std::string>& cached) {
   if (static_cast<size_t>(decided.size()) != cached.size()) return false;
   for (int i = 0; i < decided.size(); ++i) {
-    if (!google::protobuf::util::MessageDifferencer::Equals(CacheForm(decided[i].request()),
-                                                            cached[i].request())) {
-      return false;
-    }
+    if (CacheFormBytes(decided[i].request()) != cached[i]) return false;
   }
   return true;
 }
@@ -300,7 +295,7 @@ void GlobalTable::UpdateCache(const Key& key, v1::Decision& decision, bool cache
   const std::optional<uint32_t> live = cache_.BitOf(key);
   if (live.has_value()) {
     const ResponseCache::Entry* entry = cache_.At(*live);
-    if (cacheable && SameRequests(decision.ranks(), entry->ranks)) {
+    if (cacheable && SameRequests(decision.ranks(), entry->forms)) {
       bits_.Touch(*live);  // announced in full by a node that joined or lagged
       return;
     }

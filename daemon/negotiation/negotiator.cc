@@ -6,12 +6,27 @@
 #include "common/logging.h"
 
 namespace collective::daemon::negotiation {
+namespace {
+
+// A batch of cached small allreduces that node 0 combined, and nothing else
+// (no cache changes, failures, joins or tuning).
+bool OnlyCombined(const v1::Decisions& batch) {
+  if (batch.has_tuning() || batch.decisions().empty()) return false;
+  return std::all_of(
+      batch.decisions().begin(), batch.decisions().end(), [](const v1::Decision& decision) {
+        return decision.from_cache() && decision.has_combined() && decision.code() == 0 &&
+               decision.retire_bits().empty() && !decision.cache_put() && !decision.join_began();
+      });
+}
+
+}  // namespace
 
 Negotiator::Negotiator(std::unique_ptr<ControlLink> link, job::NodeLayout layout, GlobalCheck check,
                        const Options& options)
     : layout_(std::move(layout)),
       combine_(options.combine),
       peer_parts_enabled_(options.peer_parts && options.combine != nullptr),
+      decisions_after_run_(options.decisions_after_run),
       link_(std::move(link)),
       monitor_(*link_, options.heartbeat_interval, options.node_timeout),
       cache_(options.cache_capacity) {
@@ -227,7 +242,8 @@ absl::Status Negotiator::ReceiveEvents(Incoming& incoming) {
 absl::StatusOr<Negotiator::Incoming> Negotiator::Exchange(const job::ProcessSetTable& sets,
                                                           Clock::time_point now) {
   Incoming incoming;
-  absl::Status status = coordinator() ? Coordinate(sets, now, incoming) : Follow(now, incoming);
+  absl::Status status = SendDecided();
+  if (status.ok()) status = coordinator() ? Coordinate(sets, now, incoming) : Follow(now, incoming);
   if (status.ok()) status = ReceivePeerParts();
   if (status.ok() && !coordinator()) {
     if (std::optional<v1::Decisions> combined = CombineFromPeers(); combined.has_value()) {
@@ -263,10 +279,12 @@ absl::Status Negotiator::Coordinate(const job::ProcessSetTable& sets, Clock::tim
   }
   if (std::optional<v1::Decisions> batch = table_->TakeBatch(); batch.has_value()) {
     if (tuning_.has_value()) *batch->mutable_tuning() = *std::exchange(tuning_, std::nullopt);
-    for (int node = 1; node < link_->nodes(); ++node) {
-      if (absl::Status sent = link_->Send(node, ControlTag::kDecisions, *batch); !sent.ok()) {
-        return sent;
-      }
+    if (decisions_after_run_ && OnlyCombined(*batch)) {
+      held_.push_back(*batch);
+    } else if (absl::Status sent = SendDecided(); !sent.ok()) {
+      return sent;
+    } else if (sent = SendDecisions(*batch); !sent.ok()) {
+      return sent;
     }
     Apply(*batch);
     bits_->Acknowledge(0, batches_applied_);
@@ -282,6 +300,23 @@ absl::Status Negotiator::Coordinate(const job::ProcessSetTable& sets, Clock::tim
     }
     monitor_.Sent(now);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Negotiator::SendDecisions(const v1::Decisions& batch) {
+  for (int node = 1; node < link_->nodes(); ++node) {
+    if (absl::Status sent = link_->Send(node, ControlTag::kDecisions, batch); !sent.ok()) {
+      return sent;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Negotiator::SendDecided() {
+  for (const v1::Decisions& batch : held_) {
+    if (absl::Status sent = SendDecisions(batch); !sent.ok()) return sent;
+  }
+  held_.clear();
   return absl::OkStatus();
 }
 

@@ -64,6 +64,13 @@ class Negotiator {
     // decision: one hop between daemons instead of two. The decision, when
     // it comes, is let pass.
     bool peer_parts = false;
+    // Node 0 sends a batch of combined small allreduces only when
+    // SendDecided is called (after running it here), not within Exchange:
+    // the other nodes mostly settle those steps from the peers' parts
+    // before the batch arrives, and node 0's own ranks then do not wait for
+    // its sends. Any other batch, and everything held before it, goes at
+    // once.
+    bool decisions_after_run = false;
   };
 
   // What the other nodes sent, for the engine to carry out in order.
@@ -101,6 +108,15 @@ class Negotiator {
   // the returned batches. A transport error is returned as is: the world
   // is then broken.
   absl::StatusOr<Incoming> Exchange(const job::ProcessSetTable& sets, Clock::time_point now);
+  // Node 0: sends the batches Exchange held back (Options::
+  // decisions_after_run), in decision order. The next Exchange sends them
+  // too.
+  absl::Status SendDecided();
+  // Announcements, joins or allreduce parts wait for the next Exchange.
+  bool unsent() const {
+    return !outgoing_.tensors().empty() || !outgoing_bits_.empty() || !outgoing_.joined().empty() ||
+           !peer_outgoing_.empty();
+  }
 
   // The first node this one watches that has been silent past the node
   // timeout, or -1.
@@ -149,6 +165,7 @@ class Negotiator {
   absl::Status Coordinate(const job::ProcessSetTable& sets, Clock::time_point now,
                           Incoming& incoming);
   absl::Status Follow(Clock::time_point now, Incoming& incoming);
+  absl::Status SendDecisions(const v1::Decisions& batch);
 
   // A cached tensor's steps since it was put at its bit: those settled here
   // (decided by node 0, or combined from every node's part) and node 0's
@@ -163,6 +180,7 @@ class Negotiator {
   const job::NodeLayout layout_;
   const GlobalCombine combine_;
   const bool peer_parts_enabled_;
+  const bool decisions_after_run_;
   std::unique_ptr<ControlLink> link_;
   NodeMonitor monitor_;
   ResponseCache cache_;
@@ -181,6 +199,7 @@ class Negotiator {
   std::unique_ptr<CacheBits> bits_;
   std::unique_ptr<GlobalTable> table_;
   std::optional<v1::Tuning> tuning_;
+  std::vector<v1::Decisions> held_;  // decided and run here, not yet sent
 };
 
 }  // namespace collective::daemon::negotiation

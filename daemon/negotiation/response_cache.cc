@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-#include <google/protobuf/util/message_differencer.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 namespace collective::daemon::negotiation {
 
@@ -20,6 +21,18 @@ v1::TensorRequest CacheForm(const v1::TensorRequest& request) {
   return form;
 }
 
+std::string CacheFormBytes(const v1::TensorRequest& request) {
+  const v1::TensorRequest form = CacheForm(request);
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    form.SerializeToCodedStream(&coded);
+  }  // the stream's end writes the last bytes
+  return bytes;
+}
+
 void ResponseCache::Retire(uint32_t bit) {
   auto it = by_bit_.find(bit);
   if (it == by_bit_.end() || it->second.retired) return;
@@ -33,8 +46,14 @@ void ResponseCache::Put(uint32_t bit, Key key, std::vector<v1::RankRequest> rank
   if (auto it = by_bit_.find(bit); it != by_bit_.end() && !it->second.retired) {
     by_key_.erase(it->second.key);
   }
+  std::vector<std::string> forms;
+  forms.reserve(ranks.size());
+  for (const v1::RankRequest& rank : ranks) forms.push_back(CacheFormBytes(rank.request()));
   by_key_[key] = bit;
-  by_bit_[bit] = Entry{.key = std::move(key), .ranks = std::move(ranks), .retired = false};
+  by_bit_[bit] = Entry{.key = std::move(key),
+                       .ranks = std::move(ranks),
+                       .forms = std::move(forms),
+                       .retired = false};
   ++version_;
 }
 
@@ -66,9 +85,7 @@ std::optional<uint32_t> ResponseCache::Match(const ReadyTensor& tensor) const {
   const Entry& entry = by_bit_.at(*bit);
   for (const Submission& submission : tensor.submissions) {
     const auto rank = static_cast<size_t>(submission.set_rank);
-    if (rank >= entry.ranks.size() ||
-        !google::protobuf::util::MessageDifferencer::Equals(CacheForm(submission.request),
-                                                            entry.ranks[rank].request())) {
+    if (rank >= entry.forms.size() || CacheFormBytes(submission.request) != entry.forms[rank]) {
       return std::nullopt;
     }
   }

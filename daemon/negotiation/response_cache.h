@@ -32,6 +32,11 @@ namespace collective::daemon::negotiation {
 // nothing that changes from step to step (request ids, arena offsets,
 // group ids: a grouped request's form has group id 1).
 v1::TensorRequest CacheForm(const v1::TensorRequest& request);
+// A request's cache form as bytes (deterministic serialisation): two
+// requests agree when these are equal. Comparing them costs a fraction of
+// what a field-by-field comparison through reflection does, which a cached
+// step would otherwise pay for every local rank.
+std::string CacheFormBytes(const v1::TensorRequest& request);
 
 class ResponseCache {
  public:
@@ -41,6 +46,8 @@ class ResponseCache {
     Key key;
     // Every rank's request in cache form, by set rank.
     std::vector<v1::RankRequest> ranks;
+    // The same requests as CacheFormBytes, by set rank: what Match compares.
+    std::vector<std::string> forms;
     bool retired = false;  // announced by bit no more; kept until node 0 reuses the bit
   };
 

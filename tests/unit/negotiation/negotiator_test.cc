@@ -56,7 +56,8 @@ class NegotiatorTest : public ::testing::Test {
                               .heartbeat_interval = std::chrono::milliseconds(100),
                               .node_timeout = std::chrono::seconds(5),
                               .combine = combine_,
-                              .peer_parts = peer_parts_}));
+                              .peer_parts = peer_parts_,
+                              .decisions_after_run = decisions_after_run_}));
     }
   }
 
@@ -134,8 +135,9 @@ class NegotiatorTest : public ::testing::Test {
     return names;
   }
 
-  GlobalCombine combine_ = nullptr;  // node 0's, for the nodes formed next
-  bool peer_parts_ = false;          // for the nodes formed next
+  GlobalCombine combine_ = nullptr;   // node 0's, for the nodes formed next
+  bool peer_parts_ = false;           // for the nodes formed next
+  bool decisions_after_run_ = false;  // for the nodes formed next
   std::unique_ptr<FakeControlNetwork> network_;
   std::vector<int32_t> local_sizes_;
   std::unique_ptr<job::ProcessSetTable> sets_;
@@ -315,6 +317,53 @@ TEST_F(NegotiatorTest, OnThreeNodesEachNodeButZeroCombinesOnceItHoldsEveryPart) 
   negotiators_[1]->AddTo(totals);
   negotiators_[2]->AddTo(totals);
   EXPECT_EQ(totals.combined_from_peers(), 2u);
+}
+
+TEST_F(NegotiatorTest, NodeZeroSendsCombinedStepsAfterRunningThemAndAnyOtherBatchAtOnce) {
+  combine_ = &JoinParts;
+  decisions_after_run_ = true;
+  Form({1, 1});
+  Announce(0, "bias", 2);
+  Announce(1, "bias", 2);
+  ASSERT_EQ(Settle(1)[1].size(), 1u) << "a batch that puts a cache entry goes at once";
+
+  auto announce_bias = [&](const std::string& step) {
+    for (size_t node : {1, 0}) {
+      const std::optional<uint32_t> bit = Announce(node, "bias", 2);
+      ASSERT_TRUE(bit.has_value());
+      negotiators_[node]->AddReduction(*bit, absl::StrCat(node, step));
+    }
+  };
+  announce_bias("a");
+  ASSERT_TRUE(negotiators_[1]->Exchange(*sets_, Clock::now()).ok());
+  auto at_zero = negotiators_[0]->Exchange(*sets_, Clock::now());
+  ASSERT_TRUE(at_zero.ok()) << at_zero.status();
+  ASSERT_EQ(at_zero->batches.size(), 1u) << "node 0 runs its decision";
+  auto at_one = negotiators_[1]->Exchange(*sets_, Clock::now());
+  ASSERT_TRUE(at_one.ok()) << at_one.status();
+  EXPECT_THAT(at_one->batches, IsEmpty()) << "held until node 0 ran it";
+  ASSERT_TRUE(negotiators_[0]->SendDecided().ok());
+  at_one = negotiators_[1]->Exchange(*sets_, Clock::now());
+  ASSERT_TRUE(at_one.ok()) << at_one.status();
+  ASSERT_EQ(at_one->batches.size(), 1u);
+  EXPECT_EQ(at_one->batches[0].decisions(0).combined(), "0a|1a");
+
+  // A held step, then a tensor decided in full: both reach node 1, in
+  // decision order.
+  announce_bias("b");
+  ASSERT_TRUE(negotiators_[1]->Exchange(*sets_, Clock::now()).ok());
+  ASSERT_TRUE(negotiators_[0]->Exchange(*sets_, Clock::now()).ok());
+  Announce(0, "w", 3);
+  Announce(1, "w", 3);
+  ASSERT_TRUE(negotiators_[1]->Exchange(*sets_, Clock::now()).ok());
+  at_zero = negotiators_[0]->Exchange(*sets_, Clock::now());
+  ASSERT_TRUE(at_zero.ok()) << at_zero.status();
+  ASSERT_EQ(at_zero->batches.size(), 1u);
+  at_one = negotiators_[1]->Exchange(*sets_, Clock::now());
+  ASSERT_TRUE(at_one.ok()) << at_one.status();
+  ASSERT_EQ(at_one->batches.size(), 2u) << "the held step went with the next batch";
+  EXPECT_EQ(at_one->batches[0].decisions(0).combined(), "0b|1b");
+  EXPECT_THAT(Names(at_one->batches[1], *negotiators_[1]), ElementsAre("w"));
 }
 
 TEST_F(NegotiatorTest, AJobEventReachesEveryOtherNode) {

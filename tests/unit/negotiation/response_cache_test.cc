@@ -69,6 +69,13 @@ TEST(ResponseCacheTest, MatchesATensorWhoseLocalRequestsEqualTheCachedOnes) {
   EXPECT_EQ(cache.Match(Local(4, 9, {2, 3})), std::nullopt);
   // A set rank the entry does not have.
   EXPECT_EQ(cache.Match(Local(3, 9, {4})), std::nullopt);
+  // Any other field the ranks agree on, set or changed on one rank.
+  negotiation::ReadyTensor scaled = Local(3, 9, {2, 3});
+  scaled.submissions[1].request.set_prescale(1.0);
+  EXPECT_EQ(cache.Match(scaled), std::nullopt) << "a prescale of 1 is still a prescale";
+  negotiation::ReadyTensor averaged = Local(3, 9, {2, 3});
+  averaged.submissions[0].request.set_op(v1::REDUCE_OP_AVERAGE);
+  EXPECT_EQ(cache.Match(averaged), std::nullopt);
   negotiation::ReadyTensor other = Local(3, 9, {0});
   other.process_set_id = 1;
   EXPECT_EQ(cache.Match(other), std::nullopt);
