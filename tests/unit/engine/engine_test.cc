@@ -112,6 +112,7 @@ TEST_F(EngineTest, FormsTheJobWhenEveryLocalRankRegistered) {
   EXPECT_EQ(r1.topology().size(), 2);
   EXPECT_EQ(r1.topology().local_size(), 2);
   EXPECT_EQ(r1.topology().cross_size(), 1);
+  EXPECT_EQ(r1.busy_threads_on_host(), 3) << "two ranks and the engine wait busily here";
   EXPECT_NE(r0.client_id(), r1.client_id());
   EXPECT_NE(r0.session_token(), r1.session_token());
   EXPECT_EQ(r0.session_token().size(), 16u);
