@@ -59,7 +59,12 @@ void AcrossNodes::End(v1::Totals& totals) {
     negotiator_->AddTo(totals);
     // What node 0 decided and ran reaches the other nodes, which may still
     // wait for it.
-    if (world_ != nullptr && !world_->abandoned()) (void)negotiator_->SendDecided();
+    if (world_ != nullptr && !world_->abandoned()) {
+      if (absl::Status sent = negotiator_->SendDecided(); !sent.ok()) {
+        log::Coord().warn("the last decisions of the job did not reach the other nodes: {}",
+                          sent.message());
+      }
+    }
   }
   if (world_ != nullptr && world_->abandoned()) {
     // MPI may still own buffers of the job's transfers and requests of its

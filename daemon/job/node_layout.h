@@ -38,12 +38,10 @@ struct NodeLayout {
   // daemons on one machine stand in for nodes in tests), or of this node
   // alone where the hosts are unknown.
   int32_t BusyThreadsOnHost() const {
+    if (hosts.size() != local_sizes.size()) return local_sizes[node] + 1;
     int32_t threads = 0;
     for (int32_t n = 0; n < nodes(); ++n) {
-      const bool here =
-          n == node || (static_cast<size_t>(n) < hosts.size() &&
-                        static_cast<size_t>(node) < hosts.size() && hosts[n] == hosts[node]);
-      if (here) threads += local_sizes[n] + 1;
+      if (hosts[n] == hosts[node]) threads += local_sizes[n] + 1;
     }
     return threads;
   }
