@@ -378,6 +378,8 @@ class Engine {
   bool reported_partial_ = false;  // node 0 holds a non-empty partial report
   // Until then, the negotiation moved: look for the next message often.
   Clock::time_point fast_poll_until_{};
+  // When to look for another daemon's stop notice next (engine_world.cc).
+  Clock::time_point next_stop_look_{};
   EngineSpin spin_{std::chrono::microseconds(config_.engine_spin_us)};
 
   // Job state: engine thread only.

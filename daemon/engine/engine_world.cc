@@ -21,6 +21,10 @@ namespace {
 // the window has passed. Sleeps, not spins: the trainers and daemons of a
 // node often outnumber its cores.
 constexpr auto kFastPoll = std::chrono::microseconds(50);
+// A daemon that stops is heard within this, not on every look: each look for
+// its notice is a call into MPI (a poll of the TCP sockets), and while a
+// small allreduce runs across nodes the engine looks every few microseconds.
+constexpr auto kStopNoticeLook = std::chrono::milliseconds(1);
 
 }  // namespace
 
@@ -113,10 +117,13 @@ bool Engine::PollWorld() {
   // An abandoned world gets no more MPI calls: they could progress
   // transfers into memory the job no longer maps.
   if (world_->single() || world_->abandoned()) return false;
-  if (const int stopping = world_->TakeStopNotice(); stopping >= 0) {
-    BreakWorld(
-        absl::UnavailableError(absl::StrCat("the daemon of node ", stopping, " is stopping")),
-        /*abandon_mpi=*/false);
+  if (const Clock::time_point now = Clock::now(); now >= next_stop_look_) {
+    next_stop_look_ = now + kStopNoticeLook;
+    if (const int stopping = world_->TakeStopNotice(); stopping >= 0) {
+      BreakWorld(
+          absl::UnavailableError(absl::StrCat("the daemon of node ", stopping, " is stopping")),
+          /*abandon_mpi=*/false);
+    }
   }
   if (exchange_ != nullptr) {
     std::optional<absl::StatusOr<job::NodeLayout>> layout = exchange_->Poll();

@@ -27,6 +27,8 @@ enum class ControlTag : int {
   kMessageReply = 6,   // MessageReply, the sender's node -> the receiver's
   kPeerParts = 7,      // PeerParts, a node -> the other nodes of a set but node 0
 };
+// Every ControlTag lies in [1, kControlTagEnd).
+inline constexpr int kControlTagEnd = static_cast<int>(ControlTag::kPeerParts) + 1;
 
 class ControlLink {
  public:
@@ -43,7 +45,9 @@ class ControlLink {
 
   virtual absl::Status Send(int to, ControlTag tag, const google::protobuf::Message& message) = 0;
   // Messages with `tag` that have arrived, appended to `out` in arrival
-  // order.
+  // order: at least every one that arrived before the previous Receive of
+  // `tag` returned (a transport may look for all tags at once, once per
+  // round of Receives).
   virtual absl::Status Receive(ControlTag tag, std::vector<Received>& out) = 0;
   // Completes the sends the transport has finished with.
   virtual absl::Status Progress() = 0;

@@ -1,9 +1,11 @@
 #include "daemon/world/control_channel.h"
 
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace collective::daemon::world {
 namespace {
@@ -60,36 +62,62 @@ absl::Status ControlChannel::Progress() {
 }
 
 absl::Status ControlChannel::Receive(negotiation::ControlTag tag, std::vector<Received>& out) {
+  const auto index = static_cast<size_t>(tag);
+  if (!collected_[index]) {
+    ASSIGN_OR_RETURN(const bool collected, Collect());
+    if (!collected) RETURN_IF_ERROR(ProbeTag(static_cast<int>(tag), inboxes_[index]));
+  }
+  Inbox& inbox = inboxes_[index];
+  out.insert(out.end(), std::make_move_iterator(inbox.begin()),
+             std::make_move_iterator(inbox.end()));
+  inbox.clear();
+  collected_[index] = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> ControlChannel::Collect() {
   while (true) {
     int arrived = 0;
     MPI_Status status;
-    if (absl::Status probed = MpiStatus(
-            MPI_Iprobe(MPI_ANY_SOURCE, static_cast<int>(tag), world_.control(), &arrived, &status),
-            "MPI_Iprobe");
-        !probed.ok()) {
-      return probed;
-    }
-    if (!arrived) return absl::OkStatus();
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::string buffer(static_cast<size_t>(bytes), '\0');
-    if (absl::Status received =
-            MpiStatus(MPI_Recv(buffer.data(), bytes, MPI_BYTE, status.MPI_SOURCE,
-                               static_cast<int>(tag), world_.control(), MPI_STATUS_IGNORE),
-                      absl::StrCat("MPI_Recv from node ", status.MPI_SOURCE));
-        !received.ok()) {
-      return received;
-    }
-    uint64_t generation = 0;
-    if (buffer.size() >= kEnvelopeBytes) std::memcpy(&generation, buffer.data(), kEnvelopeBytes);
-    if (buffer.size() < kEnvelopeBytes || generation != generation_) {
-      log::Mpi().debug("dropped a message from node {} of job generation {} (this is {})",
-                       status.MPI_SOURCE, generation, generation_);
-      continue;
-    }
-    last_heard_[status.MPI_SOURCE] = Clock::now();
-    out.push_back({status.MPI_SOURCE, buffer.substr(kEnvelopeBytes)});
+    RETURN_IF_ERROR(
+        MpiStatus(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, world_.control(), &arrived, &status),
+                  "MPI_Iprobe"));
+    if (!arrived) break;
+    if (status.MPI_TAG < 1 || status.MPI_TAG >= negotiation::kControlTagEnd) return false;
+    RETURN_IF_ERROR(Take(status, inboxes_[static_cast<size_t>(status.MPI_TAG)]));
   }
+  collected_.fill(true);
+  return true;
+}
+
+absl::Status ControlChannel::ProbeTag(int tag, Inbox& inbox) {
+  while (true) {
+    int arrived = 0;
+    MPI_Status status;
+    RETURN_IF_ERROR(MpiStatus(MPI_Iprobe(MPI_ANY_SOURCE, tag, world_.control(), &arrived, &status),
+                              "MPI_Iprobe"));
+    if (!arrived) return absl::OkStatus();
+    RETURN_IF_ERROR(Take(status, inbox));
+  }
+}
+
+absl::Status ControlChannel::Take(const MPI_Status& probed, Inbox& inbox) {
+  int bytes = 0;
+  MPI_Get_count(&probed, MPI_BYTE, &bytes);
+  std::string buffer(static_cast<size_t>(bytes), '\0');
+  RETURN_IF_ERROR(MpiStatus(MPI_Recv(buffer.data(), bytes, MPI_BYTE, probed.MPI_SOURCE,
+                                     probed.MPI_TAG, world_.control(), MPI_STATUS_IGNORE),
+                            absl::StrCat("MPI_Recv from node ", probed.MPI_SOURCE)));
+  uint64_t generation = 0;
+  if (buffer.size() >= kEnvelopeBytes) std::memcpy(&generation, buffer.data(), kEnvelopeBytes);
+  if (buffer.size() < kEnvelopeBytes || generation != generation_) {
+    log::Mpi().debug("dropped a message from node {} of job generation {} (this is {})",
+                     probed.MPI_SOURCE, generation, generation_);
+    return absl::OkStatus();
+  }
+  last_heard_[static_cast<size_t>(probed.MPI_SOURCE)] = Clock::now();
+  inbox.push_back({probed.MPI_SOURCE, buffer.substr(kEnvelopeBytes)});
+  return absl::OkStatus();
 }
 
 }  // namespace collective::daemon::world

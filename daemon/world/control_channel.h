@@ -4,12 +4,19 @@
 // never block (MPI_Isend, completed on later calls); arrivals are found with
 // MPI_Iprobe, so the engine never waits on another node here.
 //
+// Arrivals are collected for every tag at once, once per round of Receives:
+// one MPI_Iprobe for any tag finds that nothing came, where a probe per tag
+// cost as many calls into MPI, and Open MPI's TCP transport polls its
+// sockets (a system call) on nearly every call. The engine looks several
+// times per small allreduce across nodes, on cores its trainers share.
+//
 // Every message carries the job's generation (how many jobs the world has
 // formed), so that a message a node sent for an earlier job — a heartbeat
 // still in flight when that job ended — is dropped rather than read as this
 // job's. Engine thread only.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -21,6 +28,7 @@
 #include <mpi.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "daemon/negotiation/control_link.h"
 #include "daemon/world/world.h"
 
@@ -41,7 +49,7 @@ class ControlChannel : public negotiation::ControlLink {
   absl::Status Send(int to, negotiation::ControlTag tag,
                     const google::protobuf::Message& message) override;
   // Messages of this generation with `tag` that have arrived, appended to
-  // `out` in arrival order.
+  // `out` in arrival order (see ControlLink::Receive).
   absl::Status Receive(negotiation::ControlTag tag, std::vector<Received>& out) override;
   // Completes the sends MPI has finished with.
   absl::Status Progress() override;
@@ -56,10 +64,27 @@ class ControlChannel : public negotiation::ControlLink {
     MPI_Request request = MPI_REQUEST_NULL;
   };
 
+  using Inbox = std::vector<Received>;
+
+  // Takes every control message that has arrived into the inboxes. False
+  // when something else of the control communicator is first in line (a
+  // stop notice, MPI's own traffic of MPI_Comm_create_group): it is left for
+  // its reader, and each Receive then probes for its own tag.
+  absl::StatusOr<bool> Collect();
+  // Takes every message with `tag` that has arrived into `inbox`.
+  absl::Status ProbeTag(int tag, Inbox& inbox);
+  // Receives the message `probed` found into `inbox`, unless it belongs to
+  // another generation.
+  absl::Status Take(const MPI_Status& probed, Inbox& inbox);
+
   const World& world_;
   const uint64_t generation_;
   std::vector<Clock::time_point> last_heard_;
   std::deque<InFlight> sends_;
+  // Per tag: what arrived and has not been received, and whether arrivals
+  // were collected since the tag's last Receive.
+  std::array<Inbox, negotiation::kControlTagEnd> inboxes_;
+  std::array<bool, negotiation::kControlTagEnd> collected_{};
 };
 
 }  // namespace collective::daemon::world

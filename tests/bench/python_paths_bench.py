@@ -14,7 +14,7 @@ Each round runs, one after the other on the same machine:
     tests/bench/workloads/resnet50_gradients.txt) through `allreduce_async_`
     per tensor then `synchronize`, on ordinary tensors (copied into the arena
     and back) and on arena tensors (`hvd.empty`: nothing copied); the 4-byte
-    allreduce the same two ways; and DistributedOptimizer around a
+    allreduce the same two ways, taking turns in blocks; and DistributedOptimizer around a
     torchvision ResNet-50 with a real backward on small synthetic images,
     taking turns step by step with the same model under a local optimizer.
 It prints the medians over the rounds and the ratios of Python to the C++
@@ -82,17 +82,26 @@ def _gradient_set(hvd, torch, tensors, steps, label):
     return samples
 
 
-def _latency(hvd, torch, tensor, iterations, label):
-    """Seconds of each 4-byte allreduce_, back to back."""
-    tensor.fill_(1.0)
-    samples = []
-    for i in range(iterations + 100):
-        start = time.perf_counter()
-        hvd.allreduce_(tensor, op=hvd.Max, name=label)
-        if i >= 100:
-            samples.append(time.perf_counter() - start)
-    if tensor.item() != 1.0:
-        raise SystemExit(f'rank {hvd.rank()}: {label}: the maximum is wrong')
+def _latency(hvd, tensors, iterations, blocks=10):
+    """Seconds of each 4-byte allreduce_, back to back, per label of `tensors`.
+
+    The tensors take turns in blocks, so that what the machine does meanwhile
+    (the daemon's and the other ranks' leftovers from the previous phase, other
+    load) falls on every label alike rather than on whichever ran first."""
+    samples = {label: [] for label in tensors}
+    per_block = max(1, iterations // blocks)
+    for tensor in tensors.values():
+        tensor.fill_(1.0)
+    for _ in range(blocks):
+        for label, tensor in tensors.items():
+            for i in range(per_block + 20):
+                start = time.perf_counter()
+                hvd.allreduce_(tensor, op=hvd.Max, name=label)
+                if i >= 20:  # the first few after a switch wake a cold path
+                    samples[label].append(time.perf_counter() - start)
+    for label, tensor in tensors.items():
+        if tensor.item() != 1.0:
+            raise SystemExit(f'rank {hvd.rank()}: {label}: the maximum is wrong')
     return samples
 
 
@@ -155,9 +164,10 @@ def worker(args):
     for label, make in (('gradients_copy', torch.empty), ('gradients_arena', hvd.empty)):
         results[label + '_ms'] = _median_ms(_gradient_set(
             hvd, torch, [make(shape) for shape in shapes], args.steps, label))
-    for label, tensor in (('latency_copy', torch.empty(1)), ('latency_arena', hvd.empty(1))):
-        results[label + '_us'] = _median_ms(_latency(hvd, torch, tensor,
-                                                     args.latency_iterations, label)) * 1e3
+    latency = _latency(hvd, {'latency_copy': torch.empty(1), 'latency_arena': hvd.empty(1)},
+                       args.latency_iterations)
+    for label, samples in latency.items():
+        results[label + '_us'] = _median_ms(samples) * 1e3
     if args.optimizer_steps:
         dist_samples, local_samples = _optimizer_steps(hvd, torch, args.optimizer_steps,
                                                        args.batch, args.image)
