@@ -192,6 +192,8 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   // waiter spins (kSpin) before it sleeps, not yields its core in a loop
   // (kYield).
   bool core_each_ = false;
+  // How long a waiter spins or yields before it sleeps (client_core.cc).
+  absl::Duration busy_wait_;
 
   // One submission (or CUDA registration) at a time, from building its
   // message to pushing it: a push lets go of mutex_ while the ring is full,
