@@ -117,7 +117,8 @@ bool Engine::PollWorld() {
   // An abandoned world gets no more MPI calls: they could progress
   // transfers into memory the job no longer maps.
   if (world_->single() || world_->abandoned()) return false;
-  if (const Clock::time_point now = Clock::now(); now >= next_stop_look_) {
+  const Clock::time_point now = Clock::now();
+  if (now >= next_stop_look_) {
     next_stop_look_ = now + kStopNoticeLook;
     if (const int stopping = world_->TakeStopNotice(); stopping >= 0) {
       BreakWorld(
@@ -147,7 +148,6 @@ bool Engine::PollWorld() {
     return true;
   }
   if (!across_.view().active() || job_ == nullptr) return false;
-  const Clock::time_point now = Clock::now();
   absl::StatusOr<AcrossNodes::Heard> heard = across_.Poll(now);
   if (!heard.ok()) {
     const absl::Status why = absl::UnavailableError(absl::StrCat(

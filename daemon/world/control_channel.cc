@@ -13,6 +13,8 @@ namespace {
 // The envelope: the generation, little-endian as every node of a job runs
 // the same build on the same architecture.
 constexpr size_t kEnvelopeBytes = sizeof(uint64_t);
+// Collect tells the channel's messages from the world's by tag.
+static_assert(negotiation::kControlTagEnd <= World::kStopNoticeTag);
 
 }  // namespace
 

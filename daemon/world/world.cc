@@ -13,9 +13,6 @@
 namespace collective::daemon::world {
 namespace {
 
-// The tag of stop notices on the control communicator (the negotiation's
-// messages use small tags of their own, see control_channel.h).
-constexpr int kStopTag = 50;
 constexpr auto kStopNoticeDeadline = std::chrono::seconds(2);
 
 std::string HostName() {
@@ -91,7 +88,7 @@ void World::AnnounceStop() {
   for (int node = 0; node < size_; ++node) {
     if (node == rank_) continue;
     MPI_Request request = MPI_REQUEST_NULL;
-    if (MPI_Isend(&notice, 1, MPI_CHAR, node, kStopTag, control_, &request) == MPI_SUCCESS) {
+    if (MPI_Isend(&notice, 1, MPI_CHAR, node, kStopNoticeTag, control_, &request) == MPI_SUCCESS) {
       requests.push_back(request);
     }
   }
@@ -130,12 +127,12 @@ int World::TakeStopNotice() {
   if (single()) return -1;
   int arrived = 0;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kStopTag, control_, &arrived, &status) != MPI_SUCCESS ||
+  if (MPI_Iprobe(MPI_ANY_SOURCE, kStopNoticeTag, control_, &arrived, &status) != MPI_SUCCESS ||
       !arrived) {
     return -1;
   }
   char notice = 0;
-  MPI_Recv(&notice, 1, MPI_CHAR, status.MPI_SOURCE, kStopTag, control_, MPI_STATUS_IGNORE);
+  MPI_Recv(&notice, 1, MPI_CHAR, status.MPI_SOURCE, kStopNoticeTag, control_, MPI_STATUS_IGNORE);
   if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < size_) {
     stopping_[static_cast<size_t>(status.MPI_SOURCE)] = true;
   }

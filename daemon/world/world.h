@@ -66,6 +66,9 @@ class World {
   // A node whose daemon announced that it stops, if one did since the last
   // call; -1 otherwise.
   int TakeStopNotice();
+  // The tag of stop notices on the control communicator (the negotiation's
+  // messages use small tags of their own, see negotiation/control_link.h).
+  static constexpr int kStopNoticeTag = 50;
 
   // MPI cannot be trusted any more (a node died, transfers were left
   // unfinished): the destructor then skips MPI_Finalize, which would wait

@@ -14,9 +14,10 @@ Each round runs, one after the other on the same machine:
     tests/bench/workloads/resnet50_gradients.txt) through `allreduce_async_`
     per tensor then `synchronize`, on ordinary tensors (copied into the arena
     and back) and on arena tensors (`hvd.empty`: nothing copied); the 4-byte
-    allreduce the same two ways, taking turns in blocks; and DistributedOptimizer around a
-    torchvision ResNet-50 with a real backward on small synthetic images,
-    taking turns step by step with the same model under a local optimizer.
+    allreduce the same two ways, taking turns in blocks; and
+    DistributedOptimizer around a torchvision ResNet-50 with a real backward
+    on small synthetic images, taking turns step by step with the same model
+    under a local optimizer.
 It prints the medians over the rounds and the ratios of Python to the C++
 placement that does the same work (copy for ordinary tensors, inplace for
 arena tensors), to C++ at its fastest (zerocopy), and to MPI; and the median

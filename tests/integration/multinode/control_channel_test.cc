@@ -25,10 +25,6 @@ using negotiation::ControlTag;
 
 World* the_world = nullptr;
 
-// The world's stop notices use this tag (world.cc): traffic of the control
-// communicator that is not the channel's.
-constexpr int kStopTag = 50;
-
 v1::Heartbeat Numbered(uint64_t n) {
   v1::Heartbeat message;
   message.set_batches_applied(n);
@@ -73,6 +69,11 @@ void Done(const std::vector<ControlChannel*>& channels) {
       for (ControlChannel* channel : channels) EXPECT_TRUE(channel->Progress().ok());
       MPI_Iprobe(0, 0, MPI_COMM_WORLD, &arrived, MPI_STATUS_IGNORE);
     }
+    if (!arrived) {
+      // Waiting on would hang both processes: end them, saying why.
+      ADD_FAILURE() << "node 0 did not say within 60 s that it took the messages";
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     char done = 0;
     MPI_Recv(&done, 1, MPI_CHAR, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
   }
@@ -111,7 +112,7 @@ TEST(ControlChannelTest, LeavesOtherTrafficOfTheCommunicatorToItsReader) {
   if (the_world->rank() == 1) {
     // A stop notice first in line, then the channel's own messages.
     char notice = 1;
-    MPI_Send(&notice, 1, MPI_CHAR, 0, kStopTag, the_world->control());
+    MPI_Send(&notice, 1, MPI_CHAR, 0, World::kStopNoticeTag, the_world->control());
     SendAll(channel, {{ControlTag::kDecisions, 7}, {ControlTag::kHeartbeat, 8}});
   } else {
     EXPECT_EQ(ReceiveNumbers(channel, ControlTag::kDecisions, 1), std::vector<uint64_t>({7}));
