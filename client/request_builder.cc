@@ -20,6 +20,21 @@ absl::Status CheckName(absl::string_view name, const v1::Limits& limits) {
   return absl::OkStatus();
 }
 
+// Whether the daemon may write `request`'s result at arena offset `output`
+// (`capacity` bytes), as it reduces or copies. A reducescatter block or a
+// scatter root's rows land away from where they are read: over the input
+// they would overwrite rows still to be read. Any other result over its
+// input is written while later pieces of the input are still read: only in
+// place (at the input's start) is that safe. The daemon refuses the others;
+// their result is copied out instead.
+bool DaemonMayWrite(const v1::TensorRequest& request, uint64_t output, uint64_t capacity) {
+  const uint64_t input = request.offset();
+  if (output >= input + request.length() || input >= output + capacity) return true;
+  const v1::Collective collective = request.collective();
+  return collective != v1::COLLECTIVE_REDUCESCATTER && collective != v1::COLLECTIVE_SCATTER &&
+         output == input;
+}
+
 }  // namespace
 
 absl::Status NeedsRows(absl::string_view collective, absl::string_view name,
@@ -133,13 +148,8 @@ void SetOutputInArena(const ClientCore& core, PreparedRequest& prepared) {
   if (prepared.cuda.has_value() || prepared.output == nullptr) return;
   const uint64_t length = prepared.request.length();
   const std::optional<uint64_t> in_arena = core.ArenaOffset(prepared.output, length);
-  if (!in_arena.has_value()) return;
-  // A reducescatter block lands away from where its rows are read: over its
-  // own input it would overwrite rows other blocks still read (the daemon
-  // refuses it); the result is copied out instead.
-  const uint64_t input = prepared.request.offset();
-  if (prepared.request.collective() == v1::COLLECTIVE_REDUCESCATTER && *in_arena < input + length &&
-      input < *in_arena + prepared.output_capacity) {
+  if (!in_arena.has_value() ||
+      !DaemonMayWrite(prepared.request, *in_arena, prepared.output_capacity)) {
     return;
   }
   prepared.request.set_output_offset(*in_arena);  // the daemon writes the result there
@@ -162,7 +172,10 @@ absl::StatusOr<Client::Handle> SubmitRooted(ClientCore& core,
   request.set_root_rank(root_rank);
   SetOutput(requests.front(), output, capacity);
   if (output != nullptr && in_arena > 0 && !requests.front().cuda.has_value()) {
-    if (auto offset = core.ArenaOffset(output, in_arena)) request.set_output_offset(*offset);
+    const std::optional<uint64_t> offset = core.ArenaOffset(output, in_arena);
+    if (offset.has_value() && DaemonMayWrite(request, *offset, in_arena)) {
+      request.set_output_offset(*offset);
+    }
   }
   ASSIGN_OR_RETURN(std::vector<Client::Handle> handles, core.Submit(std::move(requests), false));
   return handles.front();

@@ -315,6 +315,20 @@ absl::Status CheckOutputInArena(const v1::TensorRequest& request, const RequestL
                      " lies outside the client's arena of ", limits.arena_bytes,
                      " bytes (the daemon writes a result only into the client's own arena)"));
   }
+  // Allreduce, reduce and broadcast write their result piece by piece while
+  // the input's later pieces are still to be read: an output over the input
+  // is the input itself (in place) or nothing of it.
+  const bool piecewise = collective == v1::COLLECTIVE_ALLREDUCE ||
+                         collective == v1::COLLECTIVE_REDUCE ||
+                         collective == v1::COLLECTIVE_BROADCAST;
+  if (piecewise && bytes > 0 && request.output_offset() != request.offset() &&
+      request.output_offset() < request.offset() + request.length() && request.offset() < end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "output_offset ", request.output_offset(), " + length ", bytes,
+        " partly overlaps the input at offset ", request.offset(),
+        ": the result would overwrite input not yet reduced; an output over the input must "
+        "start where the input does (in place)"));
+  }
   return absl::OkStatus();
 }
 

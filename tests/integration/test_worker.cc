@@ -105,7 +105,7 @@ std::vector<Case> MatrixCases(size_t big_bytes) {
           c.prescale = 0.5;
           c.postscale = 4;
         }
-        c.mode = index % 5;
+        c.mode = index % 6;
         cases.push_back(c);
         ++index;
       }
@@ -138,7 +138,10 @@ std::vector<std::byte> Expected(const Case& c, int size) {
 // Input and output placement by mode: 0 private input, private output
 // (copied in and out); 1 arena input, view of the result (zero-copy); 2
 // private input reduced in place; 3 arena input reduced in place (the daemon
-// writes the result there); 4 private input, arena output (likewise).
+// writes the result there); 4 private input, arena output (likewise); 5 arena
+// input, arena output one element past the input's start, partly over it
+// (the daemon would overwrite input it has yet to read: the result is copied
+// out).
 struct Placed {
   std::vector<std::byte> private_input;
   Buffer arena_input;
@@ -150,9 +153,10 @@ struct Placed {
 
 Placed Place(Client& client, const Case& c, std::vector<std::byte> data) {
   Placed placed;
-  const bool in_arena = c.mode == 1 || c.mode == 3;
+  const bool in_arena = c.mode == 1 || c.mode == 3 || c.mode == 5;
+  const size_t element = ElementSize(c.dtype);
   if (in_arena) {
-    auto buffer = client.Allocate(data.size());
+    auto buffer = client.Allocate(data.size() + (c.mode == 5 ? element : 0));
     if (!buffer.ok()) Die(absl::StrCat(c.name, ": allocate: ", buffer.status().ToString()));
     if (!data.empty()) std::memcpy(buffer->data(), data.data(), data.size());
     placed.arena_input = std::move(*buffer);
@@ -164,8 +168,10 @@ Placed Place(Client& client, const Case& c, std::vector<std::byte> data) {
   if (c.mode == 0) {
     placed.private_output.resize(c.count * ElementSize(c.dtype));
     placed.output = placed.private_output.data();
+  } else if (c.mode == 5) {
+    placed.output = static_cast<std::byte*>(placed.arena_input.data()) + element;
   } else if (c.mode == 4) {
-    auto buffer = client.Allocate(c.count * ElementSize(c.dtype));
+    auto buffer = client.Allocate(c.count * element);
     if (!buffer.ok()) Die(absl::StrCat(c.name, ": allocate output: ", buffer.status().ToString()));
     placed.arena_output = std::move(*buffer);
     placed.output = placed.arena_output.data();
@@ -195,7 +201,8 @@ void Check(Client& client, const Case& c, Client::Handle handle,
   // An output in the arena receives the result from the daemon (on one
   // node); any other output is a copy out of the result segment; a view
   // copies nothing.
-  const bool arena_output = c.mode == 3 || c.mode == 4;
+  // (Mode 5's output lies apart from an input of at most one element.)
+  const bool arena_output = c.mode == 3 || c.mode == 4 || (c.mode == 5 && c.count <= 1);
   const uint64_t copied = client.copied_out_bytes() - copied_before;
   const uint64_t want_copied =
       c.mode == 1 || (arena_output && !compare_close) ? 0 : expected.size();

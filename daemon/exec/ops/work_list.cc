@@ -69,9 +69,27 @@ void WorkList::Run(size_t index) const {
                  piece.spec.postscale);
     return;
   }
-  exec::Reduce(piece.spec, inputs, piece.out, piece.count);
-  const uint64_t bytes = piece.count * ElementSize(piece.spec.dtype);
-  for (std::byte* copy : piece.copies) std::memcpy(copy, piece.out, bytes);
+  if (piece.copies.empty()) {
+    exec::Reduce(piece.spec, inputs, piece.out, piece.count);
+    return;
+  }
+  // Block by block: each block's result is copied while it is still in
+  // cache, and so are the lines of the copies that are also inputs (an
+  // in-place allreduce), which the block's reduction has just read.
+  const uint64_t element = ElementSize(piece.spec.dtype);
+  const uint64_t per_block = std::max<uint64_t>(1, kCopyBlockBytes / element);
+  absl::InlinedVector<const void*, 16> block(inputs.size());
+  for (uint64_t first = 0; first < piece.count; first += per_block) {
+    const uint64_t skip = first * element;
+    const uint64_t count = std::min(per_block, piece.count - first);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      block[i] = static_cast<const std::byte*>(inputs[i]) + skip;
+    }
+    exec::Reduce(piece.spec, block, piece.out + skip, count);
+    for (std::byte* copy : piece.copies) {
+      std::memcpy(copy + skip, piece.out + skip, count * element);
+    }
+  }
 }
 
 }  // namespace collective::daemon::exec::ops

@@ -15,6 +15,13 @@
 namespace collective::daemon::exec::ops {
 
 inline constexpr uint64_t kPieceBytes = 4 << 20;
+// A reduction with copies runs in blocks of at most this many bytes of
+// result, so that a block's inputs, its result and the copies' lines are
+// still in cache when the copies are written (nothing of it is streamed).
+// Measured on the ResNet-50 gradient set reduced in place into 4 clients'
+// arenas: 8 and 16 KiB blocks took 23–24 ms, 64 KiB 26.5 ms, 256 KiB 27.3
+// ms, whole 4 MiB pieces (streamed, then read back per copy) 32–34 ms.
+inline constexpr uint64_t kCopyBlockBytes = 16 << 10;
 
 class WorkList {
  public:
@@ -31,10 +38,11 @@ class WorkList {
   // once it is there (as AddReduce's copies are).
   void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
                const Outputs& copies = {});
-  // `copies` also receive the result, each piece copied from `out` as soon as
-  // it is reduced: an output that is also an input (an in-place allreduce
-  // into a client's arena) is overwritten only after every piece that reads
-  // that range has been reduced.
+  // `copies` also receive the result, each block (kCopyBlockBytes) copied
+  // from `out` as soon as it is reduced: an output that is also an input (an
+  // in-place allreduce into a client's arena) is overwritten only after the
+  // block that reads that range has been reduced. A copy must be an input
+  // exactly or lie apart from every input.
   void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out, uint64_t count,
                  const Outputs& copies = {});
   // One piece however large: Adasum's coefficients need the whole tensor's

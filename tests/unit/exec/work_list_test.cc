@@ -164,6 +164,40 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(param_info.param.count);
     });
 
+// An in-place allreduce into clients' arenas: the copies are the inputs
+// themselves (and one apart from them), each written block by block as the
+// block is reduced, and each ends with the bits of one big reduction of the
+// inputs as they were.
+TEST_F(WorkListTest, CopiesOverTheInputsGetTheReductionOfTheOriginalInputs) {
+  // Two pieces, the second ending inside a block; a joined rank's zeros.
+  const uint64_t count = kFloats + 3 * (kCopyBlockBytes / 4) + 5;
+  const v1::DataType dtype = v1::DATA_TYPE_FLOAT32;
+  const exec::ReduceSpec spec{
+      .dtype = dtype, .op = v1::REDUCE_OP_SUM, .prescale = 0.5, .postscale = 3.0, .divisor = 3};
+  std::vector<std::vector<std::byte>> inputs(2, std::vector<std::byte>(count * 4));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    testing::FillTestData(dtype, spec.op, i + 1, inputs[i].data(), count);
+  }
+  std::vector<std::byte> expected(count * 4);
+  const std::vector<std::byte> zeros(count * 4, std::byte{0});
+  exec::Reduce(spec, std::vector<const void*>{inputs[0].data(), zeros.data(), inputs[1].data()},
+               expected.data(), count);
+
+  std::vector<std::byte> slot(count * 4 + 1, std::byte{0xee});
+  std::vector<std::byte> apart(count * 4 + 1, std::byte{0xee});
+  WorkList work(this->zeros());
+  work.AddReduce(spec, {inputs[0].data(), this->zeros(), inputs[1].data()}, slot.data(), count,
+                 {inputs[1].data(), apart.data(), inputs[0].data()});
+  ASSERT_EQ(work.size(), 2u);
+  RunBackwards(work);
+  EXPECT_EQ(slot.back(), std::byte{0xee}) << "wrote past the slot";
+  EXPECT_EQ(apart.back(), std::byte{0xee}) << "wrote past a copy";
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), slot.data(), count), "");
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), apart.data(), count), "");
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[0].data(), count), "");
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[1].data(), count), "");
+}
+
 TEST_F(WorkListTest, TheZerosInputIsNotAdvanced) {
   // 2.5 pieces of float32; the second input is a joined rank's.
   const uint64_t count = 2 * kFloats + kFloats / 2;

@@ -740,6 +740,23 @@ INSTANTIATE_TEST_SUITE_P(
                   kInvalid,
                   "output_offset 1048568 + length 16 lies outside the client's arena of 1048576 "
                   "bytes (the daemon writes a result only into the client's own arena)"},
+        // In place or apart: an output partly over the input would overwrite
+        // input that later pieces still read.
+        FieldCase{"OutputPartlyOverTheInput",
+                  [](auto& r) { r.set_output_offset(r.offset() + 4); }, kInvalid,
+                  "output_offset 132 + length 16 partly overlaps the input at offset 128"
+                  ": the result would overwrite input not yet reduced; an output over the input must "
+                  "start where the input does (in place)"},
+        FieldCase{"BroadcastOutputPartlyOverTheInput",
+                  [](auto& r) {
+                    r.set_collective(v1::COLLECTIVE_BROADCAST);
+                    r.set_op(v1::REDUCE_OP_UNSPECIFIED);
+                    r.set_output_offset(r.offset() - 8);
+                  },
+                  kInvalid,
+                  "output_offset 120 + length 16 partly overlaps the input at offset 128"
+                  ": the result would overwrite input not yet reduced; an output over the input must "
+                  "start where the input does (in place)"},
         FieldCase{"OutputOffsetThatOverflows",
                   [](auto& r) { r.set_output_offset(~uint64_t{0} - 7); }, kInvalid,
                   "output_offset 18446744073709551608 + length 16 lies outside the client's "
