@@ -44,6 +44,27 @@ def test_an_arena_tensor_is_read_in_place_and_holds_its_block():
     assert _free_bytes() >= before - 4096  # the block went back with the tensor
 
 
+@pytest.mark.parametrize('strided', [False, True], ids=['short_path', 'general_path'])
+def test_an_allreduce_in_flight_holds_the_block_of_an_input_the_caller_dropped(strided):
+    nbytes = 1 << 20
+    before = _free_bytes()
+
+    def dropped_input():
+        if strided:  # a strided view takes the general path
+            return hvd.zeros(nbytes // 4, 2)[:, 0].add_(hvd.rank() + 1)
+        return hvd.zeros(nbytes // 4).add_(hvd.rank() + 1)
+
+    handle = hvd.allreduce_async(dropped_input(), op=hvd.Sum, name=f'arena.dropped.{strided}')
+    # Until synchronize the handle holds the input's block: nothing else can
+    # take it and write there before the daemon has read it.
+    assert _free_bytes() <= before - nbytes
+    scribbled = hvd.empty(nbytes // 4 * (2 if strided else 1)).fill_(-7.0)
+    total = float(sum(range(1, hvd.size() + 1)))
+    assert torch.equal(hvd.synchronize(handle), torch.full((nbytes // 4,), total))
+    del scribbled
+    assert _free_bytes() >= before - 4096  # the input's block went back with the handle
+
+
 def test_arena_tensors_in_every_collective():
     rank, size = hvd.rank(), hvd.size()
     rows = hvd.empty(rank + 1, 2, dtype=torch.int32)

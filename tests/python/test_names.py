@@ -62,6 +62,16 @@ _CALLS = {
     'allreduce_async_': (
         lambda name: hvd.allreduce_async_(_value(hvd.rank()), name=name, op=hvd.Sum),
         lambda result: torch.equal(result, _sum())),
+    # A strided tensor takes the general path (a contiguous CPU one the short
+    # one, async_ops._allreduce_start).
+    'allreduce_async_strided': (
+        lambda name: hvd.allreduce_async(_non_contiguous(_value(hvd.rank())), name=name,
+                                         op=hvd.Sum),
+        lambda result: torch.equal(result, _sum())),
+    'allreduce_async__strided': (
+        lambda name: hvd.allreduce_async_(_non_contiguous(_value(hvd.rank())), name=name,
+                                          op=hvd.Sum),
+        lambda result: torch.equal(result, _sum()) and not result.is_contiguous()),
     'grouped_allreduce_async': (
         lambda name: hvd.grouped_allreduce_async([_value(hvd.rank()), _value(hvd.rank())[:2]],
                                                  name=name, op=hvd.Sum),
@@ -124,7 +134,7 @@ def test_second_call_under_a_name_in_use_raises_at_the_call(kind):
 
 def _non_contiguous(tensor):
     """``tensor``'s values in a strided view: the general path's case (a contiguous CPU tensor
-    takes allreduce's short one, async_ops.allreduce_now)."""
+    takes allreduce's short ones, async_ops.allreduce_now and async_ops._allreduce_start)."""
     holder = torch.zeros(tensor.numel(), 2, dtype=tensor.dtype)
     holder[:, 0] = tensor.reshape(-1)
     view = holder[:, 0]
@@ -149,7 +159,7 @@ def test_a_synchronous_allreduce_under_a_name_in_use_raises_at_the_call(call, co
 
 
 def test_unnamed_allreduces_pair_up_whichever_path_each_rank_takes():
-    # Contiguous tensors take the short path, strided ones the general path;
+    # Contiguous tensors take the short paths, strided ones the general path;
     # both count the unnamed calls alike, so the n-th call of every rank
     # meets the n-th of the others whichever path each rank took.
     for step in range(4):
@@ -159,6 +169,11 @@ def test_unnamed_allreduces_pair_up_whichever_path_each_rank_takes():
         assert torch.equal(hvd.allreduce_(in_place, op=hvd.Sum), _sum()), step
         new = own if short else _non_contiguous(own)
         assert torch.equal(hvd.allreduce(new, op=hvd.Max), _value(hvd.size() - 1)), step
+        started = own.clone() if short else _non_contiguous(own)
+        handle = hvd.allreduce_async_(started, op=hvd.Sum)
+        assert hvd.synchronize(handle) is started, step
+        assert torch.equal(started, _sum()), step
+        assert torch.equal(hvd.synchronize(hvd.allreduce_async(new, op=hvd.Min)), _value(0)), step
     _ranks_in_step()
 
 

@@ -109,17 +109,17 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
                             set_id, grouped, _client().allreduce_async, placement)
 
 
-def allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    """``allreduce_`` (``output`` is ``tensor``) or the forward of ``allreduce`` (``output``
-    None: a new tensor) of one tensor that needs none of the general path: a dense,
-    contiguous CPU tensor of a type the daemon takes, reduced by any op but Adasum (None:
-    Average; the deprecated ``average`` flag is the general path's). The binding submits the
-    request and waits for it in one call (handles.run_now), with a fraction of the general
-    path's Python work, which is most of what a small allreduce costs the caller. The checks,
-    the name, the counter of unnamed calls and the errors are the general path's; the
-    tensor's checks, which cannot fail here, come first.
+def _short_allreduce(run, tensor, output, name, op, prescale_factor, postscale_factor,
+                     process_set):
+    """A one-tensor allreduce that needs none of the general path: a dense, contiguous CPU
+    tensor of a type the daemon takes, reduced by any op but Adasum (None: Average; the
+    deprecated ``average`` flag is the general path's), into ``output`` (None: a new
+    tensor). ``run`` (handles.run_now or handles.start_one) takes it from the name on. The
+    tensor's checks, which cannot fail here, come first; then the name and the counter of
+    unnamed calls, as on the general path, whose errors it raises.
 
-    Returns the output tensor, or None (nothing done) when the call needs the general path.
+    Returns (output, what ``run`` returned), or None (nothing done) when the call needs
+    the general path.
     """
     if not (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is torch.strided
             and tensor.is_contiguous()):
@@ -133,9 +133,35 @@ def allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, p
     base = _base_name('allreduce', name, set_id)
     if output is None:
         output = torch.empty_like(tensor)
-    handles.run_now(set_id, base, (tensor.data_ptr(), dtype, tensor.shape), output.data_ptr(),
-                    code, float(prescale_factor), float(postscale_factor))
-    return output
+    return output, run(set_id, base, tensor, dtype, output, code, float(prescale_factor),
+                       float(postscale_factor))
+
+
+def allreduce_now(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    """``allreduce_`` (``output`` is ``tensor``) or the forward of ``allreduce`` (``output``
+    None: a new tensor) on the short path (``_short_allreduce``): the binding submits the
+    request and waits for it in one call (handles.run_now), with a fraction of the general
+    path's Python work, which is most of what a small allreduce costs the caller.
+
+    Returns the output tensor, or None (nothing done) when the call needs the general path.
+    """
+    done = _short_allreduce(handles.run_now, tensor, output, name, op, prescale_factor,
+                            postscale_factor, process_set)
+    return None if done is None else done[0]
+
+
+def _allreduce_start(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
+    """``allreduce_async_`` (``output`` is ``tensor``) or ``allreduce_async`` (``output``
+    None: a new tensor) on the short path (``_short_allreduce``): the request goes straight
+    to the binding under a handle (handles.start_one) whose synchronize returns the
+    output, with about half of the general path's Python work per call, which a trainer's
+    gradient hooks pay once per tensor.
+
+    Returns the handle, or None (nothing done) when the call needs the general path.
+    """
+    started = _short_allreduce(handles.start_one, tensor, output, name, op, prescale_factor,
+                               postscale_factor, process_set)
+    return None if started is None else started[1]
 
 
 def _adasum_through_host(base, tensors, outputs, prescale_factor, postscale_factor, set_id,
@@ -169,6 +195,11 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         A handle for `poll()` and `synchronize()`, which returns a new tensor
         holding the result.
     """
+    if average is None:
+        handle = _allreduce_start(tensor, None, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+        if handle is not None:
+            return handle
     return _allreduce_async([tensor], None, name, average, op, prescale_factor,
                             postscale_factor, process_set, grouped=False)
 
@@ -181,6 +212,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     Returns:
         A handle for `poll()` and `synchronize()`, which returns `tensor`.
     """
+    if average is None:
+        handle = _allreduce_start(tensor, tensor, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+        if handle is not None:
+            return handle
     return _allreduce_async([tensor], [tensor], name, average, op, prescale_factor,
                             postscale_factor, process_set, grouped=False)
 

@@ -58,10 +58,37 @@ def start(set_id, names, submit, finish, keepalive, placement=None):
     return handle
 
 
-def run_now(set_id, name, tensor, output, op, prescale, postscale):
-    """Allreduces one CPU ``tensor`` ((address, dtype code, shape)) under ``name`` on process
-    set ``set_id`` into the memory at ``output`` and returns once the result is there: a
-    call whose handle nobody ever sees (a synchronous one), without a handle's bookkeeping.
+def _returns(output):
+    """A handle's finish that returns ``output`` whatever the results."""
+    return lambda _results: output
+
+
+def start_one(set_id, name, tensor, dtype, output, op, prescale, postscale):
+    """Starts an allreduce of one contiguous CPU ``tensor`` (of the binding's ``dtype`` code)
+    under ``name`` on process set ``set_id`` into the contiguous CPU tensor ``output`` and
+    returns its handle, whose ``synchronize`` returns ``output``: ``start`` without the
+    general path's closures. The name is claimed, refused and released as ``start`` does;
+    both tensors are kept alive until then."""
+    connection = connections.current()
+    names = ((set_id, name),)
+    handle = _claim_names(connection, names)
+    try:
+        requests = connection.client.allreduce_async(
+            [name], [(tensor.data_ptr(), dtype, tensor.shape)], [output.data_ptr()], op,
+            prescale, postscale, set_id)
+    except BaseException:
+        _free_names(connection, handle, names)
+        raise
+    connection.pending[handle] = _Pending(requests, names, _returns(output), (tensor, output),
+                                          None)
+    return handle
+
+
+def run_now(set_id, name, tensor, dtype, output, op, prescale, postscale):
+    """Allreduces one contiguous CPU ``tensor`` (of the binding's ``dtype`` code) under
+    ``name`` on process set ``set_id`` into the contiguous CPU tensor ``output`` and returns
+    once the result is there: a call whose handle nobody ever sees (a synchronous one),
+    without a handle's bookkeeping.
 
     The name is refused and released as ``start`` and ``synchronize`` do for a handle's:
     ValueError at the call while it is in use, in use until the call returns. An error is
@@ -71,7 +98,8 @@ def run_now(set_id, name, tensor, output, op, prescale, postscale):
     names = ((set_id, name),)
     handle = _claim_names(connection, names)
     try:
-        connection.client.allreduce(name, tensor, output, op, prescale, postscale, set_id)
+        connection.client.allreduce(name, (tensor.data_ptr(), dtype, tensor.shape),
+                                    output.data_ptr(), op, prescale, postscale, set_id)
     finally:
         _free_names(connection, handle, names)
 
