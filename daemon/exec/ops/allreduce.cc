@@ -87,7 +87,11 @@ class Allreduce final : public CollectiveOp {
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddWork(tensor, slot, work);
-    AddReduction(tensor, slot, work, OutputsOf(tensor));
+    // Where every rank takes its result from its own output, the slot would
+    // be written and never read: the blocks go through scratch memory.
+    const WorkList::Outputs outputs = OutputsOf(tensor);
+    const bool slot_unread = !outputs.empty() && outputs.size() == tensor.submissions.size();
+    AddReduction(tensor, slot_unread ? nullptr : slot, work, outputs);
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
@@ -227,7 +231,7 @@ void AddReductionRange(const negotiation::ReadyTensor& tensor, std::byte* out, W
   const uint64_t skip = first * ElementSize(tensor.request().dtype());
   WorkList::Outputs also = copies;
   for (std::byte*& copy : also) copy += skip;
-  AddReductionOfRange(tensor, out + skip, work, first, count, also);
+  AddReductionOfRange(tensor, out != nullptr ? out + skip : nullptr, work, first, count, also);
 }
 
 void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,

@@ -39,7 +39,8 @@ std::vector<std::vector<int64_t>> AlltoallSplits(const negotiation::ReadyTensor&
 // Adds the reduction of `tensor` (one input per rank of its set, zeros for
 // joined ranks, in rank order) into `out`. Across nodes: of this node's
 // ranks, the partial result the nodes then combine. `copies` (whole
-// tensors, like `out`) receive the result too, piece by piece.
+// tensors, like `out`) receive the result too, block by block; `out` may be
+// null when they are all that wants it (WorkList::AddReduce).
 void AddReduction(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
                   const WorkList::Outputs& copies = {});
 // The same for `count` elements from element `first`.

@@ -34,7 +34,7 @@ void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std
     for (const std::byte* input : inputs) {
       piece.inputs.push_back(input == zeros_ ? zeros_ : input + skip);
     }
-    piece.out = out + skip;
+    piece.out = out != nullptr ? out + skip : nullptr;
     for (std::byte* copy : copies) piece.copies.push_back(copy + skip);
     piece.count = std::min(per_piece, count - first);
     pieces_.push_back(std::move(piece));
@@ -70,12 +70,15 @@ void WorkList::Run(size_t index) const {
     return;
   }
   if (piece.copies.empty()) {
-    exec::Reduce(piece.spec, inputs, piece.out, piece.count);
+    if (piece.out != nullptr) exec::Reduce(piece.spec, inputs, piece.out, piece.count);
     return;
   }
   // Block by block: each block's result is copied while it is still in
   // cache, and so are the lines of the copies that are also inputs (an
-  // in-place allreduce), which the block's reduction has just read.
+  // in-place allreduce), which the block's reduction has just read. Without
+  // an `out`, each block is reduced into this thread's scratch block, which
+  // stays in cache and is never written back to memory.
+  alignas(64) thread_local std::byte scratch[kCopyBlockBytes];
   const uint64_t element = ElementSize(piece.spec.dtype);
   const uint64_t per_block = std::max<uint64_t>(1, kCopyBlockBytes / element);
   absl::InlinedVector<const void*, 16> block(inputs.size());
@@ -85,10 +88,9 @@ void WorkList::Run(size_t index) const {
     for (size_t i = 0; i < inputs.size(); ++i) {
       block[i] = static_cast<const std::byte*>(inputs[i]) + skip;
     }
-    exec::Reduce(piece.spec, block, piece.out + skip, count);
-    for (std::byte* copy : piece.copies) {
-      std::memcpy(copy + skip, piece.out + skip, count * element);
-    }
+    std::byte* result = piece.out != nullptr ? piece.out + skip : scratch;
+    exec::Reduce(piece.spec, block, result, count);
+    for (std::byte* copy : piece.copies) std::memcpy(copy + skip, result, count * element);
   }
 }
 

@@ -42,7 +42,9 @@ class WorkList {
   // from `out` as soon as it is reduced: an output that is also an input (an
   // in-place allreduce into a client's arena) is overwritten only after the
   // block that reads that range has been reduced. A copy must be an input
-  // exactly or lie apart from every input.
+  // exactly or lie apart from every input. `out` may be null when `copies`
+  // are all the result is wanted in: the blocks are then reduced into
+  // scratch memory that stays in cache.
   void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out, uint64_t count,
                  const Outputs& copies = {});
   // One piece however large: Adasum's coefficients need the whole tensor's

@@ -196,6 +196,20 @@ TEST_F(WorkListTest, CopiesOverTheInputsGetTheReductionOfTheOriginalInputs) {
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), apart.data(), count), "");
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[0].data(), count), "");
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[1].data(), count), "");
+
+  // Without an `out` (no slot): the copies alone receive it.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    testing::FillTestData(dtype, spec.op, i + 1, inputs[i].data(), count);
+  }
+  std::fill(apart.begin(), apart.end(), std::byte{0xee});
+  WorkList copies_only(this->zeros());
+  copies_only.AddReduce(spec, {inputs[0].data(), this->zeros(), inputs[1].data()}, nullptr, count,
+                        {inputs[1].data(), apart.data(), inputs[0].data()});
+  RunBackwards(copies_only);
+  EXPECT_EQ(apart.back(), std::byte{0xee}) << "wrote past a copy";
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), apart.data(), count), "");
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[0].data(), count), "");
+  EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[1].data(), count), "");
 }
 
 TEST_F(WorkListTest, TheZerosInputIsNotAdvanced) {
