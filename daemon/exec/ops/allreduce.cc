@@ -5,7 +5,10 @@
 // the transfer of the one before — and each chunk then gets its final scale.
 // A small cached one is combined by node 0 as it decides (each node's part
 // came with its announcement): every node copies the combination into its
-// slot and scales it, with no transfer.
+// slot and scales it, with no transfer. A rank that names an output in its
+// own arena (TensorRequest.output_offset) gets its result there, on one
+// node as it is reduced and across nodes as each chunk gets its final
+// scale, copied from the slot (Adasum aside: its result stays in the slot).
 #include <algorithm>
 
 #include "common/dtype.h"
@@ -22,9 +25,15 @@ bool IsAdasum(const negotiation::ReadyTensor& tensor) {
   return tensor.request().op() == v1::REDUCE_OP_ADASUM;
 }
 
-// Adasum's result stays in the slot only.
+// Adasum's result stays in the slot only; the others' go into the outputs
+// the ranks name, on one node and across nodes alike.
 WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
-  return IsAdasum(tensor) ? WorkList::Outputs{} : ArenaOutputsOf(tensor);
+  return IsAdasum(tensor) ? WorkList::Outputs{} : NamedOutputsOf(tensor);
+}
+
+bool InOutput(const negotiation::ReadyTensor& tensor, size_t index) {
+  return !IsAdasum(tensor) && tensor.request().memory() == v1::MEMORY_KIND_HOST &&
+         tensor.submissions[index].request.has_output_offset();
 }
 
 // The combination of `count` elements at `data` among the set's nodes: an
@@ -68,7 +77,7 @@ void PlanCombined(const FusedBatch& batch, const std::vector<uint64_t>& slots,
     stage.before.AddCopy(slot, reinterpret_cast<const std::byte*>(tensor.combined->data()),
                          request.length());
     AddFinalScaleRange(tensor, slot, stage.after, 0,
-                       request.length() / ElementSize(request.dtype()));
+                       request.length() / ElementSize(request.dtype()), OutputsOf(tensor));
   }
 }
 
@@ -87,9 +96,12 @@ class Allreduce final : public CollectiveOp {
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddWork(tensor, slot, work);
-    // Where every rank takes its result from its own output, the slot would
-    // be written and never read: the blocks go through scratch memory.
-    const WorkList::Outputs outputs = OutputsOf(tensor);
+    // Across nodes this is the node's partial result, which no output may
+    // see (PlanAcrossNodes writes them once the combination is in). Where
+    // every rank takes its result from its own output, the slot would be
+    // written and never read: the blocks go through scratch memory.
+    const WorkList::Outputs outputs =
+        tensor.across_nodes ? WorkList::Outputs{} : OutputsOf(tensor);
     const bool slot_unread = !outputs.empty() && outputs.size() == tensor.submissions.size();
     AddReduction(tensor, slot_unread ? nullptr : slot, work, outputs);
   }
@@ -98,7 +110,7 @@ class Allreduce final : public CollectiveOp {
     return {.offset = 0,
             .bytes = tensor.request().length(),
             .dim0 = Dim0(tensor.request()),
-            .in_output = !IsAdasum(tensor) && ResultInArenaOutput(tensor, index)};
+            .in_output = InOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
@@ -129,7 +141,8 @@ void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* sl
   const v1::TensorRequest& request = tensor.request();
   const uint64_t count = request.length() / ElementSize(request.dtype());
   AddCombination(tensor, slot, count, root_node, stage);
-  AddFinalScaleRange(tensor, slot, stage.after, 0, count);
+  AddFinalScaleRange(tensor, slot, stage.after, 0, count,
+                     root_node == kEveryNode ? OutputsOf(tensor) : WorkList::Outputs{});
 }
 
 // The fused block is one array of one dtype (fusion joins only tensors of
@@ -157,7 +170,8 @@ void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_
       if (low >= high) continue;
       std::byte* slot = context.data + slots[t];
       AddReductionRange(tensor, slot, stage.before, low - start, high - low);
-      AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low);
+      AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low,
+                         root_node == kEveryNode ? OutputsOf(tensor) : WorkList::Outputs{});
     }
     AddCombination(head, block + first * element, end - first, root_node, stage);
   }
@@ -264,14 +278,18 @@ void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out,
 }
 
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
-                        uint64_t first, uint64_t count) {
+                        uint64_t first, uint64_t count, const WorkList::Outputs& copies) {
   const exec::ReduceSpec scale = FinalScaleSpec(tensor);
-  if (count == 0 || scale.dtype == v1::DATA_TYPE_BOOL ||
-      (scale.postscale == 1.0 && scale.divisor == 1)) {
+  if (count == 0) return;
+  const uint64_t skip = first * ElementSize(scale.dtype);
+  std::byte* at = out + skip;
+  WorkList::Outputs also = copies;
+  for (std::byte*& copy : also) copy += skip;
+  if (scale.dtype == v1::DATA_TYPE_BOOL || (scale.postscale == 1.0 && scale.divisor == 1)) {
+    if (!also.empty()) work.AddCopy(nullptr, at, count * ElementSize(scale.dtype), also);
     return;
   }
-  std::byte* at = out + first * ElementSize(scale.dtype);
-  work.AddReduce(scale, {at}, at, count);
+  work.AddReduce(scale, {at}, at, count, also);
 }
 
 const CollectiveOp& AllreduceOp() {

@@ -72,8 +72,12 @@ bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor) {
 }
 
 WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor) {
+  return WritesArenaOutputs(tensor) ? NamedOutputsOf(tensor) : WorkList::Outputs{};
+}
+
+WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor) {
   WorkList::Outputs outputs;
-  if (!WritesArenaOutputs(tensor)) return outputs;
+  if (tensor.request().memory() != v1::MEMORY_KIND_HOST) return outputs;
   for (const negotiation::Submission& submission : tensor.submissions) {
     if (!submission.request.has_output_offset()) continue;
     outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());

@@ -103,6 +103,10 @@ bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor);
 // them from the slot, which only the daemon writes, so a client that
 // scribbles over its own output changes no one else's result.
 WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor);
+// The in-arena outputs that requests name, on the CPU, on one node or across
+// nodes alike: for an op that writes them across nodes too, from the slot
+// once the nodes' combination is there.
+WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor);
 // Whether submission `index`'s result went into its output (RankResult.in_output).
 bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index);
 

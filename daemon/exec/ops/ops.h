@@ -86,8 +86,9 @@ std::optional<std::string> CombineNodeParts(const std::vector<v1::RankRequest>& 
                                             const std::vector<const std::string*>& parts);
 
 // Across nodes: FinalScaleSpec applied in place to `count` elements of
-// `out` from element `first`, when there is anything to apply.
+// `out` from element `first`, when there is anything to apply; then those
+// elements copied into `copies` (whole tensors, like `out`).
 void AddFinalScaleRange(const negotiation::ReadyTensor& tensor, std::byte* out, WorkList& work,
-                        uint64_t first, uint64_t count);
+                        uint64_t first, uint64_t count, const WorkList::Outputs& copies = {});
 
 }  // namespace collective::daemon::exec::ops

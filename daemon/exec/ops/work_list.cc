@@ -15,7 +15,7 @@ void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t
     Piece piece;
     piece.copy = true;
     piece.inputs.push_back(source + done);
-    piece.out = destination + done;
+    piece.out = destination != nullptr ? destination + done : nullptr;
     for (std::byte* copy : copies) piece.copies.push_back(copy + done);
     piece.count = std::min(kPieceBytes, bytes - done);
     pieces_.push_back(std::move(piece));
@@ -55,8 +55,12 @@ void WorkList::AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std
 void WorkList::Run(size_t index) const {
   const Piece& piece = pieces_[index];
   if (piece.copy) {
-    std::memcpy(piece.out, piece.inputs.front(), piece.count);
-    for (std::byte* copy : piece.copies) std::memcpy(copy, piece.out, piece.count);
+    const std::byte* from = piece.inputs.front();
+    if (piece.out != nullptr) {
+      std::memcpy(piece.out, from, piece.count);
+      from = piece.out;
+    }
+    for (std::byte* copy : piece.copies) std::memcpy(copy, from, piece.count);
     return;
   }
   absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());

@@ -35,7 +35,8 @@ class WorkList {
   const std::byte* zeros() const { return zeros_; }
 
   // `copies` also receive the bytes, each piece copied from `destination`
-  // once it is there (as AddReduce's copies are).
+  // once it is there (as AddReduce's copies are); with a null `destination`
+  // the copies alone receive them, from `source`.
   void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
                const Outputs& copies = {});
   // `copies` also receive the result, each block (kCopyBlockBytes) copied
