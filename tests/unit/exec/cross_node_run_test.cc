@@ -235,6 +235,45 @@ TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
   EXPECT_EQ(fabric_.abandoned(), 0);
 }
 
+// A rank that names an output in its arena gets its result there on every
+// node, chunk by chunk once the nodes' combination is in; the others read
+// the slot. In place here for the even set ranks: their input is not
+// overwritten before every chunk reading it was reduced.
+TEST_F(CrossNodeRunTest, AnAllreducesResultReachesTheOutputsTheRanksNameOnEveryNode) {
+  Form({2, 1, 2});
+  AddTensor(
+      "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 25; }, 40,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 1000 + i); },
+      [](v1::TensorRequest& request) {
+        request.set_op(v1::REDUCE_OP_AVERAGE);
+        const auto set_rank = static_cast<int32_t>(request.request_id()) - 1;
+        if (set_rank % 2 == 0) request.set_output_offset(request.offset());
+      });
+  RunAll(/*chunk_bytes=*/256);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors.front();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const v1::TensorRequest& request = tensor.submissions[local].request;
+      const bool named = request.has_output_offset();
+      EXPECT_EQ(ops::AllreduceOp().ResultOf(tensor, local).in_output, named);
+      std::vector<float> got(1000);
+      if (named) {
+        std::memcpy(got.data(),
+                    nodes_[n].clients[local]->segment->arena() + request.output_offset(),
+                    got.size() * sizeof(float));
+      } else {
+        got = ResultOf(n, 0, local);
+      }
+      ASSERT_EQ(got.size(), 1000u);
+      for (int64_t i = 0; i < 1000; ++i) {
+        ASSERT_FLOAT_EQ(got[i], static_cast<float>(2000 + i))
+            << "node " << n << " local rank " << local << " element " << i;
+      }
+    }
+  }
+}
+
 // A small batch's local part runs on the engine thread, at once: a worker's
 // wake-up and then the engine's would cost more than the work (the latency
 // of a small allreduce across nodes).
