@@ -32,8 +32,7 @@ WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
 }
 
 bool InOutput(const negotiation::ReadyTensor& tensor, size_t index) {
-  return !IsAdasum(tensor) && tensor.request().memory() == v1::MEMORY_KIND_HOST &&
-         tensor.submissions[index].request.has_output_offset();
+  return !IsAdasum(tensor) && NamesOutput(tensor, index);
 }
 
 // The combination of `count` elements at `data` among the set's nodes: an
@@ -100,8 +99,7 @@ class Allreduce final : public CollectiveOp {
     // see (PlanAcrossNodes writes them once the combination is in). Where
     // every rank takes its result from its own output, the slot would be
     // written and never read: the blocks go through scratch memory.
-    const WorkList::Outputs outputs =
-        tensor.across_nodes ? WorkList::Outputs{} : OutputsOf(tensor);
+    const WorkList::Outputs outputs = tensor.across_nodes ? WorkList::Outputs{} : OutputsOf(tensor);
     const bool slot_unread = !outputs.empty() && outputs.size() == tensor.submissions.size();
     AddReduction(tensor, slot_unread ? nullptr : slot, work, outputs);
   }
@@ -157,6 +155,11 @@ void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_
   const uint64_t total = batch.bytes / element;
   const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);
   std::byte* block = context.data + slots.front();
+  // An allreduce's outputs, by tensor: each chunk's final stage fills them.
+  std::vector<WorkList::Outputs> outputs(batch.tensors.size());
+  if (root_node == kEveryNode) {
+    for (size_t t = 0; t < batch.tensors.size(); ++t) outputs[t] = OutputsOf(batch.tensors[t]);
+  }
   for (uint64_t first = 0; first < total; first += chunk) {
     const uint64_t end = std::min(total, first + chunk);
     CrossNodeStage& stage = stages.emplace_back(context.zeros);
@@ -170,8 +173,7 @@ void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_
       if (low >= high) continue;
       std::byte* slot = context.data + slots[t];
       AddReductionRange(tensor, slot, stage.before, low - start, high - low);
-      AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low,
-                         root_node == kEveryNode ? OutputsOf(tensor) : WorkList::Outputs{});
+      AddFinalScaleRange(tensor, slot, stage.after, low - start, high - low, outputs[t]);
     }
     AddCombination(head, block + first * element, end - first, root_node, stage);
   }

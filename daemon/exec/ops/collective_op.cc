@@ -77,16 +77,21 @@ WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor) {
 
 WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor) {
   WorkList::Outputs outputs;
-  if (tensor.request().memory() != v1::MEMORY_KIND_HOST) return outputs;
-  for (const negotiation::Submission& submission : tensor.submissions) {
-    if (!submission.request.has_output_offset()) continue;
+  for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+    if (!NamesOutput(tensor, i)) continue;
+    const negotiation::Submission& submission = tensor.submissions[i];
     outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
   }
   return outputs;
 }
 
+bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index) {
+  return tensor.request().memory() == v1::MEMORY_KIND_HOST &&
+         tensor.submissions[index].request.has_output_offset();
+}
+
 bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index) {
-  return WritesArenaOutputs(tensor) && tensor.submissions[index].request.has_output_offset();
+  return WritesArenaOutputs(tensor) && NamesOutput(tensor, index);
 }
 
 void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,

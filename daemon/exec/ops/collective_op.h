@@ -107,6 +107,8 @@ WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor);
 // nodes alike: for an op that writes them across nodes too, from the slot
 // once the nodes' combination is there.
 WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor);
+// Whether submission `index` names one of those outputs.
+bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index);
 // Whether submission `index`'s result went into its output (RankResult.in_output).
 bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index);
 
