@@ -69,7 +69,8 @@ OptionParser::OptionParser(CLI::App& app, BenchOptions& options) : options_(opti
   app.add_option("--placement", placement_,
                  "where client tensors live: copy (private memory, copied in and out), zerocopy "
                  "(in the shared-memory arena, result viewed in place), both, or inplace "
-                 "(allreduce only: in the arena, the daemon writing the result back into it)")
+                 "(allreduce and broadcast: in the arena, the daemon writing the result back into "
+                 "it)")
       ->type_name("PLACEMENT")
       ->check(CLI::IsMember({"copy", "zerocopy", "both", "inplace"}))
       ->capture_default_str();
@@ -282,10 +283,10 @@ absl::Status OptionParser::FinishOptions() {
     }
     options_.placements.push_back(Placement::kCuda);
   } else if (placement_ == "inplace") {
-    if (!allreduce) {
+    if (!allreduce && options_.collective != Collective::kBroadcast) {
       return absl::InvalidArgumentError(
-          "--placement inplace measures allreduce (the daemon writes only its result into the "
-          "arena); use copy or zerocopy for the other collectives");
+          "--placement inplace measures allreduce and broadcast (the daemon writes the result "
+          "into the arena over the input); use copy or zerocopy for the other collectives");
     }
     options_.placements.push_back(Placement::kInPlace);
   } else {

@@ -23,7 +23,8 @@ enum class BenchMode { kSweep, kResnet, kLatency };
 // the result copied out (kCopy), the arena itself, the result read as a
 // view of the daemon's result segment (kZeroCopy), the arena reduced in
 // place, the daemon writing the result back into it (kInPlace, allreduce
-// only: hvd.zeros tensors with allreduce_, like MPI_Allreduce in place), or
+// and broadcast: hvd.zeros tensors with allreduce_ or broadcast_, like
+// MPI_Allreduce in place and MPI_Bcast), or
 // CUDA device memory, the result written into a device output (kCuda,
 // --device cuda).
 enum class Placement { kCopy, kZeroCopy, kInPlace, kCuda };

@@ -389,3 +389,19 @@ def test_large_results_are_written_by_the_daemon_into_the_arena():
     small = comm.Allreduce(torch.ones(3), mpi4torch.MPI_SUM)
     assert _copied_out_bytes() == copied + 3 * 4
     assert small.tolist() == [comm.size] * 3
+
+
+def test_allgathers_adjoint_is_a_reducescatter_written_into_the_arena():
+    # Every rank gives as many rows: the adjoint is a reduce-scatter, whose
+    # rows (256 KiB) the daemon writes into an arena tensor, on one node and
+    # across nodes alike.
+    rows = 1 << 14
+    x = torch.full((rows, 4), float(comm.rank + 1), requires_grad=True)
+    gathered = comm.Allgather(x, 0)
+    weights = torch.arange(comm.size * rows, dtype=torch.float32).unsqueeze(1).expand(-1, 4)
+    copied = _copied_out_bytes()
+    (gathered * weights).sum().backward()
+    assert _copied_out_bytes() == copied
+    # d/dx of every rank's sum: comm.size times this rank's rows of the weights.
+    mine = weights[comm.rank * rows:(comm.rank + 1) * rows]
+    assert torch.equal(x.grad, comm.size * mine)

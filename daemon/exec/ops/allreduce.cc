@@ -116,7 +116,7 @@ class Allreduce final : public CollectiveOp {
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddTransfers(tensor, slot, stage);
-    AddReductionTransfers(tensor, slot, stage, kEveryNode);
+    AddReductionTransfers(tensor, slot, stage, kEveryNode, OutputsOf);
   }
 
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
@@ -128,19 +128,18 @@ class Allreduce final : public CollectiveOp {
     if (batch.tensors.front().combined != nullptr) {
       return PlanCombined(batch, slots, context, stages);
     }
-    PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode);
+    PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode, OutputsOf);
   }
 };
 
 }  // namespace
 
 void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
-                           CrossNodeStage& stage, int32_t root_node) {
+                           CrossNodeStage& stage, int32_t root_node, ResultOutputs outputs_of) {
   const v1::TensorRequest& request = tensor.request();
   const uint64_t count = request.length() / ElementSize(request.dtype());
   AddCombination(tensor, slot, count, root_node, stage);
-  AddFinalScaleRange(tensor, slot, stage.after, 0, count,
-                     root_node == kEveryNode ? OutputsOf(tensor) : WorkList::Outputs{});
+  AddFinalScaleRange(tensor, slot, stage.after, 0, count, outputs_of(tensor));
 }
 
 // The fused block is one array of one dtype (fusion joins only tensors of
@@ -149,17 +148,15 @@ void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* sl
 // whatever tensors the chunks cut.
 void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                               const PlanContext& context, std::vector<CrossNodeStage>& stages,
-                              int32_t root_node) {
+                              int32_t root_node, ResultOutputs outputs_of) {
   const negotiation::ReadyTensor& head = batch.tensors.front();
   const uint64_t element = ElementSize(head.request().dtype());
   const uint64_t total = batch.bytes / element;
   const uint64_t chunk = std::max<uint64_t>(1, context.chunk_bytes / element);
   std::byte* block = context.data + slots.front();
-  // An allreduce's outputs, by tensor: each chunk's final stage fills them.
+  // The outputs, by tensor: each chunk's final stage fills them.
   std::vector<WorkList::Outputs> outputs(batch.tensors.size());
-  if (root_node == kEveryNode) {
-    for (size_t t = 0; t < batch.tensors.size(); ++t) outputs[t] = OutputsOf(batch.tensors[t]);
-  }
+  for (size_t t = 0; t < batch.tensors.size(); ++t) outputs[t] = outputs_of(batch.tensors[t]);
   for (uint64_t first = 0; first < total; first += chunk) {
     const uint64_t end = std::min(total, first + chunk);
     CrossNodeStage& stage = stages.emplace_back(context.zeros);

@@ -3,8 +3,9 @@
 // ranks name in their own arenas (TensorRequest.output_offset; such a rank
 // reads nothing from the result). The other ranks' inputs are never written
 // (out-of-place); a rank that wants it in place names its input as the
-// output. Across nodes the root's node copies it and MPI_Ibcast sends it to
-// the set's other nodes.
+// output. Across nodes the root's node copies it, MPI_Ibcast sends it to
+// the set's other nodes, and on every node it goes from there, block by
+// block, into the outputs the ranks name.
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 #include "shm/segment_layout.h"
@@ -39,7 +40,7 @@ class Broadcast final : public CollectiveOp {
     return {.offset = 0,
             .bytes = tensor.request().length(),
             .dim0 = Dim0(tensor.request()),
-            .in_output = ResultInArenaOutput(tensor, index)};
+            .in_output = NamesOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }
@@ -54,6 +55,8 @@ class Broadcast final : public CollectiveOp {
     stage.transfers.push_back([span = tensor.span, slot, bytes, root](NodeTransport& transport) {
       return transport.StartBroadcast(*span, slot, bytes, root);
     });
+    const WorkList::Outputs outputs = NamedOutputsOf(tensor);
+    if (!outputs.empty()) stage.after.AddCopy(nullptr, slot, bytes, outputs);
   }
 };
 

@@ -55,12 +55,15 @@ void AddReductionOfRange(const negotiation::ReadyTensor& tensor, std::byte* out,
 // reduce into the node at place `root_node` of the span), then the final
 // scale. For one tensor, and for a fused batch in chunks, the local
 // reduction of one chunk overlapping the combination of the one before.
+// `outputs_of` names the outputs (whole tensors) that receive a tensor's
+// result on this node once it is scaled.
 inline constexpr int32_t kEveryNode = -1;
+using ResultOutputs = WorkList::Outputs (*)(const negotiation::ReadyTensor& tensor);
 void AddReductionTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
-                           CrossNodeStage& stage, int32_t root_node);
+                           CrossNodeStage& stage, int32_t root_node, ResultOutputs outputs_of);
 void PlanReductionAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                               const PlanContext& context, std::vector<CrossNodeStage>& stages,
-                              int32_t root_node);
+                              int32_t root_node, ResultOutputs outputs_of);
 // Across nodes, allgather's and gather's blocks: each node's rows (its ranks
 // are consecutive in the set) and where, in rows, its block starts.
 struct NodeRows {

@@ -4,7 +4,8 @@
 // empty. On one node, a root whose request names an output in its own
 // arena (output_offset) receives the result there in the reducing pass, as
 // allreduce's ranks do. Across nodes the nodes combine their partial
-// results in allreduce's chunks, with MPI_Ireduce into the root's node.
+// results in allreduce's chunks, with MPI_Ireduce into the root's node,
+// where each chunk then goes into the root's output once scaled.
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/phases.h"
 
@@ -16,13 +17,13 @@ bool IsRoot(const negotiation::ReadyTensor& tensor, size_t index) {
 }
 
 // The root's output in its own arena (the validator checked the range), when
-// it names one and this node reduces the whole result.
+// it names one and is a rank of this node: on one node the reduction writes
+// it, across nodes the final scale on the root's node.
 WorkList::Outputs RootOutput(const negotiation::ReadyTensor& tensor) {
   WorkList::Outputs outputs;
-  if (tensor.across_nodes) return outputs;
   for (size_t i = 0; i < tensor.submissions.size(); ++i) {
     const negotiation::Submission& submission = tensor.submissions[i];
-    if (IsRoot(tensor, i) && submission.request.has_output_offset()) {
+    if (IsRoot(tensor, i) && NamesOutput(tensor, i)) {
       outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
     }
   }
@@ -44,23 +45,25 @@ class Reduce final : public CollectiveOp {
   // the root's input is overwritten only after every read of it.
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
-    AddReduction(tensor, slot, work, RootOutput(tensor));
+    // Across nodes this is the node's partial result, which the root's
+    // output must not see.
+    AddReduction(tensor, slot, work,
+                 tensor.across_nodes ? WorkList::Outputs{} : RootOutput(tensor));
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
     if (!IsRoot(tensor, index)) return {};
-    return {
-        .offset = 0,
-        .bytes = tensor.request().length(),
-        .dim0 = Dim0(tensor.request()),
-        .in_output = !tensor.across_nodes && tensor.submissions[index].request.has_output_offset()};
+    return {.offset = 0,
+            .bytes = tensor.request().length(),
+            .dim0 = Dim0(tensor.request()),
+            .in_output = NamesOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
 
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
-    AddReductionTransfers(tensor, slot, stage, RootNode(tensor));
+    AddReductionTransfers(tensor, slot, stage, RootNode(tensor), RootOutput);
   }
 
   // Allreduce's plan (chunks of the fused block, each reduced here,
@@ -69,7 +72,8 @@ class Reduce final : public CollectiveOp {
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                        const PlanContext& context,
                        std::vector<CrossNodeStage>& stages) const override {
-    PlanReductionAcrossNodes(batch, slots, context, stages, RootNode(batch.tensors.front()));
+    PlanReductionAcrossNodes(batch, slots, context, stages, RootNode(batch.tensors.front()),
+                             RootOutput);
   }
 
  private:

@@ -2,9 +2,11 @@
 // block of rows. With an uneven first dimension the first (dim0 mod size)
 // ranks get one row more, as in Horovod. On one node, a rank that names an
 // output in its own arena (TensorRequest.output_offset) gets its block
-// there, each piece copied from the slot as soon as it is reduced. Across nodes each node reduces
-// its own ranks' inputs, MPI_Ireduce_scatter leaves each node the rows of its ranks (consecutive in
-// the set) at the start of the slot, and those get their final scale.
+// there, each block copied from the slot as soon as it is reduced. Across
+// nodes each node reduces its own ranks' inputs, MPI_Ireduce_scatter leaves
+// each node the rows of its ranks (consecutive in the set) at the start of
+// the slot, and those get their final scale, each rank's block then copied
+// into the output it names.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,12 @@
 
 namespace collective::daemon::exec::ops {
 namespace {
+
+// The output a submission names in its own arena (the validator checked
+// the range).
+std::byte* OutputOf(const negotiation::Submission& submission) {
+  return submission.client->segment->arena() + submission.request.output_offset();
+}
 
 // Rank `rank`'s rows of `rows` among `size` ranks: (first row, count).
 std::pair<int64_t, int64_t> RowsOf(int64_t rows, int64_t size, int64_t rank) {
@@ -65,8 +73,7 @@ class Reducescatter final : public CollectiveOp {
       const auto [first, count] = RowsOf(rows, tensor.set_size, submission.set_rank);
       // Its rank's output, if it named one in its arena.
       const WorkList::Outputs output = submission.request.has_output_offset()
-                                           ? WorkList::Outputs{submission.client->segment->arena() +
-                                                               submission.request.output_offset()}
+                                           ? WorkList::Outputs{OutputOf(submission)}
                                            : WorkList::Outputs{};
       AddReductionOfRange(tensor, slot + static_cast<uint64_t>(first) * row_bytes, work,
                           static_cast<uint64_t>(first) * row_elements,
@@ -84,7 +91,7 @@ class Reducescatter final : public CollectiveOp {
     return {.offset = static_cast<uint64_t>(first - origin) * row_bytes,
             .bytes = static_cast<uint64_t>(count) * row_bytes,
             .dim0 = count,
-            .in_output = ResultInArenaOutput(tensor, index)};
+            .in_output = NamesOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
@@ -104,6 +111,7 @@ class Reducescatter final : public CollectiveOp {
       counts.push_back(static_cast<uint64_t>(end - first) * row_elements);
     }
     const v1::DataType dtype = request.dtype();
+    const uint64_t element = ElementSize(dtype);
     const v1::ReduceOp op =
         request.op() == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : request.op();
     stage.bytes += request.length();
@@ -111,7 +119,20 @@ class Reducescatter final : public CollectiveOp {
         [span = tensor.span, slot, counts, dtype, op](NodeTransport& transport) {
           return transport.StartReduceScatter(*span, slot, counts, dtype, op);
         });
-    AddFinalScaleRange(tensor, slot, stage.after, 0, counts[span.index]);
+    if (NamedOutputsOf(tensor).empty()) {
+      AddFinalScaleRange(tensor, slot, stage.after, 0, counts[span.index]);
+      return;
+    }
+    // Block by block (the node's ranks' blocks make up its rows), each into
+    // its rank's output if it names one.
+    for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+      const RankResult block = ResultOf(tensor, i);
+      const WorkList::Outputs output = NamesOutput(tensor, i)
+                                           ? WorkList::Outputs{OutputOf(tensor.submissions[i])}
+                                           : WorkList::Outputs{};
+      AddFinalScaleRange(tensor, slot + block.offset, stage.after, 0, block.bytes / element,
+                         output);
+    }
   }
 
  private:

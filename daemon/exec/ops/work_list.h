@@ -15,7 +15,7 @@
 namespace collective::daemon::exec::ops {
 
 inline constexpr uint64_t kPieceBytes = 4 << 20;
-// A reduction with copies runs in blocks of at most this many bytes of
+// A reduction or a copy with copies runs in blocks of at most this many bytes of
 // result, so that a block's inputs, its result and the copies' lines are
 // still in cache when the copies are written (nothing of it is streamed).
 // Measured on the ResNet-50 gradient set reduced in place into 4 clients'
@@ -34,9 +34,9 @@ class WorkList {
 
   const std::byte* zeros() const { return zeros_; }
 
-  // `copies` also receive the bytes, each piece copied from `destination`
-  // once it is there (as AddReduce's copies are); with a null `destination`
-  // the copies alone receive them, from `source`.
+  // `copies` also receive the bytes, each block (kCopyBlockBytes) copied
+  // from `destination` while it is in cache (as AddReduce's copies are);
+  // with a null `destination` the copies alone receive them, from `source`.
   void AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
                const Outputs& copies = {});
   // `copies` also receive the result, each block (kCopyBlockBytes) copied

@@ -193,6 +193,27 @@ class CrossNodeRunTest : public ::testing::Test {
     return values;
   }
 
+  // What local rank `local` of node `n` receives of tensor `t`: from the
+  // output its request names in its arena where the op says the result went
+  // there (RankResult.in_output), else from the slot.
+  std::vector<float> Received(size_t n, size_t t, size_t local) const {
+    const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors[t];
+    const ops::RankResult result =
+        ops::OpFor(tensor.request().collective())->ResultOf(tensor, local);
+    if (!result.in_output) return ResultOf(n, t, local);
+    return OutputOf(n, local, tensor.submissions[local].request, result.bytes / sizeof(float));
+  }
+
+  // `floats` floats of the output that `request` of local rank `local` of
+  // node `n` names.
+  std::vector<float> OutputOf(size_t n, size_t local, const v1::TensorRequest& request,
+                              size_t floats) const {
+    std::vector<float> values(floats);
+    std::memcpy(values.data(), nodes_[n].clients[local]->segment->arena() + request.output_offset(),
+                floats * sizeof(float));
+    return values;
+  }
+
   FakeFabric fabric_;
   std::shared_ptr<const job::NodeGroup> group_;
   std::vector<Node> nodes_;
@@ -205,6 +226,11 @@ class CrossNodeRunTest : public ::testing::Test {
   // How often a worker woke the engine: local work it ran finished.
   std::atomic<int> wakes_{0};
 };
+
+// The set rank of a request AddTensor made (its request id is set rank + 1).
+int32_t SetRankOf(const v1::TensorRequest& request) {
+  return static_cast<int32_t>(request.request_id()) - 1;
+}
 
 TEST_F(CrossNodeRunTest, FusedAverageIsPipelinedInChunksAndAgreesOnEveryNode) {
   Form({2, 1, 2});
@@ -246,25 +272,16 @@ TEST_F(CrossNodeRunTest, AnAllreducesResultReachesTheOutputsTheRanksNameOnEveryN
       [](int32_t rank, int64_t i) { return static_cast<float>(rank * 1000 + i); },
       [](v1::TensorRequest& request) {
         request.set_op(v1::REDUCE_OP_AVERAGE);
-        const auto set_rank = static_cast<int32_t>(request.request_id()) - 1;
-        if (set_rank % 2 == 0) request.set_output_offset(request.offset());
+        if (SetRankOf(request) % 2 == 0) request.set_output_offset(request.offset());
       });
   RunAll(/*chunk_bytes=*/256);
   for (size_t n = 0; n < nodes_.size(); ++n) {
     ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
     const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors.front();
     for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
-      const v1::TensorRequest& request = tensor.submissions[local].request;
-      const bool named = request.has_output_offset();
-      EXPECT_EQ(ops::AllreduceOp().ResultOf(tensor, local).in_output, named);
-      std::vector<float> got(1000);
-      if (named) {
-        std::memcpy(got.data(),
-                    nodes_[n].clients[local]->segment->arena() + request.output_offset(),
-                    got.size() * sizeof(float));
-      } else {
-        got = ResultOf(n, 0, local);
-      }
+      EXPECT_EQ(ops::AllreduceOp().ResultOf(tensor, local).in_output,
+                tensor.submissions[local].request.has_output_offset());
+      const std::vector<float> got = Received(n, 0, local);
       ASSERT_EQ(got.size(), 1000u);
       for (int64_t i = 0; i < 1000; ++i) {
         ASSERT_FLOAT_EQ(got[i], static_cast<float>(2000 + i))
@@ -511,6 +528,70 @@ TEST_F(CrossNodeRunTest, BroadcastReachesEveryNodeFromTheRootsNode) {
   }
 }
 
+// Where a rank's request names an output in its arena, the result goes
+// there, on every node, once it has arrived (here: in place for even set
+// ranks, elsewhere in the arena for odd ones).
+constexpr uint64_t kOutputApart = 256 << 10;
+
+void NameOutputs(v1::TensorRequest& request) {
+  request.set_output_offset(SetRankOf(request) % 2 == 0 ? request.offset() : kOutputApart);
+}
+
+TEST_F(CrossNodeRunTest, ABroadcastReachesTheOutputsTheRanksNameOnEveryNode) {
+  Form({1, 2, 2});
+  AddTensor(
+      "w", v1::COLLECTIVE_BROADCAST, [](int32_t) { return 3; }, 5,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 100 + i); },
+      [](v1::TensorRequest& request) {
+        request.set_root_rank(2);
+        if (request.request_id() != 2) NameOutputs(request);  // set rank 1 reads the slot
+      });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  std::vector<float> expected(15);
+  std::iota(expected.begin(), expected.end(), 200.0f);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors.front();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      EXPECT_EQ(ops::BroadcastOp().ResultOf(tensor, local).in_output,
+                tensor.submissions[local].request.has_output_offset());
+      EXPECT_EQ(Received(n, 0, local), expected) << "node " << n << " local rank " << local;
+    }
+  }
+}
+
+TEST_F(CrossNodeRunTest, AReducescattersBlocksReachTheOutputsTheRanksNameOnEveryNode) {
+  Form({2, 1, 2});
+  // 11 rows of 3 among 5 ranks: 3, 2, 2, 2, 2 rows; averaged and doubled.
+  AddTensor(
+      "rs", v1::COLLECTIVE_REDUCESCATTER, [](int32_t) { return 11; }, 3,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 1000 + i); },
+      [](v1::TensorRequest& request) {
+        request.set_op(v1::REDUCE_OP_AVERAGE);
+        request.set_postscale(2);
+        // Set rank 3 reads the slot; the others' blocks lie apart from their inputs.
+        if (SetRankOf(request) != 3) {
+          request.set_output_offset(kOutputApart + 64 * SetRankOf(request));
+        }
+      });
+  RunAll(/*chunk_bytes=*/1 << 20);
+  static constexpr int64_t kFirstRow[] = {0, 3, 5, 7, 9, 11};
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors.front();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const int32_t rank = first_[n] + static_cast<int32_t>(local);
+      std::vector<float> expected;
+      for (int64_t i = kFirstRow[rank] * 3; i < kFirstRow[rank + 1] * 3; ++i) {
+        expected.push_back(static_cast<float>(2 * (2000 + i)));  // ranks 0..4 average 2000 + i
+      }
+      EXPECT_EQ(ops::ReducescatterOp().ResultOf(tensor, local).in_output,
+                tensor.submissions[local].request.has_output_offset());
+      EXPECT_EQ(Received(n, 0, local), expected) << "rank " << rank;
+    }
+  }
+}
+
 TEST_F(CrossNodeRunTest, AllgatherConcatenatesUnevenRowsInSetRankOrder) {
   Form({2, 1});
   const auto rows = [](int32_t rank) { return int64_t{rank + 1}; };
@@ -570,11 +651,6 @@ TEST_F(CrossNodeRunTest, ARunThatEndsUnfinishedAbandonsItsTransfers) {
 
 // --- Reduce, gather, scatter: the root's node reads the result ---------------
 
-// The set rank of a request AddTensor made (its request id is set rank + 1).
-int32_t SetRankOf(const v1::TensorRequest& request) {
-  return static_cast<int32_t>(request.request_id()) - 1;
-}
-
 TEST_F(CrossNodeRunTest, ReduceReachesTheRootOnItsNodeOnly) {
   Form({2, 1, 2});
   AddTensor(
@@ -602,6 +678,42 @@ TEST_F(CrossNodeRunTest, ReduceReachesTheRootOnItsNodeOnly) {
       ASSERT_EQ(r.size(), 12u);
       // Ranks 0..4 average to 20 + i, doubled.
       for (int64_t i = 0; i < 12; ++i) ASSERT_FLOAT_EQ(r[i], static_cast<float>(2 * (20 + i)));
+    }
+  }
+}
+
+// The root's output gets each chunk once it is combined and scaled on the
+// root's node; no other node writes any output (a partial result there).
+TEST_F(CrossNodeRunTest, AReduceReachesTheRootsOutputOnItsNode) {
+  Form({2, 1, 2});
+  AddTensor(
+      "r", v1::COLLECTIVE_REDUCE, [](int32_t) { return 4; }, 3,
+      [](int32_t rank, int64_t i) { return static_cast<float>(rank * 10 + i); },
+      [](v1::TensorRequest& request) {
+        request.set_root_rank(3);
+        request.set_op(v1::REDUCE_OP_AVERAGE);
+        NameOutputs(request);  // the root, set rank 3, elsewhere in its arena
+      });
+  for (Node& node : nodes_) {
+    for (auto& client : node.clients) std::memset(client->segment->arena() + kOutputApart, 0, 48);
+  }
+  RunAll(/*chunk_bytes=*/16);
+  for (size_t n = 0; n < nodes_.size(); ++n) {
+    ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+    const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors.front();
+    for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
+      const int32_t rank = first_[n] + static_cast<int32_t>(local);
+      const v1::TensorRequest& request = tensor.submissions[local].request;
+      EXPECT_EQ(ops::ReduceOp().ResultOf(tensor, local).in_output, rank == 3) << "rank " << rank;
+      const std::vector<float> got = OutputOf(n, local, request, 12);
+      for (int64_t i = 0; i < 12; ++i) {
+        // Ranks 0..4 average to 20 + i at the root. An even rank's output
+        // is its input, which it keeps; an odd one's stays zero.
+        const float want = rank == 3       ? static_cast<float>(20 + i)
+                           : rank % 2 == 0 ? static_cast<float>(rank * 10 + i)
+                                           : 0.0f;
+        ASSERT_FLOAT_EQ(got[i], want) << "rank " << rank << " element " << i;
+      }
     }
   }
 }
