@@ -7,7 +7,8 @@
 // parts (consecutive set ranks: one block of the root's rows), and one
 // MPI_Ialltoallw among the set's nodes, in which only the root's node
 // sends, moves every other node's block from the root's arena into that
-// node's slot (a scatterv by the exchange that alltoall uses).
+// node's slot (a scatterv by the exchange that alltoall uses), from where
+// a receiver that names an output gets its rows copied there.
 #include <numeric>
 #include <vector>
 
@@ -54,10 +55,16 @@ const negotiation::Submission* RootOf(const negotiation::ReadyTensor& tensor) {
   return nullptr;
 }
 
-// Whether the daemon writes this submission's rows into its output: on one
-// node, where the root's input is here.
+// Whether the daemon writes this submission's rows into the output it names
+// in its arena: from the root's input where that is on this node, else (across
+// nodes) from the slot once the exchange has brought them.
 bool InOutput(const negotiation::ReadyTensor& tensor, const negotiation::Submission& submission) {
-  return !tensor.across_nodes && submission.request.has_output_offset();
+  return tensor.request().memory() == v1::MEMORY_KIND_HOST &&
+         submission.request.has_output_offset();
+}
+
+std::byte* OutputOf(const negotiation::Submission& submission) {
+  return submission.client->segment->arena() + submission.request.output_offset();
 }
 
 class Scatter final : public CollectiveOp {
@@ -101,7 +108,7 @@ class Scatter final : public CollectiveOp {
       const int32_t rank = submission.set_rank;
       std::byte* to =
           InOutput(tensor, submission)
-              ? submission.client->segment->arena() + submission.request.output_offset()
+              ? OutputOf(submission)
               : slot + static_cast<uint64_t>(RowsBefore(rows, rank) - RowsBefore(rows, first)) *
                            row_bytes;
       work.AddCopy(to, InputOf(*root) + static_cast<uint64_t>(RowsBefore(rows, rank)) * row_bytes,
@@ -151,6 +158,11 @@ class Scatter final : public CollectiveOp {
       const uint64_t count = static_cast<uint64_t>(block_of(span.index).second);
       receive[sender].push_back({slot, count});
       stage.bytes += count * row_bytes;
+      for (size_t i = 0; i < tensor.submissions.size(); ++i) {
+        if (!InOutput(tensor, tensor.submissions[i])) continue;
+        const RankResult part = ResultOf(tensor, i);
+        stage.after.AddCopy(OutputOf(tensor.submissions[i]), slot + part.offset, part.bytes);
+      }
     }
     stage.transfers.push_back(
         [span = tensor.span, row_bytes, send, receive](NodeTransport& transport) {

@@ -1,9 +1,9 @@
-// daemon/ops/allreduce.cc, broadcast.cc and reducescatter.cc: results
-// written straight into
-// outputs that lie in the clients' own arenas (TensorRequest.output_offset),
-// checked bit for bit against the result-segment path for every dtype and op,
-// in place (output == input) and across pieces run in any order (the slot
-// left alone when every rank has an output), and only where the daemon may.
+// daemon/ops/allreduce.cc, broadcast.cc, reducescatter.cc and reduce.cc:
+// results written straight into outputs that lie in the clients' own arenas
+// (TensorRequest.output_offset), checked bit for bit against the
+// result-segment path for every dtype and op, in place (output == input) and
+// across pieces run in any order (the slot left alone when every rank has an
+// output), and only where the daemon may.
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -36,6 +36,30 @@ std::vector<std::byte> Pattern(int32_t rank, uint64_t bytes) {
     b = static_cast<std::byte>(state >> 56);
   }
   return data;
+}
+
+// Every dtype with data.
+std::vector<v1::DataType> DataTypes() {
+  std::vector<v1::DataType> dtypes;
+  for (int d = v1::DataType_MIN; d <= v1::DataType_MAX; ++d) {
+    const auto dtype = static_cast<v1::DataType>(d);
+    if (v1::DataType_IsValid(d) && ElementSize(dtype) > 0) dtypes.push_back(dtype);
+  }
+  return dtypes;
+}
+
+// The reduce ops the kernels take for `dtype` (not Adasum).
+std::vector<v1::ReduceOp> ReduceOpsOf(v1::DataType dtype) {
+  std::vector<v1::ReduceOp> ops;
+  for (v1::ReduceOp op : {v1::REDUCE_OP_SUM, v1::REDUCE_OP_MIN, v1::REDUCE_OP_MAX,
+                          v1::REDUCE_OP_PRODUCT, v1::REDUCE_OP_AVERAGE}) {
+    const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
+    if (IsReducible(dtype, kernel_op) &&
+        !(dtype == v1::DATA_TYPE_BOOL && op == v1::REDUCE_OP_AVERAGE)) {
+      ops.push_back(op);
+    }
+  }
+  return ops;
 }
 
 class AllreduceOutputTest : public ::testing::Test {
@@ -113,16 +137,8 @@ TEST_F(AllreduceOutputTest, EveryDtypeAndOpMatchesTheResultSegmentBitForBit) {
   constexpr uint64_t kCount = 1000;  // not a multiple of any vector width
   constexpr int64_t kApart = 16 << 10;
   int cases = 0;
-  for (int d = v1::DataType_MIN; d <= v1::DataType_MAX; ++d) {
-    const auto dtype = static_cast<v1::DataType>(d);
-    if (!v1::DataType_IsValid(d) || ElementSize(dtype) == 0) continue;
-    for (v1::ReduceOp op : {v1::REDUCE_OP_SUM, v1::REDUCE_OP_MIN, v1::REDUCE_OP_MAX,
-                            v1::REDUCE_OP_PRODUCT, v1::REDUCE_OP_AVERAGE}) {
-      const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
-      if (!IsReducible(dtype, kernel_op) ||
-          (dtype == v1::DATA_TYPE_BOOL && op == v1::REDUCE_OP_AVERAGE)) {
-        continue;
-      }
+  for (v1::DataType dtype : DataTypes()) {
+    for (v1::ReduceOp op : ReduceOpsOf(dtype)) {
       ++cases;
       SCOPED_TRACE(DataTypeName(dtype) + " " + v1::ReduceOp_Name(op));
       const uint64_t bytes = kCount * ElementSize(dtype);
@@ -143,6 +159,74 @@ TEST_F(AllreduceOutputTest, EveryDtypeAndOpMatchesTheResultSegmentBitForBit) {
     }
   }
   EXPECT_GE(cases, 40) << "every numeric dtype with five ops, bool with two";
+}
+
+// Broadcast, reducescatter and reduce likewise: each output gets exactly
+// the bits the rank would have read from the slot, for every dtype (and
+// every op of the reductions); an output where the op writes none is left
+// alone.
+TEST_F(AllreduceOutputTest, EveryOtherCollectiveAndDtypeMatchesTheResultSegmentBitForBit) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(64 << 10));
+  constexpr uint64_t kCount = 1000;  // 334, 333 and 333 rows of a reducescatter
+  constexpr int64_t kApart = 16 << 10;
+  const auto at = static_cast<int64_t>(kInputAt);
+  int cases = 0;
+  for (v1::DataType dtype : DataTypes()) {
+    const uint64_t element = ElementSize(dtype);
+    const uint64_t bytes = kCount * element;
+    const std::vector<std::byte> untouched(bytes, std::byte{0x5a});
+    {
+      SCOPED_TRACE("broadcast " + DataTypeName(dtype));
+      ++cases;
+      // Root 1 in place, rank 0 elsewhere, rank 2 reads the slot.
+      const negotiation::ReadyTensor tensor = Tensor(dtype, v1::REDUCE_OP_UNSPECIFIED, kCount,
+                                                     {kApart, at, -1}, v1::COLLECTIVE_BROADCAST);
+      std::memset(Arena(0) + kApart, 0x5a, bytes);
+      const std::vector<std::byte> slot = Run(tensor);
+      EXPECT_EQ(slot, Pattern(1, bytes));
+      EXPECT_EQ(At(0, kApart, bytes), slot);
+      EXPECT_EQ(At(1, kInputAt, bytes), slot);
+    }
+    for (v1::ReduceOp op : ReduceOpsOf(dtype)) {
+      cases += 2;
+      SCOPED_TRACE(DataTypeName(dtype) + " " + v1::ReduceOp_Name(op));
+      {
+        SCOPED_TRACE("reducescatter");
+        const std::vector<std::byte> expected =
+            Run(Tensor(dtype, op, kCount, {-1, -1, -1}, v1::COLLECTIVE_REDUCESCATTER));
+        // Ranks 0 and 2 take their rows elsewhere in their arenas; rank 1
+        // reads the slot.
+        const negotiation::ReadyTensor tensor =
+            Tensor(dtype, op, kCount, {kApart, -1, kApart}, v1::COLLECTIVE_REDUCESCATTER);
+        for (int32_t r = 0; r < kRanks; ++r) std::memset(Arena(r) + kApart, 0x5a, bytes);
+        EXPECT_EQ(Run(tensor), expected);
+        for (int32_t r = 0; r < kRanks; ++r) {
+          const RankResult result = ReducescatterOp().ResultOf(tensor, static_cast<size_t>(r));
+          const std::vector<std::byte> block(expected.begin() + result.offset,
+                                             expected.begin() + result.offset + result.bytes);
+          EXPECT_EQ(result.in_output, r != 1);
+          EXPECT_EQ(At(r, kApart, result.bytes),
+                    r != 1 ? block : std::vector<std::byte>(result.bytes, std::byte{0x5a}))
+              << "rank " << r;
+        }
+      }
+      {
+        SCOPED_TRACE("reduce");
+        const std::vector<std::byte> expected =
+            Run(Tensor(dtype, op, kCount, {-1, -1, -1}, v1::COLLECTIVE_REDUCE));
+        // The root, rank 1, in place; rank 0's output is not the root's.
+        const negotiation::ReadyTensor tensor =
+            Tensor(dtype, op, kCount, {kApart, at, -1}, v1::COLLECTIVE_REDUCE);
+        std::memset(Arena(0) + kApart, 0x5a, bytes);
+        EXPECT_EQ(Run(tensor), expected);
+        EXPECT_EQ(At(1, kInputAt, bytes), expected) << "the root's in-place output";
+        EXPECT_EQ(At(0, kApart, bytes), untouched) << "rank 0 is not the root";
+        EXPECT_TRUE(ReduceOp().ResultOf(tensor, 1).in_output);
+        EXPECT_FALSE(ReduceOp().ResultOf(tensor, 0).in_output);
+      }
+    }
+  }
+  EXPECT_GE(cases, 90) << "every dtype's broadcast, two reductions with each op";
 }
 
 TEST_F(AllreduceOutputTest, InPlaceAcrossManyPiecesRunInAnyOrder) {

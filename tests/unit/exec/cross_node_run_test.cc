@@ -738,12 +738,16 @@ TEST_F(CrossNodeRunTest, ScatterDeliversEveryNodesRowsFromTheRootsNode) {
   // Root 3 (on node 2) holds 1 + 0 + 2 + 3 + 1 = 7 rows; rank r receives
   // receive[r].
   static constexpr int64_t kReceive[] = {1, 0, 2, 3, 1};
+  // Ranks 0 and 2 take their rows into outputs apart from their inputs from
+  // the slot, root 3 from its own input; ranks 1 and 4 read the slot.
+  static constexpr bool kNamesOutput[] = {true, false, true, true, false};
   AddTensor(
       "s", v1::COLLECTIVE_SCATTER, [](int32_t rank) { return rank == 3 ? int64_t{7} : 0; }, 2,
       [](int32_t, int64_t i) { return static_cast<float>(i); },
       [](v1::TensorRequest& request) {
         request.set_root_rank(3);
         request.set_receive_rows(kReceive[SetRankOf(request)]);
+        if (kNamesOutput[SetRankOf(request)]) request.set_output_offset(kOutputApart);
       });
   RunAll(/*chunk_bytes=*/1 << 20);
   int64_t row = 0;
@@ -754,7 +758,9 @@ TEST_F(CrossNodeRunTest, ScatterDeliversEveryNodesRowsFromTheRootsNode) {
       std::vector<float> expected;
       for (int64_t i = 0; i < kReceive[rank] * 2; ++i) expected.push_back(row * 2.0f + i);
       row += kReceive[rank];
-      EXPECT_EQ(ResultOf(n, 0, local), expected) << "rank " << rank;
+      EXPECT_EQ(ops::ScatterOp().ResultOf(nodes_[n].batch.tensors.front(), local).in_output,
+                kNamesOutput[rank]);
+      EXPECT_EQ(Received(n, 0, local), expected) << "rank " << rank;
     }
   }
 }

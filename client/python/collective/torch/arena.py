@@ -10,10 +10,12 @@ broadcasts) can be allocated here instead of with ``torch.empty``::
     ...                                  # fill it (views of it are in the arena too)
     hvd.allreduce_(flat, op=hvd.Sum)     # read in place: nothing copied in
 
-On one node the daemon writes an allreduce's result straight into an output that lies in
-the arena (so ``allreduce_`` above copies nothing at all); other results come back
-through the job's result segment and are copied into the tensor (``DistributedOptimizer``
-keeps its gradients in the arena the same way, ``collective.torch.grad_buckets``). Such a tensor is an ordinary CPU tensor: every other
+The daemon writes the result of an allreduce, a broadcast or a reducescatter straight
+into an output that lies in the arena, on one node and across nodes (so ``allreduce_``
+above, and ``broadcast_`` of such a tensor, copy nothing at all); other results (Adasum's, allgather's,
+alltoall's) come back through the job's result segment and are copied into the tensor
+(``DistributedOptimizer`` keeps its gradients in the arena the same way,
+``collective.torch.grad_buckets``). Such a tensor is an ordinary CPU tensor: every other
 operation works on it, and it keeps its memory (and the connection's mapping) alive until
 it is freed, also past ``shutdown()``; after a new ``init()`` it is no longer in the new
 connection's arena and takes the copy path. The arena is ``arena_bytes`` in all

@@ -25,10 +25,10 @@ gradient in an arena bucket for that reason:
   it, when autograd has finished writing it for this step, and the next
   write (``zero_grad``) is refused until ``step()`` or ``synchronize()`` has
   waited for the result.
-- On one node the daemon writes each result into the view it reduced, in
-  the same pass (the output of an in-place allreduce that lies in the
-  client's own arena); nothing is copied out either. Across nodes the result
-  still comes through the job's result segment and is copied into ``p.grad``.
+- The daemon writes each result into the view it reduced (the output of an
+  in-place allreduce that lies in the client's own arena): on one node in
+  the same pass, across nodes once the nodes' combination is in. Nothing is
+  copied out either.
 
 The buckets are an optimization only: parameters that do not fit (an
 optimizer's buckets take at most ``ARENA_SHARE`` of the arena's free space,
