@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 asan_tests=(half_test reduce_kernels_test config_test request_validator_test process_sets_test
   arena_allocator_test shm_test submission_outbox_test coordinator_test mismatch_test
   negotiator_test response_cache_test global_table_test stall_inspector_test fusion_test
-  thread_pool_test work_list_test collective_ops_test cross_node_run_test allreduce_output_test
+  thread_pool_test work_list_test stream_copy_test collective_ops_test cross_node_run_test allreduce_output_test
   peer_process_test message_matcher_test remote_messages_test message_transfer_test
   bayesian_optimizer_test parameter_manager_test gpu_executor_test gpu_rooted_test
   elastic_world_test host_discovery_test rank_environment_test launcher_options_test

@@ -156,3 +156,41 @@ def test_a_reducescatter_into_an_arena_output_needs_no_copy_out(dtype):
     expected = sum((torch.arange(rows * 3).reshape(rows, 3) + r).to(dtype)
                    for r in range(size))[first:first + mine]
     assert torch.equal(outputs['arena'], expected) and torch.equal(outputs['plain'], expected)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.int64, torch.bfloat16])
+def test_new_results_of_large_collectives_are_written_into_the_arena(dtype):
+    # allreduce, broadcast, reducescatter and grouped_allreduce of ordinary tensors give new
+    # tensors in the arena when they are large: the daemon writes them there (on one node
+    # and across nodes alike), nothing is copied out, and a collective of such a result
+    # reads it in place. Small results stay ordinary tensors, copied out.
+    rank, size = hvd.rank(), hvd.size()
+    count = 1 << 16  # 128 KiB of bfloat16 and more: over result_tensor's 64 KiB
+    x = (torch.arange(count) % 5 + rank).to(dtype)
+    strided = torch.stack([x, x], dim=1)[:, 0]  # not contiguous: the general path
+    rows = torch.stack([x] * size)  # `size` rows of `count`: one row per rank
+    nbytes = count * x.element_size()
+    free = _free_bytes()
+    copied = _copied_out_bytes()
+    results = {
+        'allreduce': hvd.allreduce(x, op=hvd.Sum, name=f'new.allreduce.{dtype}'),
+        'general': hvd.allreduce(strided, op=hvd.Sum, name=f'new.general.{dtype}'),
+        'async': hvd.synchronize(hvd.allreduce_async(x, op=hvd.Sum, name=f'new.async.{dtype}')),
+        'grouped': hvd.grouped_allreduce([x], op=hvd.Sum, name=f'new.grouped.{dtype}')[0],
+        'broadcast': hvd.broadcast(x, root_rank=0, name=f'new.broadcast.{dtype}'),
+        'reducescatter': hvd.reducescatter(rows, op=hvd.Sum, name=f'new.rs.{dtype}')[0],
+    }
+    assert _copied_out_bytes() == copied
+    assert _free_bytes() <= free - len(results) * nbytes  # each result holds a block
+    total = sum((torch.arange(count) % 5 + r).to(dtype).double() for r in range(size))
+    for kind in ('allreduce', 'general', 'async', 'grouped', 'reducescatter'):
+        assert torch.equal(results[kind].double(), total), kind
+    assert torch.equal(results['broadcast'], (torch.arange(count) % 5).to(dtype))
+    # A chain reads the arena result in place and writes its own result there too.
+    again = hvd.allreduce(results['allreduce'], op=hvd.Max, name=f'new.chain.{dtype}')
+    assert _copied_out_bytes() == copied and torch.equal(again.double(), total)
+    del results, again
+    assert _free_bytes() == free  # the blocks went back with the tensors
+    small = hvd.allreduce(x[:8].clone(), op=hvd.Sum, name=f'new.small.{dtype}')
+    assert _copied_out_bytes() == copied + 8 * x.element_size()
+    assert torch.equal(small.double(), total[:8])

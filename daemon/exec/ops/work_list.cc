@@ -5,19 +5,22 @@
 
 #include "common/dtype.h"
 #include "daemon/exec/adasum_kernel.h"
+#include "daemon/exec/stream_copy.h"
 
 namespace collective::daemon::exec::ops {
 
 void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t bytes,
                        const Outputs& copies) {
   bytes_ += bytes * (1 + 2 * copies.size());
-  for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
+  const uint64_t per_piece = copies.empty() ? kPieceBytes : kCopyPieceBytes;
+  for (uint64_t done = 0; done < bytes; done += per_piece) {
     Piece piece;
     piece.copy = true;
     piece.inputs.push_back(source + done);
     piece.out = destination != nullptr ? destination + done : nullptr;
     for (std::byte* copy : copies) piece.copies.push_back(copy + done);
-    piece.count = std::min(kPieceBytes, bytes - done);
+    piece.count = std::min(per_piece, bytes - done);
+    piece.stream_copies = bytes >= kStreamCopyBytes;
     pieces_.push_back(std::move(piece));
   }
 }
@@ -25,7 +28,8 @@ void WorkList::AddCopy(std::byte* destination, const std::byte* source, uint64_t
 void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
                          uint64_t count, const Outputs& copies) {
   const uint64_t element = ElementSize(spec.dtype);
-  const uint64_t per_piece = std::max<uint64_t>(1, kPieceBytes / element);
+  const uint64_t per_piece =
+      std::max<uint64_t>(1, (copies.empty() ? kPieceBytes : kCopyPieceBytes) / element);
   bytes_ += count * element * (inputs.size() + 1 + 2 * copies.size());
   for (uint64_t first = 0; first < count; first += per_piece) {
     Piece piece;
@@ -37,6 +41,7 @@ void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std
     piece.out = out != nullptr ? out + skip : nullptr;
     for (std::byte* copy : copies) piece.copies.push_back(copy + skip);
     piece.count = std::min(per_piece, count - first);
+    piece.stream_copies = count * element >= kStreamCopyBytes;
     pieces_.push_back(std::move(piece));
   }
 }
@@ -52,8 +57,35 @@ void WorkList::AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std
   pieces_.push_back(std::move(piece));
 }
 
+namespace {
+
+// Which of a piece's copies are written with streaming stores: with
+// stream_copies, those that are none of its inputs (an in-place output's
+// lines were just read: they are in cache).
+absl::InlinedVector<bool, 8> Streamed(const WorkList::Inputs& inputs,
+                                      const WorkList::Outputs& copies, bool stream_copies) {
+  absl::InlinedVector<bool, 8> streamed(copies.size(), false);
+  for (size_t c = 0; stream_copies && c < copies.size(); ++c) {
+    streamed[c] = std::find(inputs.begin(), inputs.end(), copies[c]) == inputs.end();
+  }
+  return streamed;
+}
+
+void CopyOut(std::byte* copy, const std::byte* from, uint64_t bytes, bool streamed) {
+  if (streamed) {
+    exec::StreamCopy(copy, from, bytes);
+  } else {
+    std::memcpy(copy, from, bytes);
+  }
+}
+
+}  // namespace
+
 void WorkList::Run(size_t index) const {
   const Piece& piece = pieces_[index];
+  const absl::InlinedVector<bool, 8> streamed =
+      Streamed(piece.inputs, piece.copies, piece.stream_copies);
+  const bool any_streamed = std::find(streamed.begin(), streamed.end(), true) != streamed.end();
   if (piece.copy) {
     // With copies, block by block: each block of the source is read from
     // memory once, and every copy is written from cache (a 4 MiB piece would
@@ -67,8 +99,11 @@ void WorkList::Run(size_t index) const {
         std::memcpy(piece.out + skip, from, bytes);
         from = piece.out + skip;
       }
-      for (std::byte* copy : piece.copies) std::memcpy(copy + skip, from, bytes);
+      for (size_t c = 0; c < piece.copies.size(); ++c) {
+        CopyOut(piece.copies[c] + skip, from, bytes, streamed[c]);
+      }
     }
+    if (any_streamed) exec::StreamFence();
     return;
   }
   absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());
@@ -102,8 +137,11 @@ void WorkList::Run(size_t index) const {
     }
     std::byte* result = piece.out != nullptr ? piece.out + skip : scratch;
     exec::Reduce(piece.spec, block, result, count);
-    for (std::byte* copy : piece.copies) std::memcpy(copy + skip, result, count * element);
+    for (size_t c = 0; c < piece.copies.size(); ++c) {
+      CopyOut(piece.copies[c] + skip, result, count * element, streamed[c]);
+    }
   }
+  if (any_streamed) exec::StreamFence();
 }
 
 }  // namespace collective::daemon::exec::ops

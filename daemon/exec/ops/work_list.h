@@ -22,6 +22,16 @@ inline constexpr uint64_t kPieceBytes = 4 << 20;
 // arenas: 8 and 16 KiB blocks took 23–24 ms, 64 KiB 26.5 ms, 256 KiB 27.3
 // ms, whole 4 MiB pieces (streamed, then read back per copy) 32–34 ms.
 inline constexpr uint64_t kCopyBlockBytes = 16 << 10;
+// Pieces with copies stream nothing (their blocks stay in cache), so they
+// are cut finer: a 4 MiB tensor whose result goes into every rank's output
+// would otherwise be one thread's work while the other cores wait.
+inline constexpr uint64_t kCopyPieceBytes = 1024 << 10;
+// A range of at least this many bytes with copies writes the copies that
+// are not also inputs with streaming stores (exec::StreamCopy): those lines
+// are not in cache, and reading each for ownership before writing it would
+// cost one more pass over the output than the copy itself. Smaller ones
+// stay in cache for the client that reads them next.
+inline constexpr uint64_t kStreamCopyBytes = 2 << 20;
 
 class WorkList {
  public:
@@ -65,6 +75,7 @@ class WorkList {
     Outputs copies;      // where `out` is copied once reduced (or copied)
     uint64_t count = 0;  // elements for reductions, bytes for copies
     bool copy = false;
+    bool stream_copies = false;  // kStreamCopyBytes
   };
 
   const std::byte* zeros_;

@@ -1,7 +1,7 @@
 // daemon/ops/work_list: copies and reductions cut into pieces of at most
-// kPieceBytes, whose results (run in any order) equal one big operation, the
-// byte accounting, and the zeros input that stands for joined ranks and is
-// read at the same place for every piece.
+// kPieceBytes (kCopyPieceBytes with copies), whose results (run in any order) equal one big
+// operation, the byte accounting, and the zeros input that stands for joined ranks and is read at
+// the same place for every piece.
 #include "daemon/exec/ops/work_list.h"
 
 #include <algorithm>
@@ -165,11 +165,14 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // An in-place allreduce into clients' arenas: the copies are the inputs
-// themselves (and one apart from them), each written block by block as the
-// block is reduced, and each ends with the bits of one big reduction of the
-// inputs as they were.
+// themselves (and one apart from them, large enough to be written with
+// streaming stores), each written block by block as the block is reduced,
+// and each ends with the bits of one big reduction of the inputs as they
+// were.
 TEST_F(WorkListTest, CopiesOverTheInputsGetTheReductionOfTheOriginalInputs) {
-  // Two pieces, the second ending inside a block; a joined rank's zeros.
+  // Pieces of kCopyPieceBytes, the last ending inside a block; a joined
+  // rank's zeros.
+  static_assert(kFloats * 4 >= kStreamCopyBytes);
   const uint64_t count = kFloats + 3 * (kCopyBlockBytes / 4) + 5;
   const v1::DataType dtype = v1::DATA_TYPE_FLOAT32;
   const exec::ReduceSpec spec{
@@ -188,7 +191,8 @@ TEST_F(WorkListTest, CopiesOverTheInputsGetTheReductionOfTheOriginalInputs) {
   WorkList work(this->zeros());
   work.AddReduce(spec, {inputs[0].data(), this->zeros(), inputs[1].data()}, slot.data(), count,
                  {inputs[1].data(), apart.data(), inputs[0].data()});
-  ASSERT_EQ(work.size(), 2u);
+  ASSERT_EQ(work.size(), (count * 4 + kCopyPieceBytes - 1) / kCopyPieceBytes);
+  ASSERT_NE(count * 4 % kCopyPieceBytes % kCopyBlockBytes, 0u);
   RunBackwards(work);
   EXPECT_EQ(slot.back(), std::byte{0xee}) << "wrote past the slot";
   EXPECT_EQ(apart.back(), std::byte{0xee}) << "wrote past a copy";

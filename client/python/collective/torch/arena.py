@@ -15,7 +15,10 @@ into an output that lies in the arena, on one node and across nodes (so ``allred
 above, and ``broadcast_`` of such a tensor, copy nothing at all); other results (Adasum's, allgather's,
 alltoall's) come back through the job's result segment and are copied into the tensor
 (``DistributedOptimizer`` keeps its gradients in the arena the same way,
-``collective.torch.grad_buckets``). Such a tensor is an ordinary CPU tensor: every other
+``collective.torch.grad_buckets``). The new tensors that ``allreduce``, ``broadcast`` and
+``reducescatter`` return are arena tensors too when they are large (``result_tensor``), so
+that the daemon writes them and a collective of one reads it in place. Such a tensor is an
+ordinary CPU tensor: every other
 operation works on it, and it keeps its memory (and the connection's mapping) alive until
 it is freed, also past ``shutdown()``; after a new ``init()`` it is no longer in the new
 connection's arena and takes the copy path. The arena is ``arena_bytes`` in all

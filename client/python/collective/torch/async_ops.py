@@ -29,7 +29,7 @@ from collective.common import connection
 from collective.common.process_sets import global_process_set, process_set_id, set_rank_of
 from collective.common import reduce_ops
 from collective.common.reduce_ops import Average
-from collective.torch import devices, handles, tensor_args
+from collective.torch import arena, devices, handles, tensor_args
 
 
 _base_name = connection.call_name
@@ -103,10 +103,22 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
             return _adasum_through_host(base, tensors, outputs, prescale_factor,
                                         postscale_factor, set_id, grouped, scope)
     if outputs is None:
-        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+        # Adasum's result stays in the daemon's result segment: an arena output gains nothing.
+        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format)
+                   if op == reduce_ops.Adasum else _new_output(t.shape, t.dtype, placement)
+                   for t in tensors]
     destinations = [tensor_args.Destination(o) for o in outputs]
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
                             set_id, grouped, _client().allreduce_async, placement)
+
+
+def _new_output(shape, dtype, placement=None):
+    """A new tensor for a result the daemon writes: on the placement's GPU, else a CPU
+    tensor that a large result gets in the arena (``arena.result_tensor``), where the daemon
+    writes it with no copy out and a later collective reads it in place."""
+    if placement is not None and placement.is_cuda:
+        return torch.empty(shape, dtype=dtype, device=placement.device)
+    return arena.result_tensor(shape, dtype)
 
 
 def _short_allreduce(run, tensor, output, name, op, prescale_factor, postscale_factor,
@@ -132,7 +144,7 @@ def _short_allreduce(run, tensor, output, name, op, prescale_factor, postscale_f
               process_set_id(process_set))
     base = _base_name('allreduce', name, set_id)
     if output is None:
-        output = torch.empty_like(tensor)
+        output = _new_output(tensor.shape, tensor.dtype)
     return output, run(set_id, base, tensor, dtype, output, code, float(prescale_factor),
                        float(postscale_factor))
 
@@ -404,7 +416,7 @@ def _broadcast_async(tensor, output, root_rank, name, process_set):
     source = tensor_args.dense(tensor)
     placement = _place('broadcast', [source] if output is None else [source, output])
     if output is None:
-        output = torch.empty_like(source)
+        output = _new_output(source.shape, source.dtype, placement)
     destination = tensor_args.Destination(output)
 
     def start():
@@ -531,8 +543,7 @@ def _reducescatter_destinations(tensors, set_id, placement):
             outputs.append(torch.empty(0, dtype=t.dtype, device=placement.device))
             continue
         rows = t.shape[0] // set_size + (1 if set_rank < t.shape[0] % set_size else 0)
-        outputs.append(torch.empty((rows,) + tuple(t.shape[1:]), dtype=t.dtype,
-                                   device=placement.device))
+        outputs.append(_new_output((rows,) + tuple(t.shape[1:]), t.dtype, placement))
     return [tensor_args.Destination(o) for o in outputs]
 
 
