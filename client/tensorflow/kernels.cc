@@ -446,8 +446,12 @@ class GroupedAllgatherKernel : public CollectiveKernel {
   }
 };
 
-// Reducescatter, alone or grouped: the daemon returns each tensor's rows for
-// this rank as a view, whose shape says how many.
+// Reducescatter, alone or grouped. This rank's rows of each input are known
+// before the run (the first dim0 mod size ranks of the set get one more, as
+// in Horovod and the daemon), so each output is allocated up front, in the
+// arena when it is large (AllocateOutput), where the daemon writes it. A
+// scalar input (no rows: the daemon's client refuses it by name) and an
+// empty share take the result's view, whose shape says how many rows.
 class ReducescatterKernel : public ReductionKernel {
  public:
   explicit ReducescatterKernel(OpKernelConstruction* context)
@@ -457,20 +461,42 @@ class ReducescatterKernel : public ReductionKernel {
     Group group;
     if (!DescribeGroup(context, done, &group)) return;
     const int count = context->num_inputs();
-    const std::vector<void*> views(static_cast<size_t>(count), nullptr);
+    std::vector<Tensor*> outputs(static_cast<size_t>(count), nullptr);
+    std::vector<void*> addresses(static_cast<size_t>(count), nullptr);
+    int rank = 0;
+    int size = 0;
+    if (SetPlace(&rank, &size)) {
+      for (int i = 0; i < count; ++i) {
+        const TensorShape& shape = context->input(i).shape();
+        if (shape.dims() == 0) continue;
+        TensorShape mine = shape;
+        const int64_t rows = shape.dim_size(0);
+        mine.set_dim(0, rows / size + (rank < rows % size ? 1 : 0));
+        if (mine.num_elements() == 0) continue;
+        OP_REQUIRES_OK_ASYNC(context, AllocateOutput(context, i, mine, &outputs[i]), done);
+        addresses[i] = const_cast<char*>(outputs[i]->tensor_data().data());
+      }
+    }
     Run(
         context, std::move(done), count,
         [&](collective_client_t* client, collective_handle_t* handles) {
           if (!grouped_) {
             return collective_reducescatter_async(client, tensor_name().c_str(),
-                                                  group.inputs.data(), nullptr, op_, prescale_,
+                                                  group.inputs.data(), addresses[0], op_, prescale_,
                                                   postscale_, process_set(), handles);
           }
           return collective_grouped_reducescatter_async(
-              client, count, group.name_pointers.data(), group.inputs.data(), views.data(), op_,
+              client, count, group.name_pointers.data(), group.inputs.data(), addresses.data(), op_,
               prescale_, postscale_, process_set(), handles);
         },
-        OutputFromView);
+        [outputs](OpKernelContext* ctx, const Completion& completion, int index) {
+          Tensor* output = outputs[static_cast<size_t>(index)];
+          if (output == nullptr) return OutputFromView(ctx, completion, index);
+          // Written by the daemon (an arena output) or copied in by the
+          // client library.
+          CopyOut(completion, output);
+          return absl::OkStatus();
+        });
   }
 
  protected:
@@ -479,6 +505,18 @@ class ReducescatterKernel : public ReductionKernel {
         grouped_(grouped) {}
 
  private:
+  // This rank's place in the op's process set; false when the session or
+  // the set is not there (Run then reports why).
+  bool SetPlace(int* rank, int* size) const {
+    bool known = false;
+    OpSession::WithCurrent([&](OpSession& session) {
+      known = collective_process_set_rank(session.client(), process_set(), rank) == 0 &&
+              collective_process_set_size(session.client(), process_set(), size) == 0 &&
+              *size > 0 && *rank >= 0;
+    });
+    return known;
+  }
+
   const bool grouped_;
 };
 
