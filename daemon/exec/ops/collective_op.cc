@@ -90,10 +90,6 @@ bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index) {
          tensor.submissions[index].request.has_output_offset();
 }
 
-bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index) {
-  return WritesArenaOutputs(tensor) && NamesOutput(tensor, index);
-}
-
 void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                                    const PlanContext& context,
                                    std::vector<CrossNodeStage>& stages) const {

@@ -94,22 +94,21 @@ int64_t Dim0(const v1::TensorRequest& request);
 const std::vector<v1::RankRequest>& Everyone(const negotiation::ReadyTensor& tensor);
 const job::SetSpan& Span(const negotiation::ReadyTensor& tensor);
 
-// Whether the result also goes straight into the in-arena outputs that
-// requests name (TensorRequest.output_offset): on one node, on the CPU. (The
-// op decides whether it writes outputs at all.)
-bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor);
-// Those outputs, each in its own client's arena (the validator checked the
-// range against that arena); none unless WritesArenaOutputs. The ops copy
-// them from the slot, which only the daemon writes, so a client that
-// scribbles over its own output changes no one else's result.
-WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor);
-// The in-arena outputs that requests name, on the CPU, on one node or across
-// nodes alike: for an op that writes them across nodes too, from the slot
-// once the nodes' combination is there.
+// The in-arena outputs that requests name (TensorRequest.output_offset), on
+// the CPU, each in its own client's arena (the validator checked the range
+// against that arena). The ops copy them from the slot, which only the
+// daemon writes (scatter on the root's node: from the root's input, the
+// bytes the root sends), so a client that scribbles over its own output
+// changes no one else's result; on one node as the local work produces each
+// block, across nodes once the transfer has brought the result (a node's
+// partial reduction never reaches them).
 WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor);
 // Whether submission `index` names one of those outputs.
 bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index);
-// Whether submission `index`'s result went into its output (RankResult.in_output).
-bool ResultInArenaOutput(const negotiation::ReadyTensor& tensor, size_t index);
+// Whether the local work (AddWork) writes those outputs: on one node. Across
+// nodes the ops write them after the transfers.
+bool WritesArenaOutputs(const negotiation::ReadyTensor& tensor);
+// NamedOutputsOf where WritesArenaOutputs, else none.
+WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor);
 
 }  // namespace collective::daemon::exec::ops
