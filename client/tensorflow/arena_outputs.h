@@ -1,10 +1,10 @@
 // Op outputs in the trainer's shared-memory arena: an allreduce's, a
 // broadcast's or a reducescatter's output allocated there is written by the
 // daemon itself (no copy out of the result segment), and an op that takes
-// such a tensor as its input reads it in place (no copy in). TensorFlow lets a kernel give an
-// output a tensor of its own allocator; this one lends arena blocks that outlive the connection's
-// handle (collective_buffer_try_alloc keeps the arena mapped), so a tensor kept past shutdown()
-// stays valid.
+// such a tensor as its input reads it in place (no copy in). TensorFlow lets
+// a kernel give an output a tensor of its own allocator; this one lends arena
+// blocks that outlive the connection's handle (collective_buffer_try_alloc
+// keeps the arena mapped), so a tensor kept past shutdown() stays valid.
 //
 // Threads: TensorFlow's kernel threads allocate, and whichever thread drops a
 // tensor's last reference frees; the allocator's map is locked.

@@ -99,7 +99,8 @@ class Allreduce final : public CollectiveOp {
     // see (PlanAcrossNodes writes them once the combination is in). Where
     // every rank takes its result from its own output, the slot would be
     // written and never read: the blocks go through scratch memory.
-    const WorkList::Outputs outputs = tensor.across_nodes ? WorkList::Outputs{} : OutputsOf(tensor);
+    const WorkList::Outputs outputs =
+        WritesArenaOutputs(tensor) ? OutputsOf(tensor) : WorkList::Outputs{};
     const bool slot_unread = !outputs.empty() && outputs.size() == tensor.submissions.size();
     AddReduction(tensor, slot_unread ? nullptr : slot, work, outputs);
   }

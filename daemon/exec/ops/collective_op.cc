@@ -51,6 +51,10 @@ const std::byte* InputOf(const negotiation::Submission& submission) {
   return submission.client->segment->arena() + submission.request.offset();
 }
 
+std::byte* OutputOf(const negotiation::Submission& submission) {
+  return submission.client->segment->arena() + submission.request.output_offset();
+}
+
 uint64_t RowBytes(const v1::TensorRequest& request) {
   uint64_t bytes = ElementSize(request.dtype());
   for (int i = 1; i < request.shape_size(); ++i) bytes *= static_cast<uint64_t>(request.shape(i));
@@ -77,17 +81,20 @@ WorkList::Outputs ArenaOutputsOf(const negotiation::ReadyTensor& tensor) {
 
 WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor) {
   WorkList::Outputs outputs;
-  for (size_t i = 0; i < tensor.submissions.size(); ++i) {
-    if (!NamesOutput(tensor, i)) continue;
-    const negotiation::Submission& submission = tensor.submissions[i];
-    outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
+  for (const negotiation::Submission& submission : tensor.submissions) {
+    if (NamesOutput(tensor, submission)) outputs.push_back(OutputOf(submission));
   }
   return outputs;
 }
 
-bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index) {
+bool NamesOutput(const negotiation::ReadyTensor& tensor,
+                 const negotiation::Submission& submission) {
   return tensor.request().memory() == v1::MEMORY_KIND_HOST &&
-         tensor.submissions[index].request.has_output_offset();
+         submission.request.has_output_offset();
+}
+
+bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index) {
+  return NamesOutput(tensor, tensor.submissions[index]);
 }
 
 void CollectiveOp::PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,

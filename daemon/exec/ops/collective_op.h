@@ -86,6 +86,9 @@ const CollectiveOp* OpFor(v1::Collective collective);
 // a rank of the set. The error names the collective, the tensor and the set.
 absl::Status CheckRoot(const negotiation::ReadyTensor& tensor);
 const std::byte* InputOf(const negotiation::Submission& submission);
+// The output the submission names in its own arena (TensorRequest.output_offset,
+// which the validator checked against that arena).
+std::byte* OutputOf(const negotiation::Submission& submission);
 // Bytes of one row: every dimension but the first (a scalar is one row).
 uint64_t RowBytes(const v1::TensorRequest& request);
 int64_t Dim0(const v1::TensorRequest& request);
@@ -103,7 +106,8 @@ const job::SetSpan& Span(const negotiation::ReadyTensor& tensor);
 // block, across nodes once the transfer has brought the result (a node's
 // partial reduction never reaches them).
 WorkList::Outputs NamedOutputsOf(const negotiation::ReadyTensor& tensor);
-// Whether submission `index` names one of those outputs.
+// Whether a submission names one of those outputs.
+bool NamesOutput(const negotiation::ReadyTensor& tensor, const negotiation::Submission& submission);
 bool NamesOutput(const negotiation::ReadyTensor& tensor, size_t index);
 // Whether the local work (AddWork) writes those outputs: on one node. Across
 // nodes the ops write them after the transfers.

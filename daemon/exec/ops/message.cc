@@ -65,9 +65,7 @@ class Message final : public CollectiveOp {
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
     const negotiation::Submission& receive = ReceiveOf(tensor);
-    std::byte* destination =
-        WritesOutput(tensor) ? receive.client->segment->arena() + receive.request.output_offset()
-                             : slot;
+    std::byte* destination = WritesOutput(tensor) ? OutputOf(receive) : slot;
     const std::byte* source = InputOf(SendOf(tensor));
     work.AddCopy(destination, source, SendOf(tensor).request.length());
   }

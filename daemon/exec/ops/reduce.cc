@@ -22,9 +22,8 @@ bool IsRoot(const negotiation::ReadyTensor& tensor, size_t index) {
 WorkList::Outputs RootOutput(const negotiation::ReadyTensor& tensor) {
   WorkList::Outputs outputs;
   for (size_t i = 0; i < tensor.submissions.size(); ++i) {
-    const negotiation::Submission& submission = tensor.submissions[i];
     if (IsRoot(tensor, i) && NamesOutput(tensor, i)) {
-      outputs.push_back(submission.client->segment->arena() + submission.request.output_offset());
+      outputs.push_back(OutputOf(tensor.submissions[i]));
     }
   }
   return outputs;
@@ -48,7 +47,7 @@ class Reduce final : public CollectiveOp {
     // Across nodes this is the node's partial result, which the root's
     // output must not see.
     AddReduction(tensor, slot, work,
-                 tensor.across_nodes ? WorkList::Outputs{} : RootOutput(tensor));
+                 WritesArenaOutputs(tensor) ? RootOutput(tensor) : WorkList::Outputs{});
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {

@@ -19,12 +19,6 @@
 namespace collective::daemon::exec::ops {
 namespace {
 
-// The output a submission names in its own arena (the validator checked
-// the range).
-std::byte* OutputOf(const negotiation::Submission& submission) {
-  return submission.client->segment->arena() + submission.request.output_offset();
-}
-
 // Rank `rank`'s rows of `rows` among `size` ranks: (first row, count).
 std::pair<int64_t, int64_t> RowsOf(int64_t rows, int64_t size, int64_t rank) {
   const int64_t base = rows / size;
@@ -119,12 +113,9 @@ class Reducescatter final : public CollectiveOp {
         [span = tensor.span, slot, counts, dtype, op](NodeTransport& transport) {
           return transport.StartReduceScatter(*span, slot, counts, dtype, op);
         });
-    if (NamedOutputsOf(tensor).empty()) {
-      AddFinalScaleRange(tensor, slot, stage.after, 0, counts[span.index]);
-      return;
-    }
-    // Block by block (the node's ranks' blocks make up its rows), each into
-    // its rank's output if it names one.
+    // The final scale block by block (the node's ranks' blocks, which make
+    // up its rows: no rank may have joined), each then copied into its
+    // rank's output if it names one.
     for (size_t i = 0; i < tensor.submissions.size(); ++i) {
       const RankResult block = ResultOf(tensor, i);
       const WorkList::Outputs output = NamesOutput(tensor, i)

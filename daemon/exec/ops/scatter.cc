@@ -55,18 +55,6 @@ const negotiation::Submission* RootOf(const negotiation::ReadyTensor& tensor) {
   return nullptr;
 }
 
-// Whether the daemon writes this submission's rows into the output it names
-// in its arena: from the root's input where that is on this node, else (across
-// nodes) from the slot once the exchange has brought them.
-bool InOutput(const negotiation::ReadyTensor& tensor, const negotiation::Submission& submission) {
-  return tensor.request().memory() == v1::MEMORY_KIND_HOST &&
-         submission.request.has_output_offset();
-}
-
-std::byte* OutputOf(const negotiation::Submission& submission) {
-  return submission.client->segment->arena() + submission.request.output_offset();
-}
-
 class Scatter final : public CollectiveOp {
  public:
   // The root's own rows written over its input would overwrite rows that
@@ -74,7 +62,7 @@ class Scatter final : public CollectiveOp {
   absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
     RETURN_IF_ERROR(CheckRoot(tensor));
     const negotiation::Submission* root = RootOf(tensor);
-    if (root == nullptr || !InOutput(tensor, *root)) return absl::OkStatus();
+    if (root == nullptr || !NamesOutput(tensor, *root)) return absl::OkStatus();
     const v1::TensorRequest& request = root->request;
     const uint64_t out = request.output_offset();
     const uint64_t bytes = static_cast<uint64_t>(request.receive_rows()) * RowBytes(request);
@@ -107,7 +95,7 @@ class Scatter final : public CollectiveOp {
     for (const negotiation::Submission& submission : tensor.submissions) {
       const int32_t rank = submission.set_rank;
       std::byte* to =
-          InOutput(tensor, submission)
+          NamesOutput(tensor, submission)
               ? OutputOf(submission)
               : slot + static_cast<uint64_t>(RowsBefore(rows, rank) - RowsBefore(rows, first)) *
                            row_bytes;
@@ -125,7 +113,7 @@ class Scatter final : public CollectiveOp {
     return {.offset = static_cast<uint64_t>(before) * row_bytes,
             .bytes = static_cast<uint64_t>(rows[rank]) * row_bytes,
             .dim0 = rows[rank],
-            .in_output = InOutput(tensor, submission)};
+            .in_output = NamesOutput(tensor, submission)};
   }
 
   absl::string_view phase() const override { return kPhaseFusionCopy; }
@@ -159,7 +147,7 @@ class Scatter final : public CollectiveOp {
       receive[sender].push_back({slot, count});
       stage.bytes += count * row_bytes;
       for (size_t i = 0; i < tensor.submissions.size(); ++i) {
-        if (!InOutput(tensor, tensor.submissions[i])) continue;
+        if (!NamesOutput(tensor, i)) continue;
         const RankResult part = ResultOf(tensor, i);
         stage.after.AddCopy(OutputOf(tensor.submissions[i]), slot + part.offset, part.bytes);
       }
