@@ -67,11 +67,7 @@ class CollectivectlStatusTest : public ::testing::Test {
         daemon_->StartWorker(TestWorkerBinary(), 0, 2, {"wait-stuck", "--expect", "disconnected"});
     ASSERT_TRUE(waiter.ok()) << waiter.status();
     waiter_ = std::make_unique<Subprocess>(std::move(*waiter));
-    auto blocked = daemon_->AwaitStatus(
-        [](const v1::StatusResponse& s) {
-          return HasPending(s, "stuck", 1) && HasPending(s, "victim", 1);
-        },
-        kTimeout);
+    auto blocked = daemon_->AwaitStatus(StuckJobBlocked, kTimeout);
     ASSERT_TRUE(blocked.ok()) << blocked.status();
   }
 

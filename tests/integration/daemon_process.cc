@@ -230,6 +230,10 @@ absl::StatusOr<StuckJob> StartStuckJob(const DaemonProcess& daemon) {
   return StuckJob{std::move(*victim), std::move(*waiter)};
 }
 
+bool StuckJobBlocked(const v1::StatusResponse& status) {
+  return HasPending(status, "stuck", 1) && HasPending(status, "victim", 1);
+}
+
 std::string EndStuckJob(StuckJob& job, const DaemonProcess& daemon, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   job.victim.Signal(SIGKILL);

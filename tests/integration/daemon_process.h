@@ -132,6 +132,9 @@ struct StuckJob {
   Subprocess waiter;
 };
 absl::StatusOr<StuckJob> StartStuckJob(const DaemonProcess& daemon);
+// Both ranks of a stuck job are blocked: rank 0 waits on 'stuck' and the
+// victim on 'victim'. Until then the victim may still be connecting.
+bool StuckJobBlocked(const v1::StatusResponse& status);
 std::string EndStuckJob(StuckJob& job, const DaemonProcess& daemon, absl::Duration timeout);
 
 // Waits for every worker (up to `timeout` in all) and returns "" if all

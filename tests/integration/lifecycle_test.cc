@@ -281,8 +281,7 @@ TEST(InconsistentRegistrationTest, SecondJobIsRefusedWhileOneRuns) {
   auto waiter =
       (*daemon)->StartWorker(TestWorkerBinary(), 0, 2, {"wait-stuck", "--expect", "disconnected"});
   ASSERT_TRUE(waiter.ok()) << waiter.status();
-  auto blocked = (*daemon)->AwaitStatus(
-      [](const v1::StatusResponse& s) { return HasPending(s, "stuck", 1); }, kStateTimeout);
+  auto blocked = (*daemon)->AwaitStatus(StuckJobBlocked, kStateTimeout);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
 
   const std::map<std::string, std::string> other_job = {{"COLLECTIVE_JOB_ID", "other"}};
@@ -344,8 +343,7 @@ TEST(ShutdownTest, SigtermFailsPendingRequestsAndCleansUp) {
   auto waiter =
       (*daemon)->StartWorker(TestWorkerBinary(), 0, 2, {"wait-stuck", "--expect", "shutting down"});
   ASSERT_TRUE(waiter.ok()) << waiter.status();
-  auto blocked = (*daemon)->AwaitStatus(
-      [](const v1::StatusResponse& s) { return HasPending(s, "stuck", 1); }, kStateTimeout);
+  auto blocked = (*daemon)->AwaitStatus(StuckJobBlocked, kStateTimeout);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
   ASSERT_FALSE((*daemon)->Segments().empty());
 
@@ -522,8 +520,7 @@ TEST(DeadDaemonTest, ClientsFailQuicklyAndASuccessorCleansUp) {
   ASSERT_TRUE(victim.ok()) << victim.status();
   auto waiter = (*daemon)->StartWorker(TestWorkerBinary(), 0, 2, {"wait-stuck", "--expect", ended});
   ASSERT_TRUE(waiter.ok()) << waiter.status();
-  auto blocked = (*daemon)->AwaitStatus(
-      [](const v1::StatusResponse& s) { return HasPending(s, "stuck", 1); }, kStateTimeout);
+  auto blocked = (*daemon)->AwaitStatus(StuckJobBlocked, kStateTimeout);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
 
   const double killed_at = MonotonicSeconds();
@@ -568,8 +565,7 @@ TEST(HungDaemonTest, ClientsNoticeTheMissingHeartbeat) {
   ASSERT_TRUE(victim.ok()) << victim.status();
   auto waiter = (*daemon)->StartWorker(TestWorkerBinary(), 0, 2, waiter_args);
   ASSERT_TRUE(waiter.ok()) << waiter.status();
-  auto blocked = (*daemon)->AwaitStatus(
-      [](const v1::StatusResponse& s) { return HasPending(s, "stuck", 1); }, kStateTimeout);
+  auto blocked = (*daemon)->AwaitStatus(StuckJobBlocked, kStateTimeout);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
 
   const double stopped_at = MonotonicSeconds();

@@ -100,11 +100,7 @@ TEST_F(SecurityTest, SocketAndSegmentsAreNotOpenToOthers) {
   ASSERT_TRUE(waiter.ok()) << waiter.status();
   // Both mid-allreduce: the waiter on 'stuck', the victim on its own (so
   // that it has opened its session before it is killed).
-  auto blocked = (*daemon)->AwaitStatus(
-      [](const v1::StatusResponse& s) {
-        return HasPending(s, "stuck", 1) && HasPending(s, "victim", 1);
-      },
-      kTimeout);
+  auto blocked = (*daemon)->AwaitStatus(StuckJobBlocked, kTimeout);
   ASSERT_TRUE(blocked.ok()) << blocked.status();
   ASSERT_EQ(blocked->clients_size(), 2);
   for (const v1::ClientStatus& client : blocked->clients()) EXPECT_EQ(client.uid(), kNobody);
