@@ -42,6 +42,9 @@ class DoorbellSegment {
   void* data() const { return mapping_->data(); }
   uint64_t size() const { return mapping_->size(); }
   const std::string& name() const { return mapping_->name(); }
+  // Removes the name now (no client may open it any more); the mappings
+  // stay valid.
+  void Unlink() { mapping_->Unlink(); }
 
  private:
   explicit DoorbellSegment(std::unique_ptr<MappedSegment> mapping) : mapping_(std::move(mapping)) {}

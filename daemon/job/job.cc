@@ -16,6 +16,10 @@ Job::Job(std::string id, int32_t local_size, uint64_t sequence,
       formation_deadline_(formation_deadline),
       members_(local_size) {}
 
+Job::~Job() {
+  if (doorbell_ != nullptr) doorbell_->Unlink();
+}
+
 void Job::AddMember(std::unique_ptr<ClientRecord> client) {
   const int32_t rank = client->local_rank;
   members_[rank] = std::move(client);

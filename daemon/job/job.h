@@ -37,6 +37,11 @@ class Job {
  public:
   Job(std::string id, int32_t local_size, uint64_t sequence,
       std::chrono::steady_clock::time_point formation_deadline);
+  // Removes the doorbell's name: the engine may still hold its mapping for
+  // one loop, but the job's segments are gone once the job is.
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
 
   const std::string& id() const { return id_; }
   int32_t local_size() const { return local_size_; }

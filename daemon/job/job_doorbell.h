@@ -25,6 +25,9 @@ class JobDoorbell {
   // A client truncated the segment: the daemon's mapping is now private
   // zeros, and rings no longer reach it.
   bool faulted() const { return guard_.faulted(); }
+  // The job went: its name goes at once, though the engine may ring the
+  // mapping for one more loop.
+  void Unlink() { segment_->Unlink(); }
 
  private:
   explicit JobDoorbell(std::unique_ptr<shm::DoorbellSegment> segment);
