@@ -136,6 +136,24 @@ def test_adasum_scale_factors_and_in_place():
     _assert_close(tensor, _expected((40,), torch.float64), torch.float64)
 
 
+def test_adasum_writes_its_results_into_the_arena_with_no_copy_out():
+    # As for the other reductions: a large new result is an arena tensor that the daemon
+    # writes once the whole tensor is combined, and an arena tensor reduced in place gets
+    # its result where it is; nothing is copied out (on one node and across nodes).
+    if not _supported():
+        pytest.skip('Adasum needs a power-of-two number of ranks, as many on every node')
+    shape = (1 << 15,)  # 128 KiB of float32: over result_tensor's 64 KiB
+    tensor = rank_vector(hvd.rank(), shape, torch.float32)
+    in_arena = hvd.empty(shape)
+    in_arena.copy_(tensor)
+    copied = connection.current().client.copied_out_bytes
+    result = hvd.allreduce(tensor, op=hvd.Adasum, name='adasum.new_result')
+    hvd.allreduce_(in_arena, op=hvd.Adasum, name='adasum.arena_in_place')
+    assert connection.current().client.copied_out_bytes == copied
+    _assert_close(result, _expected(shape, torch.float32), torch.float32)
+    assert torch.equal(in_arena, result), 'both paths combine the same inputs alike'
+
+
 @pytest.mark.parametrize('dtype', [torch.int32, torch.int64, torch.uint8], ids=str)
 def test_adasum_refuses_integer_tensors(dtype):
     # The size is judged first, as in Horovod.

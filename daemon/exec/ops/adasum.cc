@@ -10,6 +10,11 @@
 // at the start of the slot — the same numbers on every node, the same tree
 // as Horovod's.
 //
+// A rank that names an output in its own arena (TensorRequest.output_offset)
+// gets the result there too, copied from the slot once the whole tensor is
+// combined (on one node by the local work, across nodes after the nodes'
+// combination), so an output that is also the rank's input is read first.
+//
 // ADASUM_SCOPE_NODES is Horovod's NCCL build's GPU Adasum: a node sums its
 // ranks (prescaled) into its block instead, the nodes' blocks are combined
 // as above, and the result is scaled by postscale / ranks per node (Horovod
@@ -116,7 +121,7 @@ class AdasumAllreduce final : public CollectiveOp {
       inputs[submission.set_rank - first] = InputOf(submission);
     }
     if (!IsNodeScope(tensor)) {
-      work.AddAdasum(ReductionSpec(tensor), inputs, out, Count(tensor));
+      work.AddAdasum(ReductionSpec(tensor), inputs, out, Count(tensor), ArenaOutputsOf(tensor));
       return;
     }
     // The node's sum, prescaled. On one node it is the result; across nodes
@@ -124,11 +129,14 @@ class AdasumAllreduce final : public CollectiveOp {
     exec::ReduceSpec sum = ReductionSpec(tensor);
     sum.op = v1::REDUCE_OP_SUM;
     if (!tensor.across_nodes) sum.postscale = FinalScale(tensor);
-    work.AddReduce(sum, inputs, out, Count(tensor));
+    work.AddReduce(sum, inputs, out, Count(tensor), ArenaOutputsOf(tensor));
   }
 
-  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t) const override {
-    return {.offset = 0, .bytes = tensor.request().length(), .dim0 = Dim0(tensor.request())};
+  RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    return {.offset = 0,
+            .bytes = tensor.request().length(),
+            .dim0 = Dim0(tensor.request()),
+            .in_output = NamesOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
@@ -151,7 +159,7 @@ class AdasumAllreduce final : public CollectiveOp {
     const exec::ReduceSpec spec{.dtype = tensor.request().dtype(),
                                 .op = v1::REDUCE_OP_ADASUM,
                                 .postscale = FinalScale(tensor)};
-    stage.after.AddAdasum(spec, partials, slot, Count(tensor));
+    stage.after.AddAdasum(spec, partials, slot, Count(tensor), NamedOutputsOf(tensor));
   }
 };
 

@@ -8,7 +8,7 @@
 // slot and scales it, with no transfer. A rank that names an output in its
 // own arena (TensorRequest.output_offset) gets its result there, on one
 // node as it is reduced and across nodes as each chunk gets its final
-// scale, copied from the slot (Adasum aside: its result stays in the slot).
+// scale, copied from the slot.
 #include <algorithm>
 
 #include "common/dtype.h"
@@ -23,16 +23,6 @@ namespace {
 // one op.
 bool IsAdasum(const negotiation::ReadyTensor& tensor) {
   return tensor.request().op() == v1::REDUCE_OP_ADASUM;
-}
-
-// Adasum's result stays in the slot only; the others' go into the outputs
-// the ranks name, on one node and across nodes alike.
-WorkList::Outputs OutputsOf(const negotiation::ReadyTensor& tensor) {
-  return IsAdasum(tensor) ? WorkList::Outputs{} : NamedOutputsOf(tensor);
-}
-
-bool InOutput(const negotiation::ReadyTensor& tensor, size_t index) {
-  return !IsAdasum(tensor) && NamesOutput(tensor, index);
 }
 
 // The combination of `count` elements at `data` among the set's nodes: an
@@ -76,7 +66,7 @@ void PlanCombined(const FusedBatch& batch, const std::vector<uint64_t>& slots,
     stage.before.AddCopy(slot, reinterpret_cast<const std::byte*>(tensor.combined->data()),
                          request.length());
     AddFinalScaleRange(tensor, slot, stage.after, 0,
-                       request.length() / ElementSize(request.dtype()), OutputsOf(tensor));
+                       request.length() / ElementSize(request.dtype()), NamedOutputsOf(tensor));
   }
 }
 
@@ -99,17 +89,17 @@ class Allreduce final : public CollectiveOp {
     // see (PlanAcrossNodes writes them once the combination is in). Where
     // every rank takes its result from its own output, the slot would be
     // written and never read: the blocks go through scratch memory.
-    const WorkList::Outputs outputs =
-        WritesArenaOutputs(tensor) ? OutputsOf(tensor) : WorkList::Outputs{};
+    const WorkList::Outputs outputs = ArenaOutputsOf(tensor);
     const bool slot_unread = !outputs.empty() && outputs.size() == tensor.submissions.size();
     AddReduction(tensor, slot_unread ? nullptr : slot, work, outputs);
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
+    if (IsAdasum(tensor)) return AdasumAllreduceOp().ResultOf(tensor, index);
     return {.offset = 0,
             .bytes = tensor.request().length(),
             .dim0 = Dim0(tensor.request()),
-            .in_output = InOutput(tensor, index)};
+            .in_output = NamesOutput(tensor, index)};
   }
 
   absl::string_view phase() const override { return kPhaseReduce; }
@@ -117,7 +107,7 @@ class Allreduce final : public CollectiveOp {
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
     if (IsAdasum(tensor)) return AdasumAllreduceOp().AddTransfers(tensor, slot, stage);
-    AddReductionTransfers(tensor, slot, stage, kEveryNode, OutputsOf);
+    AddReductionTransfers(tensor, slot, stage, kEveryNode, NamedOutputsOf);
   }
 
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
@@ -129,7 +119,7 @@ class Allreduce final : public CollectiveOp {
     if (batch.tensors.front().combined != nullptr) {
       return PlanCombined(batch, slots, context, stages);
     }
-    PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode, OutputsOf);
+    PlanReductionAcrossNodes(batch, slots, context, stages, kEveryNode, NamedOutputsOf);
   }
 };
 

@@ -47,13 +47,16 @@ void WorkList::AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std
 }
 
 void WorkList::AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
-                         uint64_t count) {
-  bytes_ += count * ElementSize(spec.dtype) * (inputs.size() + 1);
+                         uint64_t count, const Outputs& copies) {
+  const uint64_t bytes = count * ElementSize(spec.dtype);
+  bytes_ += bytes * (inputs.size() + 1 + 2 * copies.size());
   Piece piece;
   piece.spec = spec;
   piece.inputs = inputs;
   piece.out = out;
+  piece.copies = copies;
   piece.count = count;
+  piece.stream_copies = bytes >= kStreamCopyBytes;
   pieces_.push_back(std::move(piece));
 }
 
@@ -114,6 +117,11 @@ void WorkList::Run(size_t index) const {
     }
     exec::Adasum(piece.spec.dtype, inputs, piece.out, piece.count, piece.spec.prescale,
                  piece.spec.postscale);
+    const uint64_t bytes = piece.count * ElementSize(piece.spec.dtype);
+    for (size_t c = 0; c < piece.copies.size(); ++c) {
+      CopyOut(piece.copies[c], piece.out, bytes, streamed[c]);
+    }
+    if (any_streamed) exec::StreamFence();
     return;
   }
   if (piece.copies.empty()) {

@@ -59,9 +59,10 @@ class WorkList {
   void AddReduce(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out, uint64_t count,
                  const Outputs& copies = {});
   // One piece however large: Adasum's coefficients need the whole tensor's
-  // dot products (spec.op is REDUCE_OP_ADASUM; divisor 1).
-  void AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out,
-                 uint64_t count);
+  // dot products (spec.op is REDUCE_OP_ADASUM; divisor 1). `copies` receive
+  // the result once all of it is in `out`, so they may be inputs too.
+  void AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std::byte* out, uint64_t count,
+                 const Outputs& copies = {});
 
   size_t size() const { return pieces_.size(); }
   uint64_t bytes() const { return bytes_; }

@@ -1,4 +1,4 @@
-// daemon/ops/allreduce.cc, broadcast.cc, reducescatter.cc and reduce.cc:
+// daemon/ops/allreduce.cc, adasum.cc, broadcast.cc, reducescatter.cc and reduce.cc:
 // results written straight into outputs that lie in the clients' own arenas
 // (TensorRequest.output_offset), checked bit for bit against the
 // result-segment path for every dtype and op, in place (output == input) and
@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/dtype.h"
+#include "daemon/exec/adasum_kernel.h"
 #include "daemon/exec/ops/collective_op.h"
 #include "daemon/exec/ops/ops.h"
 #include "daemon/exec/reduce_kernels.h"
@@ -310,7 +311,7 @@ TEST_F(AllreduceOutputTest, ReducescatterWritesEachRanksBlockIntoItsOutput) {
 // Across nodes the outputs get the result once the nodes' combination is in
 // (the cross-node plan; multinode_test checks the bits), never a node's
 // partial result.
-TEST_F(AllreduceOutputTest, APartialResultAcrossNodesAndAdasumsResultStayInTheSlot) {
+TEST_F(AllreduceOutputTest, APartialResultAcrossNodesStaysInTheSlot) {
   ASSERT_NO_FATAL_FAILURE(MakeClients(64 << 10));
   const int64_t out = 32 << 10;
   for (int32_t r = 0; r < kRanks; ++r) std::memset(Arena(r) + out, 0x5a, 64);
@@ -325,17 +326,47 @@ TEST_F(AllreduceOutputTest, APartialResultAcrossNodesAndAdasumsResultStayInTheSl
     EXPECT_EQ(At(r, out, 64), untouched) << "a partial result must not reach rank " << r;
     EXPECT_TRUE(AllreduceOp().ResultOf(across, static_cast<size_t>(r)).in_output);
   }
+}
 
+// Adasum (ops/adasum.cc) writes the outputs too, once the whole tensor is
+// combined: an in-place output is its rank's input, which the tree reads to
+// the end. Both scopes, every Adasum dtype, bit for bit.
+TEST_F(AllreduceOutputTest, AdasumsOutputsMatchTheResultSegmentBitForBit) {
+  ASSERT_NO_FATAL_FAILURE(MakeClients(64 << 10));
+  constexpr uint64_t kCount = 1000;
+  constexpr int64_t kApart = 16 << 10;
   // Adasum needs a power of two of ranks: the first two.
-  negotiation::ReadyTensor adasum =
-      Tensor(v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_ADASUM, 16, {out, out, out});
-  adasum.set_size = 2;
-  adasum.submissions.pop_back();
-  (void)Run(adasum);
-  for (size_t i = 0; i < adasum.submissions.size(); ++i) {
-    EXPECT_EQ(At(static_cast<int32_t>(i), out, 64), untouched);
-    EXPECT_FALSE(AllreduceOp().ResultOf(adasum, i).in_output);
+  const auto adasum = [&](v1::DataType dtype, v1::AdasumScope scope,
+                          const std::vector<int64_t>& outputs) {
+    negotiation::ReadyTensor tensor = Tensor(dtype, v1::REDUCE_OP_ADASUM, kCount, outputs);
+    tensor.set_size = 2;
+    tensor.submissions.pop_back();
+    for (negotiation::Submission& submission : tensor.submissions) {
+      submission.request.set_adasum_scope(scope);
+    }
+    return tensor;
+  };
+  int cases = 0;
+  for (v1::DataType dtype : DataTypes()) {
+    if (!IsAdasumType(dtype)) continue;
+    for (v1::AdasumScope scope : {v1::ADASUM_SCOPE_RANKS, v1::ADASUM_SCOPE_NODES}) {
+      ++cases;
+      SCOPED_TRACE(DataTypeName(dtype) + " " + v1::AdasumScope_Name(scope));
+      const uint64_t bytes = kCount * ElementSize(dtype);
+      const std::vector<std::byte> expected = Run(adasum(dtype, scope, {-1, -1, -1}));
+      // Rank 0 in place, rank 1 elsewhere in its arena.
+      const negotiation::ReadyTensor tensor =
+          adasum(dtype, scope, {static_cast<int64_t>(kInputAt), kApart, -1});
+      std::memset(Arena(1) + kApart, 0x5a, bytes);
+      EXPECT_EQ(Run(tensor), expected);
+      EXPECT_EQ(At(0, kInputAt, bytes), expected) << "rank 0's in-place output";
+      EXPECT_EQ(At(1, kApart, bytes), expected) << "rank 1's output";
+      EXPECT_EQ(At(1, kInputAt, bytes), Pattern(1, bytes)) << "rank 1's input is untouched";
+      EXPECT_TRUE(AllreduceOp().ResultOf(tensor, 0).in_output);
+      EXPECT_TRUE(AllreduceOp().ResultOf(tensor, 1).in_output);
+    }
   }
+  EXPECT_GE(cases, 6) << "float16, float32 and float64 (and bfloat16 if any), both scopes";
 }
 
 }  // namespace

@@ -425,7 +425,8 @@ TEST_F(CrossNodeRunTest, ALargeBatchsLocalPartRunsOnTheWorkers) {
 
 // Adasum across nodes is the tree one node would build over every rank:
 // each node's ranks first, then the nodes' partial results in node order —
-// the same operations, so the same bits.
+// the same operations, so the same bits. The even set ranks take tensor
+// 'a' in place (their output is their input), on every node.
 TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
   for (const std::vector<int32_t>& local_sizes :
        {std::vector<int32_t>{2, 2}, std::vector<int32_t>{1, 1, 1, 1},
@@ -442,7 +443,11 @@ TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
       };
     };
     AddTensor(
-        "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 9; }, 7, value(0), adasum);
+        "a", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 9; }, 7, value(0),
+        [&](v1::TensorRequest& request) {
+          adasum(request);
+          if (SetRankOf(request) % 2 == 0) request.set_output_offset(request.offset());
+        });
     AddTensor(
         "b", v1::COLLECTIVE_ALLREDUCE, [](int32_t) { return 1; }, 5, value(1), adasum);
     RunAll(/*chunk_bytes=*/256);
@@ -459,8 +464,11 @@ TEST_F(CrossNodeRunTest, AdasumAcrossNodesEqualsTheTreeOverEveryRank) {
       Adasum(v1::DATA_TYPE_FLOAT32, pointers, expected.data(), expected.size(), 1.0, 0.5);
       for (size_t n = 0; n < nodes_.size(); ++n) {
         ASSERT_TRUE(nodes_[n].run->status().ok()) << nodes_[n].run->status();
+        const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors[t];
         for (size_t local = 0; local < nodes_[n].clients.size(); ++local) {
-          EXPECT_EQ(ResultOf(n, t, local), expected) << "node " << n << " tensor " << t;
+          EXPECT_EQ(ops::AllreduceOp().ResultOf(tensor, local).in_output,
+                    tensor.submissions[local].request.has_output_offset());
+          EXPECT_EQ(Received(n, t, local), expected) << "node " << n << " tensor " << t;
         }
       }
     }

@@ -10,10 +10,11 @@ broadcasts) can be allocated here instead of with ``torch.empty``::
     ...                                  # fill it (views of it are in the arena too)
     hvd.allreduce_(flat, op=hvd.Sum)     # read in place: nothing copied in
 
-The daemon writes the result of an allreduce, a broadcast or a reducescatter straight
-into an output that lies in the arena, on one node and across nodes (so ``allreduce_``
-above, and ``broadcast_`` of such a tensor, copy nothing at all); other results (Adasum's, allgather's,
-alltoall's) come back through the job's result segment and are copied into the tensor
+The daemon writes the result of an allreduce (Adasum's too), a broadcast or a
+reducescatter straight into an output that lies in the arena, on one node and across nodes
+(so ``allreduce_`` above, and ``broadcast_`` of such a tensor, copy nothing at all); other
+results (allgather's, alltoall's) come back through the job's result segment and are
+copied into the tensor
 (``DistributedOptimizer`` keeps its gradients in the arena the same way,
 ``collective.torch.grad_buckets``). The new tensors that ``allreduce``, ``broadcast`` and
 ``reducescatter`` return are arena tensors too when they are large (``result_tensor``), so

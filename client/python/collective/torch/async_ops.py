@@ -103,10 +103,7 @@ def _allreduce_async(tensors, outputs, name, average, op, prescale_factor, posts
             return _adasum_through_host(base, tensors, outputs, prescale_factor,
                                         postscale_factor, set_id, grouped, scope)
     if outputs is None:
-        # Adasum's result stays in the daemon's result segment: an arena output gains nothing.
-        outputs = [torch.empty_like(t, memory_format=torch.contiguous_format)
-                   if op == reduce_ops.Adasum else _new_output(t.shape, t.dtype, placement)
-                   for t in tensors]
+        outputs = [_new_output(t.shape, t.dtype, placement) for t in tensors]
     destinations = [tensor_args.Destination(o) for o in outputs]
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
                             set_id, grouped, _client().allreduce_async, placement)
