@@ -117,7 +117,7 @@ absl::StatusOr<std::string> Daemon::FetchMetrics() {
   std::future<std::string> text = answer->get_future();
   const bool posted = engine_.Post(engine::MetricsEvent{
       [answer](const v1::MetricsResponse& response) { answer->set_value(response.text()); }});
-  if (!posted) return absl::UnavailableError("collectived is shutting down");
+  if (!posted) return engine_.Refusal();
   if (text.wait_for(kMetricsTimeout) != std::future_status::ready) {
     return absl::DeadlineExceededError("the engine did not render the metrics in time");
   }

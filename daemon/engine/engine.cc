@@ -119,6 +119,13 @@ bool Engine::Post(EngineEvent event) {
   return true;
 }
 
+absl::Status Engine::Refusal() const {
+  std::lock_guard lock(mutex_);
+  if (stopped_because_.empty()) return absl::UnavailableError("collectived is shutting down");
+  return absl::UnavailableError(
+      absl::StrCat("collectived is shutting down (", stopped_because_, ")"));
+}
+
 void Engine::Shutdown(const std::string& reason, bool world_lost) {
   Post(ShutdownEvent{reason, world_lost});
   if (thread_.joinable()) thread_.join();
@@ -143,6 +150,7 @@ void Engine::Loop() {
       std::lock_guard lock(mutex_);
       if (stopped_ && queue_.empty()) break;
       stopped_ = true;
+      stopped_because_ = shutdown_reason_;
       continue;
     }
     worked = PollWorld() || worked;

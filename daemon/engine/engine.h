@@ -93,6 +93,10 @@ class Engine {
   // Thread-safe. False once the engine has stopped: the caller answers its
   // RPC itself then.
   bool Post(EngineEvent event);
+  // Thread-safe. What a caller whose Post was refused answers:
+  // UNAVAILABLE "collectived is shutting down (<reason>)", the reason the
+  // pending requests were failed with.
+  absl::Status Refusal() const;
 
   // Fails all pending work with an error naming `reason`, ends every
   // session and registration, removes the job's segments, and stops the
@@ -428,9 +432,10 @@ class Engine {
   // The event queue and the doorbell: the only state shared with other
   // threads.
   EngineDoorbell doorbell_{config_.engine_wait};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::vector<EngineEvent> queue_;
   bool stopped_ = false;
+  std::string stopped_because_;  // shutdown_reason_, once stopped_
   std::thread thread_;
 
   // The GPU path. Last, so that it goes first: its completion callbacks

@@ -95,8 +95,6 @@ absl::StatusOr<job::PeerCredentials> PeerOf(const grpc::CallbackServerContext& c
   return job::ReadPeerCredentials(fd);
 }
 
-absl::Status ShuttingDown() { return absl::UnavailableError("collectived is shutting down"); }
-
 }  // namespace
 
 absl::StatusOr<job::PeerCredentials> CollectiveServiceImpl::Authorize(
@@ -122,7 +120,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Register(grpc::CallbackServerCo
   const uint64_t call_id = next_call_id_.fetch_add(1);
   auto* reactor = new RegisterReactor(engine_, call_id);
   auto call = std::make_shared<GrpcRegisterCall>(call_id, *request, *peer, reactor, response);
-  if (!engine_.Post(engine::RegisterEvent{call})) call->Finish(ShuttingDown(), {});
+  if (!engine_.Post(engine::RegisterEvent{call})) call->Finish(engine_.Refusal(), {});
   return reactor;
 }
 
@@ -143,7 +141,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::AskEngine(grpc::CallbackServerC
     *response = answer;
     reactor->Finish(grpc::Status::OK);
   }});
-  return posted ? reactor : Refuse(reactor, ShuttingDown());
+  return posted ? reactor : Refuse(reactor, engine_.Refusal());
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Status(grpc::CallbackServerContext* context,
@@ -175,7 +173,7 @@ grpc::ServerUnaryReactor* CollectiveServiceImpl::Timeline(grpc::CallbackServerCo
         if (answer.ok()) *response = *answer;
         reactor->Finish(ToGrpcStatus(answer.status()));
       }});
-  return posted ? reactor : Refuse(reactor, ShuttingDown());
+  return posted ? reactor : Refuse(reactor, engine_.Refusal());
 }
 
 }  // namespace collective::daemon::service

@@ -105,12 +105,12 @@ void SessionReactor::OnReadDone(bool ok) {
   if (!ok) {
     // The client closed its side or went away; the engine decides which.
     if (!engine_.Post(engine::SessionClosedEvent{link_})) {
-      link_->Close(absl::UnavailableError("collectived is shutting down"));
+      link_->Close(engine_.Refusal());
     }
     return;
   }
   if (!engine_.Post(engine::ClientMessageEvent{link_, peer_, std::move(incoming_)})) {
-    link_->Close(absl::UnavailableError("collectived is shutting down"));
+    link_->Close(engine_.Refusal());
     return;
   }
   incoming_.Clear();

@@ -377,6 +377,9 @@ TEST_F(EngineTest, ShutdownFailsPendingWorkAndEndsEverySession) {
   EXPECT_TRUE(Segments().empty());
   EXPECT_FALSE(engine_->Post(engine::HealthEvent{[](const v1::HealthResponse&) {}}))
       << "a stopped engine refuses events";
+  // What the service answers a client that comes now: the same reason.
+  EXPECT_EQ(engine_->Refusal(),
+            absl::UnavailableError("collectived is shutting down (test is over)"));
 }
 
 // --- Process sets and the other collectives -----------------------------------------
