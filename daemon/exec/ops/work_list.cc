@@ -63,13 +63,16 @@ void WorkList::AddAdasum(const exec::ReduceSpec& spec, const Inputs& inputs, std
 namespace {
 
 // Which of a piece's copies are written with streaming stores: with
-// stream_copies, those that are none of its inputs (an in-place output's
-// lines were just read: they are in cache).
+// stream_copies, those whose lines are not in cache. Block by block, an
+// in-place output's lines were just read (they are); Adasum copies only
+// after its pass over the whole tensor, when none are.
 absl::InlinedVector<bool, 8> Streamed(const WorkList::Inputs& inputs,
-                                      const WorkList::Outputs& copies, bool stream_copies) {
+                                      const WorkList::Outputs& copies, bool stream_copies,
+                                      bool whole_range_first) {
   absl::InlinedVector<bool, 8> streamed(copies.size(), false);
   for (size_t c = 0; stream_copies && c < copies.size(); ++c) {
-    streamed[c] = std::find(inputs.begin(), inputs.end(), copies[c]) == inputs.end();
+    streamed[c] =
+        whole_range_first || std::find(inputs.begin(), inputs.end(), copies[c]) == inputs.end();
   }
   return streamed;
 }
@@ -86,8 +89,9 @@ void CopyOut(std::byte* copy, const std::byte* from, uint64_t bytes, bool stream
 
 void WorkList::Run(size_t index) const {
   const Piece& piece = pieces_[index];
+  const bool adasum = !piece.copy && piece.spec.op == v1::REDUCE_OP_ADASUM;
   const absl::InlinedVector<bool, 8> streamed =
-      Streamed(piece.inputs, piece.copies, piece.stream_copies);
+      Streamed(piece.inputs, piece.copies, piece.stream_copies, adasum);
   const bool any_streamed = std::find(streamed.begin(), streamed.end(), true) != streamed.end();
   if (piece.copy) {
     // With copies, block by block: each block of the source is read from
@@ -110,7 +114,7 @@ void WorkList::Run(size_t index) const {
     return;
   }
   absl::InlinedVector<const void*, 16> inputs(piece.inputs.begin(), piece.inputs.end());
-  if (piece.spec.op == v1::REDUCE_OP_ADASUM) {
+  if (adasum) {
     // The zeros buffer is only kPieceBytes long; the kernel reads null as zeros.
     for (const void*& input : inputs) {
       if (input == zeros_) input = nullptr;

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "common/dtype.h"
+#include "daemon/exec/adasum_kernel.h"
 #include "tests/common/reference_reduce.h"
 
 namespace collective::daemon::exec::ops {
@@ -214,6 +215,36 @@ TEST_F(WorkListTest, CopiesOverTheInputsGetTheReductionOfTheOriginalInputs) {
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), apart.data(), count), "");
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[0].data(), count), "");
   EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), inputs[1].data(), count), "");
+}
+
+// Adasum is one piece; its copies (here its inputs themselves and one apart,
+// large enough to be written with streaming stores) are written once the
+// whole tensor is combined, so each gets the Adasum of the inputs as they
+// were.
+TEST_F(WorkListTest, AdasumsCopiesGetTheCombinationOfTheOriginalInputs) {
+  const uint64_t count = kStreamCopyBytes / 4 + 3;
+  const v1::DataType dtype = v1::DATA_TYPE_FLOAT32;
+  const exec::ReduceSpec spec{.dtype = dtype, .op = v1::REDUCE_OP_ADASUM, .postscale = 0.5};
+  std::vector<std::vector<std::byte>> inputs(2, std::vector<std::byte>(count * 4));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    testing::FillTestData(dtype, v1::REDUCE_OP_SUM, i + 1, inputs[i].data(), count);
+  }
+  std::vector<std::byte> expected(count * 4);
+  const std::vector<const void*> originals{inputs[0].data(), inputs[1].data()};
+  exec::Adasum(dtype, originals, expected.data(), count, 1.0, 0.5);
+
+  std::vector<std::byte> slot(count * 4 + 1, std::byte{0xee});
+  std::vector<std::byte> apart(count * 4 + 1, std::byte{0xee});
+  WorkList work(this->zeros());
+  work.AddAdasum(spec, {inputs[0].data(), inputs[1].data()}, slot.data(), count,
+                 {inputs[1].data(), apart.data(), inputs[0].data()});
+  ASSERT_EQ(work.size(), 1u);
+  RunBackwards(work);
+  EXPECT_EQ(slot.back(), std::byte{0xee}) << "wrote past the slot";
+  EXPECT_EQ(apart.back(), std::byte{0xee}) << "wrote past a copy";
+  for (const std::vector<std::byte>* got : {&slot, &apart, &inputs[0], &inputs[1]}) {
+    EXPECT_EQ(testing::CompareBitwise(dtype, expected.data(), got->data(), count), "");
+  }
 }
 
 TEST_F(WorkListTest, TheZerosInputIsNotAdvanced) {
