@@ -23,8 +23,12 @@ placement that does the same work (copy for ordinary tensors, inplace for
 arena tensors), to C++ at its fastest (zerocopy), and to MPI; and the median
 of each round's own Python/C++ ratio, which drift between rounds moves less.
 The DistributedOptimizer lines are the wait in `synchronize()` after the
-backward (the reduction the backward did not hide) and the whole step's
-excess over the local step.
+backward, which holds the reduction the backward did not hide and the wait
+for ranks whose backward ends later; that wait counted from the last rank's
+backward end instead (the reduction's own part); how much later the last
+rank's backward ends with the local optimizer, where nothing is reduced (the
+ranks' own spread: with more ranks than cores, their share of the cores
+differs from step to step); and the whole step's excess over the local step.
 
 Timings on a shared machine are noisy: read the ratios of one run, and
 compare runs only on the same machine. The worker checks its results (the
@@ -33,6 +37,7 @@ fails rather than report the speed of a wrong answer.
 """
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -83,6 +88,11 @@ def _gradient_set(hvd, torch, tensors, steps, label):
     return samples
 
 
+def _now():
+    """CLOCK_MONOTONIC: one clock for every process on the machine (ranks compare stamps)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
 def _latency(hvd, tensors, iterations, blocks=10):
     """Seconds of each 4-byte allreduce_, back to back, per label of `tensors`.
 
@@ -107,8 +117,13 @@ def _latency(hvd, tensors, iterations, blocks=10):
 
 
 def _optimizer_steps(hvd, torch, steps, batch, image):
-    """Per-step (backward, synchronize, total) seconds with DistributedOptimizer, and the
-    total of the same step under a local optimizer, taking turns."""
+    """Per-step seconds, by figure: DistributedOptimizer's backward (`optimizer_backward`),
+    its wait in synchronize() after it (`optimizer_synchronize`), that wait counted from the
+    end of the last rank's backward (`optimizer_after_last_backward`), its whole step
+    (`optimizer_step`); and the same step under a local optimizer, taking turns with it
+    (`local_step`), with how long after this rank's backward the last rank's ended there
+    (`local_backward_lag`): what ranks that share cores wait for each other with no
+    reduction at all."""
     import torchvision
     torch.manual_seed(0)
     models = [torchvision.models.resnet50(num_classes=10) for _ in range(2)]
@@ -121,28 +136,42 @@ def _optimizer_steps(hvd, torch, steps, batch, image):
     images = torch.randn(batch, 3, image, image, generator=generator)
     labels = torch.randint(0, 10, (batch,), generator=generator)
     loss_of = torch.nn.CrossEntropyLoss()
-    dist_samples, local_samples = [], []
+    samples = collections.defaultdict(list)
+    backward_ends, synchronized_at = [], []  # per step: (distributed, local) ends; a time
     for step in range(steps + 1):
         hvd.barrier()
-        start = time.perf_counter()
+        start = _now()
         distributed.zero_grad()
         loss_of(models[0](images), labels).backward()
-        backward = time.perf_counter()
+        backward = _now()
         distributed.synchronize()
-        synchronized = time.perf_counter()
+        synchronized = _now()
         with distributed.skip_synchronize():
             distributed.step()
-        end = time.perf_counter()
+        end = _now()
 
         hvd.barrier()
-        local_start = time.perf_counter()
+        local_start = _now()
         local.zero_grad()
         loss_of(models[1](images), labels).backward()
+        local_backward = _now()
         local.step()
-        local_end = time.perf_counter()
+        local_end = _now()
         if step:
-            dist_samples.append((backward - start, synchronized - backward, end - start))
-            local_samples.append(local_end - local_start)
+            samples['optimizer_backward'].append(backward - start)
+            samples['optimizer_synchronize'].append(synchronized - backward)
+            samples['optimizer_step'].append(end - start)
+            samples['local_step'].append(local_end - local_start)
+            backward_ends.append((backward, local_backward))
+            synchronized_at.append(synchronized)
+    # The ranks' clocks are one (CLOCK_MONOTONIC): the last rank's backward end of each
+    # step, in both runs.
+    last_ends = hvd.allreduce(torch.tensor(backward_ends, dtype=torch.float64), op=hvd.Max,
+                              name='bench.backward_ends').tolist()
+    for (_, own_local), (last, last_local), synchronized in zip(backward_ends, last_ends,
+                                                                synchronized_at):
+        samples['optimizer_after_last_backward'].append(synchronized - last)
+        samples['local_backward_lag'].append(last_local - own_local)
     # Every rank trained the same weights (the gradients were averaged): the
     # ranks' digests of them are equal.
     flat = torch.cat([p.detach().reshape(-1) for p in models[0].parameters()]).double()
@@ -150,7 +179,7 @@ def _optimizer_steps(hvd, torch, steps, batch, image):
                             name='bench.weights')
     if not torch.equal(digests, digests[:1].expand_as(digests)):
         raise SystemExit(f'rank {hvd.rank()}: the ranks trained different weights')
-    return dist_samples, local_samples
+    return samples
 
 
 def worker(args):
@@ -170,12 +199,9 @@ def worker(args):
     for label, samples in latency.items():
         results[label + '_us'] = _median_ms(samples) * 1e3
     if args.optimizer_steps:
-        dist_samples, local_samples = _optimizer_steps(hvd, torch, args.optimizer_steps,
-                                                       args.batch, args.image)
-        results['optimizer_backward_ms'] = _median_ms([s[0] for s in dist_samples])
-        results['optimizer_synchronize_ms'] = _median_ms([s[1] for s in dist_samples])
-        results['optimizer_step_ms'] = _median_ms([s[2] for s in dist_samples])
-        results['local_step_ms'] = _median_ms(local_samples)
+        for key, values in _optimizer_steps(hvd, torch, args.optimizer_steps, args.batch,
+                                            args.image).items():
+            results[key + '_ms'] = _median_ms(values)
     keys = sorted(results)
     averaged = hvd.allreduce(torch.tensor([results[k] for k in keys], dtype=torch.float64),
                              op=hvd.Average, name='bench.results')
@@ -275,17 +301,23 @@ def _table(rounds, args):
         print(f'{label:56} {p:7.1f}{unit} {a:7.1f}{unit} {b:7.1f}{unit} {m:7.1f}{unit} '
               f'{p / a:8.2f} {p / b:8.2f} {p / m:8.2f} {per_round:9.2f}')
     if args.optimizer_steps:
-        sync = median('optimizer_synchronize_ms')
-        excess = median('optimizer_step_ms') - median('local_step_ms')
         best = median('cpp_zerocopy_gradients_ms')
         print(f'DistributedOptimizer, torchvision ResNet-50, batch {args.batch} of '
               f'{args.image}x{args.image} per rank: backward {median("optimizer_backward_ms"):.1f}'
               f' ms, step {median("optimizer_step_ms"):.1f} ms, local step '
               f'{median("local_step_ms"):.1f} ms; against the C++ zero-copy step:')
-        print(f'{"  wait in synchronize() after the backward":56} {sync:7.1f}ms {"":9} '
-              f'{best:7.1f}ms {"":9} {"":8} {sync / best:8.2f}')
-        print(f'{"  step minus the local step":56} {excess:7.1f}ms {"":9} {best:7.1f}ms '
-              f'{"":9} {"":8} {excess / best:8.2f}')
+        lines = (
+            ('  wait in synchronize() after the backward', median('optimizer_synchronize_ms')),
+            ("  the wait from the end of the last rank's backward",
+             median('optimizer_after_last_backward_ms')),
+            ("  local step: the last rank's backward ends later by",
+             median('local_backward_lag_ms')),
+            ('  step minus the local step',
+             median('optimizer_step_ms') - median('local_step_ms')),
+        )
+        for label, figure in lines:
+            print(f'{label:56} {figure:7.1f}ms {"":9} {best:7.1f}ms {"":9} {"":8} '
+                  f'{figure / best:8.2f}')
     print(_MARK + json.dumps(rounds))
 
 

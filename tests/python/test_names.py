@@ -2,6 +2,7 @@
 its handle is synchronized; unnamed calls never collide."""
 
 import itertools
+import threading
 import time
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 import collective.torch as hvd
 from collective.common import connection
+from collective.torch import handles
 
 # Horovod 0.28.1's text (DUPLICATE_NAME_ERROR), raised as ValueError by the call.
 HOROVOD_DUPLICATE_NAME = (
@@ -250,3 +252,61 @@ def test_optimizer_load_state_dict_mid_flight_frees_the_names(two_ranks):
     optimizer.step()
     assert model.weight.grad.tolist() == [[2.0] * 3]  # the average of equal gradients
     _ranks_in_step()
+
+
+class _IdsTakenTogether:
+    """Handle ids that each thread gets only once all ``threads`` have asked for one: every
+    thread's claim is then under way at once, whatever the interpreter's switching."""
+
+    def __init__(self, ids, threads):
+        self._ids = ids
+        self._together = threading.Barrier(threads)
+
+    def __next__(self):
+        taken = next(self._ids)
+        self._together.wait(timeout=60)
+        return taken
+
+
+def test_of_threads_calling_under_one_name_at_once_exactly_one_gets_it(monkeypatch):
+    # Hooks of a backward pass submit from autograd's threads: of calls under one name that
+    # are all between the name's check and its claim at once, one runs, the rest are refused.
+    threads = 4
+    current = connection.current()
+    monkeypatch.setattr(current, 'handle_ids', _IdsTakenTogether(current.handle_ids, threads))
+    outcomes = []
+
+    def call():
+        try:
+            outcomes.append(hvd.allreduce_async_(torch.ones(2), name='names.race', op=hvd.Sum))
+        except ValueError as refused:
+            outcomes.append(refused)
+
+    racers = [threading.Thread(target=call) for _ in range(threads)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(timeout=60)
+    monkeypatch.undo()
+    refusals = [o for o in outcomes if isinstance(o, ValueError)]
+    assert len(outcomes) == threads and len(refusals) == threads - 1, outcomes
+    assert all(str(r) == HOROVOD_DUPLICATE_NAME for r in refusals)
+    started, = (o for o in outcomes if not isinstance(o, ValueError))
+    # Every rank started one call under the name: they pair up.
+    assert hvd.synchronize(started).tolist() == [hvd.size()] * 2
+    _ranks_in_step()
+
+
+def test_a_refused_claim_of_several_names_holds_none_of_them():
+    current = connection.current()
+    held = [(0, 'names.claim.b')]
+    holder = handles._claim_names(current, held)
+    wanted = [(0, 'names.claim.a'), (0, 'names.claim.b'), (0, 'names.claim.c')]
+    with pytest.raises(ValueError):
+        handles._claim_names(current, wanted)
+    assert current.names_in_use.get((0, 'names.claim.b')) == holder
+    assert (0, 'names.claim.a') not in current.names_in_use
+    assert (0, 'names.claim.c') not in current.names_in_use
+    handles._free_names(current, holder, held)
+    handles._free_names(current, handles._claim_names(current, wanted), wanted)
+    assert not any(name.startswith('names.claim.') for _, name in current.names_in_use)

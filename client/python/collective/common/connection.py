@@ -24,10 +24,9 @@ class Connection:
         self.pending = {}
         self.handle_ids = itertools.count()
         # (process set id, name) -> handle of the call that holds it, from its submission until
-        # it is synchronized (see collective.torch.handles). Guarded by
-        # names_lock: hooks of a backward pass may submit from other threads.
+        # it is synchronized (see collective.torch.handles). Hooks of a backward pass
+        # may submit from other threads: a name is claimed with one setdefault.
         self.names_in_use = {}
-        self.names_lock = threading.Lock()
         # process set id -> numbers for the names of unnamed calls
         # ('allreduce.noname.<n>'). The members of a set make the same
         # unnamed calls on it, so they count the same; a count per set keeps

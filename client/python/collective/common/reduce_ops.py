@@ -22,6 +22,11 @@ _WIRE_CODES = {
     Product: _core.REDUCE_OPS['product'],
 }
 
+# The wire code of each op a one-tensor allreduce takes on the short path (every op but
+# Adasum), with None for Average, the op parameter's default: one lookup per call.
+SHORT_PATH_CODES = {op: code for op, code in _WIRE_CODES.items() if op != Adasum}
+SHORT_PATH_CODES[None] = _WIRE_CODES[Average]
+
 
 def resolve_op(op, average):
     """The op meant by ``op`` and the deprecated ``average`` flag; Average when neither is given."""

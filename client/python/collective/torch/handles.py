@@ -95,13 +95,17 @@ def run_now(set_id, name, tensor, dtype, output, op, prescale, postscale):
     what ``synchronize`` would raise.
     """
     connection = connections.current()
-    names = ((set_id, name),)
-    handle = _claim_names(connection, names)
+    in_use = connection.names_in_use
+    key = (set_id, name)
+    handle = next(connection.handle_ids)
+    if in_use.setdefault(key, handle) != handle:  # _claim_names, for one name
+        raise ValueError(DUPLICATE_NAME_ERROR)
     try:
         connection.client.allreduce(name, (tensor.data_ptr(), dtype, tensor.shape),
                                     output.data_ptr(), op, prescale, postscale, set_id)
     finally:
-        _free_names(connection, handle, names)
+        if in_use.get(key) == handle:
+            in_use.pop(key, None)
 
 
 def discard(handle):
@@ -114,23 +118,25 @@ def discard(handle):
 
 def _claim_names(connection, names):
     """A new handle id, under which ``names`` ((set id, name) pairs) are now in use;
-    Horovod's ValueError if one already is."""
+    Horovod's ValueError if one already is (then none of them is claimed).
+
+    Without a lock: ``dict.setdefault`` inserts a missing key in one atomic step (under
+    the GIL, and under a free-threaded build's per-dict lock), so of two threads that
+    claim a name at once exactly one gets it. Only a claim's holder removes it."""
     in_use = connection.names_in_use
-    with connection.names_lock:
-        for name in names:  # not any() over a generator: this runs on every call
-            if name in in_use:
-                raise ValueError(DUPLICATE_NAME_ERROR)
-        handle = next(connection.handle_ids)
-        for name in names:
-            in_use[name] = handle
+    handle = next(connection.handle_ids)
+    for claimed, name in enumerate(names):
+        if in_use.setdefault(name, handle) != handle:
+            _free_names(connection, handle, names[:claimed])
+            raise ValueError(DUPLICATE_NAME_ERROR)
     return handle
 
 
 def _free_names(connection, handle, names):
-    with connection.names_lock:
-        for name in names:
-            if connection.names_in_use.get(name) == handle:
-                del connection.names_in_use[name]
+    in_use = connection.names_in_use
+    for name in names:
+        if in_use.get(name) == handle:
+            in_use.pop(name, None)  # None: the connection closed meanwhile
 
 
 def poll(handle):

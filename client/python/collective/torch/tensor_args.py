@@ -10,7 +10,8 @@ import torch
 
 from collective import _core
 
-_DTYPE_CODES = {
+# The binding's code of each dtype the daemon takes.
+DTYPE_CODES = {
     torch.uint8: _core.DTYPES['uint8'],
     torch.int8: _core.DTYPES['int8'],
     torch.int16: _core.DTYPES['int16'],
@@ -26,12 +27,7 @@ _DTYPE_CODES = {
 
 def supported(dtype):
     """Whether the daemon takes tensors of ``dtype``."""
-    return dtype in _DTYPE_CODES
-
-
-def dtype_code(dtype):
-    """The binding's code for ``dtype``; None when the daemon does not take it."""
-    return _DTYPE_CODES.get(dtype)
+    return dtype in DTYPE_CODES
 
 
 def check(tensor):
@@ -55,7 +51,7 @@ def dense(tensor):
 
 def arg(tensor):
     """The binding's view of a dense tensor."""
-    return tensor.data_ptr(), _DTYPE_CODES[tensor.dtype], list(tensor.shape)
+    return tensor.data_ptr(), DTYPE_CODES[tensor.dtype], list(tensor.shape)
 
 
 class Destination:
