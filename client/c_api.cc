@@ -223,6 +223,10 @@ uint64_t collective_arena_free_bytes(const collective_client_t* client) {
   return client->client->arena_free_bytes();
 }
 
+int collective_in_arena(const collective_client_t* client, const void* data, size_t bytes) {
+  return client->client->InArena(data, bytes) ? 1 : 0;
+}
+
 int collective_allreduce_async(collective_client_t* client, const char* name, const void* input,
                                void* output, collective_dtype_t dtype, const int64_t* shape,
                                int ndims, collective_op_t op, double prescale, double postscale,

@@ -116,6 +116,10 @@ uint64_t Client::arena_bytes() const { return core_->arena_bytes(); }
 
 uint64_t Client::arena_free_bytes() const { return core_->ArenaFreeBytes(); }
 
+bool Client::InArena(const void* data, size_t bytes) const {
+  return core_->ArenaOffset(data, bytes).has_value();
+}
+
 uint64_t Client::copied_out_bytes() const {
   return copied_out_bytes_.load(std::memory_order_relaxed);
 }

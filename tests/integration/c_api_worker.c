@@ -112,6 +112,10 @@ static collective_buffer_t* OwnedBufferAsOutput(collective_client_t* client, int
     return NULL;
   }
   if ((uintptr_t)memory % 64 != 0) Fail("an owned buffer is not aligned to 64 bytes");
+  if (!collective_in_arena(client, memory, kCount * sizeof(int32_t))) {
+    Fail("an owned buffer does not lie in the arena");
+  }
+  if (collective_in_arena(client, input, sizeof input)) Fail("a stack array lies in the arena");
   if (collective_arena_free_bytes(client) + kCount * sizeof(int32_t) > free_before) {
     Fail("an owned buffer is not counted out of the arena's free bytes");
   }

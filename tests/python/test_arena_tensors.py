@@ -194,3 +194,125 @@ def test_new_results_of_large_collectives_are_written_into_the_arena(dtype):
     small = hvd.allreduce(x[:8].clone(), op=hvd.Sum, name=f'new.small.{dtype}')
     assert _copied_out_bytes() == copied + 8 * x.element_size()
     assert torch.equal(small.double(), total[:8])
+
+
+def _model():
+    torch.manual_seed(0)  # every rank makes the same model
+    return torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4),
+                               torch.nn.Linear(4, 1)).double()
+
+
+def test_to_arena_moves_a_modules_parameters_and_buffers_and_keeps_them_the_same_objects():
+    model = _model()
+    tensors = list(model.parameters()) + list(model.buffers())
+    before = [(id(t), t.clone(), t.requires_grad) for t in tensors]
+    assert not any(hvd.in_arena(t) for t in tensors)
+    free = _free_bytes()
+    moved = hvd.to_arena(model)
+    assert moved == sum(t.numel() * t.element_size() for t in tensors)
+    assert _free_bytes() <= free - moved
+    after = list(model.parameters()) + list(model.buffers())
+    for tensor, (identity, values, requires_grad) in zip(after, before):
+        assert id(tensor) == identity and hvd.in_arena(tensor)
+        assert torch.equal(tensor, values) and tensor.requires_grad == requires_grad
+    assert all(isinstance(p, torch.nn.Parameter) for p in model.parameters())
+    # The module computes and learns as before, in the arena.
+    model(torch.ones(3, 5, dtype=torch.float64)).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+    assert hvd.in_arena(model[1].running_mean)  # the forward updated it in place
+
+
+def test_broadcast_parameters_of_a_moved_model_copies_nothing():
+    model = _model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(hvd.rank())
+    hvd.to_arena(model)
+    root_values = _model()
+    copied = _copied_out_bytes()
+    # In flight, a moved parameter holds no arena space for a copy: it is read in place.
+    weight = model[0].weight
+    free = _free_bytes()
+    handle = hvd.broadcast_async_(weight, root_rank=0, name='to_arena.weight')
+    assert _free_bytes() == free
+    assert hvd.synchronize(handle) is weight
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    assert _copied_out_bytes() == copied  # every result written into the arena by the daemon
+    for (name, p), (_, root) in zip(model.state_dict().items(), root_values.state_dict().items()):
+        assert torch.equal(p, root), name
+        assert hvd.in_arena(p), name
+
+
+def test_to_arena_moves_an_optimizers_state_for_broadcast_optimizer_state():
+    model = torch.nn.Linear(256, 256).double()  # 514 KiB of momentum
+    hvd.to_arena(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(3, 256, dtype=torch.float64)).sum().backward()
+    optimizer.step()  # makes the momentum buffers, ordinary tensors
+    buffers = [state['momentum_buffer'] for state in optimizer.state.values()]
+    values = [b.clone() for b in buffers]
+    assert hvd.to_arena(optimizer) == sum(b.numel() * b.element_size() for b in buffers)
+    assert all(hvd.in_arena(b) for b in buffers)
+    assert all(torch.equal(b, v) for b, v in zip(buffers, values))
+    copied = _copied_out_bytes()
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    # Only the pickled hyperparameters (lr, momentum, ...) are copied out, not the buffers.
+    assert _copied_out_bytes() - copied < 4096
+    assert all(hvd.in_arena(state['momentum_buffer']) for state in optimizer.state.values())
+
+
+def test_to_arena_leaves_alone_what_it_cannot_move_without_changing_aliases():
+    base = torch.arange(8.0)
+    view = base[2:6]  # a view of part of base's storage
+    strided = torch.zeros(4, 2)[:, 0]  # not contiguous
+    shared = torch.arange(4.0)
+    shared_view = shared.view(2, 2)  # shares shared's storage
+    complex_tensor = torch.zeros(2, dtype=torch.complex64)  # a dtype the daemon does not take
+    nothing = torch.zeros(0)
+    placed = hvd.zeros(4)  # in the arena already
+    left = [view, strided, shared, shared_view, complex_tensor, nothing, placed]
+    addresses = [t.data_ptr() for t in left]
+    assert hvd.to_arena(left) == 0
+    assert [t.data_ptr() for t in left] == addresses
+    assert not any(hvd.in_arena(t) for t in left[:-1]) and hvd.in_arena(placed)
+    # The aliases still alias: a write through one shows through the other.
+    view.fill_(-1.0)
+    shared_view[0, 0] = 7.0
+    assert base.tolist() == [0.0, 1.0, -1.0, -1.0, -1.0, -1.0, 6.0, 7.0]
+    assert shared[0].item() == 7.0
+    with pytest.raises(ValueError, match='to_arena takes tensors, not int'):
+        hvd.to_arena([torch.zeros(1), 2])
+    with pytest.raises(ValueError, match='not NoneType'):
+        hvd.to_arena(None)
+
+
+def test_to_arena_takes_at_most_its_share_of_the_arena(monkeypatch):
+    from collective.torch import grad_buckets
+    budget = 64 << 10
+    monkeypatch.setattr(grad_buckets, 'ARENA_SHARE', budget / _free_bytes())
+    large = torch.ones(2 * budget // 4)  # over the share: stays
+    small = {'a': torch.ones(16), 'b': torch.full((16,), 2.0)}  # a state_dict's form
+    assert hvd.to_arena([('large', large)] + list(small.items())) == 2 * 16 * 4
+    assert not hvd.in_arena(large)
+    assert hvd.in_arena(small['a']) and hvd.in_arena(small['b'])
+    assert small['b'].tolist() == [2.0] * 16
+
+
+def test_a_moved_model_trains_as_the_same_model_in_ordinary_memory():
+    steps = 3
+    models = {'moved': _model(), 'plain': _model()}
+    hvd.to_arena(models['moved'])
+    torch.manual_seed(hvd.rank())
+    batches = [torch.randn(6, 5, dtype=torch.float64) for _ in range(steps)]
+    for kind, model in models.items():
+        optimizer = hvd.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            named_parameters=[(f'{kind}.{name}', p) for name, p in model.named_parameters()])
+        for batch in batches:
+            optimizer.zero_grad()
+            model(batch).square().sum().backward()
+            optimizer.step()
+    for (name, moved), plain in zip(models['moved'].state_dict().items(),
+                                    models['plain'].state_dict().values()):
+        assert torch.equal(moved, plain), name
+        assert hvd.in_arena(moved), name

@@ -238,6 +238,9 @@ class Client {
   // inputs that lie elsewhere, and how much of it neither holds right now.
   uint64_t arena_bytes() const;
   uint64_t arena_free_bytes() const;
+  // Whether the `bytes` at `data` lie in this client's arena (a Buffer, or
+  // part of one): a collective then reads them where they are.
+  bool InArena(const void* data, size_t bytes) const;
   // Bytes Wait has copied out of the daemon's result segment into outputs so
   // far. An allreduce whose output lies in the arena (a Buffer) adds nothing:
   // the daemon writes its result there directly.

@@ -103,6 +103,9 @@ void collective_buffer_free(collective_buffer_t* buffer);
  * holds right now. */
 uint64_t collective_arena_bytes(const collective_client_t* client);
 uint64_t collective_arena_free_bytes(const collective_client_t* client);
+/* 1 if the `bytes` at `data` lie in `client`'s arena (collectives read them
+ * where they are), else 0. */
+int collective_in_arena(const collective_client_t* client, const void* data, size_t bytes);
 
 /* Starts an allreduce. `output` may be NULL (then collective_wait returns a
  * read-only view) or equal `input` (in place). */

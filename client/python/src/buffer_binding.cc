@@ -58,6 +58,14 @@ void BindBuffer(py::module_& m) {
                              "The size of this client's shared-memory arena.")
       .def_property_readonly("arena_free_bytes", &Client::arena_free_bytes,
                              "The bytes of the arena that no Buffer or input in flight holds.")
+      .def(
+          "in_arena",
+          [](const Client& self, std::uintptr_t address, size_t nbytes) {
+            return self.InArena(reinterpret_cast<const void*>(address), nbytes);
+          },
+          py::arg("address"), py::arg("nbytes"),
+          "Whether the `nbytes` at `address` lie in this client's arena (a collective reads "
+          "them where they are).")
       .def_property_readonly("copied_out_bytes", &Client::copied_out_bytes,
                              "Bytes wait() has copied from the daemon's results into outputs; an "
                              "allreduce into an arena output adds none (the daemon writes it).");

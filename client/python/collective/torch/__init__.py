@@ -11,7 +11,7 @@ process; see ``collective.torch.devices``).
 import torch  # noqa: F401  isort:skip
 
 from collective.common.util import gpu_available, num_rank_is_power_2, split_list
-from collective.torch.arena import empty, zeros
+from collective.torch.arena import empty, in_arena, to_arena, zeros
 from collective.torch import elastic
 from collective.torch.compression import Compression
 from collective.torch.functions import broadcast_optimizer_state, broadcast_parameters
@@ -25,5 +25,5 @@ __all__ = list(_mpi_ops_all) + [
     'gpu_available', 'num_rank_is_power_2', 'split_list',
     'Compression', 'DistributedOptimizer', 'SyncBatchNorm', 'allgather_object',
     'broadcast_object', 'broadcast_optimizer_state', 'broadcast_parameters', 'elastic', 'empty',
-    'zeros',
+    'in_arena', 'to_arena', 'zeros',
 ]

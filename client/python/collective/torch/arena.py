@@ -1,4 +1,5 @@
-"""Tensors that live in this process's shared-memory arena: ``hvd.empty`` and ``hvd.zeros``.
+"""Tensors that live in this process's shared-memory arena: ``hvd.empty``, ``hvd.zeros`` and
+``hvd.to_arena``.
 
 A collective's input that lies in the arena reaches the daemon where it is; any other
 tensor is first copied there by libcollective (and that copy is most of what the Python
@@ -9,6 +10,15 @@ broadcasts) can be allocated here instead of with ``torch.empty``::
     flat = hvd.zeros(1 << 20)            # float32, in the arena
     ...                                  # fill it (views of it are in the arena too)
     hvd.allreduce_(flat, op=hvd.Sum)     # read in place: nothing copied in
+
+Tensors made elsewhere move in, keeping their identity, with ``hvd.to_arena``: a model's
+parameters and buffers before ``broadcast_parameters``, an optimizer's state before
+``broadcast_optimizer_state``, the user's own buffers (``hvd.in_arena`` tells whether a
+tensor lies there)::
+
+    model = Net()
+    hvd.to_arena(model)                  # its parameters' data now lies in the arena
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)   # nothing copied
 
 The daemon writes the result of an allreduce (Adasum's too), a broadcast or a
 reducescatter straight into an output that lies in the arena, on one node and across nodes
@@ -27,11 +37,14 @@ connection's arena and takes the copy path. The arena is ``arena_bytes`` in all
 of other inputs: a tensor that does not fit raises ``HorovodInternalError``.
 """
 
+import collections
 import math
 
 import torch
 
 from collective.common import connection as connections
+from collective.common.exceptions import HorovodInternalError
+from collective.torch import grad_buckets, tensor_args
 
 
 def _shape(size):
@@ -76,4 +89,94 @@ def result_tensor(shape, dtype, min_bytes=1 << 16):
 def zeros(*size, dtype=None):
     """``empty``, filled with zeros."""
     return empty(*size, dtype=dtype).zero_()
+
+
+def in_arena(tensor):
+    """Whether ``tensor``'s data lies in this process's arena (a collective then reads it
+    where it is). Needs ``init()``."""
+    nbytes = tensor.numel() * tensor.element_size()
+    return (tensor.device.type == 'cpu' and nbytes > 0 and
+            connections.current().client.in_arena(tensor.data_ptr(), nbytes))
+
+
+def to_arena(tensors):
+    """Moves tensors into this process's arena, each keeping its identity: its data becomes a
+    block of the arena holding the same values (``tensor.data = ...``), so whatever refers to
+    the tensor (a module, an optimizer, the user's own names) sees the move. Collectives then
+    read and write them where they are: ``broadcast_parameters``, ``broadcast_optimizer_state``,
+    ``broadcast_`` and ``allreduce_`` of them copy nothing. Needs ``init()``.
+
+    ``tensors``: a ``torch.nn.Module`` (its parameters and buffers), a ``torch.optim.Optimizer``
+    (the tensors of its state, which optimizers make at their first step), a tensor, a dict (a
+    ``state_dict``), or an iterable of tensors or of (name, tensor) pairs.
+
+    A tensor stays where it is, and its collectives take the copy path as before, when moving it
+    would change what aliases it or how it is laid out: when it is not a dense, contiguous CPU
+    tensor of a dtype the daemon takes, when it is a view (of another tensor, or of part of its
+    storage), or when another of the tensors given shares its storage. So does one that lies in
+    the arena already, and any once the moves have taken ``grad_buckets.ARENA_SHARE`` of the
+    arena's free space (the rest holds the copies of other inputs and a DistributedOptimizer's
+    gradient buckets; ``COLLECTIVE_ARENA_BYTES`` makes the arena larger). A view taken of a
+    tensor before its move still shows the old memory: move first.
+
+    Returns the number of bytes moved.
+    """
+    candidates = list({id(t): t for t in _tensors_of(tensors)}.values())
+    storages = collections.Counter(_storage_of(t) for t in candidates)
+    budget = grad_buckets.arena_budget(connections.current().client)
+    moved = 0
+    with torch.no_grad():
+        for tensor in candidates:
+            nbytes = tensor.numel() * tensor.element_size()
+            if (not _movable(tensor) or storages[_storage_of(tensor)] > 1 or in_arena(tensor)
+                    or moved + nbytes > budget):
+                continue
+            try:
+                home = empty(tensor.shape, dtype=tensor.dtype)
+            except HorovodInternalError:
+                break  # the arena refused a block: the rest stays where it is
+            tensor.data = home.copy_(tensor)
+            moved += nbytes
+    return moved
+
+
+def _tensors_of(tensors):
+    if isinstance(tensors, torch.Tensor):
+        return [tensors]
+    if isinstance(tensors, torch.nn.Module):
+        return list(tensors.parameters()) + list(tensors.buffers())
+    if isinstance(tensors, torch.optim.Optimizer):
+        return [value for state in tensors.state.values() for value in state.values()
+                if isinstance(value, torch.Tensor)]
+    if isinstance(tensors, dict):
+        tensors = tensors.values()
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, '__iter__'):
+        raise ValueError(f'to_arena takes a module, an optimizer, a tensor, a dict or an '
+                         f'iterable of tensors, not {type(tensors).__name__}')
+    found = []
+    for item in tensors:
+        if isinstance(item, tuple) and len(item) == 2:
+            item = item[1]  # (name, tensor)
+        if not isinstance(item, torch.Tensor):
+            raise ValueError(f'to_arena takes tensors, not {type(item).__name__}')
+        found.append(item)
+    return found
+
+
+def _storage(tensor):
+    # untyped_storage: torch 2 (where storage() warns that TypedStorage is deprecated).
+    untyped = getattr(tensor, 'untyped_storage', None)
+    return untyped() if untyped is not None else tensor.storage()
+
+
+def _storage_of(tensor):
+    return _storage(tensor).data_ptr() if tensor.layout == torch.strided else id(tensor)
+
+
+def _movable(tensor):
+    """A dense, contiguous CPU tensor of a dtype the daemon takes, alone in all of its storage."""
+    return (tensor.layout == torch.strided and tensor.device.type == 'cpu' and
+            tensor.is_contiguous() and tensor_args.supported(tensor.dtype) and
+            tensor.numel() > 0 and tensor._base is None and tensor.storage_offset() == 0 and
+            _storage(tensor).nbytes() == tensor.numel() * tensor.element_size())
 
