@@ -280,6 +280,10 @@ def test_to_arena_leaves_alone_what_it_cannot_move_without_changing_aliases():
     shared_view[0, 0] = 7.0
     assert base.tolist() == [0.0, 1.0, -1.0, -1.0, -1.0, -1.0, 6.0, 7.0]
     assert shared[0].item() == 7.0
+    # in_arena of any tensor: a strided view of an arena tensor lies in it, a sparse
+    # tensor does not.
+    assert hvd.in_arena(hvd.zeros(4, 3)[:, 1]) and hvd.in_arena(hvd.zeros(2, 2).t())
+    assert not hvd.in_arena(torch.zeros(2, 2).to_sparse()) and not hvd.in_arena(nothing)
     with pytest.raises(ValueError, match='to_arena takes tensors, not int'):
         hvd.to_arena([torch.zeros(1), 2])
     with pytest.raises(ValueError, match='not NoneType'):

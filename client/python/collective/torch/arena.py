@@ -94,9 +94,11 @@ def zeros(*size, dtype=None):
 def in_arena(tensor):
     """Whether ``tensor``'s data lies in this process's arena (a collective then reads it
     where it is). Needs ``init()``."""
-    nbytes = tensor.numel() * tensor.element_size()
-    return (tensor.device.type == 'cpu' and nbytes > 0 and
-            connections.current().client.in_arena(tensor.data_ptr(), nbytes))
+    if tensor.layout != torch.strided or tensor.device.type != 'cpu' or tensor.numel() == 0:
+        return False
+    # From its first element to its last, whatever its (non-negative) strides.
+    span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return connections.current().client.in_arena(tensor.data_ptr(), span * tensor.element_size())
 
 
 def to_arena(tensors):
