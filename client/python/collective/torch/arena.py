@@ -118,8 +118,9 @@ def to_arena(tensors):
     storage), or when another of the tensors given shares its storage. So does one that lies in
     the arena already, and any once the moves have taken ``grad_buckets.ARENA_SHARE`` of the
     arena's free space (the rest holds the copies of other inputs and a DistributedOptimizer's
-    gradient buckets; ``COLLECTIVE_ARENA_BYTES`` makes the arena larger). A view taken of a
-    tensor before its move still shows the old memory: move first.
+    gradient buckets, which a model moved first leaves less room: ``COLLECTIVE_ARENA_BYTES``
+    makes the arena larger). A view taken of a tensor before its move still shows the old
+    memory: move first.
 
     Returns the number of bytes moved.
     """
