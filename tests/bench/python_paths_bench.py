@@ -8,7 +8,8 @@ Each round runs, one after the other on the same machine:
     arena tensors, the result written back into them; zerocopy: arena
     tensors, the result read where the daemon left it) and its 4-byte
     allreduce latency, against plain MPI (MPI_Allreduce in place) with the
-    same number of processes;
+    same number of processes; the latency is measured again after the
+    Python job, and the round's C++ and MPI latency is the mean of the two;
   * this file as a job of --ranks trainers under collectiverun, measuring the
     same through collective.torch: the ResNet-50 gradient set (the shapes of
     tests/bench/workloads/resnet50_gradients.txt) through `allreduce_async_`
@@ -220,19 +221,20 @@ def _run(command, env=None, timeout=1800):
     return done.stdout
 
 
-def _cpp_round(args):
-    """collective-bench's ResNet step in every placement and its latency, with MPI's."""
+def _cpp_runs(args, latency_only=False):
+    """collective-bench's figures: its ResNet step in every placement (with MPI's), unless
+    `latency_only`, and its 4-byte latency (with MPI's)."""
     bench = os.path.join(args.bin, 'collective-bench')
     common = [bench, '--clients', str(args.ranks), '--json', '--workload', args.workload]
-    runs = (
+    latency = ['--mode', 'latency', '--latency-iterations', str(args.latency_iterations),
+               '--placement', 'zerocopy', '--compare', 'mpi']
+    steps = (
         ['--mode', 'resnet', '--steps', str(args.steps), '--placement', 'both', '--compare',
          'mpi'],
         ['--mode', 'resnet', '--steps', str(args.steps), '--placement', 'inplace'],
-        ['--mode', 'latency', '--latency-iterations', str(args.latency_iterations),
-         '--placement', 'zerocopy', '--compare', 'mpi'],
     )
     figures = {}
-    for run in runs:
+    for run in ([] if latency_only else list(steps)) + [latency]:
         for line in _run(common + run).splitlines():
             if not line.startswith('{'):
                 continue
@@ -246,10 +248,24 @@ def _cpp_round(args):
             elif record.get('mode') == 'latency':
                 figures['cpp_latency_us'] = record['p50_us']
                 figures['mpi_latency_us'] = record['mpi_median_us']
-    wanted = {'cpp_copy_gradients_ms', 'cpp_zerocopy_gradients_ms', 'cpp_inplace_gradients_ms',
-              'mpi_gradients_ms', 'cpp_latency_us', 'mpi_latency_us'}
+    wanted = {'cpp_latency_us', 'mpi_latency_us'}
+    if not latency_only:
+        wanted |= {'cpp_copy_gradients_ms', 'cpp_zerocopy_gradients_ms',
+                   'cpp_inplace_gradients_ms', 'mpi_gradients_ms'}
     if not wanted <= figures.keys():
         sys.exit(f'collective-bench printed no {sorted(wanted - figures.keys())}')
+    return figures
+
+
+def _round(args):
+    """One round: C++ and MPI, the Python job, then C++'s and MPI's latency again. The
+    latency figures are the mean of the runs before and after the Python job, so that a
+    drift of the machine's latency during the round weighs on both sides alike."""
+    figures = _cpp_runs(args)
+    figures.update(_python_round(args))
+    after = _cpp_runs(args, latency_only=True)
+    for key in ('cpp_latency_us', 'mpi_latency_us'):
+        figures[key] = (figures[key] + after[key]) / 2
     return figures
 
 
@@ -345,9 +361,7 @@ def main():
         return
     rounds = []
     for _ in range(args.rounds):
-        figures = _cpp_round(args)
-        figures.update(_python_round(args))
-        rounds.append(figures)
+        rounds.append(_round(args))
     _table(rounds, args)
 
 
