@@ -270,7 +270,8 @@ def test_to_arena_leaves_alone_what_it_cannot_move_without_changing_aliases():
     complex_tensor = torch.zeros(2, dtype=torch.complex64)  # a dtype the daemon does not take
     nothing = torch.zeros(0)
     placed = hvd.zeros(4)  # in the arena already
-    left = [view, strided, shared, shared_view, complex_tensor, nothing, placed]
+    other_processes = torch.zeros(4).share_memory_()  # others may map it: it stays theirs
+    left = [view, strided, shared, shared_view, complex_tensor, nothing, other_processes, placed]
     addresses = [t.data_ptr() for t in left]
     assert hvd.to_arena(left) == 0
     assert [t.data_ptr() for t in left] == addresses

@@ -115,7 +115,8 @@ def to_arena(tensors):
     A tensor stays where it is, and its collectives take the copy path as before, when moving it
     would change what aliases it or how it is laid out: when it is not a dense, contiguous CPU
     tensor of a dtype the daemon takes, when it is a view (of another tensor, or of part of its
-    storage), or when another of the tensors given shares its storage. So does one that lies in
+    storage), when another of the tensors given shares its storage, or when other processes
+    share it (``share_memory_()``). So does one that lies in
     the arena already, and any once the moves have taken ``grad_buckets.ARENA_SHARE`` of the
     arena's free space (the rest holds the copies of other inputs and a DistributedOptimizer's
     gradient buckets, which a model moved first leaves less room: ``COLLECTIVE_ARENA_BYTES``
@@ -177,9 +178,11 @@ def _storage_of(tensor):
 
 
 def _movable(tensor):
-    """A dense, contiguous CPU tensor of a dtype the daemon takes, alone in all of its storage."""
+    """A dense, contiguous CPU tensor of a dtype the daemon takes, alone in all of its storage,
+    which no other process maps (``share_memory_()``: moving it would unshare it)."""
     return (tensor.layout == torch.strided and tensor.device.type == 'cpu' and
             tensor.is_contiguous() and tensor_args.supported(tensor.dtype) and
             tensor.numel() > 0 and tensor._base is None and tensor.storage_offset() == 0 and
-            _storage(tensor).nbytes() == tensor.numel() * tensor.element_size())
+            _storage(tensor).nbytes() == tensor.numel() * tensor.element_size() and
+            not tensor.is_shared())
 
