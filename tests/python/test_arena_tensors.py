@@ -271,10 +271,15 @@ def test_to_arena_leaves_alone_what_it_cannot_move_without_changing_aliases():
     nothing = torch.zeros(0)
     placed = hvd.zeros(4)  # in the arena already
     other_processes = torch.zeros(4).share_memory_()  # others may map it: it stays theirs
-    left = [view, strided, shared, shared_view, complex_tensor, nothing, other_processes, placed]
-    addresses = [t.data_ptr() for t in left]
+    sparse = torch.eye(3).to_sparse()
+    meta = torch.zeros(4, device='meta')
+    left = [view, strided, shared, shared_view, complex_tensor, nothing, other_processes, sparse,
+            meta, placed]
+    dense = [t for t in left if t.layout == torch.strided and not t.is_meta]
+    addresses = [t.data_ptr() for t in dense]
     assert hvd.to_arena(left) == 0
-    assert [t.data_ptr() for t in left] == addresses
+    assert [t.data_ptr() for t in dense] == addresses
+    assert sparse.is_sparse and torch.equal(sparse.to_dense(), torch.eye(3)) and meta.is_meta
     assert not any(hvd.in_arena(t) for t in left[:-1]) and hvd.in_arena(placed)
     # The aliases still alias: a write through one shows through the other.
     view.fill_(-1.0)

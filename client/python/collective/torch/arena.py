@@ -116,12 +116,11 @@ def to_arena(tensors):
     would change what aliases it or how it is laid out: when it is not a dense, contiguous CPU
     tensor of a dtype the daemon takes, when it is a view (of another tensor, or of part of its
     storage), when another of the tensors given shares its storage, or when other processes
-    share it (``share_memory_()``). So does one that lies in
-    the arena already, and any once the moves have taken ``grad_buckets.ARENA_SHARE`` of the
-    arena's free space (the rest holds the copies of other inputs and a DistributedOptimizer's
-    gradient buckets, which a model moved first leaves less room: ``COLLECTIVE_ARENA_BYTES``
-    makes the arena larger). A view taken of a tensor before its move still shows the old
-    memory: move first.
+    share it (``share_memory_()``). So does one that lies in the arena already, and any once
+    the moves have taken ``grad_buckets.ARENA_SHARE`` of the arena's free space (the rest holds
+    the copies of other inputs and a DistributedOptimizer's gradient buckets, which a model
+    moved first leaves less room: ``COLLECTIVE_ARENA_BYTES`` makes the arena larger). A view
+    taken of a tensor before its move still shows the old memory: move first.
 
     Returns the number of bytes moved.
     """
@@ -174,7 +173,11 @@ def _storage(tensor):
 
 
 def _storage_of(tensor):
-    return _storage(tensor).data_ptr() if tensor.layout == torch.strided else id(tensor)
+    """What tells tensors that share memory: their device and storage's address (a tensor
+    with no address of its own, sparse or on the meta device, stands for itself)."""
+    if tensor.layout != torch.strided or tensor.device.type == 'meta':
+        return id(tensor)
+    return tensor.device, _storage(tensor).data_ptr()
 
 
 def _movable(tensor):
