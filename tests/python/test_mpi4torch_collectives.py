@@ -405,3 +405,13 @@ def test_allgathers_adjoint_is_a_reducescatter_written_into_the_arena():
     # d/dx of every rank's sum: comm.size times this rank's rows of the weights.
     mine = weights[comm.rank * rows:(comm.rank + 1) * rows]
     assert torch.equal(x.grad, comm.size * mine)
+
+
+def test_collective_torch_to_arena_moves_an_mpi4torch_input_on_their_shared_connection():
+    # collective.torch.to_arena works on the connection mpi4torch opened at its first use.
+    from collective.torch import in_arena, to_arena
+    x = torch.full((1 << 10,), float(comm.rank + 1))
+    assert to_arena(x) == x.numel() * x.element_size() and in_arena(x)
+    total = comm.Allreduce(x, mpi4torch.MPI_SUM)
+    assert torch.equal(total, torch.full_like(x, sum(r + 1 for r in range(comm.size))))
+    assert torch.equal(x, torch.full_like(x, comm.rank + 1.0))  # an input, left as it was
