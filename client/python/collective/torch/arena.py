@@ -17,6 +17,7 @@ parameters and buffers before ``broadcast_parameters``, an optimizer's state bef
 tensor lies there)::
 
     model = Net()
+    optimizer = hvd.DistributedOptimizer(...)   # first: its gradient buckets take their share
     hvd.to_arena(model)                  # its parameters' data now lies in the arena
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)   # nothing copied
 
@@ -118,9 +119,10 @@ def to_arena(tensors):
     storage), when another of the tensors given shares its storage, or when other processes
     share it (``share_memory_()``). So does one that lies in the arena already, and any once
     the moves have taken ``grad_buckets.ARENA_SHARE`` of the arena's free space (the rest holds
-    the copies of other inputs and a DistributedOptimizer's gradient buckets, which a model
-    moved first leaves less room: ``COLLECTIVE_ARENA_BYTES`` makes the arena larger). A view
-    taken of a tensor before its move still shows the old memory: move first.
+    the copies of other inputs and a DistributedOptimizer's gradient buckets: build the
+    optimizer first, whose buckets a model moved before it would leave less room;
+    ``COLLECTIVE_ARENA_BYTES`` makes the arena larger). A view taken of a tensor before its
+    move still shows the old memory: move first.
 
     Returns the number of bytes moved.
     """
