@@ -45,7 +45,7 @@ import torch
 
 from collective.common import connection as connections
 from collective.common.exceptions import HorovodInternalError
-from collective.torch import grad_buckets, tensor_args
+from collective.torch import grad_buckets
 
 
 def _shape(size):
@@ -126,14 +126,15 @@ def to_arena(tensors):
 
     Returns the number of bytes moved.
     """
-    candidates = list({id(t): t for t in _tensors_of(tensors)}.values())
-    storages = collections.Counter(_storage_of(t) for t in candidates)
+    candidates = {id(t): t for t in _tensors_of(tensors)}.values()
+    storage_of = {id(t): _storage_of(t) for t in candidates}
+    sharers = collections.Counter(storage_of.values())
     budget = grad_buckets.arena_budget(connections.current().client)
     moved = 0
     with torch.no_grad():
         for tensor in candidates:
             nbytes = tensor.numel() * tensor.element_size()
-            if (not _movable(tensor) or storages[_storage_of(tensor)] > 1 or in_arena(tensor)
+            if (not _movable(tensor) or sharers[storage_of[id(tensor)]] > 1 or in_arena(tensor)
                     or moved + nbytes > budget):
                 continue
             try:
@@ -183,11 +184,10 @@ def _storage_of(tensor):
 
 
 def _movable(tensor):
-    """A dense, contiguous CPU tensor of a dtype the daemon takes, alone in all of its storage,
-    which no other process maps (``share_memory_()``: moving it would unshare it)."""
-    return (tensor.layout == torch.strided and tensor.device.type == 'cpu' and
-            tensor.is_contiguous() and tensor_args.supported(tensor.dtype) and
-            tensor.numel() > 0 and tensor._base is None and tensor.storage_offset() == 0 and
+    """A tensor that can be an arena block (``grad_buckets.viewable``), alone in all of its
+    storage, which no other process maps (``share_memory_()``: moving it would unshare it)."""
+    return (grad_buckets.viewable(tensor) and tensor._base is None and
+            tensor.storage_offset() == 0 and
             _storage(tensor).nbytes() == tensor.numel() * tensor.element_size() and
             not tensor.is_shared())
 

@@ -60,8 +60,9 @@ def arena_budget(client):
     return int(client.arena_free_bytes * ARENA_SHARE)
 
 
-def _viewable(p):
-    """Whether p's gradient can be a view of a bucket (then the daemon reads it where it is)."""
+def viewable(p):
+    """Whether a tensor like p can be a view of an arena block, which the daemon reads where it
+    is (p's gradient in a bucket; p itself, for arena.to_arena)."""
     return (p.layout == torch.strided and p.device.type == 'cpu' and p.is_contiguous()
             and tensor_args.supported(p.dtype) and p.numel() > 0)
 
@@ -78,7 +79,7 @@ class GradientBuckets:
         self.buffers = []  # the collective._core.Buffer of each bucket
         connection = connections.current()
         budget = arena_budget(connection.client)
-        for bucket in _pack([p for p in params if _viewable(p)], budget):
+        for bucket in _pack([p for p in params if viewable(p)], budget):
             nbytes = sum(_aligned(p.numel() * p.element_size()) for p in bucket)
             try:
                 buffer = connection.client.allocate(nbytes)

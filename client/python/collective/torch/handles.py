@@ -95,17 +95,13 @@ def run_now(set_id, name, tensor, dtype, output, op, prescale, postscale):
     what ``synchronize`` would raise.
     """
     connection = connections.current()
-    in_use = connection.names_in_use
-    key = (set_id, name)
-    handle = next(connection.handle_ids)
-    if in_use.setdefault(key, handle) != handle:  # _claim_names, for one name
-        raise ValueError(DUPLICATE_NAME_ERROR)
+    names = ((set_id, name),)
+    handle = _claim_names(connection, names)
     try:
         connection.client.allreduce(name, (tensor.data_ptr(), dtype, tensor.shape),
                                     output.data_ptr(), op, prescale, postscale, set_id)
     finally:
-        if in_use.get(key) == handle:
-            in_use.pop(key, None)
+        _free_names(connection, handle, names)
 
 
 def discard(handle):
