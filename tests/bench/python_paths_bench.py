@@ -15,7 +15,10 @@ Each round runs, one after the other on the same machine:
     tests/bench/workloads/resnet50_gradients.txt) through `allreduce_async_`
     per tensor then `synchronize`, on ordinary tensors (copied into the arena
     and back) and on arena tensors (`hvd.empty`: nothing copied); the 4-byte
-    allreduce the same two ways, taking turns in blocks; and
+    allreduce the same two ways and through the binding's call under
+    `allreduce_` with its arguments made once (as a C++ caller makes them),
+    taking turns in blocks, so that what collective.torch's own work adds is
+    measured within one job; and
     DistributedOptimizer around a torchvision ResNet-50 with a real backward
     on small synthetic images, taking turns step by step with the same model
     under a local optimizer.
@@ -94,26 +97,48 @@ def _now():
     return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
-def _latency(hvd, tensors, iterations, blocks=10):
-    """Seconds of each 4-byte allreduce_, back to back, per label of `tensors`.
+def _binding_call(hvd, tensor, label):
+    """The call under `hvd.allreduce_(tensor, op=hvd.Max, name=label)`: the binding's
+    synchronous allreduce with its arguments made once, as a C++ caller of libcollective's
+    Client makes them. Timed in the same job as `allreduce_`, it shows what collective.torch's
+    own work adds, apart from the machine's drift between jobs."""
+    from collective.common import connection, reduce_ops
+    from collective.torch import tensor_args
+    client = connection.current().client
+    name = connection.call_name('allreduce', label, 0)
+    address = tensor.data_ptr()
+    spec = (address, tensor_args.DTYPE_CODES[tensor.dtype], tensor.shape)
+    op = reduce_ops.SHORT_PATH_CODES[hvd.Max]
+    return lambda: client.allreduce(name, spec, address, op, 1.0, 1.0, 0)
 
-    The tensors take turns in blocks, so that what the machine does meanwhile
+
+def _latency(hvd, tensors, iterations, blocks=10):
+    """Seconds of each 4-byte allreduce_, back to back, per label of `tensors` (label:
+    tensor), and of the binding's call under it on an arena tensor of its own
+    (`latency_binding`).
+
+    The labels take turns in blocks, so that what the machine does meanwhile
     (the daemon's and the other ranks' leftovers from the previous phase, other
     load) falls on every label alike rather than on whichever ran first."""
+    calls = {label: (lambda t=tensor, label=label: hvd.allreduce_(t, op=hvd.Max, name=label))
+             for label, tensor in tensors.items()}
+    tensors = dict(tensors, latency_binding=hvd.empty(1))
+    calls['latency_binding'] = _binding_call(hvd, tensors['latency_binding'], 'latency_binding')
     samples = {label: [] for label in tensors}
     per_block = max(1, iterations // blocks)
     for tensor in tensors.values():
-        tensor.fill_(1.0)
+        tensor.fill_(hvd.rank() + 1.0)  # the maximum: the number of ranks, from the first call
     for _ in range(blocks):
-        for label, tensor in tensors.items():
+        for label, call in calls.items():
             for i in range(per_block + 20):
                 start = time.perf_counter()
-                hvd.allreduce_(tensor, op=hvd.Max, name=label)
+                call()
                 if i >= 20:  # the first few after a switch wake a cold path
                     samples[label].append(time.perf_counter() - start)
     for label, tensor in tensors.items():
-        if tensor.item() != 1.0:
-            raise SystemExit(f'rank {hvd.rank()}: {label}: the maximum is wrong')
+        if tensor.item() != hvd.size():
+            raise SystemExit(f'rank {hvd.rank()}: {label}: the maximum is {tensor.item()}, '
+                             f'not {hvd.size()}')
     return samples
 
 
@@ -303,6 +328,8 @@ def _table(rounds, args):
          'latency_copy_us', 'cpp_latency_us', 'cpp_latency_us', 'mpi_latency_us'),
         ('4-byte allreduce_ p50, arena tensor', 'us',
          'latency_arena_us', 'cpp_latency_us', 'cpp_latency_us', 'mpi_latency_us'),
+        ('4-byte p50, the binding under allreduce_ (arena tensor)', 'us',
+         'latency_binding_us', 'cpp_latency_us', 'cpp_latency_us', 'mpi_latency_us'),
     ]
     print(f'{args.ranks} ranks, medians of {len(rounds)} round(s), one machine. C++ alike: '
           'collective-bench copy placement for ordinary tensors, inplace for arena tensors '
@@ -316,6 +343,10 @@ def _table(rounds, args):
         per_round = statistics.median(r[python] / r[alike] for r in rounds)
         print(f'{label:56} {p:7.1f}{unit} {a:7.1f}{unit} {b:7.1f}{unit} {m:7.1f}{unit} '
               f'{p / a:8.2f} {p / b:8.2f} {p / m:8.2f} {per_round:9.2f}')
+    # What collective.torch's own work adds to a small allreduce, measured within one job.
+    own = statistics.median(r['latency_arena_us'] / r['latency_binding_us'] for r in rounds)
+    print(f'{"  allreduce_ (arena tensor) / the binding, same job":56} {"":9} {"":9} {"":9} '
+          f'{"":9} {"":8} {"":8} {"":8} {own:9.2f}')
     if args.optimizer_steps:
         best = median('cpp_zerocopy_gradients_ms')
         print(f'DistributedOptimizer, torchvision ResNet-50, batch {args.batch} of '
