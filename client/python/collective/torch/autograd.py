@@ -34,8 +34,8 @@ class HorovodAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        output = async_ops.allreduce_now(tensor, None, name, op, prescale_factor,
-                                         postscale_factor, process_set)
+        output = async_ops.allreduce_now(tensor, name, op, prescale_factor, postscale_factor,
+                                         process_set)
         if output is not None:
             return output
         return synchronize(async_ops.allreduce_async(

@@ -91,8 +91,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     if (compression is Compression.none and isinstance(tensor, torch.Tensor)
             and not (tensor.requires_grad and torch.is_grad_enabled())):
         # No gradient to record: what the autograd function would return, without its cost.
-        reduced = async_ops.allreduce_now(tensor, None, name, op, prescale_factor,
-                                          postscale_factor, process_set)
+        reduced = async_ops.allreduce_now(tensor, name, op, prescale_factor, postscale_factor,
+                                          process_set)
         if reduced is not None:
             return reduced
     compressed, ctx = compression.compress(tensor)
