@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
+#include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -15,12 +16,6 @@
 
 namespace collective::internal {
 namespace {
-
-// Point-to-point messages are matched by ranks and tag, not by name: many
-// may be outstanding at once.
-bool IsMessage(const v1::TensorRequest& request) {
-  return request.collective() == v1::COLLECTIVE_SEND || request.collective() == v1::COLLECTIVE_RECV;
-}
 
 // Waiting spins this long before it sleeps when the job's local ranks and
 // the daemon's engine thread each have a core: long enough to catch a small
@@ -226,7 +221,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     if (!job_failure_.ok()) return refuse(job_failure_);
     absl::flat_hash_set<SetName> names;
     for (const PreparedRequest& prepared : requests) {
-      if (IsMessage(prepared.request)) continue;
+      if (IsPointToPoint(prepared.request.collective())) continue;
       SetName name{prepared.request.process_set_id(), prepared.request.name()};
       if (outstanding_names_.contains(name) || !names.insert(name).second) {
         return refuse(absl::AlreadyExistsError(absl::StrCat(
@@ -298,7 +293,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
     PreparedRequest& prepared = requests[i];
     const v1::TensorRequest& sent = message.submit().requests(static_cast<int>(i));
     SetName name{sent.process_set_id(), sent.name()};
-    if (!IsMessage(sent)) outstanding_names_.insert(name);
+    if (!IsPointToPoint(sent.collective())) outstanding_names_.insert(name);
     ++in_flight_;
     requests_.emplace(ids[i], Pending{.name = name,
                                       .staging = prepared.staging,

@@ -22,4 +22,10 @@ std::string ReduceOpName(v1::ReduceOp op);
 std::string AdasumScopeName(v1::AdasumScope scope);
 std::string CollectiveName(v1::Collective collective);
 
+// A point-to-point send or receive: matched by ranks and tag, not by name
+// (many may be outstanding at once), and between two ranks only.
+inline bool IsPointToPoint(v1::Collective collective) {
+  return collective == v1::COLLECTIVE_SEND || collective == v1::COLLECTIVE_RECV;
+}
+
 }  // namespace collective

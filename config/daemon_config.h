@@ -59,9 +59,11 @@ struct DaemonConfig {
   // a client may ask for.
   uint64_t default_arena_bytes = 256ull << 20;
   uint64_t max_arena_bytes = 16ull << 30;
+  uint64_t memory_budget_bytes = 0;  // 0: none
   // Size of each job's result segment.
   uint64_t result_arena_bytes = 512ull << 20;
   // Per client; also sizes its completion and submission rings.
+  uint32_t max_jobs = 64;
   uint32_t max_outstanding_requests = 4096;
   uint32_t max_name_bytes = 1024;
   // Threads that share a large reduction; 0: one per online core.

@@ -323,6 +323,9 @@ std::vector<Knob> BuildTable() {
           Unsigned<uint32_t>(COLLECTIVE_KNOB(heartbeat_interval_ms), 10, 60000,
                              "How often, in milliseconds, the daemon stamps its heartbeat into "
                              "every client segment."),
+          Unsigned<uint32_t>(COLLECTIVE_KNOB(max_jobs), 1, 4096,
+                             "Jobs the daemon serves at once; the next job's registration is "
+                             "refused (RESOURCE_EXHAUSTED, naming the jobs it serves)."),
           Unsigned<uint32_t>(COLLECTIVE_KNOB(max_outstanding_requests), 1, 1 << 20,
                              "Requests one client may have in flight; also sizes its completion "
                              "and submission rings."),
@@ -352,6 +355,10 @@ std::vector<Knob> BuildTable() {
           Bytes(COLLECTIVE_KNOB(result_arena_bytes), kMiB, std::numeric_limits<uint64_t>::max(),
                 "Size of each job's result segment, where results wait until every reader "
                 "released them; at least fusion_threshold_bytes."),
+          Bytes(COLLECTIVE_KNOB(memory_budget_bytes), 0, std::numeric_limits<uint64_t>::max(),
+                "Shared memory the daemon may hand out to all jobs together: every client's "
+                "arena and every job's result segment. A registration that would pass it is "
+                "refused (RESOURCE_EXHAUSTED, naming what each job holds); 0: no budget."),
       });
   AddSection(table, "Performance",
              {

@@ -1,6 +1,6 @@
 // collectivectl: ask a collectived what it is doing.
 //
-//   collectivectl status [--json]     version, job, clients, pending tensors, totals
+//   collectivectl status [--job ID] [--json]  version, jobs, clients, pending tensors, totals
 //   collectivectl health [--wait]     exit 0 only if the daemon answers and serves
 //   collectivectl timeline start FILE [--mark-cycles] | stop
 //                                     record the daemon's work as a Chrome trace
@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App* status_command = app.add_subcommand("status", "what the daemon is doing");
   status_command->add_flag("--json", json, "print one JSON object instead of tables");
+  std::string job_id;
+  status_command->add_option("--job", job_id, "only this job (its id, COLLECTIVE_JOB_ID)");
   CLI::App* health_command = app.add_subcommand("health", "exit 0 only if the daemon answers");
   bool wait = false;
   health_command->add_flag("--wait", wait,
@@ -141,7 +143,9 @@ int main(int argc, char** argv) {
   }
   if (*status_command) {
     collective::v1::StatusResponse response;
-    const grpc::Status status = stub->Status(&context, {}, &response);
+    collective::v1::StatusRequest request;
+    request.set_job_id(job_id);
+    const grpc::Status status = stub->Status(&context, request, &response);
     if (!status.ok()) return Report(status, socket);
     if (json) {
       google::protobuf::util::JsonPrintOptions options;

@@ -93,48 +93,50 @@ std::string HumanDuration(double seconds) {
   return fmt::format("{}h{:02}m", whole / 3600, whole % 3600 / 60);
 }
 
-std::string FormatStatus(const v1::StatusResponse& status) {
-  std::string out =
-      fmt::format("collectived {} (pid {}) on {}, up {}\n", status.version(), status.pid(),
-                  status.socket(), HumanDuration(status.uptime_seconds()));
-  const v1::JobStatus& job = status.job();
-  if (job.state() == v1::JOB_STATE_IDLE) {
-    out += "job: none (waiting for clients to register)\n";
-  } else {
-    out += fmt::format("job '{}': {}, {} of {} local ranks registered", job.id(),
-                       JobStateName(job.state()), job.registered(), job.local_size());
-    if (job.formed_unix_ms() != 0) out += ", formed " + LocalTime(job.formed_unix_ms());
-    out += "\n";
-    if (!job.missing_local_ranks().empty()) {
-      out += fmt::format("missing local ranks: {}\n", Ranks(job.missing_local_ranks()));
-    }
-    if (!job.failure().empty()) out += fmt::format("reason: {}\n", job.failure());
+namespace {
+
+// One job: its state, its result arena, sets, nodes, autotuning, and its
+// tables of clients, pending tensors and pending messages.
+std::string FormatJob(const v1::JobReport& report) {
+  std::string out;
+  const v1::JobStatus& job = report.job();
+  out += fmt::format("job '{}': {}, {} of {} local ranks registered", job.id(),
+                     JobStateName(job.state()), job.registered(), job.local_size());
+  if (job.formed_unix_ms() != 0) out += ", formed " + LocalTime(job.formed_unix_ms());
+  if (!job.owner_uids().empty()) {
+    out += fmt::format(", uid{} {}", job.owner_uids_size() > 1 ? "s" : "",
+                       absl::StrJoin(job.owner_uids(), ","));
   }
-  if (status.result_arena_bytes() != 0) {
+  out += "\n";
+  if (!job.missing_local_ranks().empty()) {
+    out += fmt::format("missing local ranks: {}\n", Ranks(job.missing_local_ranks()));
+  }
+  if (!job.failure().empty()) out += fmt::format("reason: {}\n", job.failure());
+  if (report.result_arena_bytes() != 0) {
     out +=
-        fmt::format("result arena: {} of {} in use\n", HumanBytes(status.result_arena_used_bytes()),
-                    HumanBytes(status.result_arena_bytes()));
+        fmt::format("result arena: {} of {} in use\n", HumanBytes(report.result_arena_used_bytes()),
+                    HumanBytes(report.result_arena_bytes()));
   }
-  if (status.process_sets_size() > 1) {
+  if (report.process_sets_size() > 1) {
     std::vector<std::string> sets;
-    for (const v1::ProcessSet& set : status.process_sets()) {
+    for (const v1::ProcessSet& set : report.process_sets()) {
       if (set.id() == 0) continue;
       sets.push_back(fmt::format("{}: [{}]", set.id(), absl::StrJoin(set.ranks(), ", ")));
     }
     out += fmt::format("process sets: {}\n", absl::StrJoin(sets, "; "));
   }
-  if (!status.joined_ranks().empty()) {
-    out += fmt::format("joined ranks: {}\n", Ranks(status.joined_ranks()));
+  if (!report.joined_ranks().empty()) {
+    out += fmt::format("joined ranks: {}\n", Ranks(report.joined_ranks()));
   }
-  if (status.has_negotiation()) {
-    const v1::NegotiationStatus& negotiation = status.negotiation();
+  if (report.has_negotiation()) {
+    const v1::NegotiationStatus& negotiation = report.negotiation();
     out += fmt::format(
         "nodes: this is node {} of {} (local sizes {}); response cache: {} of {} entries\n",
         negotiation.node(), negotiation.nodes(), absl::StrJoin(negotiation.local_sizes(), ", "),
         negotiation.cache_entries(), negotiation.cache_capacity());
   }
-  if (status.has_autotune()) {
-    const v1::AutotuneStatus& tune = status.autotune();
+  if (report.has_autotune()) {
+    const v1::AutotuneStatus& tune = report.autotune();
     std::string state = "off";
     if (tune.enabled() && tune.tuning()) {
       state = tune.trial() == 0 ? fmt::format("warming up (then {} trials)", tune.max_trials())
@@ -148,6 +150,57 @@ std::string FormatStatus(const v1::StatusResponse& status) {
         state, HumanBytes(tune.fusion_threshold_bytes()), tune.cycle_time_ms(),
         HumanBytes(tune.cross_node_chunk_bytes()), tune.response_cache() ? "on" : "off");
   }
+  const v1::Totals& totals = report.totals();
+  out += fmt::format("reduced: {} collectives ({} requests), {}, {} errors\n", totals.collectives(),
+                     totals.requests(), HumanBytes(totals.bytes_reduced()), totals.errors());
+  if (!report.clients().empty()) {
+    Table clients({"RANK", "LOCAL", "PID", "UID", "SESSION", "CONNECTED", "SUBMITTED", "REQUESTS",
+                   "OUTSTANDING", "RESULTS HELD"});
+    for (const v1::ClientStatus& client : report.clients()) {
+      clients.Add({client.rank() < 0 ? "-" : std::to_string(client.rank()),
+                   std::to_string(client.local_rank()), std::to_string(client.pid()),
+                   std::to_string(client.uid()), client.attached() ? "attached" : "-",
+                   LocalTime(client.connected_unix_ms()), HumanBytes(client.bytes_submitted()),
+                   std::to_string(client.requests_submitted()),
+                   std::to_string(client.outstanding_requests()),
+                   HumanBytes(client.result_bytes_held())});
+    }
+    out += "\nCLIENTS\n" + clients.Render();
+  }
+  if (!report.pending().empty()) {
+    Table pending({"NAME", "COLLECTIVE", "SET", "READY RANKS", "MISSING RANKS", "AGE"});
+    for (const v1::PendingTensor& tensor : report.pending()) {
+      pending.Add({tensor.name(), CollectiveName(tensor.collective()),
+                   std::to_string(tensor.process_set_id()), Ranks(tensor.ready_ranks()),
+                   tensor.waiting_for_other_nodes() && tensor.missing_ranks().empty()
+                       ? "other nodes"
+                       : Ranks(tensor.missing_ranks()),
+                   HumanDuration(tensor.age_seconds()) + (tensor.stalled() ? " STALLED" : "")});
+    }
+    out += "\nPENDING TENSORS\n" + pending.Render();
+  }
+  if (!report.pending_messages().empty()) {
+    // Who waits for whom: a send waits for its destination's receive, a
+    // receive for its source's send.
+    Table messages({"RANK", "WAITS IN", "FOR RANK", "TAG", "SET", "DTYPE", "BYTES", "AGE"});
+    for (const v1::PendingMessage& message : report.pending_messages()) {
+      const bool send = message.collective() == v1::COLLECTIVE_SEND;
+      messages.Add({std::to_string(message.rank()), send ? "send" : "receive",
+                    std::to_string(message.peer_rank()), std::to_string(message.tag()),
+                    std::to_string(message.process_set_id()), DataTypeName(message.dtype()),
+                    HumanBytes(message.bytes()), HumanDuration(message.age_seconds())});
+    }
+    out += "\nPENDING MESSAGES\n" + messages.Render();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FormatStatus(const v1::StatusResponse& status) {
+  std::string out =
+      fmt::format("collectived {} (pid {}) on {}, up {}\n", status.version(), status.pid(),
+                  status.socket(), HumanDuration(status.uptime_seconds()));
   if (!status.metrics_url().empty()) out += fmt::format("metrics: {}\n", status.metrics_url());
   if (status.timeline().active()) {
     out += fmt::format("timeline: recording to {} ({} events so far)\n", status.timeline().path(),
@@ -179,45 +232,32 @@ std::string FormatStatus(const v1::StatusResponse& status) {
     out += "\n";
   }
 
-  if (!status.clients().empty()) {
-    Table clients({"RANK", "LOCAL", "PID", "UID", "SESSION", "CONNECTED", "SUBMITTED", "REQUESTS",
-                   "OUTSTANDING", "RESULTS HELD"});
-    for (const v1::ClientStatus& client : status.clients()) {
-      clients.Add({client.rank() < 0 ? "-" : std::to_string(client.rank()),
-                   std::to_string(client.local_rank()), std::to_string(client.pid()),
-                   std::to_string(client.uid()), client.attached() ? "attached" : "-",
-                   LocalTime(client.connected_unix_ms()), HumanBytes(client.bytes_submitted()),
-                   std::to_string(client.requests_submitted()),
-                   std::to_string(client.outstanding_requests()),
-                   HumanBytes(client.result_bytes_held())});
-    }
-    out += "\nCLIENTS\n" + clients.Render();
+  if (status.jobs().empty()) {
+    out += "job: none (waiting for clients to register)\n";
+    return out;
   }
-  if (!status.pending().empty()) {
-    Table pending({"NAME", "COLLECTIVE", "SET", "READY RANKS", "MISSING RANKS", "AGE"});
-    for (const v1::PendingTensor& tensor : status.pending()) {
-      pending.Add({tensor.name(), CollectiveName(tensor.collective()),
-                   std::to_string(tensor.process_set_id()), Ranks(tensor.ready_ranks()),
-                   tensor.waiting_for_other_nodes() && tensor.missing_ranks().empty()
-                       ? "other nodes"
-                       : Ranks(tensor.missing_ranks()),
-                   HumanDuration(tensor.age_seconds()) + (tensor.stalled() ? " STALLED" : "")});
+  if (status.jobs_size() > 1) {
+    // Every job in one table first: what an operator of a shared node scans.
+    Table jobs({"JOB", "STATE", "RANKS", "OWNER UIDS", "REDUCED", "PENDING", "WAITS FOR"});
+    for (const v1::JobReport& report : status.jobs()) {
+      const v1::JobStatus& job = report.job();
+      std::string waits = "-";
+      if (!job.missing_local_ranks().empty()) {
+        waits = "local ranks " + Ranks(job.missing_local_ranks());
+      } else if (!report.pending().empty()) {
+        const v1::PendingTensor& oldest = report.pending(0);
+        waits = fmt::format("'{}' from ranks {}", oldest.name(),
+                            oldest.missing_ranks().empty() ? std::string("of other nodes")
+                                                           : Ranks(oldest.missing_ranks()));
+      }
+      jobs.Add({job.id(), JobStateName(job.state()),
+                fmt::format("{}/{}", job.registered(), job.local_size()),
+                absl::StrJoin(job.owner_uids(), ","), HumanBytes(report.totals().bytes_reduced()),
+                std::to_string(report.pending_size()), waits});
     }
-    out += "\nPENDING TENSORS\n" + pending.Render();
+    out += "\nJOBS\n" + jobs.Render();
   }
-  if (!status.pending_messages().empty()) {
-    // Who waits for whom: a send waits for its destination's receive, a
-    // receive for its source's send.
-    Table messages({"RANK", "WAITS IN", "FOR RANK", "TAG", "SET", "DTYPE", "BYTES", "AGE"});
-    for (const v1::PendingMessage& message : status.pending_messages()) {
-      const bool send = message.collective() == v1::COLLECTIVE_SEND;
-      messages.Add({std::to_string(message.rank()), send ? "send" : "receive",
-                    std::to_string(message.peer_rank()), std::to_string(message.tag()),
-                    std::to_string(message.process_set_id()), DataTypeName(message.dtype()),
-                    HumanBytes(message.bytes()), HumanDuration(message.age_seconds())});
-    }
-    out += "\nPENDING MESSAGES\n" + messages.Render();
-  }
+  for (const v1::JobReport& report : status.jobs()) out += "\n" + FormatJob(report);
   return out;
 }
 

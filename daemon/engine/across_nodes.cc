@@ -82,7 +82,7 @@ void AcrossNodes::End(v1::Totals& totals) {
 }
 
 int32_t AcrossNodes::LocalMembers(const job::ProcessSet& set) const {
-  const job::NodeLayout& layout = host_.job()->layout();
+  const job::NodeLayout& layout = host_.job().layout();
   return static_cast<int32_t>(std::count_if(set.ranks.begin(), set.ranks.end(),
                                             [&](int32_t rank) { return layout.IsLocal(rank); }));
 }
@@ -118,7 +118,7 @@ std::string AcrossNodes::DescribeNode(const job::Job* job, int node) {
 
 bool AcrossNodes::Announce(negotiation::ReadyTensor& tensor) {
   if (negotiator_ == nullptr) return false;
-  const job::ProcessSet* set = host_.job()->process_sets().Find(tensor.process_set_id);
+  const job::ProcessSet* set = host_.job().process_sets().Find(tensor.process_set_id);
   if (set == nullptr || !SpansNodes(*set)) return false;
   tensor.across_nodes = true;
   tensor.local_members = LocalMembers(*set);
@@ -141,13 +141,13 @@ void AcrossNodes::ReportPartial(std::vector<v1::PartialTensor> partial) {
 }
 
 absl::StatusOr<AcrossNodes::Heard> AcrossNodes::Poll(Clock::time_point now) {
-  auto incoming = negotiator_->Exchange(host_.job()->process_sets(), now);
+  auto incoming = negotiator_->Exchange(host_.job().process_sets(), now);
   if (!incoming.ok()) return incoming.status();
   Heard heard{.worked = !incoming->batches.empty() || !incoming->events.empty() || incoming->heard,
               .events = std::move(incoming->events)};
   for (v1::Decisions& batch : incoming->batches) {
     // An ending job still runs what node 0 decided (see Engine::EndJob).
-    if (host_.job() == nullptr || !Decides(host_.job()->state())) break;
+    if (!Decides(host_.job().state())) break;
     Decide(std::move(batch));
   }
   // Node 0 ran its combined small allreduces first; the other nodes hear
@@ -187,7 +187,7 @@ std::optional<negotiation::ReadyTensor> AcrossNodes::DecidedTensor(
   }
   // Not announced here: either no rank of the set lives here, or every one
   // that does joined — then this node takes part with zeros.
-  const job::ProcessSet* set = host_.job()->process_sets().Find(set_id);
+  const job::ProcessSet* set = host_.job().process_sets().Find(set_id);
   if (set == nullptr || decision.code() != 0 || !SpansNodes(*set) || LocalMembers(*set) == 0 ||
       exec::ops::OpFor(from_cache ? cached->ranks.front().request().collective()
                        : decision.ranks().empty()
@@ -227,7 +227,7 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
       host_.FailTensor(tensor, failed);
       continue;
     }
-    const job::ProcessSet* set = host_.job()->process_sets().Find(tensor.process_set_id);
+    const job::ProcessSet* set = host_.job().process_sets().Find(tensor.process_set_id);
     tensor.set_size = set != nullptr ? set->size() : tensor.set_size;
     // Negotiated: from the first local submission to node 0's decision.
     tensor.ready_at = Clock::now();
@@ -277,9 +277,9 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
   // that the NCCL calls of every node pair up. A job that failed or ends
   // runs no more GPU work (Engine::FailJob aborts its NCCL calls): they fail
   // here.
-  if (host_.job()->state() != job::JobState::kRunning) {
+  if (host_.job().state() != job::JobState::kRunning) {
     for (const negotiation::ReadyTensor& tensor : device) {
-      host_.FailTensor(tensor, host_.job()->failure());
+      host_.FailTensor(tensor, host_.job().failure());
     }
     device.clear();
   }
@@ -312,8 +312,8 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
 
 bool AcrossNodes::Advance() {
   bool progressed = false;
-  while (host_.job() != nullptr && Decides(host_.job()->state())) {
-    job::Job& job = *host_.job();
+  while (Decides(host_.job().state())) {
+    job::Job& job = host_.job();
     if (!active_.has_value()) {
       if (queue_.empty()) break;
       exec::Executor::Outcome outcome = executor_.Reserve(queue_.front(), *job.results());

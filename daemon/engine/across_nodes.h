@@ -5,13 +5,14 @@
 // among the set's nodes, pipelined; a small cached allreduce instead sends
 // its part with its announcement, to node 0 and to the set's other nodes,
 // and takes the combination from the other nodes' parts or from node 0's
-// decision, whichever comes first). The engine keeps the loop and the job;
-// it calls Announce, Poll, Advance and Fail, and AcrossNodes calls back
-// through AcrossNodes::Host for what the engine owns (completing and failing
+// decision, whichever comes first). Its job run (job_run.h) calls
+// Announce, Poll, Advance and Fail, and is the AcrossNodes::Host that
+// AcrossNodes calls back for what the run owns (completing and failing
 // requests, breaking the world, the job's end). Status and metrics read it
-// through View. Engine thread only, like all of MPI. It lives as long as the
-// engine: Begin and End bracket each job across nodes, so that a callback
-// that ends the job never destroys the object running it.
+// through View. Engine thread only, like all of MPI. Each run owns one:
+// Begin when its job forms across nodes, End at the run's teardown, which
+// the engine does between turns, so that a callback that ends the job never
+// destroys the object running it.
 #pragma once
 
 #include <deque>
@@ -47,8 +48,8 @@ class AcrossNodes {
   class Host {
    public:
     virtual ~Host() = default;
-    // The job, or null once it is gone.
-    virtual job::Job* job() = 0;
+    // The job (the host outlives this object's use of it).
+    virtual job::Job& job() = 0;
     // A set whose rank `first_joined` joined refuses what is pending.
     virtual void RefuseAfterJoin(int32_t process_set_id, int32_t first_joined) = 0;
     virtual void FailTensor(const negotiation::ReadyTensor& tensor, const absl::Status& why) = 0;

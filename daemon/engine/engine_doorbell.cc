@@ -32,7 +32,7 @@ void EngineDoorbell::Ring() {
       break;
     case shm::kDaemonSleepsOnDoorbell: {
       std::lock_guard lock(doorbell_mutex_);
-      std::atomic<uint32_t>* target = doorbell_ != nullptr ? doorbell_->word() : &word_;
+      std::atomic<uint32_t>* target = doorbells_.empty() ? &word_ : doorbells_.front()->word();
       if (target != &word_) target->fetch_add(1, std::memory_order_seq_cst);
       shm::FutexWakeAll(target);
       break;
@@ -43,14 +43,16 @@ void EngineDoorbell::Ring() {
 }
 
 void EngineDoorbell::Arm(const std::vector<shm::ClientSegmentHeader*>& clients,
-                         std::shared_ptr<job::JobDoorbell> doorbell) {
+                         std::vector<std::shared_ptr<job::JobDoorbell>> doorbells) {
   // Replaced under the lock Ring takes, so that a ring from another thread
   // never touches a doorbell whose job went.
-  if (doorbell != doorbell_) {
+  if (doorbells != doorbells_) {
     std::lock_guard lock(doorbell_mutex_);
-    doorbell_ = std::move(doorbell);
+    doorbells_ = std::move(doorbells);
   }
-  if (doorbell_ != nullptr) doorbell_armed_ = doorbell_->word()->load(std::memory_order_seq_cst);
+  if (!doorbells_.empty()) {
+    doorbell_armed_ = doorbells_.front()->word()->load(std::memory_order_seq_cst);
+  }
   clients_ = clients;
   waiters_.clear();
   waiters_.push_back({&word_, word_.load(std::memory_order_seq_cst)});
@@ -96,10 +98,12 @@ void EngineDoorbell::SleepOnDoorbell(std::chrono::steady_clock::time_point deadl
   std::atomic<uint32_t>* word = &word_;
   uint32_t expected = waiters_.front().expected;
   auto slice = std::chrono::steady_clock::duration::max();
-  if (doorbell_ != nullptr && !doorbell_->faulted()) {
-    word = doorbell_->word();
+  if (!doorbells_.empty() && !doorbells_.front()->faulted()) {
+    word = doorbells_.front()->word();
     expected = doorbell_armed_;
-    slice = doorbell_slice_;
+    slice = doorbells_.size() == 1
+                ? std::chrono::duration_cast<std::chrono::steady_clock::duration>(doorbell_slice_)
+                : std::chrono::duration_cast<std::chrono::steady_clock::duration>(kSharedSlice);
   } else if (!clients_.empty()) {
     slice = kPollInterval;
   }

@@ -6,13 +6,15 @@
 // - On every word at once (futex_waitv, Linux 5.16+): the engine's own word
 //   and each client's submit_word, in the client's own segment, so a
 //   submission wakes the engine directly and no client can disturb another.
-// - On the job's doorbell word alone, which every client of the job rings
+// - On a job's doorbell word alone, which every client of the job rings
 //   (and the engine's other threads too): kernels without futex_waitv
 //   (Ubuntu 22.04's 5.15, RHEL 8, gVisor), more clients than one futex_waitv
 //   takes, or engine_wait: doorbell. As fast, but every client may write the
 //   word: one that stores old values into it could make the engine miss a
 //   ring, so a doorbell sleep lasts at most doorbell_slice before the engine
-//   looks again.
+//   looks again. One futex waits on one word: while several jobs run, a
+//   doorbell sleep lasts at most kSharedSlice, so that another job's ring
+//   waits that long at most.
 //
 // Protocol, per loop: Arm (read every word) -> look for work -> if none,
 // Sleep: announce in every client's daemon_sleeping which word to ring,
@@ -39,6 +41,8 @@ namespace collective::daemon::engine {
 class EngineDoorbell {
  public:
   static constexpr std::chrono::milliseconds kDefaultDoorbellSlice{10};
+  // The longest doorbell sleep while several jobs run.
+  static constexpr std::chrono::microseconds kSharedSlice{200};
 
   explicit EngineDoorbell(config::EngineWait wait = config::EngineWait::kAuto,
                           std::chrono::milliseconds doorbell_slice = kDefaultDoorbellSlice);
@@ -46,9 +50,9 @@ class EngineDoorbell {
   // Any thread.
   void Ring();
 
-  // Engine thread. `doorbell`: the job's, or null while there is none.
+  // Engine thread. `doorbells`: every job's (none while no job formed).
   void Arm(const std::vector<shm::ClientSegmentHeader*>& clients,
-           std::shared_ptr<job::JobDoorbell> doorbell);
+           std::vector<std::shared_ptr<job::JobDoorbell>> doorbells);
   void Sleep(std::chrono::steady_clock::time_point deadline);
 
   // Engine thread: whether the last sleep was on the doorbell.
@@ -72,9 +76,10 @@ class EngineDoorbell {
   uint32_t doorbell_armed_ = 0;
   shm::DaemonSleep last_sleep_ = shm::kDaemonAwake;
 
-  // The job's doorbell: replaced by the engine thread, rung by any.
+  // The jobs' doorbells: replaced by the engine thread, rung by any. A
+  // doorbell sleep waits on the first.
   std::mutex doorbell_mutex_;
-  std::shared_ptr<job::JobDoorbell> doorbell_;
+  std::vector<std::shared_ptr<job::JobDoorbell>> doorbells_;
 };
 
 }  // namespace collective::daemon::engine

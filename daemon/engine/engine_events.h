@@ -38,6 +38,7 @@ struct SessionClosedEvent {
 
 struct StatusEvent {
   std::function<void(const v1::StatusResponse&)> reply;
+  std::string job_id;  // only this job's report; empty: every job's
 };
 
 struct HealthEvent {

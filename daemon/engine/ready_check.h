@@ -2,8 +2,8 @@
 // before anything runs: the ranks agree (negotiation/mismatch.h), its
 // collective can run (the op's own checks; control collectives only while
 // no rank has joined), and a CUDA tensor fits the GPU path. On one node the
-// engine checks with this node's requests; across nodes node 0 checks with
-// every rank's (world/negotiator.h) and every node hears its verdict.
+// job run checks with this node's requests; across nodes node 0 checks with
+// every rank's (negotiation/negotiator.h) and every node hears its verdict.
 #pragma once
 
 #include "absl/status/status.h"

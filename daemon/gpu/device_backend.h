@@ -102,7 +102,7 @@ class DeviceBackend : public IpcMemoryOpener {
   virtual absl::Status RecordEvent(int device, EventId event) = 0;
   // Every copy of `copies` (one batched kernel).
   virtual absl::Status Copy(int device, std::span<const DeviceCopy> copies) = 0;
-  // out = exec::Reduce(spec, inputs) as daemon/reduce_kernels.h defines it
+  // out = exec::Reduce(spec, inputs) as exec/reduce_kernels.h defines it
   // (float16 and bfloat16 accumulated in float32, inputs folded in order),
   // where a null input stands for zeros and no input at all gives the op's
   // identity (0 for SUM, 1 for PRODUCT, the type's largest for MIN and

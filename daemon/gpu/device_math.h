@@ -1,7 +1,7 @@
 // The element arithmetic of the device-side reduction kernel
 // (device_reduce.cu), written once for the GPU and the host: nvcc compiles it
 // into the kernel, and the unit tests compile it for the CPU and hold it to
-// exec::Reduce's contract (daemon/reduce_kernels.h): inputs folded left to
+// exec::Reduce's contract (exec/reduce_kernels.h): inputs folded left to
 // right, float16 and bfloat16 widened to float32, NaN operands kept left
 // first, -0 below +0 in MIN/MAX, integers wrapping, scaled integers
 // saturating. Plain data and no library calls the device lacks.

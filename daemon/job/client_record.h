@@ -1,5 +1,5 @@
 // The daemon's view of one client: who it is, its segment, its session and
-// its requests. Owned by the Job; touched only by the engine thread.
+// its requests. Owned by its Job; touched only by the engine thread.
 #pragma once
 
 #include <chrono>
@@ -11,12 +11,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "collective/v1/types.pb.h"
+#include "daemon/job/client_rings.h"
 #include "daemon/job/peer_credentials.h"
 #include "daemon/job/session_link.h"
 #include "daemon/job/sigbus_guard.h"
 #include "shm/client_segment.h"
-#include "shm/completion_ring.h"
-#include "shm/submission_ring.h"
 
 namespace collective::daemon::job {
 
@@ -35,8 +34,9 @@ struct ClientRecord {
   std::vector<std::vector<int32_t>> static_process_sets;
 
   std::unique_ptr<shm::ClientSegment> segment;
-  std::unique_ptr<shm::RingPublisher> ring;
-  std::unique_ptr<shm::SubmissionReader> submissions;
+  uint64_t arena_bytes = 0;  // the segment's arena: what its requests may address
+  std::unique_ptr<CompletionSink> ring;
+  std::unique_ptr<SubmissionSource> submissions;
   GuardedRange guard;  // SIGBUS protection of the segment mapping
 
   std::shared_ptr<SessionLink> link;  // once attached

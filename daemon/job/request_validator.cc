@@ -47,15 +47,11 @@ bool IsControl(v1::Collective collective) {
          collective == v1::COLLECTIVE_REMOVE_PROCESS_SET;
 }
 
-bool IsMessage(v1::Collective collective) {
-  return collective == v1::COLLECTIVE_SEND || collective == v1::COLLECTIVE_RECV;
-}
-
 // A send names its destination and a receive its source (peer_rank, within
 // the process set: the engine checks it against the set's size), and both a
 // tag. A receive's input is never read: it only describes what arrives.
 absl::Status CheckMessage(const v1::TensorRequest& request) {
-  if (!IsMessage(request.collective())) {
+  if (!IsPointToPoint(request.collective())) {
     if (request.peer_rank() != 0 || request.tag() != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("peer_rank and tag apply to send and receive, not to ",

@@ -7,10 +7,6 @@
 
 namespace collective::daemon::negotiation {
 
-bool IsPointToPoint(v1::Collective collective) {
-  return collective == v1::COLLECTIVE_SEND || collective == v1::COLLECTIVE_RECV;
-}
-
 std::string MessageName(int32_t process_set_id, int32_t source, int32_t destination, int32_t tag) {
   return absl::StrCat(
       "message from rank ", source, " to rank ", destination, " with tag ", tag,

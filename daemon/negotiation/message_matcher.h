@@ -18,13 +18,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "collective/v1/types.pb.h"
 #include "common/clock.h"
+#include "common/dtype.h"
 #include "daemon/job/process_sets.h"
 #include "daemon/negotiation/coordinator.h"
 
 namespace collective::daemon::negotiation {
 
-// Whether a collective is a point-to-point send or receive.
-bool IsPointToPoint(v1::Collective collective);
+using ::collective::IsPointToPoint;
 
 // "message from rank 0 to rank 1 with tag 7 (process set 2)": how errors and
 // the timeline name a message (ranks within the set).

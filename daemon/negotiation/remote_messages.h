@@ -10,7 +10,7 @@
 // receive), and answers (MessageReply): the disagreement, or the send's
 // request and either its bytes (small messages) or word that they follow
 // on the set's communicator, tagged by the notice's id. Moving the bytes
-// and completing the halves is the engine's (engine_messages.cc).
+// and completing the halves is the job run's (engine/point_to_point.h).
 //
 // A notice's order is its posting order on the receiver's node, and the
 // control messages between two nodes do not overtake each other, so the

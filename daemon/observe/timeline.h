@@ -52,7 +52,7 @@ class Timeline {
   // Creates or truncates `path` with the file-system identity of `owner`
   // (the caller of the RPC), so that nobody can make the daemon write where
   // they could not write themselves, and starts recording. The file is
-  // opened on the calling thread (see daemon/open_as_owner.h).
+  // opened on the calling thread (see job/open_as_owner.h).
   // FAILED_PRECONDITION if already recording; INVALID_ARGUMENT for a relative
   // path (the daemon's working directory means nothing to the caller);
   // PERMISSION_DENIED if the daemon cannot act as `owner`, another user; the

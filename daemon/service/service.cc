@@ -131,23 +131,25 @@ grpc::ServerBidiReactor<v1::ClientMessage, v1::DaemonMessage>* CollectiveService
   return new SessionReactor(engine_, *peer);
 }
 
-template <class Event, class Response>
+template <class Event, class Response, class... Fields>
 grpc::ServerUnaryReactor* CollectiveServiceImpl::AskEngine(grpc::CallbackServerContext* context,
-                                                           Response* response, const char* rpc) {
+                                                           Response* response, const char* rpc,
+                                                           Fields... fields) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   auto peer = Authorize(*context, rpc);
   if (!peer.ok()) return Refuse(reactor, peer.status());
   const bool posted = engine_.Post(Event{[reactor, response](const Response& answer) {
-    *response = answer;
-    reactor->Finish(grpc::Status::OK);
-  }});
+                                           *response = answer;
+                                           reactor->Finish(grpc::Status::OK);
+                                         },
+                                         std::move(fields)...});
   return posted ? reactor : Refuse(reactor, engine_.Refusal());
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Status(grpc::CallbackServerContext* context,
-                                                        const v1::StatusRequest*,
+                                                        const v1::StatusRequest* request,
                                                         v1::StatusResponse* response) {
-  return AskEngine<engine::StatusEvent>(context, response, "Status");
+  return AskEngine<engine::StatusEvent>(context, response, "Status", request->job_id());
 }
 
 grpc::ServerUnaryReactor* CollectiveServiceImpl::Health(grpc::CallbackServerContext* context,

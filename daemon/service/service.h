@@ -42,11 +42,11 @@ class CollectiveServiceImpl final : public v1::CollectiveService::CallbackServic
   absl::StatusOr<job::PeerCredentials> Authorize(const grpc::CallbackServerContext& context,
                                                  const char* rpc) const;
 
-  // A unary call the engine answers: posts an `Event` whose reply fills
-  // `response` and finishes the call.
-  template <class Event, class Response>
+  // A unary call the engine answers: posts an `Event` (its reply, then
+  // `fields`) whose reply fills `response` and finishes the call.
+  template <class Event, class Response, class... Fields>
   grpc::ServerUnaryReactor* AskEngine(grpc::CallbackServerContext* context, Response* response,
-                                      const char* rpc);
+                                      const char* rpc, Fields... fields);
 
   engine::Engine& engine_;
   const job::PeerPolicy& policy_;

@@ -92,7 +92,7 @@ class EngineDoorbellTest : public ::testing::Test {
 
 TEST_F(EngineDoorbellTest, ClientRingWakesADoorbellSleep) {
   EngineDoorbell doorbell(config::EngineWait::kDoorbell, kHour);
-  doorbell.Arm({header()}, doorbell_);
+  doorbell.Arm({header()}, {doorbell_});
   std::future<void> sleep = SleepOnThread(doorbell);
   ASSERT_TRUE(AnnouncedSleep(shm::kDaemonSleepsOnDoorbell));
   Publish();
@@ -104,7 +104,7 @@ TEST_F(EngineDoorbellTest, ClientRingWakesADoorbellSleep) {
 
 TEST_F(EngineDoorbellTest, PostFromAnotherThreadWakesADoorbellSleep) {
   EngineDoorbell doorbell(config::EngineWait::kDoorbell, kHour);
-  doorbell.Arm({header()}, doorbell_);
+  doorbell.Arm({header()}, {doorbell_});
   std::future<void> sleep = SleepOnThread(doorbell);
   ASSERT_TRUE(AnnouncedSleep(shm::kDaemonSleepsOnDoorbell));
   doorbell.Ring();
@@ -116,7 +116,7 @@ TEST_F(EngineDoorbellTest, PostFromAnotherThreadWakesADoorbellSleep) {
 TEST_F(EngineDoorbellTest, SubmissionBetweenArmAndSleepIsNotMissed) {
   for (const config::EngineWait wait : {config::EngineWait::kDoorbell, config::EngineWait::kAuto}) {
     EngineDoorbell doorbell(wait, kHour);
-    doorbell.Arm({header()}, doorbell_);
+    doorbell.Arm({header()}, {doorbell_});
     Publish();
     std::future<void> sleep = SleepOnThread(doorbell);
     EXPECT_EQ(sleep.wait_for(kTestDeadline), std::future_status::ready);
@@ -126,7 +126,7 @@ TEST_F(EngineDoorbellTest, SubmissionBetweenArmAndSleepIsNotMissed) {
 TEST_F(EngineDoorbellTest, AutoSleepsOnEveryClientsWordWhereTheKernelHasFutexWaitv) {
   if (!shm::FutexWaitvAvailable()) GTEST_SKIP() << "this kernel lacks futex_waitv";
   EngineDoorbell doorbell(config::EngineWait::kAuto, kHour);
-  doorbell.Arm({header()}, doorbell_);
+  doorbell.Arm({header()}, {doorbell_});
   std::future<void> sleep = SleepOnThread(doorbell);
   ASSERT_TRUE(AnnouncedSleep(shm::kDaemonSleepsOnSubmitWord));
   Publish();
@@ -142,7 +142,7 @@ TEST_F(EngineDoorbellTest, MoreClientsThanFutexWaitvTakesSleepOnTheDoorbell) {
   std::vector<shm::ClientSegmentHeader*> clients = {header()};
   for (shm::ClientSegmentHeader& other : others) clients.push_back(&other);
   EngineDoorbell doorbell(config::EngineWait::kAuto, kHour);
-  doorbell.Arm(clients, doorbell_);
+  doorbell.Arm(clients, {doorbell_});
   std::future<void> sleep = SleepOnThread(doorbell);
   ASSERT_TRUE(AnnouncedSleep(shm::kDaemonSleepsOnDoorbell));
   Publish();
@@ -157,9 +157,26 @@ TEST_F(EngineDoorbellTest, MoreClientsThanFutexWaitvTakesSleepOnTheDoorbell) {
 // at most one slice, so another client's ring is late, never lost.
 TEST_F(EngineDoorbellTest, ADoorbellSleepLastsAtMostOneSlice) {
   EngineDoorbell doorbell(config::EngineWait::kDoorbell, 1ms);
-  doorbell.Arm({header()}, doorbell_);
+  doorbell.Arm({header()}, {doorbell_});
   std::future<void> sleep = SleepOnThread(doorbell);
   EXPECT_EQ(sleep.wait_for(kTestDeadline), std::future_status::ready);
+}
+
+// Several jobs: one futex sleeps on one word, the first job's doorbell, so
+// a client of another job rings a word nobody waits on; the engine's sleep
+// lasts at most kSharedSlice, and it then finds that client's submission.
+TEST_F(EngineDoorbellTest, WithSeveralJobsAnotherJobsRingIsLateAtMostASharedSlice) {
+  auto first = job::JobDoorbell::Create(
+      {.name = UniqueName("first-job"), .epoch = 9, .owner_uid = ::geteuid(), .mode = 0600});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EngineDoorbell doorbell(config::EngineWait::kDoorbell, kHour);
+  doorbell.Arm({header()}, {std::move(*first), doorbell_});
+  std::future<void> sleep = SleepOnThread(doorbell);
+  ASSERT_TRUE(AnnouncedSleep(shm::kDaemonSleepsOnDoorbell));
+  Publish();  // rings this client's own job's doorbell, the second
+  ASSERT_EQ(sleep.wait_for(kTestDeadline), std::future_status::ready)
+      << "a ring on the second job's doorbell was never noticed";
+  EXPECT_TRUE(doorbell.slept_on_doorbell());
 }
 
 }  // namespace

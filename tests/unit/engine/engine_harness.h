@@ -1,5 +1,5 @@
 // The harness of the engine's unit tests: an Engine driven directly, with
-// fake Register calls and session links (daemon/session_link.h) and the real
+// fake Register calls and session links (job/session_link.h) and the real
 // shared-memory segments (submissions through the submission ring, answers
 // through the completion ring), and the clients of a job as the tests see
 // them.
@@ -220,14 +220,15 @@ class EngineHarness : public ::testing::Test {
     ASSERT_TRUE(engine_->Post(engine::ClientMessageEvent{link, Self(), std::move(message)}));
   }
 
-  // Registers every rank of a job of `local_size` (asking for
+  // Registers every rank of job `job_id` of `local_size` (asking for
   // `static_sets`), maps the segments and (if `attach`) attaches every
   // session.
   std::vector<TestClient> JoinJob(int32_t local_size, bool attach = true,
-                                  const std::vector<Ranks>& static_sets = {}) {
+                                  const std::vector<Ranks>& static_sets = {},
+                                  const std::string& job_id = "") {
     std::vector<TestClient> clients(local_size);
     for (int32_t rank = 0; rank < local_size; ++rank)
-      clients[rank].call = Register(rank, local_size, "", static_sets);
+      clients[rank].call = Register(rank, local_size, job_id, static_sets);
     for (TestClient& client : clients) {
       const auto status = client.call->Await();
       EXPECT_TRUE(status.has_value() && status->ok()) << (status ? status->ToString() : "none");

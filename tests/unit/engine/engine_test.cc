@@ -1,5 +1,5 @@
 // daemon/engine driven directly, with fake Register calls and session links
-// (daemon/session_link.h) and the real shared-memory segments: formation and
+// (job/session_link.h) and the real shared-memory segments: formation and
 // its deadline, registration refusals, attach, submit (through the ring;
 // never on the stream) and complete (a failure's text with its record), a
 // reused request id, leaving, client death, the attach deadline, cancelled
@@ -167,12 +167,14 @@ TEST_F(EngineTest, RefusesConflictingRegistrations) {
             absl::StrCat("local_size mismatch for job 'default': local rank 0 (pid ", ::getpid(),
                          ") registered with local_size 2, this client says 3"));
 
+  // Another job forms beside it, in a run of its own.
   auto other_job = Register(1, 2, "other");
-  status = other_job->Await();
-  ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(status->code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(status->message(),
-            "collectived is serving job 'default'; job 'other' can register when it has ended");
+  const v1::StatusResponse both = Status();
+  ASSERT_EQ(both.jobs_size(), 2);
+  EXPECT_EQ(both.jobs(0).job().id(), "default");
+  EXPECT_EQ(both.jobs(1).job().id(), "other");
+  EXPECT_EQ(both.jobs(1).job().state(), v1::JOB_STATE_FORMING);
+  EXPECT_EQ(other_job->finishes(), 0) << "it waits for its own rank 0";
 
   EXPECT_EQ(first->finishes(), 0) << "the refusals did not disturb the forming job";
   auto second = Register(1, 2);
@@ -280,6 +282,110 @@ TEST_F(EngineTest, AClientThatDiesFailsTheJobForTheOthers) {
   EXPECT_TRUE(Segments().empty());
   // And the next job forms.
   EXPECT_EQ(JoinJob(1).size(), 1u);
+}
+
+// Two jobs on one engine: each its own run, segments, results and totals;
+// one's failure reaches its own ranks only.
+TEST_F(EngineTest, TwoJobsRunAtOnceAndOnesFailureLeavesTheOtherAlone) {
+  Start();
+  std::vector<TestClient> a = JoinJob(2, true, {}, "a");
+  std::vector<TestClient> b = JoinJob(3, true, {}, "b");
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_NE(a[0].call->response().results().name(), b[0].call->response().results().name());
+  EXPECT_NE(a[0].call->response().doorbell().name(), b[0].call->response().doorbell().name());
+  auto expect_sums = [this](std::vector<TestClient>& clients, uint64_t id, const std::string& name,
+                            float sum) {
+    for (TestClient& client : clients) Submit(client, id, name);
+    for (TestClient& client : clients) {
+      const auto record = client.NextRecord();
+      ASSERT_TRUE(record.has_value());
+      ASSERT_EQ(record->status_code, 0);
+      float result[4];
+      std::memcpy(result, client.results->data() + record->result_offset, sizeof(result));
+      EXPECT_THAT(result, ElementsAre(sum, sum, sum, sum)) << name;
+      Release(client, id);
+    }
+  };
+  // The same tensor name in both jobs: names are per job.
+  expect_sums(a, 1, "w", 3.0f);
+  expect_sums(b, 1, "w", 6.0f);
+  v1::StatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(status.jobs(0).job().id(), "a");
+  EXPECT_EQ(status.jobs(1).job().id(), "b");
+  EXPECT_EQ(status.jobs(0).clients_size(), 2);
+  EXPECT_EQ(status.jobs(1).clients_size(), 3);
+  EXPECT_EQ(status.jobs(0).totals().collectives(), 1u);
+  EXPECT_EQ(status.jobs(1).totals().collectives(), 1u);
+  EXPECT_EQ(status.totals().collectives(), 2u);
+
+  // A rank of 'a' dies while 'b' has work pending: 'a' fails, 'b' goes on.
+  Submit(b[0], 2, "pending");
+  ASSERT_TRUE(engine_->Post(engine::SessionClosedEvent{a[0].link}));
+  const auto job_failed = a[1].link->NextOf(v1::DaemonMessage::kJobFailed);
+  ASSERT_TRUE(job_failed.has_value());
+  EXPECT_THAT(job_failed->job_failed().message(), HasSubstr("job 'a'"));
+  for (size_t rank = 1; rank < b.size(); ++rank) Submit(b[rank], 2, "pending");
+  for (TestClient& client : b) {
+    const auto record = client.NextRecord();
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->status_code, 0) << "job 'b' heard of job 'a''s failure";
+    Release(client, 2);
+  }
+  expect_sums(b, 3, "after", 6.0f);
+  status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(status.jobs(0).job().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(status.jobs(1).job().state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(status.jobs(1).job().failure(), "");
+
+  // 'a' goes when its last rank does; 'b' is all that is left.
+  ASSERT_TRUE(engine_->Post(engine::SessionClosedEvent{a[1].link}));
+  ASSERT_TRUE(a[1].link->AwaitClosed().has_value());
+  status = Status();
+  ASSERT_EQ(status.jobs_size(), 1);
+  EXPECT_EQ(status.job().id(), "b");
+}
+
+// The daemon's limit of jobs: the next job is refused at registration,
+// naming the jobs it serves.
+TEST_F(EngineTest, AJobPastMaxJobsIsRefusedNamingTheJobsServed) {
+  config_.max_jobs = 1;
+  Start();
+  auto first = Register(0, 2, "a");
+  auto refused = Register(0, 1, "b");
+  const auto status = refused->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status->message(),
+            absl::StrCat("collectived serves 1 jobs, its limit (max_jobs): job 'a' (uid ",
+                         ::geteuid(), "); job 'b' can register when one of them has ended"));
+  EXPECT_EQ(first->finishes(), 0);
+}
+
+// The daemon-wide memory budget: a job that does not fit is refused at
+// registration with what each job holds, not left to hang.
+TEST_F(EngineTest, AJobPastTheMemoryBudgetIsRefusedNamingWhatIsInUse) {
+  config_.result_arena_bytes = 1 << 20;
+  config_.default_arena_bytes = 1 << 20;
+  config_.memory_budget_bytes = 3 << 20;
+  Start();
+  auto first = Register(0, 2, "a");  // 1 MiB arena + 1 MiB result segment
+  auto refused = Register(0, 1, "b");
+  const auto status = refused->Await();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(status->message(),
+            absl::StrCat("collectived's shared-memory budget (memory_budget_bytes) is 3145728 "
+                         "bytes and 2097152 are in use (job 'a' (uid ",
+                         ::geteuid(),
+                         ") holds 2097152 bytes): job 'b' asks for 2097152 more (an arena of "
+                         "1048576 bytes and its result segment of 1048576 bytes)"));
+  // Another rank of 'a' still fits (1 MiB more).
+  auto second = Register(1, 2, "a");
+  ASSERT_TRUE(second->Await().has_value());
+  EXPECT_TRUE(second->Await()->ok());
 }
 
 TEST_F(EngineTest, LeavingEndsTheJobForTheOthers) {

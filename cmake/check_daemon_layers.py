@@ -2,7 +2,9 @@
 """The daemon's layers, checked: every #include of a daemon header names a
 folder at or below the including file's layer (daemon/CMakeLists.txt), MPI
 is included only in world/, and gRPC's server only in service/ and the
-folder that wires the daemon. Fails with every violation listed."""
+folder that wires the daemon. Fails with every violation listed. The build
+runs it before any daemon layer compiles (daemon/CMakeLists.txt), and ctest
+as `daemon_layering`."""
 import pathlib
 import re
 import sys

@@ -1,27 +1,42 @@
-// Engine: point-to-point messages — a validated send or receive waits in the
-// message matcher (negotiation/message_matcher.h) for its other half; a
-// matched pair runs in RunReady like any data collective (exec/ops/
-// message.cc) and completes through CompleteBatch. Only the two ranks take
-// part: a message waits for nobody else and holds up no collective.
-//
-// Between ranks of different nodes the two daemons meet in a rendezvous
-// (negotiation/remote_messages.h): the receiver's node tells the sender's,
-// which answers with the bytes (small messages) or sends them with
-// nonblocking MPI straight from the sender's arena (exec/node_transport.h)
-// into the receiver's output or result slot. Each daemon completes its own
-// half through CompleteBatch, the send once its bytes are out to a posted
-// receive (MPI's synchronous send).
+#include "daemon/engine/point_to_point.h"
+
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/logging.h"
-#include "daemon/engine/engine.h"
 #include "daemon/exec/ops/collective_op.h"
 
 namespace collective::daemon::engine {
 
-void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
+PointToPoint::PointToPoint(const config::DaemonConfig& config, job::Job& job,
+                           Completion& completion, exec::Executor& executor,
+                           world::MpiTransport& transport, AcrossNodes& across, Run& run)
+    : config_(config),
+      job_(job),
+      completion_(completion),
+      executor_(executor),
+      transport_(transport),
+      across_(across),
+      run_(run) {}
+
+PointToPoint::~PointToPoint() {
+  // Messages still moving (MPI abandoned, or the daemon stops) are left to
+  // MPI with their buffers, as AcrossNodes leaves an abandoned world's
+  // transfers.
+  for (MessageRun& run : runs_) {
+    (void)run.transfer.release();
+    (void)run.drain.release();
+  }
+}
+
+void PointToPoint::BeginAcrossNodes(negotiation::ControlLink& link,
+                                    const job::NodeLayout& layout) {
+  remote_ = std::make_unique<negotiation::RemoteMessages>(link, layout);
+}
+
+void PointToPoint::Add(job::ClientRecord& client, v1::TensorRequest& request,
                        const job::ProcessSet& set) {
   const bool send = request.collective() == v1::COLLECTIVE_SEND;
   const std::string what =
@@ -32,21 +47,21 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
     status = absl::InvalidArgumentError(absl::StrCat(what, ": rank ", request.peer_rank(),
                                                      " is not a rank of process set ", set.id,
                                                      " (size ", set.size(), ")"));
-  } else if (const int32_t peer = set.ranks[request.peer_rank()]; !job_->layout().IsLocal(peer)) {
-    if (remote_messages_ == nullptr) {
+  } else if (const int32_t peer = set.ranks[request.peer_rank()]; !job_.layout().IsLocal(peer)) {
+    if (remote_ == nullptr) {
       status = absl::InternalError(absl::StrCat(what, ": rank ", peer, " (global) runs on node ",
-                                                job_->layout().NodeOf(peer),
+                                                job_.layout().NodeOf(peer),
                                                 " but this job does not run across nodes"));
     } else if (request.memory() == v1::MEMORY_KIND_CUDA) {
       status = absl::UnimplementedError(absl::StrCat(
-          what, ": rank ", peer, " (global) runs on node ", job_->layout().NodeOf(peer),
+          what, ": rank ", peer, " (global) runs on node ", job_.layout().NodeOf(peer),
           "; CUDA tensors travel between ranks of one node only (send a host copy across nodes)"));
     }
   }
   if (!status.ok()) {
     const log::ScopedContext about({.rank = client.topology.rank(), .tensor = request.name()});
     log::Coord().debug("{}: {}", job::DescribeMember(client), status.message());
-    CompleteWithError(client, request.request_id(), status);
+    completion_.CompleteWithError(client, request.request_id(), status);
     return;
   }
   client.outstanding[request.request_id()] = request.length();
@@ -56,36 +71,51 @@ void Engine::OnMessage(job::ClientRecord& client, v1::TensorRequest& request,
                                      .rank = client.topology.rank(),
                                      .request = std::move(request),
                                      .at = Clock::now()};
-  if (job_->layout().IsLocal(set.ranks[submission.request.peer_rank()])) {
-    messages_->Add(std::move(submission), set);
+  if (job_.layout().IsLocal(set.ranks[submission.request.peer_rank()])) {
+    local_.Add(std::move(submission), set);
     return;
   }
   // A notice that already came meets a send at once, without waiting for
   // the engine's next look at the other daemons.
-  absl::Status added = remote_messages_->Add(std::move(submission), set);
+  absl::Status added = remote_->Add(std::move(submission), set);
   if (added.ok()) {
-    if (absl::StatusOr<bool> polled = PollMessages(); !polled.ok()) added = polled.status();
+    if (absl::StatusOr<bool> polled = Poll(); !polled.ok()) added = polled.status();
   }
   if (!added.ok()) {
-    const absl::Status why = absl::UnavailableError(
-        absl::StrCat("the daemons of job '", job_->id(), "' lost each other: ", added.message()));
-    BreakWorld(why, /*abandon_mpi=*/true);
-    FailJob(why);
+    run_.LostOtherNodes(added);
     return;
   }
-  KeepPollingFast();
+  run_.Moved();
 }
 
-void Engine::FailMessages(std::vector<negotiation::Submission> halves, const absl::Status& why) {
-  for (const negotiation::Submission& half : halves) {
-    CompleteWithError(*half.client, half.request.request_id(), why);
+void PointToPoint::FailWaiting(const absl::Status& why) {
+  completion_.FailHalves(local_.TakeAll(), why);
+  // Across nodes, a message whose bytes move finishes (both daemons
+  // started it); one still in the rendezvous fails.
+  if (remote_ != nullptr) completion_.FailHalves(remote_->TakeAll(), why);
+  for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
+    completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
+                                  why);
+    if (receive.status.ok() && receive.data_follows) Drain(receive);
   }
+  receives_waiting_space_.clear();
 }
 
-std::vector<negotiation::WaitingMessage> Engine::AllWaitingMessages() const {
-  std::vector<negotiation::WaitingMessage> all = messages_->Waiting();
-  if (remote_messages_ != nullptr) {
-    std::vector<negotiation::WaitingMessage> remote = remote_messages_->Waiting();
+void PointToPoint::RemoveSet(int32_t id, const absl::Status& why) {
+  completion_.FailHalves(local_.TakeSet(id), why);
+  if (remote_ == nullptr) return;
+  std::vector<uint64_t> announced;
+  completion_.FailHalves(remote_->TakeSet(id, &announced), why);
+  // The sender's node may have matched one of these receives first: its
+  // bytes then still come, on this set's communicator, which must stay open
+  // to take them (the set's id may name another set soon).
+  for (const uint64_t receive : announced) retired_receive_spans_[receive] = across_.SpanOf(id);
+}
+
+std::vector<negotiation::WaitingMessage> PointToPoint::Waiting() const {
+  std::vector<negotiation::WaitingMessage> all = local_.Waiting();
+  if (remote_ != nullptr) {
+    std::vector<negotiation::WaitingMessage> remote = remote_->Waiting();
     all.insert(all.end(), remote.begin(), remote.end());
     std::stable_sort(all.begin(), all.end(),
                      [](const negotiation::WaitingMessage& a,
@@ -94,8 +124,8 @@ std::vector<negotiation::WaitingMessage> Engine::AllWaitingMessages() const {
   return all;
 }
 
-void Engine::DescribeMessages(Clock::time_point now, v1::StatusResponse& response) const {
-  for (const negotiation::WaitingMessage& waiting : AllWaitingMessages()) {
+void PointToPoint::Describe(Clock::time_point now, v1::StatusResponse& response) const {
+  for (const negotiation::WaitingMessage& waiting : Waiting()) {
     v1::PendingMessage* message = response.add_pending_messages();
     message->set_process_set_id(waiting.process_set_id);
     message->set_collective(waiting.collective);
@@ -142,48 +172,47 @@ exec::FusedBatch MessageBatch(negotiation::Submission local, const negotiation::
 
 }  // namespace
 
-absl::StatusOr<bool> Engine::PollMessages() {
-  if (remote_messages_ == nullptr) return false;
-  absl::StatusOr<negotiation::RemoteMessages::Polled> polled = remote_messages_->Poll();
+absl::StatusOr<bool> PointToPoint::Poll() {
+  if (remote_ == nullptr) return false;
+  absl::StatusOr<negotiation::RemoteMessages::Polled> polled = remote_->Poll();
   if (!polled.ok()) return polled.status();
   bool worked = !polled->sends.empty() || !polled->receives.empty() || !polled->refused.empty();
   for (auto& [send, why] : polled->refused) {
     log::Coord().warn("{}", why.message());
-    CompleteWithError(*send.client, send.request.request_id(), why);
+    completion_.CompleteWithError(*send.client, send.request.request_id(), why);
   }
   for (negotiation::RemoteMessages::MatchedSend& send : polled->sends) {
-    StartRemoteSend(std::move(send));
+    StartSend(std::move(send));
   }
   for (negotiation::RemoteMessages::AnsweredReceive& receive : polled->receives) {
     receives_waiting_space_.push_back(std::move(receive));
   }
   for (const negotiation::RemoteMessages::AnsweredReceive& orphan : polled->orphaned) {
-    DrainRemoteReceive(orphan);
+    Drain(orphan);
   }
   worked = worked || !polled->orphaned.empty();
-  while (!receives_waiting_space_.empty() && job_ != nullptr) {
-    if (!StartRemoteReceive(receives_waiting_space_.front())) break;
+  while (!receives_waiting_space_.empty()) {
+    if (!StartReceive(receives_waiting_space_.front())) break;
     receives_waiting_space_.pop_front();
     worked = true;
   }
-  for (auto it = message_runs_.begin(); it != message_runs_.end();) {
+  for (auto it = runs_.begin(); it != runs_.end();) {
     absl::StatusOr<bool> done = it->transfer->Test();
     if (done.ok() && !*done) {
       ++it;
       continue;
     }
     MessageRun run = std::move(*it);
-    it = message_runs_.erase(it);
-    FinishMessage(std::move(run), done.status());
+    it = runs_.erase(it);
+    Finish(std::move(run), done.status());
     worked = true;
-    if (job_ == nullptr) break;
   }
-  if (worked) KeepPollingFast();
+  if (worked) run_.Moved();
   return worked;
 }
 
-void Engine::StartRemoteSend(negotiation::RemoteMessages::MatchedSend send) {
-  const job::ProcessSet* set = job_->process_sets().Find(send.send.request.process_set_id());
+void PointToPoint::StartSend(negotiation::RemoteMessages::MatchedSend send) {
+  const job::ProcessSet* set = job_.process_sets().Find(send.send.request.process_set_id());
   std::shared_ptr<const job::SetSpan> span = across_.SpanOf(send.send.request.process_set_id());
   const uint64_t bytes = send.send.request.length();
   const bool inline_bytes = bytes <= kInlineMessageBytes;
@@ -195,7 +224,7 @@ void Engine::StartRemoteSend(negotiation::RemoteMessages::MatchedSend send) {
   run.outcome.slots = {0};
   run.outcome.started = Clock::now();
   const std::byte* source = exec::ops::InputOf(send.send);
-  absl::Status answered = remote_messages_->Answer(
+  absl::Status answered = remote_->Answer(
       send,
       inline_bytes ? absl::string_view(reinterpret_cast<const char*>(source), bytes)
                    : absl::string_view(),
@@ -213,24 +242,24 @@ void Engine::StartRemoteSend(negotiation::RemoteMessages::MatchedSend send) {
     if (started.ok()) {
       run.outcome.finished = Clock::now();
       run.transfer = std::move(*started);
-      message_runs_.push_back(std::move(run));
+      runs_.push_back(std::move(run));
       return;
     }
     answered = started.status();
   }
   run.outcome.finished = Clock::now();
-  FinishMessage(std::move(run), answered);
+  Finish(std::move(run), answered);
 }
 
-bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& receive) {
+bool PointToPoint::StartReceive(negotiation::RemoteMessages::AnsweredReceive& receive) {
   if (!receive.status.ok()) {
     log::Coord().warn("{}", receive.status.message());
-    CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
+    completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
                       receive.status);
     return true;
   }
   const v1::TensorRequest& request = receive.receive.request;
-  const job::ProcessSet* set = job_->process_sets().Find(request.process_set_id());
+  const job::ProcessSet* set = job_.process_sets().Find(request.process_set_id());
   std::shared_ptr<const job::SetSpan> span = across_.SpanOf(request.process_set_id());
   MessageRun run{
       .batch = MessageBatch(receive.receive, receive.send, span, set != nullptr ? set->size() : 0),
@@ -239,13 +268,13 @@ bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& re
     run.outcome.block = kNoBlock;  // the bytes go to the receiver's own output
     run.outcome.slots = {0};
   } else {
-    run.outcome = executor_.Reserve(run.batch, *job_->results());
+    run.outcome = executor_.Reserve(run.batch, *job_.results());
     if (run.outcome.deferred) return false;  // a release makes room
   }
   run.outcome.started = Clock::now();
   std::byte* destination = request.has_output_offset()
                                ? receive.receive.client->segment->arena() + request.output_offset()
-                               : job_->results()->data() + run.outcome.slots.front();
+                               : job_.results()->data() + run.outcome.slots.front();
   absl::Status status = run.outcome.status;
   if (status.ok() && !receive.data_follows) {
     if (receive.data.size() != request.length()) {
@@ -266,17 +295,17 @@ bool Engine::StartRemoteReceive(negotiation::RemoteMessages::AnsweredReceive& re
     if (started.ok()) {
       run.outcome.finished = Clock::now();
       run.transfer = std::move(*started);
-      message_runs_.push_back(std::move(run));
+      runs_.push_back(std::move(run));
       return true;
     }
     status = started.status();
   }
   run.outcome.finished = Clock::now();
-  FinishMessage(std::move(run), status);
+  Finish(std::move(run), status);
   return true;
 }
 
-void Engine::DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredReceive& receive) {
+void PointToPoint::Drain(const negotiation::RemoteMessages::AnsweredReceive& receive) {
   const v1::TensorRequest& request = receive.send.request;
   std::shared_ptr<const job::SetSpan> span;
   if (auto retired = retired_receive_spans_.find(receive.id);
@@ -302,13 +331,13 @@ void Engine::DrainRemoteReceive(const negotiation::RemoteMessages::AnsweredRecei
     return;
   }
   run.transfer = std::move(*started);
-  message_runs_.push_back(std::move(run));
+  runs_.push_back(std::move(run));
 }
 
-void Engine::FinishMessage(MessageRun run, const absl::Status& status) {
+void PointToPoint::Finish(MessageRun run, const absl::Status& status) {
   if (run.drain != nullptr) {
     if (!status.ok()) log::Mpi().warn("taking a failed receive's bytes: {}", status.message());
-    MaybeTearDownJob();
+    run_.MaybeTearDown();
     return;
   }
   BatchRun batch_run{.where = BatchRun::Where::kAcrossNodes,
@@ -319,33 +348,33 @@ void Engine::FinishMessage(MessageRun run, const absl::Status& status) {
     // The peer's half may be half done: MPI cannot be trusted with this
     // world any more, and what the transfer holds stays MPI's.
     const absl::Status why = absl::UnavailableError(
-        absl::StrCat("job '", job_->id(), "' could not move the ", run.batch.tensors.front().name,
+        absl::StrCat("job '", job_.id(), "' could not move the ", run.batch.tensors.front().name,
                      " across nodes: ", status.message()));
     log::Mpi().error("{}", why.message());
-    BreakWorld(why, /*abandon_mpi=*/true);
+    run_.AbandonWorld(why);
     (void)run.transfer.release();
     batch_run.outcome.status = why;
     batch_run.breaks_job = true;
   } else if (batch_run.outcome.status.ok()) {
-    executor_.CheckFaults(run.batch, *job_->results(), batch_run.outcome);
+    executor_.CheckFaults(run.batch, *job_.results(), batch_run.outcome);
     batch_run.breaks_job = !batch_run.outcome.corrupted.empty() || batch_run.outcome.results_lost;
   }
-  CompleteBatch(run.batch, batch_run);
-  MaybeTearDownJob();
+  completion_.CompleteBatch(run.batch, batch_run);
+  run_.MaybeTearDown();
 }
 
-void Engine::AbandonMessages(const absl::Status& why) {
-  for (MessageRun& run : message_runs_) {
+void PointToPoint::Abandon(const absl::Status& why) {
+  for (MessageRun& run : runs_) {
     (void)run.transfer.release();  // MPI keeps the buffers it may still write
     (void)run.drain.release();
-    if (!run.batch.tensors.empty()) FailTensor(run.batch.tensors.front(), why);
+    if (!run.batch.tensors.empty()) completion_.FailTensor(run.batch.tensors.front(), why);
   }
-  message_runs_.clear();
+  runs_.clear();
   for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
-    CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
+    completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
   }
   receives_waiting_space_.clear();
-  if (remote_messages_ != nullptr) FailMessages(remote_messages_->TakeAll(), why);
+  if (remote_ != nullptr) completion_.FailHalves(remote_->TakeAll(), why);
 }
 
 }  // namespace collective::daemon::engine

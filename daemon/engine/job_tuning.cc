@@ -1,16 +1,11 @@
-// Engine: autotuning (daemon/tune). The tuner runs where the decisions are
-// made — on one node the engine's own, across nodes node 0's — and measures
-// the bytes every completed batch reduced. On one node its values are in
-// force at once; across nodes they travel with node 0's next batch of
-// decisions and every node (node 0 included) puts them in force when it
-// carries that batch out, so every node fuses and chunks alike from the
-// same step on. Only the fusion threshold, the cycle time and the chunk
-// size are tuned: see README, Autotuning, for why not the response cache.
+#include "daemon/engine/job_tuning.h"
+
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "daemon/engine/engine.h"
 
 namespace collective::daemon::engine {
 namespace {
@@ -28,22 +23,23 @@ v1::Tuning ToProto(const tune::TunedValues& values, const tune::ParameterManager
 
 }  // namespace
 
-void Engine::StartTuning() {
-  knobs_ = {.fusion_threshold_bytes = config_.fusion_threshold_bytes,
-            .cycle_time_ms = config_.cycle_time_ms,
-            .cross_node_chunk_bytes = config_.cross_node_chunk_bytes};
-  tuner_.reset();
-  tuning_.Clear();
+JobTuning::JobTuning(const config::DaemonConfig& config)
+    : config_(config),
+      knobs_{.fusion_threshold_bytes = config.fusion_threshold_bytes,
+             .cycle_time_ms = config.cycle_time_ms,
+             .cross_node_chunk_bytes = config.cross_node_chunk_bytes} {}
+
+void JobTuning::Start(const AcrossNodes& across) {
   if (!config_.autotune) return;
-  const bool across = across_.view().active();
+  const bool spans_nodes = across.view().active();
   tuning_.set_tuning(true);  // until node 0 says otherwise
   tuning_.set_max_trials(static_cast<int32_t>(config_.autotune_bayes_opt_max_samples));
-  if (across && !across_.view().coordinator()) return;
+  if (spans_nodes && !across.view().coordinator()) return;
   tune::ParameterManager::Options options{
       .warmup_samples = static_cast<int>(config_.autotune_warmup_samples),
       .steps_per_sample = static_cast<int>(config_.autotune_steps_per_sample),
       .max_samples = static_cast<int>(config_.autotune_bayes_opt_max_samples),
-      .across_nodes = across,
+      .across_nodes = spans_nodes,
       .max_fusion_bytes = config_.result_arena_bytes,
       .seed = 1,
       .log_file = config_.autotune_log_file};
@@ -58,7 +54,7 @@ void Engine::StartTuning() {
   tuning_ = ToProto(knobs_, *tuner_);
 }
 
-void Engine::MeasureForTuning(const exec::FusedBatch& batch, uint64_t bytes) {
+void JobTuning::Measure(const exec::FusedBatch& batch, uint64_t bytes, AcrossNodes& across) {
   if (tuner_ == nullptr || !tuner_->tuning()) return;
   std::vector<std::string> tensors;
   tensors.reserve(batch.tensors.size());
@@ -69,14 +65,14 @@ void Engine::MeasureForTuning(const exec::FusedBatch& batch, uint64_t bytes) {
   const bool changed = tuner_->Update(tensors, bytes, Clock::now()).has_value();
   if (!changed && trial == tuner_->trial() && tuner_->tuning()) return;
   v1::Tuning tuning = ToProto(tuner_->values(), *tuner_);
-  if (across_.view().active()) {
-    across_.Tune(std::move(tuning));
+  if (across.view().active()) {
+    across.Tune(std::move(tuning));
     return;
   }
   OnTuned(tuning);
 }
 
-void Engine::OnTuned(const v1::Tuning& tuning) {
+void JobTuning::OnTuned(const v1::Tuning& tuning) {
   const tune::TunedValues values{.fusion_threshold_bytes = tuning.fusion_threshold_bytes(),
                                  .cycle_time_ms = tuning.cycle_time_ms(),
                                  .cross_node_chunk_bytes = tuning.cross_node_chunk_bytes()};
@@ -91,10 +87,9 @@ void Engine::OnTuned(const v1::Tuning& tuning) {
   tuning_ = tuning;
 }
 
-void Engine::DescribeTuning(v1::StatusResponse& response) const {
-  v1::AutotuneStatus* out = response.mutable_autotune();
+void JobTuning::Describe(v1::AutotuneStatus* out) const {
   out->set_enabled(config_.autotune);
-  // The job running now, or the last one: its trials, or the values it fixed.
+  // Its trials, or the values it fixed.
   out->set_tuning(config_.autotune && tuning_.tuning());
   out->set_trial(tuning_.trial());
   out->set_max_trials(static_cast<int32_t>(config_.autotune_bayes_opt_max_samples));
@@ -104,7 +99,5 @@ void Engine::DescribeTuning(v1::StatusResponse& response) const {
   out->set_response_cache(config_.response_cache_capacity > 0);
   if (tuner_ != nullptr) out->set_best_bytes_per_second(tuner_->best_score());
 }
-
-void Engine::CrossNodeHost::Tuned(const v1::Tuning& tuning) { engine_.OnTuned(tuning); }
 
 }  // namespace collective::daemon::engine

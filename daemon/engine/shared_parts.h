@@ -1,0 +1,47 @@
+// What the job runs of a daemon share, owned by the Engine and lent to each
+// JobRun through its constructor: the configuration, the names of segments,
+// the executor and its threads, the GPU path, the timeline, the metrics and
+// the daemon's totals, and the link to the other daemons. Engine thread
+// only, like everything a run touches.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <sys/types.h>
+
+#include "collective/v1/status.pb.h"
+#include "config/daemon_config.h"
+#include "daemon/exec/executor.h"
+#include "daemon/exec/thread_pool.h"
+#include "daemon/gpu/gpu_executor.h"
+#include "daemon/observe/metrics.h"
+#include "daemon/observe/timeline.h"
+#include "shm/segment_names.h"
+
+namespace collective::daemon::engine {
+
+class WorldLink;
+
+struct SharedParts {
+  const config::DaemonConfig& config;
+  uint64_t epoch;
+  uid_t daemon_uid;
+  gid_t daemon_gid;
+  const shm::SegmentNames& names;
+  exec::ThreadPool& pool;
+  exec::Executor& executor;
+  gpu::GpuExecutor& gpu;
+  observe::Timeline& timeline;
+  observe::Metrics& metrics;
+  v1::Totals& totals;
+  WorldLink& world;
+  // The job run whose job uses the GPU path (its sequence; 0: none). The GPU
+  // executor's state is one job's: another job's CUDA registrations are
+  // refused until that job ends.
+  uint64_t& gpu_tenant;
+  // Wakes the engine thread (a transfer ended on another thread).
+  std::function<void()> wake;
+};
+
+}  // namespace collective::daemon::engine
