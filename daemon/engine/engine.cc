@@ -131,9 +131,11 @@ void Engine::Loop() {
       events.swap(queue_);
     }
     bool worked = !events.empty();
-    for (EngineEvent& event : events) Dispatch(event);
+    for (EngineEvent& event : events) {
+      Dispatch(event);
+      Reap();  // a job that ended is gone for the next event (status, say)
+    }
     events.clear();
-    Reap();
     if (shutting_down_) {
       // Refuse new events, then answer what raced in (registrations are
       // refused, status is reported) and stop.

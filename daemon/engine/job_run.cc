@@ -428,6 +428,7 @@ bool JobRun::PollOtherNodes(Clock::time_point now) {
 }
 
 bool JobRun::waits_for_decisions() const {
+  if (!across_.view().active()) return false;
   return across_.WaitsForDecisions() ||
          (coordinator_ != nullptr && !coordinator_->Joined(0).empty()) || p2p_->waiting_across();
 }

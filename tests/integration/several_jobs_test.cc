@@ -50,6 +50,7 @@ void RunConcurrently(DaemonProcess& daemon, const std::vector<JobSpec>& jobs) {
   auto status = daemon.Status();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->totals().errors(), 0u);
+  EXPECT_GT(status->totals().collectives(), 0u);
   EXPECT_EQ(status->totals().jobs(), jobs.size());
 }
 
