@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Bind(
     // predecessor in TIME_WAIT.
     const int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
       error = errno;
       ::close(fd);
       fd = -1;
@@ -158,11 +158,45 @@ void MetricsHttpServer::Start(Fetch fetch) {
 
 void MetricsHttpServer::Stop() {
   if (!thread_.joinable()) return;
+  // The eventfd stays readable once written: it wakes the accept thread and
+  // every connection's thread, whichever poll they are in.
   const uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof(one)) != sizeof(one)) {
     log::Daemon().error("cannot wake the metrics listener: {}", ErrnoText(errno));
   }
   thread_.join();
+  for (Worker& worker : workers_) worker.thread.join();
+  workers_.clear();
+}
+
+void MetricsHttpServer::Reap() {
+  std::erase_if(workers_, [](Worker& worker) {
+    if (!worker.done->load(std::memory_order_acquire)) return false;
+    worker.thread.join();
+    return true;
+  });
+}
+
+void MetricsHttpServer::Dispatch(int fd) {
+  Reap();
+  if (workers_.size() >= kMaxConnections) {
+    // Best effort, without waiting: the socket is non-blocking and the
+    // response small.
+    const std::string busy = Response(503, "Service Unavailable",
+                                      absl::StrCat("collectived serves ", kMaxConnections,
+                                                   " metrics connections at once; try again\n"),
+                                      "Retry-After: 1\r\n");
+    (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+    ::close(fd);
+    return;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  workers_.push_back({std::thread([this, fd, done] {
+                        Handle(fd);
+                        ::close(fd);
+                        done->store(true, std::memory_order_release);
+                      }),
+                      done});
 }
 
 bool MetricsHttpServer::Await(int fd, short events, int64_t deadline_ms) {
@@ -180,8 +214,7 @@ void MetricsHttpServer::Serve() {
   while (Await(listen_fd_, POLLIN, -1)) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      Handle(fd);
-      ::close(fd);
+      Dispatch(fd);
       continue;
     }
     if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;
