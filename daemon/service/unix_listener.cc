@@ -259,6 +259,23 @@ void UnixListener::Admit(const job::PeerPolicy* policy, int fd) {
     log::Rpc().warn("connection from {} refused (its calls are answered PERMISSION_DENIED): {}{}",
                     peer->ToString(), policy->Refusal(*peer).message(), TakeSuppressed(peer->uid));
   }
+  // Root and the daemon's uid are trusted as the policy trusts them (they
+  // could stop the daemon anyway); any other uid gets a share of the
+  // descriptors, so that one user cannot lock the others out.
+  if (peer->uid != 0 && peer->uid != ::geteuid()) {
+    const size_t limit = ConnectionsPerUidLimit();
+    if (connections_.OpenOf(peer->uid) >= limit) {
+      if (NoteRefusal(peer->uid, Closure::kTooMany)) {
+        log::Rpc().warn(
+            "connection from {} closed: uid {} already holds {} connections, the most one user "
+            "may hold (a quarter of the daemon's descriptor limit){}",
+            peer->ToString(), peer->uid, limit, TakeSuppressed(peer->uid, Closure::kTooMany));
+      }
+      ::close(fd);
+      return;
+    }
+    connections_.Add(fd, peer->uid);
+  }
   log::Rpc().debug("connection from {}", peer->ToString());
   // Until it speaks, gRPC would keep it for ever: held here with a deadline.
   // Silent connections, root's too, get at most a uid's share of the

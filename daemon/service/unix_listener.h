@@ -73,9 +73,9 @@ class UnixListener {
   void CloseSilent();
   // Waits up to `delay`; true if Stop was called.
   bool AwaitStopFor(std::chrono::milliseconds delay);
-  // Why the accept loop closes a connection: each kind is logged (and
-  // counted) on its own.
-  enum class Closure { kRefused, kSilentTooMany, kSilentTooLong };
+  // Why the accept loop notes a connection (a refused peer's, served; the
+  // others closed): each kind is logged (and counted) on its own.
+  enum class Closure { kRefused, kTooMany, kSilentTooMany, kSilentTooLong };
   // Whether to log a closure of `uid`'s connection now; else counts it as
   // suppressed.
   bool NoteRefusal(uid_t uid, Closure why = Closure::kRefused);

@@ -650,7 +650,8 @@ uint64_t Bytes(const std::string& quantity) {
 // The value of `--name=VALUE` among `container`'s args, or "".
 std::string Argument(const YAML::Node& container, const std::string& name) {
   for (const YAML::Node& arg : container["args"]) {
-    absl::string_view text = arg.as<std::string>();
+    const std::string word = arg.as<std::string>();
+    absl::string_view text = word;
     if (absl::ConsumePrefix(&text, name + "=")) return std::string(text);
   }
   return "";
@@ -658,8 +659,9 @@ std::string Argument(const YAML::Node& container, const std::string& name) {
 
 // The trainer's local ranks: torchrun's --nproc-per-node.
 int LocalRanks(const YAML::Node& trainer) {
-  for (const YAML::Node& word : trainer["command"]) {
-    absl::string_view text = word.as<std::string>();
+  for (const YAML::Node& node : trainer["command"]) {
+    const std::string word = node.as<std::string>();
+    absl::string_view text = word;
     int ranks = 0;
     if (absl::ConsumePrefix(&text, "--nproc-per-node=") && absl::SimpleAtoi(text, &ranks)) {
       return ranks;
