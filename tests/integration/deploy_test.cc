@@ -184,6 +184,25 @@ TEST(DescriptorLimitTest, DaemonRaisesItsSoftLimitToTheHardOne) {
   EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
 }
 
+// Under systemd (JOURNAL_STREAM, or log_priority_prefix: always) every
+// line starts with its syslog priority, which journald stores as PRIORITY.
+TEST(JournalTest, DaemonLinesCarryTheirPriority) {
+  auto daemon =
+      DaemonProcess::Start({.flags = SmallMemoryFlags(),
+                            .environment = {{"COLLECTIVED_LOG_PRIORITY_PREFIX", "always"}}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+  const std::string log = (*daemon)->process().Stderr();
+  const std::vector<std::string> lines = absl::StrSplit(log, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(absl::StartsWith(line, "<6>") || absl::StartsWith(line, "<4>") ||
+                absl::StartsWith(line, "<3>"))
+        << line;
+  }
+  EXPECT_THAT(log, HasSubstr("<6>"));
+}
+
 TEST(InstallTest, UpgradeKeepsTheLiveConfigAndUninstallRemovesTheRest) {
   TemporaryDirectory temp("deploy");
   const std::string prefix = temp.path() + "/prefix";
