@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -152,6 +153,9 @@ MetricsHttpServer::~MetricsHttpServer() {
 
 void MetricsHttpServer::Start(Fetch fetch) {
   fetch_ = std::move(fetch);
+  // Room for every worker up front: adding one never reallocates, so a
+  // started thread always finds its place.
+  workers_.reserve(kMaxConnections);
   thread_ = std::thread([this] { Serve(); });
   log::Daemon().info("serving metrics on {}", url_);
 }
@@ -179,24 +183,32 @@ void MetricsHttpServer::Reap() {
 
 void MetricsHttpServer::Dispatch(int fd) {
   Reap();
-  if (workers_.size() >= kMaxConnections) {
-    // Best effort, without waiting: the socket is non-blocking and the
-    // response small.
+  // Best effort, without waiting: the socket is non-blocking and the
+  // response small.
+  const auto refuse = [fd](absl::string_view why) {
     const std::string busy = Response(503, "Service Unavailable",
-                                      absl::StrCat("collectived serves ", kMaxConnections,
-                                                   " metrics connections at once; try again\n"),
-                                      "Retry-After: 1\r\n");
+                                      absl::StrCat(why, "; try again\n"), "Retry-After: 1\r\n");
     (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
     ::close(fd);
-    return;
+  };
+  if (workers_.size() >= kMaxConnections) {
+    return refuse(
+        absl::StrCat("collectived serves ", kMaxConnections, " metrics connections at once"));
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  workers_.push_back({std::thread([this, fd, done] {
-                        Handle(fd);
-                        ::close(fd);
-                        done->store(true, std::memory_order_release);
-                      }),
-                      done});
+  try {
+    workers_.push_back({std::thread([this, fd, done] {
+                          Handle(fd);
+                          ::close(fd);
+                          done->store(true, std::memory_order_release);
+                        }),
+                        done});
+  } catch (const std::system_error& error) {
+    // No thread to be had (a thread limit): this connection goes, the
+    // daemon stays.
+    log::Daemon().warn("metrics listener: cannot start a thread: {}", error.what());
+    refuse("collectived cannot serve this connection now");
+  }
 }
 
 bool MetricsHttpServer::Await(int fd, short events, int64_t deadline_ms) {
