@@ -3,9 +3,12 @@
 #include <chrono>
 #include <utility>
 
+#include <unistd.h>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "client/socket_access.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -227,6 +230,8 @@ Session::~Session() {
 }
 
 absl::Status Session::AwaitDaemon(absl::Duration timeout) {
+  // At once, rather than after the timeout with gRPC's "Permission denied".
+  RETURN_IF_ERROR(CheckSocketAccess(socket_path_));
   if (channel_->WaitForConnected(DeadlineAfter(timeout))) return absl::OkStatus();
   return absl::UnavailableError(
       absl::StrCat("collectived did not accept connections on ", socket_path_, " within ",
@@ -249,6 +254,17 @@ absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest
       cancellation->cancelled()) {
     return absl::CancelledError("the registration was cancelled while the job formed");
   }
+  // The daemon's policy does not admit this uid: its text says why and how
+  // to be admitted.
+  if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED &&
+      absl::StartsWith(status.error_message(), "collectived refuses")) {
+    return absl::PermissionDeniedError(absl::StrCat("collectived at ", socket_path_,
+                                                    " refused this process (uid ", ::geteuid(),
+                                                    "): ", status.error_message()));
+  }
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    RETURN_IF_ERROR(CheckSocketAccess(socket_path_));
+  }
   // gRPC's own (the daemon is not there, or closed the connection) rather
   // than the daemon's, which name collectived: the socket path, which often
   // names it too (/run/collectived/collectived.sock), does not count.
@@ -258,8 +274,7 @@ absl::StatusOr<v1::RegisterResponse> Session::Register(const v1::RegisterRequest
     return absl::UnavailableError(
         absl::StrCat("cannot reach collectived at ", socket_path_, ": ", status.error_message(),
                      " (is the daemon running? set COLLECTIVE_SOCKET to its socket; a daemon "
-                     "closes at once the connections of users its allowed_uids and allowed_gids "
-                     "do not admit, and of a user holding too many)"));
+                     "closes at once the connections of a user who holds too many)"));
   }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
       status.error_message() == "Deadline Exceeded") {

@@ -98,16 +98,32 @@ class JsonTensorFlag final : public ClonableFlag<JsonTensorFlag> {
   }
 };
 
-std::unique_ptr<spdlog::formatter> MakeFormatter(Format format) {
+// %p: the line's syslog priority as sd-daemon(3) prefixes it ("<3>"), which
+// journald strips from the message and stores as the entry's PRIORITY.
+class PriorityFlag final : public ClonableFlag<PriorityFlag> {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    fmt::format_to(std::back_inserter(dest), "<{}>", SyslogPriority(msg.level));
+  }
+};
+
+std::unique_ptr<spdlog::formatter> MakeFormatter(Format format, bool priority_prefix) {
+  const std::string prefix = priority_prefix ? "%p" : "";
   if (format == Format::kText) {
-    return std::make_unique<spdlog::pattern_formatter>("%Y-%m-%d %H:%M:%S.%e %^%L%$ %n: %v");
+    auto formatter = std::make_unique<spdlog::pattern_formatter>();
+    formatter->add_flag<PriorityFlag>('p').set_pattern(prefix +
+                                                       "%Y-%m-%d %H:%M:%S.%e %^%L%$ %n: %v");
+    return formatter;
   }
   auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
   // The field names are a contract with log collectors (README, "Logs").
   formatter->add_flag<JsonMessageFlag>('j')
       .add_flag<JsonRankFlag>('R')
       .add_flag<JsonTensorFlag>('T')
+      .add_flag<PriorityFlag>('p')
       .set_pattern(
+          prefix +
           R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","subsystem":"%n","rank":%R,"tensor":%T,)"
           R"("msg":"%j","pid":%P})");
   return formatter;
@@ -119,7 +135,7 @@ std::array<std::shared_ptr<spdlog::logger>, kSubsystemCount>& Loggers() {
   static auto* loggers = [] {
     auto* all = new std::array<std::shared_ptr<spdlog::logger>, kSubsystemCount>();
     auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-    sink->set_formatter(MakeFormatter(Format::kText));
+    sink->set_formatter(MakeFormatter(Format::kText, false));
     for (int i = 0; i < kSubsystemCount; ++i) {
       (*all)[i] = std::make_shared<spdlog::logger>(std::string(kNames[i]), sink);
       (*all)[i]->set_level(spdlog::level::info);
@@ -189,10 +205,25 @@ absl::StatusOr<LevelSpec> ParseLevelSpec(absl::string_view spec) {
   return result;
 }
 
-void Configure(const LevelSpec& levels, Format format) {
+int SyslogPriority(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::critical:
+      return 2;  // LOG_CRIT
+    case spdlog::level::err:
+      return 3;  // LOG_ERR
+    case spdlog::level::warn:
+      return 4;  // LOG_WARNING
+    case spdlog::level::info:
+      return 6;  // LOG_INFO
+    default:
+      return 7;  // LOG_DEBUG (trace too)
+  }
+}
+
+void Configure(const LevelSpec& levels, Format format, bool priority_prefix) {
   auto& loggers = Loggers();
   // All loggers share one sink; set its formatter once.
-  loggers[0]->sinks().front()->set_formatter(MakeFormatter(format));
+  loggers[0]->sinks().front()->set_formatter(MakeFormatter(format, priority_prefix));
   for (int i = 0; i < kSubsystemCount; ++i) {
     const auto it = levels.overrides.find(static_cast<Subsystem>(i));
     loggers[i]->set_level(it == levels.overrides.end() ? levels.default_level : it->second);

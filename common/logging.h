@@ -46,9 +46,15 @@ struct LevelSpec {
 };
 absl::StatusOr<LevelSpec> ParseLevelSpec(absl::string_view spec);
 
-// Applies format and levels to every subsystem logger. Call before threads
-// start logging (it swaps formatters).
-void Configure(const LevelSpec& levels, Format format);
+// Applies format and levels to every subsystem logger, and with
+// `priority_prefix` starts each line with its syslog priority ("<3>", as
+// sd-daemon(3) describes) for journald. Call before threads start logging
+// (it swaps formatters).
+void Configure(const LevelSpec& levels, Format format, bool priority_prefix = false);
+
+// The syslog priority of a level: critical 2, error 3, warn 4, info 6,
+// debug and trace 7.
+int SyslogPriority(spdlog::level::level_enum level);
 
 spdlog::logger& Get(Subsystem subsystem);
 

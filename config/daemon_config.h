@@ -12,6 +12,14 @@ namespace collective::config {
 
 enum class LogFormat { kText, kJson };
 
+// Whether each log line on stderr starts with its syslog priority ("<3>"),
+// which journald turns into the entry's PRIORITY (sd-daemon(3)).
+enum class LogPriorityPrefix {
+  kAuto,    // when stderr is systemd's journal (JOURNAL_STREAM names it)
+  kAlways,  // e.g. a journal reached through a pipe systemd did not set up
+  kNever,
+};
+
 // Whether the daemon joins an MPI world of daemons (one per node).
 enum class MultiNode {
   kAuto,  // when an MPI launcher (mpirun, srun) started it
@@ -31,7 +39,8 @@ struct DaemonConfig {
   std::string socket_group;
   // Peers allowed besides the daemon's own uid and root.
   std::vector<uint32_t> allowed_uids;
-  // Peers whose primary gid is listed are allowed too.
+  // Peers whose primary or supplementary groups include a listed gid are
+  // allowed too, as are those of the socket's group.
   std::vector<uint32_t> allowed_gids;
   // A new connection that sends nothing for this long is closed.
   double silent_connection_timeout_seconds = 10.0;
@@ -39,6 +48,7 @@ struct DaemonConfig {
   // "info" or "info,coord=debug,rpc=trace" (see common/logging.h).
   std::string log_level = "info";
   LogFormat log_format = LogFormat::kText;
+  LogPriorityPrefix log_priority_prefix = LogPriorityPrefix::kAuto;
 
   // Chrome-trace file the daemon records from start-up (absolute; empty: no
   // timeline until `collectivectl timeline start`), and whether it marks

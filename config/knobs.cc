@@ -274,11 +274,13 @@ std::vector<Knob> BuildTable() {
                       "Unix socket that clients and collectivectl connect to."),
                  Text(COLLECTIVE_KNOB(socket_group), KnobType::kString, CheckGroup,
                       "group name, group id, or empty",
-                      "Group that owns the socket file; empty: the daemon's own group."),
+                      "Group that owns the socket file (mode 0660); its members, by primary or "
+                      "supplementary group, are admitted. Empty: the daemon's own group."),
                  Uint32List(COLLECTIVE_KNOB(allowed_uids),
                             "Uids allowed to connect besides the daemon's own uid and root."),
                  Uint32List(COLLECTIVE_KNOB(allowed_gids),
-                            "Peers whose primary gid is listed here may connect too."),
+                            "Peers whose primary or supplementary groups include one of these "
+                            "gids may connect too."),
                  Seconds(COLLECTIVE_KNOB(silent_connection_timeout_seconds), 3600.0,
                          "A new connection that sends nothing for this long is closed (clients "
                          "speak at once); until then it waits outside the RPC server, with at "
@@ -295,6 +297,14 @@ std::vector<Knob> BuildTable() {
                       {{"text", LogFormat::kText}, {"json", LogFormat::kJson}},
                       "Format of the log lines on stderr: text for people, json (one object per "
                       "line) for log collectors."),
+                 Enum(COLLECTIVE_KNOB(log_priority_prefix),
+                      {{"auto", LogPriorityPrefix::kAuto},
+                       {"always", LogPriorityPrefix::kAlways},
+                       {"never", LogPriorityPrefix::kNever}},
+                      "Start each log line with its syslog priority (<3> for errors, <4> "
+                      "warnings, <6> info, <7> debug), which journald stores as the entry's "
+                      "priority, so that journalctl -p err selects the daemon's errors. auto: "
+                      "when stderr is the journal (systemd sets JOURNAL_STREAM)."),
              });
   AddSection(table, "Metrics",
              {

@@ -1,10 +1,13 @@
 #include "daemon/daemon.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <memory>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <grpcpp/server_builder.h>
@@ -28,18 +31,38 @@ constexpr int kMaxMessageBytes = 64 << 20;
 // of work (milliseconds, unless a huge reduction runs).
 constexpr auto kMetricsTimeout = std::chrono::seconds(4);
 
+// Raises the soft descriptor limit to the hard one. Each client holds a
+// connection and its segments' descriptors, each user gets a quarter of the
+// limit (service::ConnectionsPerUidLimit), and the soft limit a service
+// starts with is often 1024 although the hard one (LimitNOFILE= in the unit)
+// allows far more. The daemon polls its descriptors (gRPC's epoll, poll),
+// never select(), so large numbers are safe.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t soft = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    log::Daemon().warn("cannot raise the descriptor limit from {} to {}: {}", soft, limit.rlim_max,
+                       std::strerror(errno));
+    return;
+  }
+  log::Daemon().debug("descriptor limit raised from {} to {}", soft, limit.rlim_max);
+}
+
 }  // namespace
 
 Daemon::Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
-               engine::Engine::StopRequest stop)
+               gid_t socket_gid, engine::Engine::StopRequest stop)
     : config_(config),
       epoch_(epoch),
-      policy_(::geteuid(), config.allowed_uids, config.allowed_gids),
+      policy_(::geteuid(), config.allowed_uids, config.allowed_gids, job::NameGroup(socket_gid)),
       engine_(config, epoch, std::move(metrics_url), std::move(stop)),
       service_(engine_, policy_) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig& config,
                                                       engine::Engine::StopRequest stop) {
+  RaiseDescriptorLimit();
   // The socket first: a second daemon on the same socket (and, likely, the
   // same metrics address) is refused for the socket, which says more.
   auto listener =
@@ -54,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const config::DaemonConfig
   }
   auto daemon = std::unique_ptr<Daemon>(
       new Daemon(config, job::NewEpoch(), metrics_http ? metrics_http->url() : std::string(),
-                 std::move(stop)));
+                 (*listener)->socket_gid(), std::move(stop)));
   daemon->listener_ = std::move(*listener);
   daemon->metrics_http_ = std::move(metrics_http);
 

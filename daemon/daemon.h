@@ -38,7 +38,7 @@ class Daemon {
 
  private:
   Daemon(const config::DaemonConfig& config, uint64_t epoch, std::string metrics_url,
-         engine::Engine::StopRequest stop);
+         gid_t socket_gid, engine::Engine::StopRequest stop);
 
   // The metrics text, from the engine thread, for the HTTP listener's thread.
   absl::StatusOr<std::string> FetchMetrics();

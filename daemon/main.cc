@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "config/config_loader.h"
 #include "daemon/daemon.h"
+#include "daemon/observe/journal_stream.h"
 #include "daemon/stop_signal.h"
 
 int main(int argc, char** argv) {
@@ -38,10 +39,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   const auto& values = config->values;
-  collective::log::Configure(*collective::log::ParseLevelSpec(values.log_level),
-                             values.log_format == collective::config::LogFormat::kJson
-                                 ? collective::log::Format::kJson
-                                 : collective::log::Format::kText);
+  collective::log::Configure(
+      *collective::log::ParseLevelSpec(values.log_level),
+      values.log_format == collective::config::LogFormat::kJson ? collective::log::Format::kJson
+                                                                : collective::log::Format::kText,
+      collective::daemon::observe::UsePriorityPrefix(values.log_priority_prefix));
 
   collective::daemon::StopSignal& signal = **stop;
   auto daemon =

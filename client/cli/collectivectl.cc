@@ -18,6 +18,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "client/cli/status_format.h"
+#include "client/socket_access.h"
 #include "collective/build_config.h"
 #include "collective/v1/collective.grpc.pb.h"
 
@@ -28,6 +29,8 @@ std::string DefaultSocket() {
   return socket != nullptr && *socket != '\0' ? socket : "/run/collectived/collectived.sock";
 }
 
+// A refusal by the daemon's policy (PERMISSION_DENIED) carries its own
+// advice: who was refused, why, and how to be admitted.
 int Report(const grpc::Status& status, const std::string& socket) {
   const char* hint = status.error_code() == grpc::StatusCode::UNAVAILABLE
                          ? " (is collectived running? --socket or COLLECTIVE_SOCKET selects it)"
@@ -103,6 +106,12 @@ int main(int argc, char** argv) {
       "metrics_listen serves over HTTP)");
   CLI11_PARSE(app, argc, argv);
 
+  // A socket closed to this user would read as "Permission denied" from
+  // gRPC, or (health --wait) as a timeout: say which group to join instead.
+  if (const absl::Status access = collective::internal::CheckSocketAccess(socket); !access.ok()) {
+    std::fprintf(stderr, "collectivectl: %s\n", std::string(access.message()).c_str());
+    return 1;
+  }
   auto channel = grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials());
   auto stub = collective::v1::CollectiveService::NewStub(channel);
   grpc::ClientContext context;

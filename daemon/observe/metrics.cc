@@ -1,11 +1,13 @@
 #include "daemon/observe/metrics.h"
 
 #include <chrono>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "collective/build_config.h"
 #include "common/dtype.h"
+#include "daemon/observe/process_metrics.h"
 
 namespace collective::daemon::observe {
 namespace {
@@ -172,6 +174,9 @@ std::string Metrics::Render(const Gauges& gauges) const {
   out.Sample("collectived_result_arena_used_bytes", {}, gauges.result_arena_used_bytes);
   out.Family("collectived_timeline_active", "gauge", "1 while a timeline records.");
   out.Sample("collectived_timeline_active", {}, uint64_t{gauges.timeline_active ? 1u : 0u});
+  if (const std::optional<ProcessStats> process = ReadProcessStats()) {
+    RenderProcessMetrics(*process, out);
+  }
   return out.text();
 }
 

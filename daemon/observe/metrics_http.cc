@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -121,7 +122,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Bind(
     // predecessor in TIME_WAIT.
     const int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
+    if (::bind(fd, candidate->ai_addr, candidate->ai_addrlen) != 0 || ::listen(fd, 64) != 0) {
       error = errno;
       ::close(fd);
       fd = -1;
@@ -152,17 +153,62 @@ MetricsHttpServer::~MetricsHttpServer() {
 
 void MetricsHttpServer::Start(Fetch fetch) {
   fetch_ = std::move(fetch);
+  // Room for every worker up front: adding one never reallocates, so a
+  // started thread always finds its place.
+  workers_.reserve(kMaxConnections);
   thread_ = std::thread([this] { Serve(); });
   log::Daemon().info("serving metrics on {}", url_);
 }
 
 void MetricsHttpServer::Stop() {
   if (!thread_.joinable()) return;
+  // The eventfd stays readable once written: it wakes the accept thread and
+  // every connection's thread, whichever poll they are in.
   const uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof(one)) != sizeof(one)) {
     log::Daemon().error("cannot wake the metrics listener: {}", ErrnoText(errno));
   }
   thread_.join();
+  for (Worker& worker : workers_) worker.thread.join();
+  workers_.clear();
+}
+
+void MetricsHttpServer::Reap() {
+  std::erase_if(workers_, [](Worker& worker) {
+    if (!worker.done->load(std::memory_order_acquire)) return false;
+    worker.thread.join();
+    return true;
+  });
+}
+
+void MetricsHttpServer::Dispatch(int fd) {
+  Reap();
+  // Best effort, without waiting: the socket is non-blocking and the
+  // response small.
+  const auto refuse = [fd](absl::string_view why) {
+    const std::string busy = Response(503, "Service Unavailable",
+                                      absl::StrCat(why, "; try again\n"), "Retry-After: 1\r\n");
+    (void)::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  };
+  if (workers_.size() >= kMaxConnections) {
+    return refuse(
+        absl::StrCat("collectived serves ", kMaxConnections, " metrics connections at once"));
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  try {
+    workers_.push_back({std::thread([this, fd, done] {
+                          Handle(fd);
+                          ::close(fd);
+                          done->store(true, std::memory_order_release);
+                        }),
+                        done});
+  } catch (const std::system_error& error) {
+    // No thread to be had (a thread limit): this connection goes, the
+    // daemon stays.
+    log::Daemon().warn("metrics listener: cannot start a thread: {}", error.what());
+    refuse("collectived cannot serve this connection now");
+  }
 }
 
 bool MetricsHttpServer::Await(int fd, short events, int64_t deadline_ms) {
@@ -180,8 +226,7 @@ void MetricsHttpServer::Serve() {
   while (Await(listen_fd_, POLLIN, -1)) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) {
-      Handle(fd);
-      ::close(fd);
+      Dispatch(fd);
       continue;
     }
     if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) continue;

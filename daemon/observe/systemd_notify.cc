@@ -49,7 +49,9 @@ void Notify(absl::string_view assignments, absl::string_view status) {
   if (path[0] == '@') address.sun_path[0] = '\0';
   const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return;
-  const std::string message = absl::StrCat(assignments, "STATUS=", OneLine(status));
+  const std::string message = status.empty()
+                                  ? std::string(assignments)
+                                  : absl::StrCat(assignments, "STATUS=", OneLine(status));
   if (::sendto(fd, message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
                reinterpret_cast<const sockaddr*>(&address),
                static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + length)) < 0) {
@@ -85,6 +87,8 @@ void NotifyReady(absl::string_view status) { Notify("READY=1\n", status); }
 void NotifyStatus(absl::string_view status) { Notify("", status); }
 
 void NotifyStopping(absl::string_view status) { Notify("STOPPING=1\n", status); }
+
+void NotifyWatchdog() { Notify("WATCHDOG=1", ""); }
 
 std::string DescribeForSystemd(const job::Job* job, absl::string_view socket) {
   if (job == nullptr) return absl::StrCat("idle, serving ", socket);

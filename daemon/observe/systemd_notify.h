@@ -1,6 +1,7 @@
 // Tells systemd (Type=notify) what the daemon is doing: READY=1 once the
 // socket accepts requests, STATUS= (what `systemctl status` shows) whenever
-// the job's state changes, STOPPING=1 on shutdown. A no-op when the daemon
+// the job's state changes, STOPPING=1 on shutdown, WATCHDOG=1 while the
+// engine turns (watchdog.h). A no-op when the daemon
 // does not run under systemd (no NOTIFY_SOCKET). Never waits for the
 // receiver: a notification it has no room for is dropped.
 #pragma once
@@ -17,6 +18,8 @@ namespace collective::daemon::observe {
 void NotifyReady(absl::string_view status);
 void NotifyStatus(absl::string_view status);
 void NotifyStopping(absl::string_view status);
+// WATCHDOG=1 alone (no STATUS=).
+void NotifyWatchdog();
 
 // The STATUS= line for the daemon's job (null: none): "idle, serving
 // SOCKET", "job 'x' forming: 1 of 4 local ranks registered", "job 'x'

@@ -106,7 +106,9 @@ absl::StatusOr<job::PeerCredentials> CollectiveServiceImpl::Authorize(
   }
   if (!policy_.Allows(*peer)) {
     absl::Status refusal = policy_.Refusal(*peer);
-    log::Rpc().warn("{} refused: {}", rpc, refusal.message());
+    // The accept loop logged the refusal of this peer's connection (at most
+    // once a minute per uid); each of its calls would flood the log.
+    log::Rpc().debug("{} refused: {}", rpc, refusal.message());
     return refusal;
   }
   return *peer;

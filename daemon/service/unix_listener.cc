@@ -91,9 +91,10 @@ absl::StatusOr<int> TakeLock(const std::string& socket_path) {
 
 }  // namespace
 
-UnixListener::UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd,
-                           std::chrono::milliseconds silent_timeout)
+UnixListener::UnixListener(std::string socket_path, gid_t socket_gid, int listen_fd, int lock_fd,
+                           int stop_fd, std::chrono::milliseconds silent_timeout)
     : socket_path_(std::move(socket_path)),
+      socket_gid_(socket_gid),
       listen_fd_(listen_fd),
       lock_fd_(lock_fd),
       stop_fd_(stop_fd),
@@ -133,6 +134,8 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const Options& 
       return Errno(absl::StrCat("cannot give ", path, " to group ", options.socket_group));
     }
   }
+  struct stat socket_info {};
+  if (::stat(path.c_str(), &socket_info) != 0) return Errno(absl::StrCat("cannot stat ", path));
   if (::listen(fd, SOMAXCONN) != 0) return Errno(absl::StrCat("cannot listen on ", path));
   const int stop_fd = ::eventfd(0, EFD_CLOEXEC);
   if (stop_fd < 0) return Errno("cannot create eventfd");
@@ -140,7 +143,7 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Bind(const Options& 
   std::move(release_lock).Cancel();
   std::move(close_socket).Cancel();
   return std::unique_ptr<UnixListener>(
-      new UnixListener(path, fd, *lock_fd, stop_fd, options.silent_timeout));
+      new UnixListener(path, socket_info.st_gid, fd, *lock_fd, stop_fd, options.silent_timeout));
 }
 
 UnixListener::~UnixListener() {
@@ -246,15 +249,15 @@ void UnixListener::Admit(const job::PeerPolicy* policy, int fd) {
     ::close(fd);
     return;
   }
-  // A refused peer gets nothing from gRPC but an error, and its connection
-  // would hold a descriptor for as long as it likes: closed here.
-  if (!policy->Allows(*peer)) {
-    if (NoteRefusal(peer->uid)) {
-      log::Rpc().warn("connection from {} closed: {}{}", peer->ToString(),
-                      policy->Refusal(*peer).message(), TakeSuppressed(peer->uid));
-    }
-    ::close(fd);
-    return;
+  // A refused peer is served all the same, so that gRPC answers each of its
+  // calls PERMISSION_DENIED with the refusal's text, which tells its user
+  // why and how to be admitted (a connection closed here reads "Broken
+  // pipe" to the client). It is held to its uid's share of descriptors like
+  // anyone's, and gRPC closes it once it has been idle for the silent
+  // timeout (GRPC_ARG_MAX_CONNECTION_IDLE_MS).
+  if (!policy->Allows(*peer) && NoteRefusal(peer->uid)) {
+    log::Rpc().warn("connection from {} refused (its calls are answered PERMISSION_DENIED): {}{}",
+                    peer->ToString(), policy->Refusal(*peer).message(), TakeSuppressed(peer->uid));
   }
   // Root and the daemon's uid are trusted as the policy trusts them (they
   // could stop the daemon anyway); any other uid gets a share of the
@@ -262,11 +265,11 @@ void UnixListener::Admit(const job::PeerPolicy* policy, int fd) {
   if (peer->uid != 0 && peer->uid != ::geteuid()) {
     const size_t limit = ConnectionsPerUidLimit();
     if (connections_.OpenOf(peer->uid) >= limit) {
-      if (NoteRefusal(peer->uid)) {
+      if (NoteRefusal(peer->uid, Closure::kTooMany)) {
         log::Rpc().warn(
             "connection from {} closed: uid {} already holds {} connections, the most one user "
             "may hold (a quarter of the daemon's descriptor limit){}",
-            peer->ToString(), peer->uid, limit, TakeSuppressed(peer->uid));
+            peer->ToString(), peer->uid, limit, TakeSuppressed(peer->uid, Closure::kTooMany));
       }
       ::close(fd);
       return;

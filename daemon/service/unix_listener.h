@@ -1,8 +1,9 @@
 // The daemon's Unix socket: one owner per socket path (a lock file), safe
 // permissions, and an accept loop that reads each peer's credentials and
-// hands the connection to the gRPC server once it speaks, closing at once
-// those of refused peers and of users over their share of descriptors, and
-// those that stay silent past a deadline. Bind, Start and Stop run on the
+// hands the connection to the gRPC server once it speaks (refused peers too,
+// whose calls gRPC answers PERMISSION_DENIED), closing at once those of users
+// over their share of descriptors, and those that stay silent past a
+// deadline. Bind, Start and Stop run on the
 // daemon's main thread; everything else on the accept thread.
 #pragma once
 
@@ -46,9 +47,13 @@ class UnixListener {
   UnixListener(const UnixListener&) = delete;
   UnixListener& operator=(const UnixListener&) = delete;
 
-  // Accepts connections until Stop. Connections of peers that `policy`
-  // refuses are closed at once, and those that send nothing within the
-  // silent timeout when it passes (logged, at most once a minute per uid).
+  // The group the socket file belongs to: socket_group, or the daemon's.
+  gid_t socket_gid() const { return socket_gid_; }
+
+  // Accepts connections until Stop. Refusals of peers that `policy` refuses
+  // are logged (at most once a minute per uid) and their calls answered
+  // PERMISSION_DENIED; connections that send nothing within the silent
+  // timeout are closed when it passes (logged likewise).
   void Start(grpc::Server* server, const job::PeerPolicy* policy);
 
   // Stops accepting and removes the socket file. The lock is held until
@@ -56,22 +61,21 @@ class UnixListener {
   void Stop();
 
  private:
-  UnixListener(std::string socket_path, int listen_fd, int lock_fd, int stop_fd,
+  UnixListener(std::string socket_path, gid_t socket_gid, int listen_fd, int lock_fd, int stop_fd,
                std::chrono::milliseconds silent_timeout);
   void AcceptLoop(grpc::Server* server, const job::PeerPolicy* policy);
   // Accepts one connection, if accept succeeds; false when Stop was called
   // while it backed off.
   bool AcceptOne(const job::PeerPolicy* policy);
-  // Holds `fd` until it speaks, or closes it (refused peer, or its uid over
-  // its share).
+  // Holds `fd` until it speaks, or closes it (its uid over its share).
   void Admit(const job::PeerPolicy* policy, int fd);
   // Closes the held connections whose deadline passed, logging them.
   void CloseSilent();
   // Waits up to `delay`; true if Stop was called.
   bool AwaitStopFor(std::chrono::milliseconds delay);
-  // Why the accept loop closes a connection: each kind is logged (and
-  // counted) on its own.
-  enum class Closure { kRefused, kSilentTooMany, kSilentTooLong };
+  // Why the accept loop notes a connection (a refused peer's, served; the
+  // others closed): each kind is logged (and counted) on its own.
+  enum class Closure { kRefused, kTooMany, kSilentTooMany, kSilentTooLong };
   // Whether to log a closure of `uid`'s connection now; else counts it as
   // suppressed.
   bool NoteRefusal(uid_t uid, Closure why = Closure::kRefused);
@@ -93,6 +97,7 @@ class UnixListener {
   };
 
   const std::string socket_path_;
+  const gid_t socket_gid_;
   int listen_fd_;
   int lock_fd_;
   int stop_fd_;  // eventfd that ends the accept loop

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <gmock/gmock.h>
@@ -22,10 +23,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "config/daemon_config.h"
 #include "tests/common/temporary_directory.h"
 #include "tests/integration/daemon_process.h"
 
@@ -105,6 +109,8 @@ TEST(InstallTest, UnitVerifiesAndRunsTheInstalledDaemon) {
   EXPECT_EQ(Setting(settings, "ProtectSystem"), "strict");
   EXPECT_EQ(Setting(settings, "PrivateTmp"), "yes");
   EXPECT_EQ(Setting(settings, "LimitMEMLOCK"), "infinity");
+  EXPECT_EQ(Setting(settings, "LimitNOFILE"), "65536");
+  EXPECT_EQ(Setting(settings, "WatchdogSec"), "60");
   EXPECT_EQ(Setting(settings, "PrivateDevices"), "") << "the daemon needs the host's /dev/shm";
   const std::vector<std::string> writable =
       absl::StrSplit(Setting(settings, "ReadWritePaths"), ' ');
@@ -149,6 +155,54 @@ TEST(InstallTest, UnitVerifiesAndRunsTheInstalledDaemon) {
               HasSubstr("COLLECTIVECTL METRICS"));
 }
 
+// The (soft, hard) "Max open files" of process `pid`, from /proc.
+std::pair<std::string, std::string> DescriptorLimits(pid_t pid) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/", pid, "/limits")), '\n')) {
+    if (!absl::ConsumePrefix(&line, "Max open files")) continue;
+    const std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (words.size() >= 2) return {words[0], words[1]};
+  }
+  return {};
+}
+
+// LimitNOFILE= sets the hard limit; services start with a soft one of 1024
+// whatever it is: the daemon raises its own.
+TEST(DescriptorLimitTest, DaemonRaisesItsSoftLimitToTheHardOne) {
+  rlimit original{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &original), 0);
+  if (original.rlim_max <= 256) GTEST_SKIP() << "the hard descriptor limit is too low to lower";
+  rlimit lowered = original;
+  lowered.rlim_cur = 256;  // inherited by the daemon
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  auto daemon = DaemonProcess::Start({.flags = SmallMemoryFlags()});
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &original), 0);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const auto [soft, hard] = DescriptorLimits((*daemon)->process().pid());
+  EXPECT_FALSE(hard.empty());
+  EXPECT_EQ(soft, hard);
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
+// Under systemd (JOURNAL_STREAM, or log_priority_prefix: always) every
+// line starts with its syslog priority, which journald stores as PRIORITY.
+TEST(JournalTest, DaemonLinesCarryTheirPriority) {
+  auto daemon =
+      DaemonProcess::Start({.flags = SmallMemoryFlags(),
+                            .environment = {{"COLLECTIVED_LOG_PRIORITY_PREFIX", "always"}}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+  const std::string log = (*daemon)->process().Stderr();
+  const std::vector<std::string> lines = absl::StrSplit(log, '\n', absl::SkipEmpty());
+  ASSERT_FALSE(lines.empty());
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(absl::StartsWith(line, "<6>") || absl::StartsWith(line, "<4>") ||
+                absl::StartsWith(line, "<3>"))
+        << line;
+  }
+  EXPECT_THAT(log, HasSubstr("<6>"));
+}
+
 TEST(InstallTest, UpgradeKeepsTheLiveConfigAndUninstallRemovesTheRest) {
   TemporaryDirectory temp("deploy");
   const std::string prefix = temp.path() + "/prefix";
@@ -183,9 +237,8 @@ std::vector<std::string> Stage(const std::string& dockerfile, absl::string_view 
   return lines;
 }
 
-// The packages the `apt-get install` commands of `stage` name.
-std::set<std::string> AptInstalled(const std::vector<std::string>& stage) {
-  // Instructions, with their continuation lines joined.
+// The instructions of `stage`, with their continuation lines joined.
+std::vector<std::string> Instructions(const std::vector<std::string>& stage) {
   std::vector<std::string> instructions;
   bool continued = false;
   for (const std::string& line : stage) {
@@ -198,8 +251,13 @@ std::set<std::string> AptInstalled(const std::vector<std::string>& stage) {
     }
     continued = continues;
   }
+  return instructions;
+}
+
+// The packages the `apt-get install` commands of `stage` name.
+std::set<std::string> AptInstalled(const std::vector<std::string>& stage) {
   std::set<std::string> packages;
-  for (const std::string& instruction : instructions) {
+  for (const std::string& instruction : Instructions(stage)) {
     if (!absl::StartsWith(instruction, "RUN ")) continue;
     for (absl::string_view command : absl::StrSplit(instruction.substr(4), "&&")) {
       const std::vector<absl::string_view> words = absl::StrSplit(command, ' ', absl::SkipEmpty());
@@ -370,6 +428,74 @@ TEST(ContainerTest, RuntimeStageInstallsExactlyWhatTheBinariesLoad) {
   }
 }
 
+// The GPU image: NVIDIA's CUDA images, the GPU path on, and a runtime stage
+// whose packages the build stage derives from ldd of the installed tree.
+// That derivation, run here on this build's installed tree, finds the
+// packages the CPU image's checked list names, and nothing the CPU image
+// lacks.
+TEST(ContainerTest, GpuImageBuildsTheGpuPathOnACudaBaseAndInstallsWhatItLoads) {
+  const std::string dockerfile = ReadFile(kSource + "/deploy/container/Dockerfile.gpu");
+  const std::vector<std::string> build = Stage(dockerfile, "build");
+  const std::vector<std::string> runtime = Stage(dockerfile, "runtime");
+  ASSERT_FALSE(build.empty());
+  ASSERT_FALSE(runtime.empty());
+  EXPECT_TRUE(absl::StartsWith(build.front(), "FROM nvidia/cuda:")) << build.front();
+  EXPECT_TRUE(absl::EndsWith(build.front(), "-devel-ubuntu24.04 AS build")) << build.front();
+  EXPECT_TRUE(absl::StartsWith(runtime.front(), "FROM nvidia/cuda:")) << runtime.front();
+  EXPECT_TRUE(absl::EndsWith(runtime.front(), "-runtime-ubuntu24.04 AS runtime"))
+      << runtime.front();
+  const std::vector<std::string> steps = Instructions(build);
+  const std::string joined = absl::StrJoin(steps, "\n");
+  EXPECT_THAT(joined, HasSubstr("-DCOLLECTIVE_GPU=ON"));
+  EXPECT_THAT(joined, HasSubstr("grep -q 'GPU path: CUDA'"));
+  EXPECT_THAT(joined,
+              HasSubstr("cmake --install build --prefix /opt/collectived --component daemon"));
+  EXPECT_THAT(runtime, Contains("COPY --from=build /opt/collectived /opt/collectived"));
+  EXPECT_THAT(runtime, Contains("USER collectived:collectived"));
+
+  // The derivation of the runtime packages, less its check for NCCL, which
+  // a CPU build does not load.
+  const auto derive = std::find_if(steps.begin(), steps.end(), [](const std::string& step) {
+    return absl::StartsWith(step, "RUN find /opt/collectived");
+  });
+  ASSERT_NE(derive, steps.end());
+  std::string script = derive->substr(4);
+  script = script.substr(0, script.find(" && grep -q '^libnccl2$'"));
+  TemporaryDirectory temp("deploy");
+  const std::string prefix = temp.path() + "/opt";
+  ASSERT_EQ(Install(prefix, {"daemon"}), "");
+  fs::create_directories(prefix + "/share/collectived");
+  script = absl::StrReplaceAll(script, {{"/opt/collectived", prefix}});
+  const CommandResult run = RunCommand({"/bin/sh", "-c", script});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::vector<std::string> lines = absl::StrSplit(
+      ReadFile(prefix + "/share/collectived/runtime-packages"), '\n', absl::SkipEmpty());
+  const std::set<std::string> derived(lines.begin(), lines.end());
+  const std::set<std::string> listed =
+      AptInstalled(Stage(ReadFile(kSource + "/deploy/container/Dockerfile"), "runtime"));
+  for (const std::string& package : listed) EXPECT_THAT(derived, Contains(package));
+  const std::map<std::string, PackageInfo> packages = InstalledPackages();
+  std::set<std::string> base;
+  for (const auto& [name, info] : packages) {
+    if (info.base) base.insert(name);
+  }
+  const std::set<std::string> image = Closure(base, packages);
+  const std::set<std::string> provided = Closure(listed, packages);
+  for (const std::string& package : derived) {
+    EXPECT_TRUE(provided.contains(package) || image.contains(package) ||
+                absl::StartsWith(package, "libnccl"))
+        << package << " is derived but the CPU image, checked by hand, has no need of it";
+  }
+}
+
+// The build context leaves out local build trees and caches.
+TEST(ContainerTest, DockerignoreLeavesOutBuildTrees) {
+  const std::string ignore = ReadFile(kSource + "/.dockerignore");
+  for (const char* entry : {"\nbuild/\n", "\nbuild-*/\n", "\n.git\n", "\n**/__pycache__/\n"}) {
+    EXPECT_THAT("\n" + ignore, HasSubstr(entry));
+  }
+}
+
 // --- Kubernetes -------------------------------------------------------------
 
 std::vector<YAML::Node> Documents(const std::string& file) {
@@ -482,9 +608,17 @@ TEST(KubernetesTest, SidecarSharesSocketAndShmAndIsProbedWithCollectivectl) {
   ExpectLimits(trainer);
 }
 
+// The document of `kind` in `documents` (the first), or an undefined node.
+YAML::Node OfKind(const std::vector<YAML::Node>& documents, const std::string& kind) {
+  for (const YAML::Node& document : documents) {
+    if (document["kind"].as<std::string>() == kind) return document;
+  }
+  return YAML::Node();
+}
+
 TEST(KubernetesTest, DaemonSetServesTheNodeThroughHostPaths) {
   const std::vector<YAML::Node> documents = Documents("kubernetes/collectived-daemonset.yaml");
-  ASSERT_EQ(documents.size(), 2u);
+  ASSERT_EQ(documents.size(), 4u);
   ASSERT_EQ(documents[0]["kind"].as<std::string>(), "DaemonSet");
   const YAML::Node pod = documents[0]["spec"]["template"]["spec"];
   const YAML::Node daemon = ContainerNamed(pod, "collectived");
@@ -505,8 +639,8 @@ TEST(KubernetesTest, DaemonSetServesTheNodeThroughHostPaths) {
   EXPECT_FALSE(daemon["securityContext"]["allowPrivilegeEscalation"].as<bool>());
 
   // The example trainer reaches the same socket and /dev/shm.
-  ASSERT_EQ(documents[1]["kind"].as<std::string>(), "Pod");
-  const YAML::Node trainer_pod = documents[1]["spec"];
+  const YAML::Node trainer_pod = OfKind(documents, "Pod")["spec"];
+  ASSERT_TRUE(trainer_pod.IsMap());
   const YAML::Node trainer = ContainerNamed(trainer_pod, "trainer");
   EXPECT_EQ(EnvValue(trainer, "COLLECTIVE_SOCKET"), socket);
   EXPECT_EQ(
@@ -515,6 +649,182 @@ TEST(KubernetesTest, DaemonSetServesTheNodeThroughHostPaths) {
   EXPECT_EQ(VolumeNamed(trainer_pod, MountedAt(trainer, "/dev/shm"))["hostPath"]["path"]
                 .as<std::string>(),
             "/dev/shm");
+}
+
+// "7Gi", "512Mi", "1GiB", "256MiB", "1024": bytes (0 if not understood).
+uint64_t Bytes(const std::string& quantity) {
+  absl::string_view text = quantity;
+  uint64_t scale = 1;
+  for (const auto& [suffix, factor] : std::vector<std::pair<const char*, uint64_t>>{
+           {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"Gi", 1ull << 30}, {"Mi", 1ull << 20}}) {
+    if (absl::ConsumeSuffix(&text, suffix)) {
+      scale = factor;
+      break;
+    }
+  }
+  uint64_t value = 0;
+  return absl::SimpleAtoi(text, &value) ? value * scale : 0;
+}
+
+// The value of `--name=VALUE` among `container`'s args, or "".
+std::string Argument(const YAML::Node& container, const std::string& name) {
+  for (const YAML::Node& arg : container["args"]) {
+    const std::string word = arg.as<std::string>();
+    absl::string_view text = word;
+    if (absl::ConsumePrefix(&text, name + "=")) return std::string(text);
+  }
+  return "";
+}
+
+// The trainer's local ranks: torchrun's --nproc-per-node.
+int LocalRanks(const YAML::Node& trainer) {
+  for (const YAML::Node& node : trainer["command"]) {
+    const std::string word = node.as<std::string>();
+    absl::string_view text = word;
+    int ranks = 0;
+    if (absl::ConsumePrefix(&text, "--nproc-per-node=") && absl::SimpleAtoi(text, &ranks)) {
+      return ranks;
+    }
+  }
+  return 0;
+}
+
+// What the daemon itself needs besides the segments (its request in the
+// DaemonSet, where the segments are the jobs').
+constexpr uint64_t kDaemonOwnBytes = 512ull << 20;
+
+// The segments the daemon reserves in /dev/shm for one job of
+// `local_ranks`: an arena per rank and the result segment (the doorbell is
+// a page), with the arena sizes of its arguments or the defaults.
+uint64_t JobSegmentBytes(const YAML::Node& daemon, int local_ranks) {
+  const config::DaemonConfig defaults;
+  const std::string arena = Argument(daemon, "--default-arena-bytes");
+  const std::string result = Argument(daemon, "--result-arena-bytes");
+  return static_cast<uint64_t>(local_ranks) *
+             (arena.empty() ? defaults.default_arena_bytes : Bytes(arena)) +
+         (result.empty() ? defaults.result_arena_bytes : Bytes(result)) + (1ull << 20);
+}
+
+// The daemon reserves the segments (posix_fallocate), so they are charged to
+// its container: its memory limit (and, in a sidecar, its request: it is
+// all taken when the job forms) holds them and the daemon; the shared
+// /dev/shm emptyDir holds the segments.
+TEST(KubernetesTest, MemoryLimitsHoldWhatTheDaemonIsConfiguredToReserve) {
+  for (const char* file :
+       {"kubernetes/trainer-with-sidecar.yaml", "kubernetes/trainer-gpu-with-sidecar.yaml"}) {
+    SCOPED_TRACE(file);
+    const YAML::Node pod = Documents(file)[0]["spec"];
+    const YAML::Node daemon = ContainerNamed(pod, "collectived");
+    const YAML::Node trainer = ContainerNamed(pod, "trainer");
+    const int ranks = LocalRanks(trainer);
+    ASSERT_GT(ranks, 0);
+    const uint64_t segments = JobSegmentBytes(daemon, ranks);
+    const uint64_t limit = Bytes(daemon["resources"]["limits"]["memory"].as<std::string>());
+    const uint64_t request = Bytes(daemon["resources"]["requests"]["memory"].as<std::string>());
+    EXPECT_GE(limit, segments + kDaemonOwnBytes) << ranks << " ranks reserve " << segments;
+    EXPECT_GE(request, segments + kDaemonOwnBytes) << ranks << " ranks reserve " << segments;
+    const YAML::Node shm = VolumeNamed(pod, MountedAt(daemon, "/dev/shm"));
+    EXPECT_GE(Bytes(shm["emptyDir"]["sizeLimit"].as<std::string>()), segments);
+  }
+  // The node's daemon holds at least the example trainer pod's job.
+  const std::vector<YAML::Node> node = Documents("kubernetes/collectived-daemonset.yaml");
+  const YAML::Node daemon = ContainerNamed(node[0]["spec"]["template"]["spec"], "collectived");
+  const int ranks = LocalRanks(ContainerNamed(OfKind(node, "Pod")["spec"], "trainer"));
+  ASSERT_GT(ranks, 0);
+  EXPECT_GE(Bytes(daemon["resources"]["limits"]["memory"].as<std::string>()),
+            JobSegmentBytes(daemon, ranks) + kDaemonOwnBytes);
+}
+
+// Metrics on the loopback, or on the pod's own IP where Prometheus scrapes
+// the pod (its annotations, or a Service that selects it), never 0.0.0.0.
+TEST(KubernetesTest, MetricsAreBoundWhereTheyAreScraped) {
+  struct Case {
+    const char* file;
+    YAML::Node (*pod_template)(const std::vector<YAML::Node>&);
+  };
+  const auto pod_itself = [](const std::vector<YAML::Node>& documents) {
+    return OfKind(documents, "Pod");
+  };
+  const auto daemon_set = [](const std::vector<YAML::Node>& documents) {
+    return YAML::Node(OfKind(documents, "DaemonSet")["spec"]["template"]);
+  };
+  for (const Case& c : std::vector<Case>{{"kubernetes/trainer-with-sidecar.yaml", pod_itself},
+                                         {"kubernetes/trainer-gpu-with-sidecar.yaml", pod_itself},
+                                         {"kubernetes/collectived-daemonset.yaml", daemon_set}}) {
+    SCOPED_TRACE(c.file);
+    const std::vector<YAML::Node> documents = Documents(c.file);
+    const YAML::Node pod = c.pod_template(documents);
+    const YAML::Node daemon = ContainerNamed(pod["spec"], "collectived");
+    const std::string listen = Argument(daemon, "--metrics-listen");
+    ASSERT_FALSE(listen.empty());
+    EXPECT_FALSE(absl::StartsWith(listen, "0.0.0.0:")) << listen;
+    if (absl::StartsWith(listen, "127.0.0.1:")) continue;
+    ASSERT_TRUE(absl::StartsWith(listen, "$(POD_IP):")) << listen;
+    bool from_pod_ip = false;
+    for (const YAML::Node& variable : daemon["env"]) {
+      if (variable["name"].as<std::string>() == "POD_IP") {
+        from_pod_ip =
+            variable["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>() == "status.podIP";
+      }
+    }
+    EXPECT_TRUE(from_pod_ip);
+    const YAML::Node annotations = pod["metadata"]["annotations"];
+    const bool annotated =
+        annotations["prometheus.io/scrape"].IsDefined() &&
+        annotations["prometheus.io/scrape"].as<std::string>() == "true" &&
+        annotations["prometheus.io/port"].as<std::string>() == listen.substr(listen.find(':') + 1);
+    const YAML::Node service = OfKind(documents, "Service");
+    EXPECT_TRUE(annotated || service.IsDefined()) << "nothing scrapes " << listen;
+  }
+}
+
+// Where the GPU path is used: GPUs requested, the GPU taint tolerated, MPS
+// run before the daemon and reached by every container through one pipe
+// directory, all as one uid (MPS serves one), and the GPU image.
+TEST(KubernetesTest, GpuSidecarRequestsGpusAndRunsMps) {
+  const std::vector<YAML::Node> documents = Documents("kubernetes/trainer-gpu-with-sidecar.yaml");
+  ASSERT_EQ(documents.size(), 1u);
+  const YAML::Node pod = documents[0]["spec"];
+  const YAML::Node mps = ContainerNamed(pod, "mps");
+  const YAML::Node daemon = ContainerNamed(pod, "collectived");
+  const YAML::Node trainer = ContainerNamed(pod, "trainer");
+  ASSERT_TRUE(mps.IsMap());
+  ASSERT_TRUE(daemon.IsMap());
+  ASSERT_TRUE(trainer.IsMap());
+  EXPECT_GT(trainer["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 0);
+  bool tolerates = false;
+  for (const YAML::Node& toleration : pod["tolerations"]) {
+    tolerates = tolerates || toleration["key"].as<std::string>() == "nvidia.com/gpu";
+  }
+  EXPECT_TRUE(tolerates);
+  EXPECT_TRUE(pod["shareProcessNamespace"].as<bool>());
+  EXPECT_TRUE(pod["securityContext"]["runAsUser"].IsDefined());
+
+  // MPS first (init containers start in order), then the daemon.
+  EXPECT_EQ(pod["initContainers"][0]["name"].as<std::string>(), "mps");
+  EXPECT_EQ(mps["restartPolicy"].as<std::string>(), "Always");
+  EXPECT_EQ(mps["command"][0].as<std::string>(), "nvidia-cuda-mps-control");
+  const std::string pipe = EnvValue(mps, "CUDA_MPS_PIPE_DIRECTORY");
+  ASSERT_FALSE(pipe.empty());
+  const std::string mps_volume = MountedAt(mps, fs::path(pipe).parent_path().string());
+  ASSERT_FALSE(mps_volume.empty());
+  for (const YAML::Node& container : {daemon, trainer}) {
+    EXPECT_EQ(EnvValue(container, "CUDA_MPS_PIPE_DIRECTORY"), pipe);
+    EXPECT_EQ(MountedAt(container, fs::path(pipe).parent_path().string()), mps_volume);
+  }
+  EXPECT_EQ(daemon["image"].as<std::string>(), "collectived:gpu");
+  EXPECT_EQ(EnvValue(daemon, "NVIDIA_VISIBLE_DEVICES"), "all");
+  ExpectSharedSocketAndShm(pod, daemon, trainer, SocketArgument(daemon));
+  ExpectHealthProbes(daemon, SocketArgument(daemon));
+
+  // The node daemon runs on GPU nodes too.
+  bool node_daemon_tolerates = false;
+  for (const YAML::Node& toleration : Documents(
+           "kubernetes/collectived-daemonset.yaml")[0]["spec"]["template"]["spec"]["tolerations"]) {
+    node_daemon_tolerates =
+        node_daemon_tolerates || toleration["key"].as<std::string>() == "nvidia.com/gpu";
+  }
+  EXPECT_TRUE(node_daemon_tolerates);
 }
 
 TEST(KubernetesTest, MpiJobStartsOneDaemonPerWorkerBesideItsTrainer) {
@@ -558,8 +868,8 @@ TEST(KubernetesTest, MpiJobStartsOneDaemonPerWorkerBesideItsTrainer) {
 
 TEST(KubernetesTest, EveryManifestParses) {
   for (const char* file :
-       {"kubernetes/trainer-with-sidecar.yaml", "kubernetes/collectived-daemonset.yaml",
-        "multinode/mpijob-sidecar.yaml"}) {
+       {"kubernetes/trainer-with-sidecar.yaml", "kubernetes/trainer-gpu-with-sidecar.yaml",
+        "kubernetes/collectived-daemonset.yaml", "multinode/mpijob-sidecar.yaml"}) {
     SCOPED_TRACE(file);
     std::vector<YAML::Node> documents;
     EXPECT_NO_THROW(documents = Documents(file));

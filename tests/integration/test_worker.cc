@@ -12,7 +12,9 @@
 //   victim [--expect TEXT]             submit a lone tensor, then block until killed
 //                                      (or, with --expect, until it fails with TEXT)
 //   connect-error --expect TEXT        Connect must fail with TEXT
-//   as-uid UID [--expect TEXT]         drop to UID (keeping group 0), then connect
+//   as-uid UID [--groups G,...] [--expect TEXT]
+//                                      drop to UID (keeping group 0, or only the
+//                                      listed supplementary groups), then connect
 //   as-uid UID --then SCENARIO ...     drop to UID, then play SCENARIO
 //   duplicate                          a name submitted twice is refused at once
 //                                      (on each rank in turn, as 'dup.RANK')
@@ -43,6 +45,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "collective/client.h"
 #include "common/dtype.h"
 #include "daemon/exec/reduce_kernels.h"
@@ -343,9 +346,16 @@ int RunScenario(const std::string& name, const Args& args);
 int AsUid(const Args& args) {
   const uid_t uid = static_cast<uid_t>(std::stoul(Flag(args, "as-uid")));
   // Keep group 0 as a supplementary group so that the 0660 root-group socket
-  // can be reached, and the daemon's own policy is what decides.
-  const gid_t groups[] = {0};
-  if (::setgroups(1, groups) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
+  // can be reached, and the daemon's own policy is what decides; or the
+  // groups the test names ("" for none).
+  std::vector<gid_t> groups = {0};
+  if (HasFlag(args, "--groups")) {
+    groups.clear();
+    for (absl::string_view group : absl::StrSplit(Flag(args, "--groups"), ',', absl::SkipEmpty())) {
+      groups.push_back(static_cast<gid_t>(std::stoul(std::string(group))));
+    }
+  }
+  if (::setgroups(groups.size(), groups.data()) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
     Die(absl::StrCat("cannot become uid ", uid, ": ", std::strerror(errno)));
   }
   if (HasFlag(args, "--then")) return RunScenario(Flag(args, "--then"), args);

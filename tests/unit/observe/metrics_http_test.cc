@@ -1,10 +1,12 @@
 // daemon/metrics_http and common/host_port: the responses to every kind of
-// request, and a real listener on the loopback that stays bounded in size
-// and time and stops at once, whatever its clients do.
+// request, and a real listener on the loopback that serves its clients
+// concurrently, stays bounded in size, time and connections, and stops at
+// once, whatever its clients do.
 #include "daemon/observe/metrics_http.h"
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -147,14 +149,37 @@ TEST_F(MetricsHttpServerTest, RefusesAnOversizedHeadAndServesTheNextClient) {
   EXPECT_THAT(Exchange("GET /metrics HTTP/1.1\r\n\r\n"), StartsWith("HTTP/1.1 200 OK"));
 }
 
-TEST_F(MetricsHttpServerTest, StopsAtOnceWhileAClientSaysNothing) {
+// A client that connects and says nothing (a port scanner, a stuck
+// scraper) holds its own connection's thread until its 5 s deadline, and
+// nobody else's.
+TEST_F(MetricsHttpServerTest, ServesOthersWhileAClientSaysNothing) {
   const int silent = Connect();
-  // The silent client holds the (serial) listener; Stop must not wait for
-  // its 5 s deadline.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(Exchange("GET /metrics HTTP/1.1\r\n\r\n"), EndsWith("\r\n\r\nm_total 1\n"));
+  EXPECT_THAT(Exchange("GET /metrics HTTP/1.1\r\n\r\n"), EndsWith("\r\n\r\nm_total 1\n"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  ::close(silent);
+}
+
+TEST_F(MetricsHttpServerTest, AnswersBeyondItsConnectionsWith503) {
+  std::vector<int> silent;
+  for (size_t i = 0; i < MetricsHttpServer::kMaxConnections; ++i) silent.push_back(Connect());
+  const std::string reply = Exchange("GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_THAT(reply, StartsWith("HTTP/1.1 503 Service Unavailable"));
+  EXPECT_THAT(reply, HasSubstr("Retry-After: 1\r\n"));
+  for (const int fd : silent) ::close(fd);
+}
+
+TEST_F(MetricsHttpServerTest, StopsAtOnceWhileClientsSayNothing) {
+  const int silent = Connect();
+  const int other = Connect();
+  // The silent clients hold their threads; Stop must not wait for their 5 s
+  // deadline.
   const auto start = std::chrono::steady_clock::now();
   server_->Stop();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   ::close(silent);
+  ::close(other);
 }
 
 TEST(MetricsHttpServerBindTest, ReportsAnAddressInUse) {
