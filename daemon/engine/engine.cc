@@ -161,6 +161,7 @@ void Engine::Loop() {
     RunTimers(now);
     Reap();
     systemd_status_.Observe(runs_.empty() ? nullptr : &runs_.front()->job());
+    watchdog_.Tick(now);
     if (drained) spin_.Drained(now);
     if (worked) {
       spin_.Worked(now);
@@ -267,7 +268,8 @@ void Engine::RunTimers(Clock::time_point now) {
 
 Clock::time_point Engine::NextTimer() const {
   const Clock::time_point now = Clock::now();
-  Clock::time_point next = next_heartbeat_;
+  // The watchdog's period may be shorter than heartbeat_interval_ms.
+  Clock::time_point next = std::min(next_heartbeat_, watchdog_.next_due());
   if (world_.waits()) {
     Clock::time_point poll = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
     if (world_.exchanging()) poll = now + std::chrono::milliseconds(config_.cycle_time_ms);

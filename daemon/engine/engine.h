@@ -44,6 +44,7 @@
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
 #include "daemon/observe/timeline.h"
+#include "daemon/observe/watchdog.h"
 #include "shm/segment_names.h"
 
 namespace collective::daemon::engine {
@@ -125,6 +126,8 @@ class Engine final : private WorldLink::Listener {
   observe::Timeline timeline_;
   observe::Metrics metrics_;
   observe::JobStatusNotifier systemd_status_;
+  // systemd's watchdog, pinged from the loop: a wedged engine is restarted.
+  observe::Watchdog watchdog_ = observe::Watchdog::FromEnvironment();
   v1::Totals totals_;
   WorldLink world_;
   uint64_t gpu_tenant_ = 0;

@@ -130,6 +130,24 @@ TEST(SystemdNotifyTest, ReadyThenJobStatesThenStopping) {
   EXPECT_EQ(notify.Next(absl::Now()), std::nullopt) << "nothing after STOPPING=1";
 }
 
+// systemd's watchdog hears from the engine loop itself, idle or not, every
+// half of WATCHDOG_USEC: an engine that wedges stops the pings.
+TEST(SystemdNotifyTest, WatchdogPingsComeFromTheEngineLoop) {
+  NotifyListener notify;
+  ASSERT_TRUE(notify.ok());
+  auto daemon = DaemonProcess::Start(
+      {.flags = SmallMemoryFlags(),
+       .environment = {{"NOTIFY_SOCKET", notify.path()}, {"WATCHDOG_USEC", "200000"}}});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  const absl::Time deadline = absl::Now() + kTimeout;
+  for (int i = 0; i < 3; ++i) {  // idle, it pings all the same
+    const std::vector<std::string> seen = notify.Until("WATCHDOG=1", deadline);
+    ASSERT_FALSE(seen.empty());
+    EXPECT_EQ(seen.back(), "WATCHDOG=1");
+  }
+  EXPECT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
+}
+
 // --- Metrics ---------------------------------------------------------------
 
 // One entry of the workload (see collectives_worker_workload.cc).
