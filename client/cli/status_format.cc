@@ -95,6 +95,22 @@ std::string HumanDuration(double seconds) {
 
 namespace {
 
+// "autotune: ...": the knobs in force and where tuning stands.
+std::string FormatAutotune(const v1::AutotuneStatus& tune) {
+  std::string state = "off";
+  if (tune.enabled() && tune.tuning()) {
+    state = tune.trial() == 0 ? fmt::format("warming up (then {} trials)", tune.max_trials())
+                              : fmt::format("trial {} of {}", tune.trial(), tune.max_trials());
+  } else if (tune.enabled()) {
+    state = tune.trial() == 0 ? "on, no job tuned yet" : "on, values fixed";
+  }
+  return fmt::format(
+      "autotune: {}; fusion threshold {}, cycle time {} ms, cross-node chunk {}, response "
+      "cache {}\n",
+      state, HumanBytes(tune.fusion_threshold_bytes()), tune.cycle_time_ms(),
+      HumanBytes(tune.cross_node_chunk_bytes()), tune.response_cache() ? "on" : "off");
+}
+
 // One job: its state, its result arena, sets, nodes, autotuning, and its
 // tables of clients, pending tensors and pending messages.
 std::string FormatJob(const v1::JobReport& report) {
@@ -135,21 +151,7 @@ std::string FormatJob(const v1::JobReport& report) {
         negotiation.node(), negotiation.nodes(), absl::StrJoin(negotiation.local_sizes(), ", "),
         negotiation.cache_entries(), negotiation.cache_capacity());
   }
-  if (report.has_autotune()) {
-    const v1::AutotuneStatus& tune = report.autotune();
-    std::string state = "off";
-    if (tune.enabled() && tune.tuning()) {
-      state = tune.trial() == 0 ? fmt::format("warming up (then {} trials)", tune.max_trials())
-                                : fmt::format("trial {} of {}", tune.trial(), tune.max_trials());
-    } else if (tune.enabled()) {
-      state = tune.trial() == 0 ? "on, no job tuned yet" : "on, values fixed";
-    }
-    out += fmt::format(
-        "autotune: {}; fusion threshold {}, cycle time {} ms, cross-node chunk {}, response "
-        "cache {}\n",
-        state, HumanBytes(tune.fusion_threshold_bytes()), tune.cycle_time_ms(),
-        HumanBytes(tune.cross_node_chunk_bytes()), tune.response_cache() ? "on" : "off");
-  }
+  if (report.has_autotune()) out += FormatAutotune(report.autotune());
   const v1::Totals& totals = report.totals();
   out += fmt::format("reduced: {} collectives ({} requests), {}, {} errors\n", totals.collectives(),
                      totals.requests(), HumanBytes(totals.bytes_reduced()), totals.errors());
@@ -234,6 +236,8 @@ std::string FormatStatus(const v1::StatusResponse& status) {
 
   if (status.jobs().empty()) {
     out += "job: none (waiting for clients to register)\n";
+    // The last job's tuning, or the configured values.
+    if (status.has_autotune()) out += FormatAutotune(status.autotune());
     return out;
   }
   if (status.jobs_size() > 1) {

@@ -236,10 +236,14 @@ bool Engine::AdvanceRuns() {
 bool Engine::RunReady(bool& drained) {
   bool ran = false;
   drained = false;
-  for (const auto& run : runs_) {
-    if (!run->RunReady()) continue;
+  // Each turn another run goes first, so that no job's work always waits
+  // for another's.
+  const size_t first = runs_.empty() ? 0 : next_first_++ % runs_.size();
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    JobRun& run = *runs_[(first + i) % runs_.size()];
+    if (!run.RunReady()) continue;
     ran = true;
-    drained = drained || run->idle();
+    drained = drained || run.idle();
   }
   return ran;
 }
@@ -289,6 +293,9 @@ void Engine::Reap() {
     std::unique_ptr<JobRun> run = std::move(*it);
     it = runs_.erase(it);
     std::vector<job::Job::WaitingRegistration> waiting = std::move(run->job().waiting());
+    if (run->job().state() != job::JobState::kForming) {
+      run->DescribeTuning(&last_tuning_.emplace());
+    }
     run.reset();  // the teardown: every segment of the job goes
     if (!world_.broken().ok() && runs_.empty()) world_.RequestStop();
     for (job::Job::WaitingRegistration& registration : waiting) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -131,6 +132,10 @@ class Engine final : private WorldLink::Listener {
   v1::Totals totals_;
   WorldLink world_;
   uint64_t gpu_tenant_ = 0;
+  size_t next_first_ = 0;  // the run whose ready work runs first, in turn
+  // The last job's autotuning (its trials, or the values it fixed): what
+  // status shows while no job runs.
+  std::optional<v1::AutotuneStatus> last_tuning_;
   EngineSpin spin_{std::chrono::microseconds(config_.engine_spin_us)};
   Clock::time_point next_heartbeat_;
   bool shutting_down_ = false;

@@ -32,8 +32,13 @@ void Engine::OnStatus(const StatusEvent& event) const {
     run->Describe(now, *response.add_jobs());
   }
   if (response.jobs().empty()) {
-    // No job (or not the one asked for): the autotune knobs as configured.
-    JobTuning(config_).Describe(response.mutable_autotune());
+    // No job (or not the one asked for): the last job's tuning, or the
+    // knobs as configured.
+    if (last_tuning_.has_value()) {
+      *response.mutable_autotune() = *last_tuning_;
+    } else {
+      JobTuning(config_).Describe(response.mutable_autotune());
+    }
     response.mutable_job()->set_state(runs_.empty() && shutting_down_ ? v1::JOB_STATE_UNSPECIFIED
                                                                       : v1::JOB_STATE_IDLE);
     event.reply(response);

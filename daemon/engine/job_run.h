@@ -104,6 +104,7 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   // For status and metrics (job_status.cc).
   void Describe(Clock::time_point now, v1::JobReport& report) const;
   void AddGauges(Clock::time_point now, observe::Metrics::Gauges& gauges) const;
+  void DescribeTuning(v1::AutotuneStatus* out) const { tuning_.Describe(out); }
   // What the job's negotiation across nodes counted so far.
   void AddLiveTotals(v1::Totals& totals) const { across_.view().AddTo(totals); }
   const Completion& completion() const { return completion_; }
