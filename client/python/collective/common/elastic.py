@@ -97,17 +97,17 @@ class State:
             if timestamp > last_timestamp:
                 last_timestamp = timestamp
                 update |= result
+        elastic = rendezvous.directory() is not None
         current = rendezvous.generation()
-        seen = current
-        if rendezvous.directory() is not None:
-            seen = max(current, rendezvous.read_world().generation)
+        seen = max(current, rendezvous.read_world().generation) if elastic else current
         # Every rank must decide the same: the ranks read the world and receive
         # notifications at slightly different moments.
         if self._agree_generation is None:
             prev_timestamp, last_timestamp, update, newest = self._bcast_object(
                 (prev_timestamp, last_timestamp, update, seen))
         else:
-            newest = self._agree_generation(seen)
+            # (Every rank knows alike whether the job is elastic.)
+            newest = self._agree_generation(seen) if elastic else current
             prev_timestamp, last_timestamp, update = self._bcast_object(
                 (prev_timestamp, last_timestamp, update))
         self._last_updated_timestamp = last_timestamp
