@@ -27,7 +27,8 @@ if(COLLECTIVE_GPU)
   endif()
 endif()
 # The NCCL_VERSION_CODE of the nccl.h the GPU path is built with (0 without
-# it): collective.torch's nccl_built() returns it, as Horovod's does.
+# it): collective.torch's nccl_built() returns it, as Horovod's does
+# (client/python/CMakeLists.txt).
 set(COLLECTIVE_NCCL_VERSION_CODE 0)
 if(COLLECTIVE_HAVE_CUDA)
   file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h nccl_version_line

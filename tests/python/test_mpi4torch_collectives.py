@@ -352,11 +352,6 @@ def test_process_set_communicator(static_process_sets):
     assert sub.Allreduce(x, mpi4torch.MPI_SUM).item() == float(sum(mine.ranks))
 
 
-def test_comm_from_mpi4py_refused():
-    with pytest.raises(NotImplementedError, match='comm_from_process_set'):
-        mpi4torch.comm_from_mpi4py(object())
-
-
 def test_root_out_of_range_refused():
     with pytest.raises(ValueError, match='root 99 is not a rank of this communicator'):
         comm.Bcast_(torch.ones(2), 99)

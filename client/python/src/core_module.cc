@@ -7,7 +7,6 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
-#include "collective/build_config.h"
 #include "collective/client.h"
 #include "errors.h"
 
