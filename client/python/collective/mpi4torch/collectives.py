@@ -35,8 +35,7 @@ def _reduced(tensor, op, run, set_id):
 
 
 class Allreduce(torch.autograd.Function):
-    """``MPI_Communicator.Allreduce``: every rank's tensor reduced by mpi4torch's op, on every rank.
-    """
+    """``MPI_Communicator.Allreduce``: every rank's tensor reduced by ``op``, on every rank."""
 
     @staticmethod
     def forward(ctx, tensor, op, comm):
@@ -210,8 +209,7 @@ class AllgatherAdjoint(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, grad, axis, count, comm):
-        """The sum over ranks of ``grad``, narrowed to this rank's ``count`` slices along ``axis``.
-        """
+        """The sum over ranks of ``grad``; this rank's ``count`` slices of it along ``axis``."""
         ctx.axis, ctx.comm = axis, comm
         set_id = comm.set_id
         counts = [row[0] for row in requests.exchange([count], set_id)]

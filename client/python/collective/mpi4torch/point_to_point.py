@@ -100,7 +100,6 @@ class Isend(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dummy_grad):
-        # The gradient sent back by the destination.
         """The gradient of the tensor sent: what the destination sends back (the adjoint receive
         ``Wait``'s backward started), or None."""
         return _finish_adjoint(dummy_grad), None, None, None
@@ -112,8 +111,7 @@ class Irecv(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, buffer, source, tag, comm):
-        """Starts receiving from ``source`` into ``buffer``; returns the dummy naming the request.
-        """
+        """Starts receiving from ``source`` into ``buffer``; returns the request's dummy."""
         ctx.set_materialize_grads(False)
         ctx.template = _template(buffer)
         # Written without autograd knowing, as MPI writes mpi4torch's buffer.

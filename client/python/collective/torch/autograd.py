@@ -25,8 +25,7 @@ from collective.torch.handles import synchronize
 
 
 class HorovodAllreduce(torch.autograd.Function):
-    """Allreduce of one tensor (Horovod's arguments; ``average`` is the deprecated form of ``op``).
-    """
+    """Allreduce of one tensor (Horovod's arguments; ``average`` is the deprecated form of ``op``)."""
 
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
