@@ -166,9 +166,9 @@ def mpi_built():
 
 
 def mpi_threads_supported():
-    """Raises ValueError, as Horovod does when MPI is not enabled in this process."""
-    raise ValueError('MPI is not enabled in this process: collectived runs the transports, '
-                     'so MPI multi-threading does not apply.')
+    """Raises ValueError in Horovod's words for a process where MPI is not enabled, as every
+    process is here: collectived runs the transports, so MPI multi-threading does not apply."""
+    raise ValueError('Horovod MPI is not enabled; Please make sure it\'s installed and enabled.')
 
 
 def gloo_enabled():
