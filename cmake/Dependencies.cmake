@@ -26,7 +26,18 @@ if(COLLECTIVE_GPU)
     set(COLLECTIVE_HAVE_CUDA 1)
   endif()
 endif()
+# The NCCL_VERSION_CODE of the nccl.h the GPU path is built with (0 without
+# it): collective.torch's nccl_built() returns it, as Horovod's does
+# (client/python/CMakeLists.txt).
+set(COLLECTIVE_NCCL_VERSION_CODE 0)
 if(COLLECTIVE_HAVE_CUDA)
+  file(STRINGS ${NCCL_INCLUDE_DIR}/nccl.h nccl_version_line
+       REGEX "^#define NCCL_VERSION_CODE +[0-9]+")
+  string(REGEX MATCH "NCCL_VERSION_CODE +([0-9]+)" nccl_version_line "${nccl_version_line}")
+  set(COLLECTIVE_NCCL_VERSION_CODE "${CMAKE_MATCH_1}")
+  if(NOT COLLECTIVE_NCCL_VERSION_CODE)
+    message(FATAL_ERROR "No NCCL_VERSION_CODE in ${NCCL_INCLUDE_DIR}/nccl.h")
+  endif()
   # Ampere and Hopper, as SASS, plus PTX for later GPUs: not every
   # architecture, which would multiply nvcc's time.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)

@@ -28,6 +28,8 @@ case "$profile" in
       libgtest-dev libgmock-dev libbenchmark-dev
       # Python binding and its tests
       pybind11-dev python3-dev python3-torch python3-pytest python3-numpy
+      # broadcast_object/allgather_object serialize with cloudpickle, as Horovod does
+      python3-cloudpickle
       # tests/bench/python_paths_bench.py: a real ResNet-50 under DistributedOptimizer
       python3-torchvision
       # collective.tensorflow: the venv scripts/tensorflow-venv.sh makes

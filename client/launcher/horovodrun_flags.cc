@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <yaml-cpp/yaml.h>
@@ -54,6 +55,50 @@ void DropUnexported(std::map<std::string, std::string>& variables) {
   }
   if (variables.count("HOROVOD_TIMELINE") == 0) variables.erase("HOROVOD_TIMELINE_MARK_CYCLES");
 }
+
+// The settings collectived has no use for, and why: the launcher says so
+// once for each one given (HorovodrunFlags::Notes).
+struct Inapplicable {
+  const char* variable;
+  const char* settings;  // the flags and the config file's key that set it
+  const char* reason;
+};
+constexpr Inapplicable kInapplicable[] = {
+    {"HOROVOD_HIERARCHICAL_ALLREDUCE",
+     "--hierarchical-allreduce/--no-hierarchical-allreduce (params.hierarchical_allreduce)",
+     "an allreduce across nodes is always hierarchical here: each node's ranks meet in its "
+     "daemon's shared memory, then the daemons reduce among the nodes"},
+    {"HOROVOD_HIERARCHICAL_ALLGATHER",
+     "--hierarchical-allgather/--no-hierarchical-allgather (params.hierarchical_allgather)",
+     "an allgather across nodes is always hierarchical here: each node's ranks meet in its "
+     "daemon's shared memory, then the daemons gather among the nodes"},
+    {"HOROVOD_TORUS_ALLREDUCE", "--torus-allreduce/--no-torus-allreduce (params.torus_allreduce)",
+     "the daemons' step across nodes has no torus variant; it is hierarchical already"},
+    {"HOROVOD_NUM_NCCL_STREAMS", "--num-nccl-streams (library_options.num_nccl_streams)",
+     "the ranks run no NCCL; the daemon orders its NCCL work on its own streams"},
+    {"HOROVOD_THREAD_AFFINITY", "--thread-affinity (library_options.thread_affinity)",
+     "it pins Horovod's background thread in each rank, which the ranks do not have; pin "
+     "collectived itself (taskset, numactl, systemd's CPUAffinity) instead"},
+    {"HOROVOD_GLOO_TIMEOUT_SECONDS",
+     "--gloo-timeout-seconds (library_options.gloo_timeout_seconds)",
+     "nothing runs Gloo: the daemons coordinate over MPI"},
+    {"HOROVOD_MPI_THREADS_DISABLE",
+     "--mpi-threads-disable/--no-mpi-threads-disable (library_options.mpi_threads_disable)",
+     "the ranks run no MPI; the daemon's one engine thread is its only MPI caller"},
+    {"HOROVOD_LOG_HIDE_TIME",
+     "--log-with-timestamp/--log-without-timestamp/--log-hide-timestamp (logging.with_timestamp)",
+     "the daemon's log lines always carry their time"},
+    {"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+     "--autotune-gaussian-process-noise (autotune.gaussian_process_noise)",
+     "the daemon's autotuner keeps its Gaussian process's own noise level"},
+};
+
+// The flags that set no variable, and why they do not apply.
+constexpr std::pair<const char*, const char*> kChoices[] = {
+    {"--gloo", "the daemons coordinate the ranks; there is no controller to choose"},
+    {"--mpi", "the daemons coordinate the ranks; there is no controller to choose"},
+    {"--disable-cache", "collectiverun makes no host checks to cache"},
+};
 
 // The config file's variables, before DropUnexported: the flags may yet
 // turn autotune on or name a timeline.
@@ -183,7 +228,7 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
       {"--stall-check-shutdown-time-seconds", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "S",
        "fail a stalled job after this long (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS)", count},
       {"--num-nccl-streams", "HOROVOD_NUM_NCCL_STREAMS", "N",
-       "accepted: changes nothing (HOROVOD_NUM_NCCL_STREAMS)", count},
+       "accepted: does not apply (HOROVOD_NUM_NCCL_STREAMS)", count},
       {"--thread-affinity", "HOROVOD_THREAD_AFFINITY", "CPU",
        "accepted: changes nothing (HOROVOD_THREAD_AFFINITY)", count},
       {"--gloo-timeout-seconds", "HOROVOD_GLOO_TIMEOUT_SECONDS", "S",
@@ -270,11 +315,12 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
         ->group(kGroup);
   }
   // horovodrun's choice of controller and its cache of host checks have no
-  // counterpart: the daemons coordinate the ranks, and collectiverun checks
-  // nothing ahead. Taken so that a horovodrun line runs unchanged.
-  for (const char* flag : {"--gloo", "--mpi", "--disable-cache"}) {
+  // counterpart (kChoices). Taken so that a horovodrun line runs unchanged,
+  // and noted.
+  for (const auto& [flag, reason] : kChoices) {
     app.add_flag_callback(
-           flag, [] {}, "accepted from horovodrun: nothing to choose here")
+           flag, [this, flag = std::string(flag)] { choices_.insert(flag); },
+           absl::StrCat("accepted from horovodrun: does not apply (", reason, ")"))
         ->group(kGroup);
   }
   app.add_flag_callback(
@@ -288,7 +334,7 @@ void HorovodrunFlags::AddTo(CLI::App& app) {
       ->group(kGroup);
 }
 
-absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() const {
+absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() {
   std::map<std::string, std::string> variables;
   if (!config_file_.empty()) {
     std::ifstream file(config_file_);
@@ -309,6 +355,15 @@ absl::StatusOr<std::map<std::string, std::string>> HorovodrunFlags::Variables() 
   }
   // The flags over the file, then what horovodrun exports of both.
   for (const auto& [name, given] : values_) variables[name] = given;
+  notes_.clear();
+  for (const auto& [flag, reason] : kChoices) {
+    if (choices_.count(flag) > 0) notes_.push_back(absl::StrCat(flag, " does not apply: ", reason));
+  }
+  for (const Inapplicable& entry : kInapplicable) {
+    if (variables.count(entry.variable) > 0) {
+      notes_.push_back(absl::StrCat(entry.settings, " does not apply: ", entry.reason));
+    }
+  }
   DropUnexported(variables);
   if (auto it = variables.find("HOROVOD_FUSION_THRESHOLD"); it != variables.end()) {
     int64_t megabytes = 0;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -26,13 +28,21 @@ class HorovodrunFlags {
   // The HOROVOD_* variables the given flags and the config file set, as
   // horovodrun sets them (--fusion-threshold-mb in bytes, switches as "1";
   // a flag over the file's value). INVALID_ARGUMENT when the file cannot be
-  // read or holds a value of the wrong kind.
-  absl::StatusOr<std::map<std::string, std::string>> Variables() const;
+  // read or holds a value of the wrong kind. Also makes Notes().
+  absl::StatusOr<std::map<std::string, std::string>> Variables();
+
+  // After Variables(): one line for each setting given (a flag or the config
+  // file's key) that collectived has no use for, saying why, for the
+  // launcher to print once. Such settings are still exported, as
+  // horovodrun exports them.
+  const std::vector<std::string>& Notes() const { return notes_; }
 
  private:
   std::map<std::string, std::string> values_;  // variable -> value as given
+  std::set<std::string> choices_;              // given flags that set no variable (--gloo, ...)
   std::string config_file_;
   bool jsrun_ = false;  // --jsrun: refused by Variables
+  std::vector<std::string> notes_;
 };
 
 // The variables of a horovodrun config file's YAML (its sections params,

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "client/launcher/horovodrun_flags.h"
 #include "client/launcher/host_discovery.h"
 #include "collective/build_config.h"
@@ -153,6 +154,20 @@ absl::Status CheckHostList(const std::string& hosts, const std::string& hostfile
   return absl::OkStatus();
 }
 
+// horovodrun's set of interfaces: every one named by the flags, each once,
+// in the order first given (horovodrun keeps a set), comma-separated.
+std::string UnionOfInterfaces(const std::vector<std::string>& given) {
+  std::vector<std::string> interfaces;
+  for (const std::string& list : given) {
+    for (absl::string_view name : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+      if (std::find(interfaces.begin(), interfaces.end(), name) == interfaces.end()) {
+        interfaces.emplace_back(name);
+      }
+    }
+  }
+  return absl::StrJoin(interfaces, ",");
+}
+
 }  // namespace
 
 std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string> args,
@@ -271,11 +286,16 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
                  "the private key ssh logs in with")
       ->group(machines)
       ->type_name("FILE");
-  app.add_option("--network-interfaces,--network-interface", options.network_interfaces,
-                 "the interfaces the daemons talk over, e.g. eth0,eth1 (MPI's TCP and NCCL's "
-                 "sockets)")
+  // As horovodrun's: either flag, given any number of times, each with one
+  // interface or a comma-separated list; the union is used.
+  std::vector<std::string> network_interfaces;
+  app.add_option("--network-interfaces,--network-interface", network_interfaces,
+                 "the interfaces the daemons talk over, e.g. eth0,eth1, or the flag once per "
+                 "interface (MPI's TCP and NCCL's sockets)")
       ->group(machines)
-      ->type_name("NICS");
+      ->type_name("NICS")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);  // one value a flag: the command may follow
   app.add_option("--start-timeout", options.start_timeout_seconds,
                  "how long a rank waits for its host's daemon (default: "
                  "$HOROVOD_START_TIMEOUT, else 60)")
@@ -373,6 +393,8 @@ std::variant<LauncherOptions, int> ParseLauncherOptions(std::vector<std::string>
     return 2;
   }
   options.horovod_variables = std::move(*variables);
+  for (const std::string& note : horovodrun.Notes()) err << "collectiverun: " << note << "\n";
+  options.network_interfaces = UnionOfInterfaces(network_interfaces);
   if (!options.elastic &&
       (options.max_ranks != 0 || options.restarts != 0 || options.reset_limit >= 0)) {
     err << "collectiverun: --max-np, --restart-failed and --reset-limit need --elastic (or "

@@ -89,7 +89,9 @@ def test_build_flags():
     for flag in (hvd.mpi_enabled, hvd.mpi_built, hvd.gloo_enabled, hvd.gloo_built,
                  hvd.ddl_built, hvd.ccl_built, hvd.rocm_built):
         assert flag() is False, flag.__name__
-    with pytest.raises(ValueError, match='MPI is not enabled'):
+    # Horovod's words for a process without MPI.
+    with pytest.raises(ValueError, match="^Horovod MPI is not enabled; Please make sure it's "
+                                         "installed and enabled.$"):
         hvd.mpi_threads_supported()
 
 

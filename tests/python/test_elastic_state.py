@@ -187,7 +187,7 @@ def test_check_host_updates_raises_when_any_rank_saw_a_newer_generation(rendezvo
         agreed.append(seen)
         return max(seen, others)
 
-    state = elastic.ObjectState(bcast_object=None, get_rank=lambda: 0,
+    state = elastic.ObjectState(bcast_object=lambda obj: obj, get_rank=lambda: 0,
                                 agree_generation=agree, epoch=0)
     state.commit()  # nothing new here or anywhere
     state._agree_generation = lambda seen: agree(seen, others=1)
@@ -198,6 +198,79 @@ def test_check_host_updates_raises_when_any_rank_saw_a_newer_generation(rendezvo
     with pytest.raises(hvd.elastic.HostsUpdatedInterrupt):
         state.commit()
     assert agreed == [0, 0, 1]
+
+
+def test_without_agree_generation_rank_0s_view_of_the_generation_decides(rendezvous_dir):
+    # Horovod's State(bcast_object, get_rank): what rank 0 saw is sent to every rank.
+    _publish(rendezvous_dir, 0, [0, 1])
+    rank_0_saw = []
+
+    def bcast(obj):
+        rank_0_saw.append(obj)
+        return obj[:3] + (rank_0_sees,)
+
+    state = elastic.ObjectState(bcast_object=bcast, get_rank=lambda: 1, epoch=0)
+    rank_0_sees = 0
+    _publish(rendezvous_dir, 1, [0, 1, 2])  # seen here, not yet by rank 0
+    state.commit()
+    rank_0_sees = 1
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt) as raised:
+        state.commit()
+    assert raised.value.skip_sync is False
+    assert [obj[3] for obj in rank_0_saw] == [1, 1]
+
+
+class _UserState(elastic.State):
+    """A state written for Horovod: State.__init__ with its two arguments."""
+
+    def __init__(self, bcast_object, get_rank):
+        self.saved = self.value = 0
+        super().__init__(bcast_object, get_rank)
+
+    def save(self):
+        self.saved = self.value
+
+    def restore(self):
+        self.value = self.saved
+
+    def sync(self):
+        self.value = self.saved = self._bcast_object(self.saved)
+
+
+def test_a_state_subclass_written_for_horovod_commits_and_hears_host_updates(monkeypatch):
+    monkeypatch.delenv('COLLECTIVE_ELASTIC_DIR', raising=False)
+    sent = []
+
+    def bcast(obj):
+        sent.append(obj)
+        return obj
+
+    state = _UserState(bcast, lambda: 0)
+    state.value = 3
+    state.commit()  # nothing notified: no interrupt
+    assert state.saved == 3 and sent == [(0, 0, elastic.HostUpdateResult.no_update, 0)]
+    state.on_hosts_updated(10, elastic.HostUpdateResult.added)
+    state.on_hosts_updated(5, elastic.HostUpdateResult.removed)  # older: ignored
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt) as raised:
+        state.commit()
+    assert raised.value.skip_sync is False
+    state.commit()  # already acted on
+    state.on_hosts_updated(11, elastic.HostUpdateResult.removed)
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt) as raised:
+        state.check_host_updates()
+    assert raised.value.skip_sync is True  # only removed: the survivors hold the state
+    state.on_hosts_updated(12, elastic.HostUpdateResult.added)
+    state.on_reset()  # the job re-formed: what was notified before is moot
+    state.check_host_updates()
+
+
+def test_host_updates_follow_rank_0s_notifications(monkeypatch):
+    monkeypatch.delenv('COLLECTIVE_ELASTIC_DIR', raising=False)
+    # Rank 0 was notified; this rank not yet: it raises with rank 0.
+    state = _UserState(lambda obj: (0, 7, elastic.HostUpdateResult.mixed, 0), lambda: 1)
+    with pytest.raises(hvd.elastic.HostsUpdatedInterrupt) as raised:
+        state.check_host_updates()
+    assert raised.value.skip_sync is False
 
 
 def test_a_survivor_waits_for_the_generation_after_the_failure(rendezvous_dir):

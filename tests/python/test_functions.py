@@ -26,7 +26,7 @@ def test_broadcast_parameters(root, form):
     expected[1].running_mean.fill_(root)
 
     params = {'state_dict': lambda: model.state_dict(),
-              'named_parameters': lambda: model.named_parameters(),
+              'named_parameters': lambda: list(model.named_parameters()),
               'parameters': lambda: list(model.parameters())}[form]()
     ct.broadcast_parameters(params, root_rank=root)
 

@@ -80,9 +80,12 @@ def test_ring():
     a = rank_data(comm.rank, (3,)).to(_DEVICE).requires_grad_()
     right, left = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
     handle = comm.Isend(a, right, 0)
-    b = comm.Recv(mpi4torch.JoinDummies(torch.empty_like(a), [handle.dummy]), left, 0)
+    buffer = mpi4torch.JoinDummies(torch.empty_like(a), [handle.dummy])
+    b = comm.Recv(buffer, left, 0)
     sent = comm.Wait(mpi4torch.JoinDummiesHandle(handle, [b]))
     assert b.device == a.device and torch.equal(b.cpu(), rank_data(left, (3,)))
+    # The CUDA buffer holds what was received too, as with CUDA-aware MPI in mpi4torch.
+    assert torch.equal(buffer.detach().cpu(), rank_data(left, (3,)))
     mpi4torch.JoinDummies(a + b, [sent]).sum().backward()
     assert a.grad.device == a.device
     assert torch.equal(a.grad.cpu(), torch.full((3,), 2.0, dtype=torch.float64))

@@ -501,6 +501,88 @@ library_options:
   EXPECT_THAT(missing.err, HasSubstr("cannot read the horovodrun config file /nonexistent/h.yaml"));
 }
 
+size_t Occurrences(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+// Each horovodrun setting collectived has no use for is taken, and the
+// launcher says once that it does not apply and why; flags that take effect
+// are not noted.
+TEST(LauncherOptionsTest, HorovodrunsInapplicableSettingsAreNotedOnce) {
+  const Parsed parsed = Parse({"-np",
+                               "1",
+                               "--hierarchical-allreduce",
+                               "--no-hierarchical-allreduce",
+                               "--hierarchical-allgather",
+                               "--torus-allreduce",
+                               "--num-nccl-streams",
+                               "2",
+                               "--thread-affinity",
+                               "1",
+                               "--gloo-timeout-seconds",
+                               "3",
+                               "--mpi-threads-disable",
+                               "--log-without-timestamp",
+                               "--log-with-timestamp",
+                               "--autotune-gaussian-process-noise",
+                               "0.5",
+                               "--disable-cache",
+                               "--gloo",
+                               "--mpi",
+                               "--fusion-threshold-mb",
+                               "8",
+                               "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  for (const char* setting :
+       {"--hierarchical-allreduce/", "--hierarchical-allgather/", "--torus-allreduce/",
+        "--num-nccl-streams ", "--thread-affinity ", "--gloo-timeout-seconds ",
+        "--mpi-threads-disable/", "--log-with-timestamp/", "--autotune-gaussian-process-noise ",
+        "--disable-cache ", "--gloo ", "--mpi "}) {
+    EXPECT_EQ(Occurrences(parsed.err, absl::StrCat("collectiverun: ", setting)), 1u)
+        << setting << " in:\n"
+        << parsed.err;
+  }
+  EXPECT_EQ(Occurrences(parsed.err, " does not apply: "), 12u) << parsed.err;
+  EXPECT_THAT(parsed.err, HasSubstr("always hierarchical here"));
+  EXPECT_THAT(parsed.err, HasSubstr("pin collectived itself"));
+  EXPECT_EQ(parsed.options().horovod_variables.at("HOROVOD_FUSION_THRESHOLD"), "8388608");
+
+  const Parsed effective = Parse({"-np", "1", "--fusion-threshold-mb", "8", "--autotune",
+                                  "--timeline-filename", "t.json", "--no-stall-check", "x"});
+  ASSERT_TRUE(effective.ok()) << effective.err;
+  EXPECT_EQ(effective.err, "");
+
+  // The config file's keys as well.
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/inapplicable-", ::getpid(), ".yaml");
+  std::ofstream(path) << "params: {torus_allreduce: true, cycle_time_ms: 2}\n"
+                         "library_options: {num_nccl_streams: 2}\n";
+  const Parsed configured = Parse({"-np", "1", "--config-file", path, "x"});
+  std::remove(path.c_str());
+  ASSERT_TRUE(configured.ok()) << configured.err;
+  EXPECT_EQ(Occurrences(configured.err, " does not apply: "), 2u) << configured.err;
+  EXPECT_THAT(configured.err, HasSubstr("(params.torus_allreduce) does not apply"));
+  EXPECT_THAT(configured.err, HasSubstr("(library_options.num_nccl_streams) does not apply"));
+}
+
+// As horovodrun's: --network-interface and --network-interfaces, each as often
+// as wanted, with one interface or a list: the union, each interface once.
+TEST(LauncherOptionsTest, NetworkInterfacesMayBeRepeated) {
+  const Parsed parsed = Parse({"--network-interface", "eth0", "--network-interface", "eth1,eth0",
+                               "--network-interfaces", "ib0", "-np", "2", "-H", "node-b:2", "x"});
+  ASSERT_TRUE(parsed.ok()) << parsed.err;
+  EXPECT_EQ(parsed.options().network_interfaces, "eth0,eth1,ib0");
+  // One value a flag: the command may follow.
+  const LauncherOptions before_command =
+      Options({"-np", "1", "--network-interface", "eth0", "python", "train.py"});
+  EXPECT_EQ(before_command.network_interfaces, "eth0");
+  EXPECT_EQ(before_command.command, (std::vector<std::string>{"python", "train.py"}));
+}
+
 // horovodrun's -H and -hostfile: this machine only, with enough slots.
 TEST(LauncherOptionsTest, HorovodrunsHostListsNameThisMachine) {
   EXPECT_TRUE(Parse({"-np", "4", "-H", "localhost:4", "python", "train.py"}).ok());

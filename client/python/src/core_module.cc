@@ -70,4 +70,7 @@ PYBIND11_MODULE(_core, m) {
         "None when libcollective can load the NVIDIA driver (libcuda.so.1) with every function "
         "it uses for CUDA tensors; otherwise the reason it cannot.");
   m.attr("GLOBAL_PROCESS_SET") = collective::kGlobalProcessSet;
+  // What this build's daemon was built with, known before any daemon is
+  // reached: Horovod's nccl_built() answers before init().
+  m.attr("NCCL_VERSION_CODE") = COLLECTIVE_NCCL_VERSION_CODE;
 }

@@ -166,9 +166,9 @@ def mpi_built():
 
 
 def mpi_threads_supported():
-    """Raises ValueError, as Horovod does when MPI is not enabled in this process."""
-    raise ValueError('MPI is not enabled in this process: collectived runs the transports, '
-                     'so MPI multi-threading does not apply.')
+    """Raises ValueError in Horovod's words for a process where MPI is not enabled, as every
+    process is here: collectived runs the transports, so MPI multi-threading does not apply."""
+    raise ValueError('Horovod MPI is not enabled; Please make sure it\'s installed and enabled.')
 
 
 def gloo_enabled():
@@ -182,12 +182,17 @@ def gloo_built():
 
 
 def nccl_built():
-    """Whether the daemon this process joined runs CUDA tensors through NCCL: True when it
-    was built with CUDA and NCCL (the GPU path is built with both or neither).
+    """Returns the NCCL_VERSION_CODE of the NCCL this build's GPU path was built with (an
+    int, e.g. 22809 for NCCL 2.28.9), or 0 when it has no GPU path; as Horovod's, whose
+    suite compares it with versions (``hvd.nccl_built() < 2700``).
 
-    The daemon's build decides, so this needs ``init()`` (ValueError before it).
+    Callable before ``init()``, as in Horovod. The daemon does the GPU work:
+    once ``init()`` has joined a daemon without the GPU path (one from another
+    build), it is 0.
     """
-    return connection.current().client.daemon_gpu_path
+    if connection.is_open() and not connection.current().client.daemon_gpu_path:
+        return 0
+    return int(_core.NCCL_VERSION_CODE)
 
 
 def ddl_built():

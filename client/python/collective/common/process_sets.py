@@ -96,6 +96,22 @@ def add_process_set(process_set):
     return process_set
 
 
+def find_process_set(ranks):
+    """The registered ``ProcessSet`` of exactly ``ranks`` (global ranks), or None: the one
+    this process registered or bound, else a new object for a set another call registered."""
+    wanted = tuple(sorted(ranks))
+    for set_id, set_ranks in connection.current().client.process_sets():
+        if tuple(set_ranks) != wanted:
+            continue
+        if _registered.get(set_id):
+            return _registered[set_id][0]
+        process_set = ProcessSet(list(wanted))
+        process_set.process_set_id = set_id
+        _registered[set_id] = [process_set]
+        return process_set
+    return None
+
+
 def remove_process_set(process_set):
     """Removes a process set; every rank of the job must call it.
 

@@ -4,6 +4,7 @@ import warnings
 
 from collective import _core
 from collective.common import basics
+from collective.common.exceptions import HorovodInternalError
 
 # Horovod's values, so that code comparing or storing them keeps working.
 Average = 0
@@ -48,6 +49,14 @@ def wire_code(op):
     except (KeyError, TypeError):
         raise ValueError(f'Unknown reduce op {op!r}: use Average, Sum, Adasum, Min, Max or '
                          'Product') from None
+
+
+def check_reducescatter_op(op):
+    """Horovod's refusal of a reducescatter by any op but Average and Sum: raised by the call
+    (the enqueue, in Horovod) as ``HorovodInternalError``, the RuntimeError its torch binding
+    turns the enqueue's ABORTED status into, and in its words."""
+    if op not in (Average, Sum):
+        raise HorovodInternalError('Reducescatter currently only supports AVERAGE and SUM.')
 
 
 def check_adasum_set(process_set, on_gpu=False):

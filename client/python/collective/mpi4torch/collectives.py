@@ -27,27 +27,29 @@ NO_ADJOINT = ('collective.mpi4torch differentiates {function} with MPI_SUM only,
               'does; this {function} reduced with {op}.')
 
 
-def _sum_op(dtype):
-    return ops.plan(ops.MPI_SUM, dtype).wire_op
-
-
-def _reduced(tensor, op, run):
-    """``run(host tensor, wire op)`` on ``tensor`` prepared for ``op``; the result in the
-    caller's dtype, on the host."""
-    plan = ops.plan(op, tensor.dtype)
-    return plan.finish(run(layout.host(plan.prepare(tensor.detach())), plan.wire_op))
+def _reduced(tensor, op, run, set_id):
+    """``tensor`` reduced by mpi4torch's ``op`` (``ops.reduce``), where ``run(host tensor, wire
+    op)`` is the daemon reduction at hand; the result in the caller's dtype, on the host."""
+    return ops.reduce(op, layout.host(tensor), run,
+                      lambda t, wire: requests.allreduce(t, wire, set_id))
 
 
 class Allreduce(torch.autograd.Function):
+    """``MPI_Communicator.Allreduce``: every rank's tensor reduced by ``op``, on every rank."""
+
     @staticmethod
     def forward(ctx, tensor, op, comm):
+        """The reduction of every rank's ``tensor`` by ``op`` (``ops.reduce``), on ``tensor``'s
+        device."""
         ctx.op, ctx.comm = op, comm
         set_id = comm.set_id
-        reduced = _reduced(tensor, op, lambda t, wire: requests.allreduce(t, wire, set_id))
+        reduced = _reduced(tensor, op, lambda t, wire: requests.allreduce(t, wire, set_id),
+                           set_id)
         return reduced.to(tensor.device)
 
     @staticmethod
     def backward(ctx, grad):
+        """MPI_SUM's adjoint, the gradients' sum; RuntimeError for any other op, as mpi4torch."""
         if ctx.op != ops.MPI_SUM:
             raise RuntimeError(NO_ADJOINT.format(function='Allreduce', op=ops.NAMES[ctx.op]))
         return Allreduce.apply(grad, ops.MPI_SUM, ctx.comm), None, None
@@ -63,6 +65,7 @@ class Bcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, root, comm):
+        """Broadcasts the root's ``tensor`` into every rank's ``tensor``; returns it, detached."""
         ctx.root, ctx.comm = root, comm
         target = layout.host(tensor)
         requests.broadcast_(target, root, comm.set_id)
@@ -71,6 +74,7 @@ class Bcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """The adjoint: every rank's gradient summed at the root (``Reduce``)."""
         grad = grad.clone(memory_format=torch.contiguous_format)
         return Reduce.apply(grad, ops.MPI_SUM, ctx.root, ctx.comm), None, None
 
@@ -80,15 +84,18 @@ class Reduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, op, root, comm):
+        """Reduces every rank's ``tensor`` by ``op`` into the root's; zeros on the other ranks."""
         ctx.op, ctx.root, ctx.comm = op, root, comm
         set_id = comm.set_id
-        result = _reduced(tensor, op, lambda t, wire: requests.reduce_(t, wire, root, set_id))
+        result = _reduced(tensor, op, lambda t, wire: requests.reduce_(t, wire, root, set_id),
+                          set_id)
         inplace.overwrite(tensor, result.to(tensor.device) if comm.rank == root
                           else torch.zeros_like(tensor))
         return tensor.detach()
 
     @staticmethod
     def backward(ctx, grad):
+        """MPI_SUM's adjoint, the root's gradient broadcast; RuntimeError for any other op."""
         if ctx.op != ops.MPI_SUM:
             raise RuntimeError(NO_ADJOINT.format(function='Reduce_', op=ops.NAMES[ctx.op]))
         grad = grad.clone(memory_format=torch.contiguous_format)
@@ -96,12 +103,14 @@ class Reduce(torch.autograd.Function):
 
 
 def bcast_(comm, tensor, root):
+    """``MPI_Communicator.Bcast_``: broadcast in place; ``tensor`` must not be used again."""
     result = Bcast.apply(tensor, root, comm)
     inplace.guard(tensor, 'Bcast_')
     return result
 
 
 def reduce_(comm, tensor, op, root):
+    """``MPI_Communicator.Reduce_``: reduce in place; ``tensor`` must not be used again."""
     result = Reduce.apply(tensor, op, root, comm)
     inplace.guard(tensor, 'Reduce_')
     return result
@@ -113,6 +122,8 @@ class Gather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, axis, root, comm):
+        """Every rank's ``tensor`` concatenated along ``axis`` at the root; an empty tensor
+        elsewhere."""
         axis = layout.axis_of(axis, tensor.dim(), 'gatheraxis')
         ctx.axis, ctx.root, ctx.comm, ctx.count = axis, root, comm, tensor.shape[axis]
         gathered = requests.gather(layout.rows(tensor, axis), root, comm.set_id)
@@ -124,6 +135,7 @@ class Gather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """The adjoint: the root's gradient scattered back, each rank its own slices."""
         return Scatter.apply(grad, ctx.axis, ctx.count, ctx.root, ctx.comm), None, None, None
 
 
@@ -143,6 +155,7 @@ class Scatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, axis, numelem, root, comm):
+        """This rank's ``numelem`` slices along ``axis`` of the root's tensor."""
         set_id = comm.set_id
         is_root = comm.rank == root
         shape = _root_shape(tensor, is_root, root, set_id)
@@ -160,6 +173,7 @@ class Scatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """The adjoint: every rank's gradient gathered at the root; zeros elsewhere."""
         gathered = Gather.apply(grad, ctx.axis, ctx.root, ctx.comm)
         if not ctx.is_root:
             shape, dtype, device = ctx.template
@@ -168,8 +182,11 @@ class Scatter(torch.autograd.Function):
 
 
 class Allgather(torch.autograd.Function):
+    """``MPI_Communicator.Allgather``: every rank's tensor concatenated along an axis."""
+
     @staticmethod
     def forward(ctx, tensor, axis, comm):
+        """Every rank's ``tensor`` concatenated along ``axis``, in rank order, on every rank."""
         axis = layout.axis_of(axis, tensor.dim(), 'gatheraxis')
         ctx.axis, ctx.comm, ctx.count = axis, comm, tensor.shape[axis]
         gathered = requests.allgather(layout.rows(tensor, axis), comm.set_id)
@@ -177,6 +194,7 @@ class Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """The adjoint: every rank's gradient summed, each rank keeping its own slices."""
         return AllgatherAdjoint.apply(grad, ctx.axis, ctx.count, ctx.comm), None, None
 
 
@@ -191,6 +209,7 @@ class AllgatherAdjoint(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, grad, axis, count, comm):
+        """The sum over ranks of ``grad``; this rank's ``count`` slices of it along ``axis``."""
         ctx.axis, ctx.comm = axis, comm
         set_id = comm.set_id
         counts = [row[0] for row in requests.exchange([count], set_id)]
@@ -198,12 +217,13 @@ class AllgatherAdjoint(torch.autograd.Function):
         if counts == _even_split(sum(counts), len(counts)):
             mine = requests.reducescatter_sum(rows, count, set_id)
         else:
-            summed = requests.allreduce(rows, _sum_op(rows.dtype), set_id)
+            summed = requests.allreduce(rows, ops.wire_op('sum'), set_id)
             mine = summed.narrow(0, sum(counts[:comm.rank]), count)
         return layout.from_rows(mine, axis, grad.device)
 
     @staticmethod
     def backward(ctx, grad):
+        """Its adjoint: the gradient allgathered."""
         return Allgather.apply(grad, ctx.axis, ctx.comm), None, None, None
 
 
@@ -215,6 +235,7 @@ class Alltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, gatheraxis, scatteraxis, numelem, comm):
+        """The slices every rank sends this one, concatenated along ``gatheraxis`` in rank order."""
         gather = layout.axis_of(gatheraxis, tensor.dim(), 'gatheraxis')
         scatter = layout.axis_of(scatteraxis, tensor.dim(), 'scatteraxis')
         if not isinstance(numelem, int) or isinstance(numelem, bool) or numelem < 0:
@@ -231,6 +252,7 @@ class Alltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        """The adjoint: an Alltoall with the gather and scatter axes swapped."""
         return Alltoall.apply(grad, ctx.scatter, ctx.gather, ctx.count, ctx.comm), \
             None, None, None, None
 

@@ -1,15 +1,16 @@
 """``MPI_Communicator``: mpi4torch's communicator, over a collectived process set.
 
-``COMM_WORLD`` is the job's global process set. Where mpi4torch builds a
-communicator from an mpi4py one (``comm_from_mpi4py``), a process set
-stands here: ``comm_from_process_set(process_set)`` (a registered
-``collective.torch.ProcessSet``, from ``init(process_sets=...)`` or
-``add_process_set``). Ranks (``rank``, roots, sources, destinations) are
+``COMM_WORLD`` is the job's global process set. ``comm_from_mpi4py`` takes
+an mpi4py communicator of the job's processes (when MPI's ranks are the
+job's: an ``mpirun`` launch) and finds or registers its process set;
+``comm_from_process_set(process_set)`` takes a registered
+``collective.torch.ProcessSet`` (from ``init(process_sets=...)`` or
+``add_process_set``) directly. Ranks (``rank``, roots, sources, destinations) are
 counted within the communicator, from 0 to ``size - 1``, as in MPI.
 """
 
 from collective.common import process_sets
-from collective.mpi4torch import collectives, point_to_point, session
+from collective.mpi4torch import collectives, point_to_point, requests, session
 from collective.mpi4torch.point_to_point import ADJOINT_TAG_OFFSET
 
 # The largest tag: the wire's int32, less the adjoint's offset.
@@ -138,11 +139,70 @@ def comm_from_process_set(process_set):
 
 
 def comm_from_mpi4py(comm):
-    """Refused: collectived's processes run no MPI. Use ``comm_from_process_set``."""
-    raise NotImplementedError(
-        'comm_from_mpi4py: collective.mpi4torch takes no mpi4py communicator (the daemon runs '
-        'MPI, the training processes do not); register a process set with '
-        'collective.torch.add_process_set and use comm_from_process_set instead.')
+    """The communicator of the job's ranks that an mpi4py communicator holds (mpi4torch's).
+
+    The processes must run MPI as ranks of the job: started by ``mpirun`` (or
+    another MPI launcher) with a collectived on each node, so that mpi4py's
+    ``COMM_WORLD`` rank r is the job's rank r. ``comm`` may be ``COMM_WORLD``
+    itself (or a duplicate) or a communicator of some of its processes that
+    counts them in the order of their ranks, such as those
+    ``COMM_WORLD.Split(color)`` returns (``key`` left out, or increasing
+    with the rank).
+
+    A collective of the whole job when ``comm`` holds a subset of it: every
+    rank of the job calls it at the same point, each with its communicator
+    (from the same ``Split``; a rank that got ``MPI.COMM_NULL`` passes that
+    and gets ValueError once the others' communicators are made). The job's
+    process sets for those ranks are registered (``add_process_set``), or
+    reused when they exist.
+
+    Raises RuntimeError when mpi4py is not installed, as mpi4torch does, and
+    ValueError for a communicator that does not map onto the job's ranks.
+    """
+    try:
+        from mpi4py import MPI
+    except ModuleNotFoundError:
+        raise RuntimeError('mpi4py is not available!') from None
+    client = session.client()
+    world = MPI.COMM_WORLD
+    if world.Get_size() != client.size or world.Get_rank() != client.rank:
+        raise ValueError(
+            f'comm_from_mpi4py: MPI.COMM_WORLD (rank {world.Get_rank()} of '
+            f'{world.Get_size()}) is not the job (rank {client.rank} of {client.size}): start '
+            'the processes with an MPI launcher (mpirun) so that their MPI ranks are the '
+            "job's ranks.")
+    members = None
+    if comm != MPI.COMM_NULL:
+        members = list(comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
+                                                        world.Get_group()))
+        if members != sorted(members):
+            raise ValueError(f'comm_from_mpi4py: the communicator counts its processes in '
+                             f'another order than their ranks in the job ({members}); '
+                             'collectived process sets count them in rank order.')
+    if members == list(range(client.size)):
+        return MPI_Communicator(process_sets.global_process_set)
+    process_set = _register_subsets(members, client)
+    if process_set is None:
+        raise ValueError('comm_from_mpi4py: MPI.COMM_NULL holds no process.')
+    return MPI_Communicator(process_set)
+
+
+def _register_subsets(members, client):
+    """Every rank's ``members`` (None: none) gathered over the job, each distinct set of ranks
+    registered as a process set (the same ones, in the same order, on every rank); the set of
+    this rank's ``members``, or None."""
+    mask = [0] * client.size
+    for rank in members or []:
+        mask[rank] = 1
+    rows = requests.exchange(mask, process_sets.global_process_set.process_set_id)
+    wanted = sorted({tuple(r for r, bit in enumerate(row) if bit) for row in rows} - {()})
+    mine = None
+    for ranks in wanted:
+        process_set = (process_sets.find_process_set(ranks)
+                       or process_sets.add_process_set(list(ranks)))
+        if members is not None and ranks == tuple(members):
+            mine = process_set
+    return mine
 
 
 def deactivate_cuda_aware_mpi_support():

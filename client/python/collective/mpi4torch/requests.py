@@ -163,11 +163,10 @@ def isend(tensor, dest, tag, set_id):
                          _nothing, tensor)
 
 
-def irecv(like, source, tag, set_id):
-    """Starts receiving a tensor shaped like ``like`` from ``source``;
-    ``handles.synchronize`` returns it."""
+def irecv(output, source, tag, set_id):
+    """Starts receiving into ``output`` (a contiguous CPU tensor without history, the size of
+    what ``source`` sends); ``handles.synchronize`` returns it."""
     client = session.client()
-    output = torch.empty_like(like, memory_format=torch.contiguous_format)
     return handles.start(set_id, [],
                          lambda: [client.recv_async(tensor_args.arg(output), source, tag, set_id,
                                                     output.data_ptr(),

@@ -560,6 +560,10 @@ def _reducescatter_async(tensors, name, op, process_set, prescale_factor, postsc
     for t in tensors:
         tensor_args.check(t)
     placement = _place('grouped_reducescatter' if grouped else 'reducescatter', tensors)
+    if all(t.dim() for t in tensors):
+        # After the checks Horovod makes first, which raise ValueError: a scalar is
+        # refused by libcollective, by name.
+        reduce_ops.check_reducescatter_op(op)
     destinations = _reducescatter_destinations(tensors, set_id, placement)
     return _reduction_async(base, tensors, destinations, op, prescale_factor, postscale_factor,
                             set_id, grouped, _client().reducescatter_async, placement)

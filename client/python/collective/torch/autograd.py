@@ -29,6 +29,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        """The reduced tensor (``allreduce``'s); remembers the op and scale factors for backward."""
         op = reduce_ops.resolve_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
@@ -44,6 +45,7 @@ class HorovodAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradient's allreduce with the same op and scale factors, as Horovod's."""
         grad = HorovodAllreduce.apply(grad_output, None, None, ctx.op, ctx.prescale_factor,
                                       ctx.postscale_factor, ctx.process_set)
         return grad, None, None, None, None, None, None
@@ -54,6 +56,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        """The reduced tensors, as a tuple (``grouped_allreduce``'s)."""
         op = reduce_ops.resolve_op(op, average)
         ctx.op = op
         ctx.prescale_factor = prescale_factor
@@ -65,6 +68,7 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """The gradients' grouped allreduce with the same op and scale factors."""
         grads = HorovodGroupedAllreduce.apply(None, None, ctx.op, ctx.prescale_factor,
                                               ctx.postscale_factor, ctx.process_set,
                                               *grad_outputs)
@@ -84,12 +88,14 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        """Every rank's rows (``allgather``'s); remembers this rank's count of rows."""
         ctx.rows = tensor.shape[0] if tensor.dim() > 0 else 0
         ctx.process_set = process_set
         return synchronize(async_ops.allgather_async(tensor, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The average of every rank's gradient, narrowed to the rows this rank gave."""
         averaged = HorovodAllreduce.apply(grad_output, None, None, Average, 1.0, 1.0,
                                           ctx.process_set)
         return _own_rows(averaged, ctx.rows, ctx.process_set), None, None
@@ -100,6 +106,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
+        """Every rank's rows of each tensor, as a tuple (``grouped_allgather``'s)."""
         ctx.rows = [t.shape[0] if t.dim() > 0 else 0 for t in tensors]
         ctx.process_set = process_set
         return tuple(synchronize(async_ops.grouped_allgather_async(tensors, name=name,
@@ -107,6 +114,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """For each tensor, the averaged gradient narrowed to this rank's rows."""
         averaged = HorovodGroupedAllreduce.apply(None, None, Average, 1.0, 1.0, ctx.process_set,
                                                  *grad_outputs)
         return (None, None) + tuple(_own_rows(g, rows, ctx.process_set)
@@ -118,6 +126,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
+        """The root's tensor (``broadcast``'s)."""
         ctx.root_rank = root_rank
         ctx.process_set = process_set
         return synchronize(async_ops.broadcast_async(tensor, root_rank, name=name,
@@ -125,6 +134,7 @@ class HorovodBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """The gradients' average on the root, zeros on the other ranks, as Horovod's."""
         averaged = HorovodAllreduce.apply(grad_output, None, None, Average, 1.0, 1.0,
                                           ctx.process_set)
         if basics.rank() != ctx.root_rank:
@@ -137,6 +147,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
+        """The rows received (and, when splits were given, the received splits)."""
         output, received_splits = synchronize(async_ops.alltoall_async(
             tensor, splits=splits, name=name, process_set=process_set))
         ctx.received_splits = received_splits
@@ -148,6 +159,7 @@ class HorovodAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *_received_splits_grad):
+        """The gradient sent back where its rows came from: an alltoall by the received splits."""
         grad, _ = HorovodAlltoall.apply(grad_output, ctx.received_splits, None, ctx.process_set)
         return grad, None, None, None
 
@@ -161,6 +173,7 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        """This rank's rows of the reduction (``reducescatter``'s)."""
         ctx.scale = _reducescatter_grad_scale(op, process_set, prescale_factor, postscale_factor)
         ctx.process_set = process_set
         return synchronize(async_ops.reducescatter_async(
@@ -169,6 +182,7 @@ class HorovodReducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
+        """Every rank's gradient rows gathered, scaled as the forward scaled."""
         grad = HorovodAllgather.apply(grad_output * ctx.scale, None, ctx.process_set)
         return grad, None, None, None, None, None
 
@@ -178,6 +192,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        """This rank's rows of each reduction, as a tuple."""
         ctx.scale = _reducescatter_grad_scale(op, process_set, prescale_factor, postscale_factor)
         ctx.process_set = process_set
         return tuple(synchronize(async_ops.grouped_reducescatter_async(
@@ -186,6 +201,7 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grad_outputs):
+        """Every rank's gradient rows of each tensor gathered, scaled as the forward scaled."""
         grads = HorovodGroupedAllgather.apply(None, ctx.process_set,
                                               *[g * ctx.scale for g in grad_outputs])
         return (None, None, None, None, None) + tuple(grads)

@@ -53,6 +53,7 @@ class Placement:
 
     @property
     def is_cuda(self):
+        """Whether the call runs on a CUDA device (else the CPU)."""
         return self.index is not None
 
     @property

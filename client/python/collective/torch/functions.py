@@ -25,20 +25,25 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         params: One of the following:
             - dict of parameters to broadcast (``model.state_dict()``); the
               keys name the broadcasts and are sorted so every rank agrees
-            - iterable of ``(name, tensor)`` pairs (``model.named_parameters()``)
-            - iterable of tensors (``model.parameters()``), named by position
+            - list of ``(name, tensor)`` pairs
+              (``list(model.named_parameters())``) or of tensors
+              (``list(model.parameters())``, named by position)
         root_rank: The (global) rank of the process from which
                    parameters will be broadcasted to all other processes.
         process_set: Process set object to limit this operation to a subset of
                      processes. Default is the global process set.
+
+    Raises:
+        ValueError: ``params`` is neither a dict nor a list (a generator such
+                    as ``model.parameters()`` included), as in Horovod.
     """
     if isinstance(params, dict):
         params = sorted(params.items())
-    elif isinstance(params, (str, bytes)) or not hasattr(params, '__iter__'):
-        raise ValueError('invalid params of type: %s' % type(params))
-    else:
+    elif isinstance(params, list):
         params = [p if isinstance(p, tuple) else ('broadcast_parameters.%d' % i, p)
                   for i, p in enumerate(params)]
+    else:
+        raise ValueError('invalid params of type: %s' % type(params))
 
     # Submit every broadcast before waiting on any, so the daemon can fuse them.
     with torch.no_grad():
@@ -66,20 +71,20 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
                    DistributedOptimizer).
         root_rank: The (global) rank of the process from which
                    the optimizer will be broadcasted to all other processes.
-        model: Accepted for compatibility with Horovod's signature and not
-               used: the state-creating step puts the optimizer's parameters
-               (the model's weights) back by itself.
+        model: (Optional) the model, used as in Horovod to find its sparse
+               parameters (those of ``torch.nn.Embedding(sparse=True)``
+               modules): an SGD optimizer's state is then created with
+               sparse zero gradients for them, as their backward makes.
         process_set: Process set object to limit this operation to a subset of
                      processes. Default is the global process set.
     """
-    del model  # see the docstring
     if isinstance(optimizer, torch.optim.LBFGS):
         # Its state is deeply nested and holds None values; only a pickled
         # state_dict could carry it.
         raise ValueError('cannot broadcast torch.optim.LBFGS state')
 
     if len(optimizer.state) == 0:
-        _initialize_optimizer_state(optimizer)
+        _initialize_optimizer_state(optimizer, _sparse_parameters(model))
         # Still empty: a stateless optimizer (plain SGD); nothing to send.
         if len(optimizer.state) == 0:
             return
@@ -109,18 +114,30 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
             optimizer.state[group['params'][param_index]][key] = value
 
 
-def _initialize_optimizer_state(optimizer):
+def _sparse_parameters(model):
+    """The ids of the parameters of ``model``'s sparse embeddings (none without a model)."""
+    if not model:
+        return set()
+    return {id(p) for m in model.modules()
+            if isinstance(m, torch.nn.modules.sparse.Embedding) and m.sparse
+            for p in m.parameters()}
+
+
+def _initialize_optimizer_state(optimizer, sparse_ids):
     """Creates the state of a fresh optimizer by a step on zero gradients, which stay in p.grad.
 
-    Parameters that do not require grad keep the gradient they had (None,
-    usually). The step must not move the parameters (weight decay would):
-    they are put back.
+    The gradients are sparse, as Horovod makes them, for SparseAdam and for an
+    SGD's parameters whose ids are in ``sparse_ids``. Parameters that do not
+    require grad keep the gradient they had (None, usually). The step must not
+    move the parameters (weight decay would): they are put back.
     """
     params = [p for group in optimizer.param_groups for p in group['params'] if p.requires_grad]
     saved = [(p, p.detach().clone()) for p in params]
     for p in params:
         grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-        p.grad = grad.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else grad
+        sparse = (isinstance(optimizer, torch.optim.SparseAdam)
+                  or (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse_ids))
+        p.grad = grad.to_sparse() if sparse else grad
 
     # A DistributedOptimizer's step() would allreduce, and deadlock unless
     # every rank steps; the wrapped optimizer's step() only builds the state.

@@ -1,11 +1,14 @@
-"""Arbitrary picklable Python objects between ranks: ``broadcast_object`` and ``allgather_object``.
+"""Arbitrary Python objects between ranks: ``broadcast_object`` and ``allgather_object``.
 
-Each object is pickled into a uint8 tensor; its length goes first so that
+Each object is serialized by cloudpickle, as in Horovod, so that lambdas,
+local functions and classes defined in ``__main__`` or inside a function
+travel too; the bytes go in a uint8 tensor, and their length first, so that
 the receivers can allocate the payload.
 """
 
-import pickle
+import io
 
+import cloudpickle
 import torch
 
 from collective.torch.mpi_ops import allgather, broadcast_, global_process_set, rank
@@ -23,7 +26,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
             optimizer.load_state_dict(state_dict)
 
     Arguments:
-        obj: An object that ``pickle`` can serialize. Only the root's matters;
+        obj: An object that cloudpickle can serialize. Only the root's matters;
              the other ranks may pass anything (e.g. ``None``).
         root_rank: The (global) rank of the process from which
                    the object will be broadcasted to all other processes.
@@ -54,7 +57,7 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     Serializes and allgathers an object from all other processes.
 
     Arguments:
-        obj: An object that ``pickle`` can serialize.
+        obj: An object that cloudpickle can serialize.
         name: Optional name of the allgathers; every rank must use the same.
               Defaults to ``allgather_object``.
         process_set: Process set object to limit this operation to a subset of
@@ -73,11 +76,12 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 
 
 def _serialize(obj):
-    """Pickles obj into a uint8 tensor."""
-    return torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)),
-                            dtype=torch.uint8)
+    """Serializes obj with cloudpickle into a uint8 tensor."""
+    buffer = io.BytesIO()
+    cloudpickle.dump(obj, buffer)
+    return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
 
 
 def _deserialize(tensor):
-    """Unpickles an object from a uint8 tensor made by _serialize."""
-    return pickle.loads(tensor.numpy().tobytes())
+    """The object serialized by _serialize into a uint8 tensor."""
+    return cloudpickle.load(io.BytesIO(tensor.numpy().tobytes()))

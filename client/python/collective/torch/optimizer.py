@@ -81,9 +81,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError('named_parameters should be a sequence of tuples (name, parameter), '
                              'usually produced by model.named_parameters().')
 
-        seen, duplicates = set(), set()
-        for name, _ in named_parameters:
-            (duplicates if name in seen else seen).add(name)
+        duplicates = _DistributedOptimizer.find_duplicates([name for name, _ in named_parameters])
         if duplicates:
             raise ValueError('Parameter names in named_parameters must be unique. '
                              'Found duplicates: %s' % ', '.join(sorted(duplicates)))
@@ -96,6 +94,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                              'were not named. Python object ids: %s'
                              % ', '.join(str(i) for i in unnamed_ids))
         return {p: name for name, p in named_parameters}
+
+    @staticmethod
+    def find_duplicates(lst):
+        """The set of the elements that occur more than once in ``lst`` (Horovod's helper)."""
+        seen, duplicates = set(), set()
+        for element in lst:
+            (duplicates if element in seen else seen).add(element)
+        return duplicates
 
     def _register_hooks(self, groups):
         params = [p for group in self.param_groups for p in group['params'] if p.requires_grad]
@@ -282,9 +288,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        """Zeroes the gradients; refused while gradients are being reduced or accumulated."""
-        if self._handles or any(delay != self.backward_passes_per_step
-                                for delay in self._allreduce_delay.values()):
+        """Zeroes the gradients (the wrapped optimizer's ``zero_grad``).
+
+        Raises AssertionError, as Horovod does, while allreduces are in flight
+        (after the ``backward()`` that completed ``backward_passes_per_step``
+        passes and before ``step()`` or ``synchronize()``). Between the passes
+        of an accumulation it zeroes what was accumulated so far, and the
+        count of passes goes on.
+        """
+        if self._handles:
             raise AssertionError('optimizer.zero_grad() was called after loss.backward() but '
                                  'before optimizer.step() or optimizer.synchronize(). This is '
                                  'prohibited as it can cause a race condition.')

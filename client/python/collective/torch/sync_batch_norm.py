@@ -52,6 +52,9 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError('expected at least 2D input (got {}D input)'.format(input.dim()))
 
     def forward(self, input):
+        """Normalizes ``input`` (N, C, ...): while training by the mean and variance over the
+        batches of every rank of the process set (updating the running statistics), else by
+        the running statistics."""
         self._check_input_dim(input)
 
         # The same bookkeeping as torch.nn.BatchNorm*d.

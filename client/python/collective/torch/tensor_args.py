@@ -70,9 +70,11 @@ class Destination:
 
     @property
     def address(self):
+        """The address the daemon writes the result to."""
         return self.buffer.data_ptr()
 
     def finish(self):
+        """The tensor, holding the result (copied in from the stand-in, if one was used)."""
         if self.buffer is not self.tensor:
             self.tensor.copy_(self.buffer)
         return self.tensor

@@ -22,7 +22,7 @@ from collective.common.elastic import ObjectState as _ObjectState
 from collective.common.elastic import State
 from collective.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from collective.torch.elastic.sampler import ElasticSampler
-from collective.torch.elastic.state import TorchState, agree_generation
+from collective.torch.elastic.state import TorchState
 from collective.torch.mpi_ops import init, rank, shutdown
 from collective.torch.object_collectives import broadcast_object
 
@@ -35,8 +35,7 @@ class ObjectState(_ObjectState):
     ``broadcast_object`` when the job re-forms."""
 
     def __init__(self, **kwargs):
-        super().__init__(bcast_object=broadcast_object, get_rank=rank,
-                         agree_generation=agree_generation, **kwargs)
+        super().__init__(bcast_object=broadcast_object, get_rank=rank, **kwargs)
 
 
 def run(func):

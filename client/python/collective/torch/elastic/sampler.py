@@ -43,6 +43,7 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.record_indices(self.get_indices(batch_idx, batch_size))
 
     def record_indices(self, indices):
+        """Records ``indices`` (samples of the dataset) as processed."""
         self.processed_indices.update(indices)
 
     def get_indices(self, batch_idx, batch_size):
@@ -51,9 +52,12 @@ class ElasticSampler(torch.utils.data.Sampler):
         return self.indices[start:min(start + batch_size, len(self.indices))]
 
     def state_dict(self):
+        """The epoch and the indices processed so far in it (a copy)."""
         return {'epoch': self.epoch, 'processed_indices': set(self.processed_indices)}
 
     def load_state_dict(self, state_dict):
+        """Takes the epoch and processed indices of ``state_dict`` and shares out again what is
+        left."""
         self.epoch = state_dict['epoch']
         self.processed_indices = set(state_dict['processed_indices'])
         self.reset()
