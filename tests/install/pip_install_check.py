@@ -52,12 +52,29 @@ def _clean_environment(**extra):
     return environment
 
 
-def _build_environment(**extra):
-    """pip's build: ccache where there is one, both cores, plus the switches in `extra`."""
+def _build_environment(wheelhouse, source_tree, **extra):
+    """pip's build: ccache where there is one, both cores, plus the switches in `extra`.
+
+    pip puts pybind11 in a build environment of a fresh random name, which
+    makes every compile of the binding new to ccache. The same pinned
+    pybind11, unpacked at the same place relative to the build directory
+    (SOURCE_TREE/build/pip-wheels, as the build directory is
+    SOURCE_TREE/build/pip/X), and named by pybind11_ROOT (which find_package
+    reads first), lets the clone's build and the sdist's, and every rerun,
+    share compiled objects.
+    """
     environment = _clean_environment(**extra)
     if shutil.which('ccache'):
         environment['CMAKE_C_COMPILER_LAUNCHER'] = 'ccache'
         environment['CMAKE_CXX_COMPILER_LAUNCHER'] = 'ccache'
+        wheel = glob.glob(os.path.join(wheelhouse, 'pybind11-*.whl'))[0]
+        unpacked = os.path.join(source_tree, 'build', 'pip-wheels',
+                                os.path.basename(wheel)[:-len('.whl')])
+        if not os.path.isdir(unpacked):
+            with zipfile.ZipFile(wheel) as archive:
+                archive.extractall(unpacked + '.partial')
+            os.replace(unpacked + '.partial', unpacked)
+        environment['pybind11_ROOT'] = os.path.join(unpacked, 'pybind11')
     environment.setdefault('CMAKE_BUILD_PARALLEL_LEVEL', str(os.cpu_count() or 2))
     return environment
 
@@ -200,7 +217,8 @@ def _torch(source, build, work):
     wheelhouse = _wheelhouse(source, build, python)
     run([python, '-m', 'pip', 'install', '--quiet', '--no-index', '--find-links', wheelhouse,
          '--config-settings=build-dir=build/pip/test-torch', source],
-        env=_build_environment(COLLECTIVE_WITHOUT_TENSORFLOW='1'), timeout=1800)
+        env=_build_environment(wheelhouse, source, COLLECTIVE_WITHOUT_TENSORFLOW='1'),
+        timeout=1800)
     return python
 
 
@@ -254,7 +272,8 @@ def _tensorflow(source, build, work, tensorflow_python):
     shutil.rmtree(wheels, ignore_errors=True)
     run([python, '-m', 'pip', 'wheel', '--quiet', '--no-index', '--find-links', wheelhouse,
           '--no-deps', '--wheel-dir', wheels, unpacked],
-        env=_build_environment(COLLECTIVE_WITH_TENSORFLOW='1'), timeout=1800)
+        env=_build_environment(wheelhouse, unpacked, COLLECTIVE_WITH_TENSORFLOW='1'),
+        timeout=1800)
     wheel = glob.glob(os.path.join(wheels, 'collectived-*.whl'))[0]
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
