@@ -21,29 +21,26 @@ _collective_read_help() {
     local line entry names type section= name
     local -a list
     while IFS= read -r line; do
-        if [[ $line =~ ^([A-Za-z][A-Za-z ]*):$ ]]; then
+        # A group's title ("Options:", "Logging:", "Subcommands:"), unindented.
+        if [[ $line =~ ^([^ ].*):$ ]]; then
             section=${BASH_REMATCH[1],,}
             continue
         fi
         [[ $line =~ ^\ +([^ ].*)$ ]] || continue
         entry=${BASH_REMATCH[1]}
         entry=${entry%%  *}  # CLI11's first column: names, then the value's type
-        case $section in
-            options)
-                [[ $entry == -* ]] || continue
-                names=${entry%% *}
-                type=
-                [[ $entry == *' '* ]] && type=${entry#* }
-                IFS=, read -ra list <<<"$names"
-                for name in "${list[@]}"; do
-                    _collective_options+=("$name")
-                    [[ -n $type ]] && _collective_values+=("$name ${type%% *}")
-                done
-                ;;
-            subcommands)
-                _collective_subcommands+=("${entry%% *}")
-                ;;
-        esac
+        if [[ $entry == -* ]]; then  # an option, in whichever group
+            names=${entry%% *}
+            type=
+            [[ $entry == *' '* ]] && type=${entry#* }
+            IFS=, read -ra list <<<"$names"
+            for name in "${list[@]}"; do
+                _collective_options+=("$name")
+                [[ -n $type ]] && _collective_values+=("$name ${type%% *}")
+            done
+        elif [[ $section == subcommands ]]; then
+            _collective_subcommands+=("${entry%% *}")
+        fi
     done < <("$@" --help 2>/dev/null)
 }
 
@@ -100,6 +97,9 @@ _collective_complete() {
                 PATH:* | FILE:* | TEXT:FILE:* | TEXT:*socket* | TEXT:*file* | TEXT:*config*)
                     mapfile -t COMPREPLY < <(compgen -f -- "$cur") ;;
                 DIR:*) mapfile -t COMPREPLY < <(compgen -d -- "$cur") ;;
+                *'|'*:*)  # a choice, as text|json
+                    type=${type%%:*}
+                    mapfile -t COMPREPLY < <(compgen -W "${type//|/ }" -- "$cur") ;;
             esac
             return
         fi

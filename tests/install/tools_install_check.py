@@ -73,6 +73,7 @@ def main():
             ('collectivectl health --', {'--wait'}, None),
             ('collectivectl --socket ', {'train.py'}, None),
             ('collectived --log-l', {'--log-level'}, None),
+            ('collectived --log-format ', {'text', 'json'}, None),
             ('collectived --config tr', {'train.py'}, None),
             ('collectiverun --host-d', {'--host-discovery-script'}, None),
             ('collectiverun -np 2 --verb', {'--verbose'}, None),
