@@ -145,7 +145,12 @@ def run_blocks(source, build, tensorflow_python):
                 continue
             shims[kind] = os.path.join(scratch, f'python-{kind}')
             os.mkdir(shims[kind])
-            os.symlink(python, os.path.join(shims[kind], 'python'))
+            # A script, not a link: a venv's python finds its venv from the
+            # path it was started as.
+            shim = os.path.join(shims[kind], 'python')
+            with open(shim, 'w') as out:
+                out.write(f'#!/bin/sh\nexec {python} "$@"\n')
+            os.chmod(shim, 0o755)
         for page in _pages(source):
             blocks = _blocks(page)
             if not blocks:
