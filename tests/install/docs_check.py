@@ -133,7 +133,9 @@ def _blocks(page):
 
 
 def run_blocks(source, build, tensorflow_python):
-    environment = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'VIRTUAL_ENV')}
+    # A reader's shell: no daemon configured (collectiverun starts its own).
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ('PYTHONPATH', 'VIRTUAL_ENV') and not k.startswith('COLLECTIVE_')}
     environment.update(PYTHONPATH=os.path.join(build, 'python'), PYTHONDONTWRITEBYTECODE='1',
                        TF_CPP_MIN_LOG_LEVEL='2', PYTHONUNBUFFERED='1')
     ran = skipped = 0
