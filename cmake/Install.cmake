@@ -1,12 +1,14 @@
 # What `cmake --install build` (or `make install`) puts where, in three
 # components:
 #   daemon   collectived, collectivectl, their shared library, the default
-#            configuration, man pages and the README (the container image
-#            installs only this one)
-#   client   libcollective with its headers, collectiverun, demo-trainer
+#            configuration, man pages, bash completion and the README with
+#            docs/ (the container image installs only this one)
+#   client   libcollective with its headers, collectiverun, demo-trainer,
+#            collectiverun's man page and bash completion
 #   systemd  the unit and the sysusers.d file that creates its user
 #   python   the collective package (collective.torch) for the python3 it
-#            was built for, with libcollective
+#            was built for, with libcollective; pip installs this component
+#            too, into a wheel (pyproject.toml)
 # Paths follow GNUInstallDirs (FHS): /usr/local/bin, /usr/local/etc, ... for
 # the default prefix; configure with -DCMAKE_INSTALL_PREFIX=/usr for /usr/bin
 # and /etc. Each component also records the files it installed in
@@ -63,6 +65,7 @@ endfunction()
 collective_man_page(collectived 8 "per-node collective communication daemon")
 collective_man_page(collectivectl 1 "inspect a running collectived" status health
   "timeline start" "timeline stop" metrics)
+collective_man_page(collectiverun 1 "start the ranks of a training job on collectived, as horovodrun does")
 add_custom_target(man-pages ALL DEPENDS ${collective_man_pages})
 
 # --- daemon ---------------------------------------------------------------
@@ -89,6 +92,15 @@ install(CODE "
 install(FILES ${man_dir}/collectived.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT daemon)
 install(FILES ${man_dir}/collectivectl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
 install(FILES README.md DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT daemon)
+install(DIRECTORY docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs COMPONENT daemon
+  FILES_MATCHING PATTERN "*.md")
+# bash completion, one file under each program's name, where bash-completion
+# looks for it on first use (deploy/completion/collective.bash).
+set(completion_dir ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
+foreach(program collectived collectivectl)
+  install(FILES deploy/completion/collective.bash DESTINATION ${completion_dir}
+    RENAME ${program} COMPONENT daemon)
+endforeach()
 collective_install_manifest(daemon)
 
 # --- client ---------------------------------------------------------------
@@ -99,6 +111,9 @@ install(TARGETS collectiverun demo-trainer RUNTIME DESTINATION ${CMAKE_INSTALL_B
   COMPONENT client)
 install(DIRECTORY client/include/collective DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT client)
+install(FILES ${man_dir}/collectiverun.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT client)
+install(FILES deploy/completion/collective.bash DESTINATION ${completion_dir}
+  RENAME collectiverun COMPONENT client)
 collective_install_manifest(client)
 
 # --- python ---------------------------------------------------------------
@@ -107,30 +122,66 @@ collective_install_manifest(client)
 # install works wherever the prefix is and needs no build tree. libcollective
 # and libcollective-proto are part of this component too: the package does
 # not load without them.
+# Under pip (pyproject.toml, scikit-build-core sets SKBUILD) the prefix is
+# the wheel's root: the package lies there and its libraries in
+# collective/lib, each once, under its soname (a wheel holds no symbolic
+# links), with the RPATH it will have installed ($ORIGIN), set at link time
+# since install(FILES) does not rewrite it.
 if(TARGET collective_python_core)
-  file(RELATIVE_PATH python_to_libdir "/${COLLECTIVE_PYTHON_INSTALL_DIR}/collective"
-    "/${CMAKE_INSTALL_LIBDIR}")
+  if(SKBUILD)
+    set(python_dir .)
+    set(python_libdir collective/lib)
+  else()
+    set(python_dir ${COLLECTIVE_PYTHON_INSTALL_DIR})
+    set(python_libdir ${CMAKE_INSTALL_LIBDIR})
+  endif()
+  file(RELATIVE_PATH python_to_libdir "/root/${python_dir}/collective" "/root/${python_libdir}")
   set_target_properties(collective_python_core PROPERTIES
     INSTALL_RPATH "$ORIGIN/${python_to_libdir}")
   install(TARGETS collective_python_core
-    LIBRARY DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}/collective COMPONENT python)
-  install(DIRECTORY client/python/collective DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}
-    COMPONENT python FILES_MATCHING PATTERN "*.py")
-  install(TARGETS collective collective_proto LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-    COMPONENT python NAMELINK_SKIP)
+    LIBRARY DESTINATION ${python_dir}/collective COMPONENT python)
+  # The sources, with the type stubs of collective._core and the py.typed
+  # marker (PEP 561) that tells type checkers to read them.
+  install(DIRECTORY client/python/collective DESTINATION ${python_dir}
+    COMPONENT python FILES_MATCHING PATTERN "*.py" PATTERN "*.pyi" PATTERN "py.typed"
+    PATTERN "__pycache__" EXCLUDE)
+  if(SKBUILD)
+    set_target_properties(collective collective_proto PROPERTIES BUILD_WITH_INSTALL_RPATH ON)
+    foreach(library collective collective_proto)
+      get_target_property(soversion ${library} SOVERSION)
+      get_target_property(output_name ${library} OUTPUT_NAME)
+      if(NOT output_name)
+        set(output_name ${library})
+      endif()
+      install(FILES $<TARGET_FILE:${library}> DESTINATION ${python_libdir}
+        RENAME lib${output_name}.so.${soversion} COMPONENT python)
+    endforeach()
+  else()
+    install(TARGETS collective collective_proto LIBRARY DESTINATION ${python_libdir}
+      COMPONENT python NAMELINK_SKIP)
+  endif()
   # collective.tensorflow's op library, where it was built: libcollective of
   # the same prefix, then the TensorFlow it was built against (the op
   # library is tied to that TensorFlow's version).
   if(TARGET collective_tensorflow_ops)
     file(RELATIVE_PATH tensorflow_to_libdir
-      "/${COLLECTIVE_PYTHON_INSTALL_DIR}/collective/tensorflow" "/${CMAKE_INSTALL_LIBDIR}")
+      "/root/${python_dir}/collective/tensorflow" "/root/${python_libdir}")
     get_target_property(tensorflow_rpath collective_tensorflow_ops INSTALL_RPATH)
     set_target_properties(collective_tensorflow_ops PROPERTIES
       INSTALL_RPATH "$ORIGIN/${tensorflow_to_libdir};${tensorflow_rpath}")
     install(TARGETS collective_tensorflow_ops
-      LIBRARY DESTINATION ${COLLECTIVE_PYTHON_INSTALL_DIR}/collective/tensorflow COMPONENT python)
+      LIBRARY DESTINATION ${python_dir}/collective/tensorflow COMPONENT python)
   endif()
-  collective_install_manifest(python)
+  # What pip builds (pyproject.toml's build.targets): the client side only.
+  add_custom_target(collective_wheel)
+  add_dependencies(collective_wheel collective_python_core collective_python)
+  if(TARGET collective_tensorflow_ops)
+    add_dependencies(collective_wheel collective_tensorflow_ops)
+  endif()
+  # A wheel records its files itself; the manifest is for `make uninstall`.
+  if(NOT SKBUILD)
+    collective_install_manifest(python)
+  endif()
 endif()
 
 # --- systemd --------------------------------------------------------------

@@ -40,13 +40,14 @@ endforeach()
 file(REMOVE ${manifests})
 list(APPEND directories "${manifest_dir}")
 
-# Directories of this project (named collective...) that are empty now,
-# deepest first; shared ones (bin, lib, share/man/man8) stay.
+# Directories of this project (named collective..., or below one, as
+# share/doc/collectived/docs) that are empty now, deepest first; shared ones
+# (bin, lib, share/man/man8) stay.
 list(REMOVE_DUPLICATES directories)
 list(SORT directories ORDER DESCENDING)
 foreach(directory IN LISTS directories)
-  get_filename_component(name "${directory}" NAME)
-  if(IS_DIRECTORY "${directory}" AND name MATCHES "^collective")
+  file(RELATIVE_PATH below_prefix "$ENV{DESTDIR}${PREFIX}" "${directory}")
+  if(IS_DIRECTORY "${directory}" AND below_prefix MATCHES "(^|/)collective[^/]*(/|$)")
     file(GLOB left "${directory}/*")
     if(NOT left)
       file(REMOVE_RECURSE "${directory}")

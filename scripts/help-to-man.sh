@@ -28,6 +28,6 @@ version=$("$program" --version)
     "$program" $subcommand --help | escape
     printf '.fi\n'
   done
-  printf '.SH "SEE ALSO"\ncollectived(8), collectivectl(1), the README in the documentation directory\n'
+  printf '.SH "SEE ALSO"\ncollectived(8), collectivectl(1), collectiverun(1), the README and docs/ in the documentation directory\n'
 } >"$output.tmp"
 mv "$output.tmp" "$output"

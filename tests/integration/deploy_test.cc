@@ -91,7 +91,9 @@ TEST(InstallTest, UnitVerifiesAndRunsTheInstalledDaemon) {
        {"bin/collectived", "bin/collectivectl", "lib/libcollective-proto.so.0",
         "etc/collectived/collectived.yaml", "share/collectived/collectived.yaml",
         "share/man/man8/collectived.8", "share/man/man1/collectivectl.1",
-        "share/doc/collectived/README.md", "lib/systemd/system/collectived.service",
+        "share/doc/collectived/README.md", "share/doc/collectived/docs/configuration.md",
+        "share/bash-completion/completions/collectived",
+        "share/bash-completion/completions/collectivectl", "lib/systemd/system/collectived.service",
         "lib/sysusers.d/collectived.conf"}) {
     EXPECT_TRUE(fs::exists(prefix + "/" + file)) << file;
   }

@@ -1,13 +1,11 @@
-"""Installs the collective package the two documented ways and imports it from there.
+"""Installs the collective package with CMake and imports it from there.
 
 Run by ctest (python_install) as: install_check.py BUILD_DIR [TENSORFLOW_PYTHON]
 
-1. ``cmake --install BUILD --component python --prefix TMP``: the extension
-   must load the libcollective installed in TMP (its RUNPATH is relative to
-   itself), never the build tree's.
-2. ``pip install --no-build-isolation --no-deps --target TMP BUILD/python``:
-   the package as built; its extension keeps finding the build tree's
-   libcollective (RUNPATH of the build). Skipped where pip is not installed.
+``cmake --install BUILD --component python --prefix TMP``: the extension must
+load the libcollective installed in TMP (its RUNPATH is relative to itself),
+never the build tree's, and the type stubs come along. (`pip install` of the
+root pyproject.toml has tests of its own: tests/install.)
 
 With TENSORFLOW_PYTHON (the build has collective.tensorflow's op library),
 that interpreter also imports collective.tensorflow from the cmake install:
@@ -18,7 +16,6 @@ Each import runs in a fresh interpreter that sees only the installed copy.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,27 +81,15 @@ def main():
         package_dir = _directory_of(prefix, os.path.join('collective', '__init__.py'))
         libdir = _directory_of(prefix, 'libcollective.so.0')
         _expect(_probe(package_dir), package_dir, libdir)
+        for name in ('py.typed', '_core.pyi'):
+            if not os.path.exists(os.path.join(package_dir, 'collective', name)):
+                sys.exit(f'the install has no collective/{name}')
         print(f'cmake --install: the package in {package_dir} loads libcollective from {libdir}')
         if len(sys.argv) > 2:
             loaded = _probe(package_dir, python=sys.argv[2], probe=_TENSORFLOW_PROBE)
             _expect(loaded, package_dir, libdir, os.path.join('collective', 'tensorflow'))
             print(f'cmake --install: collective.tensorflow loads {loaded["core"]} and '
                   f'libcollective from {libdir}')
-
-    if subprocess.run([sys.executable, '-m', 'pip', '--version'],
-                      capture_output=True).returncode != 0:
-        print('pip is not installed: the pip check is skipped')
-        return
-    with tempfile.TemporaryDirectory(prefix='collective-pip-') as scratch:
-        # setuptools builds in the source tree: build a copy, so build/python
-        # stays as CMake made it.
-        source = shutil.copytree(os.path.join(build, 'python'), os.path.join(scratch, 'source'))
-        target = os.path.join(scratch, 'target')
-        _run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-build-isolation',
-              '--no-deps', '--no-cache-dir', '--target', target, source],
-             env=dict(os.environ, PIP_NO_INDEX='1'))
-        _expect(_probe(target), target, os.path.join(build, 'lib'))
-        print(f'pip install --target: the package in {target} loads {build}/lib')
 
 
 if __name__ == '__main__':

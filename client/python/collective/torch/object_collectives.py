@@ -7,8 +7,8 @@ the receivers can allocate the payload.
 """
 
 import io
+import pickle
 
-import cloudpickle
 import torch
 
 from collective.torch.mpi_ops import allgather, broadcast_, global_process_set, rank
@@ -77,11 +77,18 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 
 def _serialize(obj):
     """Serializes obj with cloudpickle into a uint8 tensor."""
+    try:
+        import cloudpickle  # pylint: disable=import-outside-toplevel
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            'broadcast_object and allgather_object serialize with cloudpickle, as Horovod '
+            'does: pip install cloudpickle (or: pip install "collectived[torch]")') from error
     buffer = io.BytesIO()
     cloudpickle.dump(obj, buffer)
     return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
 
 
 def _deserialize(tensor):
-    """The object serialized by _serialize into a uint8 tensor."""
-    return cloudpickle.load(io.BytesIO(tensor.numpy().tobytes()))
+    """The object serialized by _serialize into a uint8 tensor (cloudpickle's
+    output is ordinary pickle data: any pickle loader reads it)."""
+    return pickle.load(io.BytesIO(tensor.numpy().tobytes()))
