@@ -12,6 +12,7 @@ README "TensorFlow".
 from collective.common import util as _common_util
 from collective.common.util import gpu_available, num_rank_is_power_2
 from collective.tensorflow import elastic, util
+from collective.tensorflow.arena import in_arena, to_arena
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.functions import (DistributedGradientTape,
                                              PartialDistributedGradientTape, allgather_object,
@@ -41,6 +42,7 @@ __all__ = list(_mpi_ops_all) + [
     'SyncBatchNormalization', 'allgather_object',
     'allreduce', 'broadcast_', 'broadcast_global_variables', 'broadcast_object',
     'broadcast_object_fn', 'broadcast_variables',
-    'grouped_allreduce', 'grouped_reducescatter', 'reducescatter', 'refs_to_vars',
+    'grouped_allreduce', 'grouped_reducescatter', 'in_arena', 'reducescatter', 'refs_to_vars',
+    'to_arena',
     'vars_to_refs',
 ]
