@@ -195,6 +195,26 @@ def test_a_rank_that_traces_again_still_pairs_its_ops():
     np.testing.assert_array_equal(gathered.numpy(), np.repeat(np.arange(hvd.size()), 2))
 
 
+def test_captured_eager_tensors_pair_up_though_ranks_made_different_numbers_of_ops():
+    captured = tf.fill([3], float(hvd.rank() + 1))
+    if hvd.rank() == 0:
+        # TensorFlow names a captured eager tensor's placeholder with a process-wide number:
+        # rank 0 draws a few more than the others.
+        for _ in range(3):
+            tf.function(lambda: captured * 2.0).get_concrete_function()
+
+    @tf.function
+    def step():
+        return hvd.allreduce(captured, op=hvd.Sum), hvd.grouped_allreduce([captured, captured])
+
+    names = sorted(op.name for op in _collective_ops(step.get_concrete_function()))
+    assert names == ['HorovodAllreduce_captured', 'HorovodGroupedAllreduce_captured_captured']
+    assert hvd.allgather_object(names) == [names] * hvd.size()
+    summed, averaged = step()
+    np.testing.assert_array_equal(summed.numpy(), [_sum_of_ranks_plus_one()] * 3)
+    np.testing.assert_array_equal(averaged[1].numpy(), [(hvd.size() + 1) / 2] * 3)
+
+
 def test_tape_use_generic_names_names_reductions_grad_i_without_scopes():
     variables = [tf.Variable([1.0]), tf.Variable([2.0, 3.0])]
 

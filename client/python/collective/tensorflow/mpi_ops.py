@@ -14,7 +14,9 @@ and the input's name, its characters outside [a-zA-Z0-9_] made '_'), and the
 daemon knows its tensor by the op's full node name (with TensorFlow's name
 scopes, unless ``ignore_name_scope``, and TensorFlow's '_1' for a second op of
 that name in the graph). A rank that traces a function again (a partial last
-batch, another input signature) builds the same names. Eagerly, a call is
+batch, another input signature) builds the same names. An eager tensor that the
+function captures, which TensorFlow names with a process-wide number, counts as
+'captured' (see ``_name_of``). Eagerly, a call is
 '<kind>.<name>', or '<kind>.noname.<n>' counted per process set, so every rank
 must make the same unnamed eager calls in the same order, as in Horovod.
 """
@@ -110,9 +112,15 @@ def _graph_name(kind, tensors):
 
 
 def _name_of(tensor):
-    """The graph name of ``tensor``; a value that is no tensor yet (a list, a number) is made
-    one first, as the op would make it."""
-    return (tensor if hasattr(tensor, 'name') else tf.convert_to_tensor(tensor)).name
+    """The graph name of ``tensor`` (a value that is no tensor yet, a list or a number, is made
+    one first, as the op would make it), or 'captured' for a tensor that TensorFlow named
+    with its process-wide counter: an eager tensor that a ``tf.function`` captures becomes a
+    placeholder named by a number, which differs between ranks whose programs made different
+    numbers of ops before (Horovod takes that number and the ranks' names differ). TensorFlow
+    makes 'captured' unique within the graph, the same on every rank that traced the same
+    function."""
+    tensor = tensor if hasattr(tensor, 'name') else tf.convert_to_tensor(tensor)
+    return 'captured' if tensor.op.name.isdigit() else tensor.name
 
 
 def _collective(kind, inputs, name, set_id, ignore_name_scope, **attrs):
