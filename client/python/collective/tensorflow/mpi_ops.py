@@ -120,7 +120,9 @@ def _name_of(tensor):
     makes 'captured' unique within the graph, the same on every rank that traced the same
     function."""
     tensor = tensor if hasattr(tensor, 'name') else tf.convert_to_tensor(tensor)
-    return 'captured' if tensor.op.name.isdigit() else tensor.name
+    # A variable has no op in a function's graph (its handle is captured): its own name.
+    op = getattr(tensor, 'op', None)
+    return 'captured' if op is not None and op.name.isdigit() else tensor.name
 
 
 def _collective(kind, inputs, name, set_id, ignore_name_scope, **attrs):
