@@ -1,6 +1,7 @@
 #include "arena_outputs.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -16,13 +17,26 @@ namespace {
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 
-// Lends arena blocks of the current session's client; never destroyed (a
-// tensor may be freed during the process's exit).
+// How much of the arena an allocator may take: outputs leave at least half
+// of the arena free (the rest is for the copies of inputs: a grouped op's
+// outputs are allocated before its inputs are copied, and a step's outputs
+// live on into the next); tensors moved there to stay take at most half of
+// what is free.
+enum class Share { kOutputs, kMoves };
+
+bool Fits(Share share, uint64_t bytes, uint64_t free_bytes, uint64_t arena_bytes) {
+  if (share == Share::kMoves) return bytes <= free_bytes / 2;
+  return bytes <= free_bytes && free_bytes - bytes >= arena_bytes / 2;
+}
+
+// Lends arena blocks of the current session's client within its share;
+// never destroyed (a tensor may be freed during the process's exit).
 class ArenaAllocator final : public ::tensorflow::Allocator {
  public:
-  static ArenaAllocator& Get() {
-    static auto* allocator = new ArenaAllocator();
-    return *allocator;
+  static ArenaAllocator& Get(Share share) {
+    static auto* outputs = new ArenaAllocator(Share::kOutputs);
+    static auto* moves = new ArenaAllocator(Share::kMoves);
+    return share == Share::kOutputs ? *outputs : *moves;
   }
 
   std::string Name() override { return "collective_arena"; }
@@ -35,11 +49,8 @@ class ArenaAllocator final : public ::tensorflow::Allocator {
     collective_buffer_t* buffer = nullptr;
     OpSession::WithCurrent([&](OpSession& session) {
       collective_client_t* client = session.client();
-      // Outputs never take the arena below half free: the rest is for the
-      // copies of inputs (a grouped op's outputs are allocated before its
-      // inputs are copied, and a step's outputs live on into the next).
-      const uint64_t free_bytes = collective_arena_free_bytes(client);
-      if (num_bytes > free_bytes || free_bytes - num_bytes < collective_arena_bytes(client) / 2) {
+      if (!Fits(share_, num_bytes, collective_arena_free_bytes(client),
+                collective_arena_bytes(client))) {
         return;
       }
       if (collective_buffer_try_alloc(client, num_bytes, &buffer, &data) != 0) data = nullptr;
@@ -63,8 +74,9 @@ class ArenaAllocator final : public ::tensorflow::Allocator {
   }
 
  private:
-  ArenaAllocator() = default;
+  explicit ArenaAllocator(Share share) : share_(share) {}
 
+  const Share share_;
   std::mutex mutex_;
   std::unordered_map<void*, collective_buffer_t*> buffers_;  // guarded by mutex_
 };
@@ -87,7 +99,7 @@ absl::Status AllocateOutput(::tensorflow::OpKernelContext* context, int index,
   const size_t bytes =
       static_cast<size_t>(shape.num_elements()) * ::tensorflow::DataTypeSize(dtype);
   if (bytes >= kArenaOutputMinBytes && ArenaOutputsEnabled()) {
-    Tensor in_arena(&ArenaAllocator::Get(), dtype, shape);
+    Tensor in_arena(&ArenaAllocator::Get(Share::kOutputs), dtype, shape);
     if (in_arena.IsInitialized()) {
       context->set_output(index, in_arena);
       *output = context->mutable_output(index);
@@ -95,6 +107,10 @@ absl::Status AllocateOutput(::tensorflow::OpKernelContext* context, int index,
     }
   }
   return context->allocate_output(index, shape, output);
+}
+
+Tensor ArenaTensor(::tensorflow::DataType dtype, const TensorShape& shape) {
+  return Tensor(&ArenaAllocator::Get(Share::kMoves), dtype, shape);
 }
 
 }  // namespace collective::tensorflow

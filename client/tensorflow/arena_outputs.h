@@ -27,4 +27,12 @@ inline constexpr size_t kArenaOutputMinBytes = size_t{1} << 16;
 absl::Status AllocateOutput(::tensorflow::OpKernelContext* context, int index,
                             const ::tensorflow::TensorShape& shape, ::tensorflow::Tensor** output);
 
+// A tensor of `dtype` and `shape` in the arena for a tensor the trainer
+// moves there to keep (collective.tensorflow.to_arena): it may take at most
+// half of the arena's free space, so that copies of other inputs and arena
+// outputs keep room. Uninitialized when there is no session, the tensor does
+// not fit that share, or no block is free now.
+::tensorflow::Tensor ArenaTensor(::tensorflow::DataType dtype,
+                                 const ::tensorflow::TensorShape& shape);
+
 }  // namespace collective::tensorflow

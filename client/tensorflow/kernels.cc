@@ -129,6 +129,16 @@ absl::Status OutputFromView(OpKernelContext* context, const Completion& completi
   return absl::OkStatus();
 }
 
+// The name of a tensor that its op does not name: the op's node name, as
+// Horovod's kernels take it (in a graph, the same on every rank that built
+// the same graph, however many times a rank traced it), without the name
+// scopes before the last '/' when `ignore_name_scope`.
+std::string NodeName(const std::string& node, bool ignore_name_scope) {
+  const size_t slash = node.find_last_of('/');
+  if (!ignore_name_scope || slash == std::string::npos) return node;
+  return node.substr(slash + 1);
+}
+
 // What every kernel shares: the tensor's name and process set, and starting
 // a request and finishing it from the completion thread.
 class CollectiveKernel : public AsyncOpKernel {
@@ -136,13 +146,15 @@ class CollectiveKernel : public AsyncOpKernel {
   CollectiveKernel(OpKernelConstruction* context, std::string kind)
       : AsyncOpKernel(context), kind_(std::move(kind)) {
     // Barrier and join have no tensor: their node's name says which.
+    bool ignore_name_scope = false;
     if (context->HasAttr("tensor_name")) {
       OP_REQUIRES_OK(context, context->GetAttr("tensor_name", &tensor_name_));
+      OP_REQUIRES_OK(context, context->GetAttr("ignore_name_scope", &ignore_name_scope));
     }
     int64_t process_set = 0;
     OP_REQUIRES_OK(context, context->GetAttr("process_set_id", &process_set));
     process_set_ = static_cast<int32_t>(process_set);
-    if (tensor_name_.empty()) tensor_name_ = name();
+    if (tensor_name_.empty()) tensor_name_ = NodeName(name(), ignore_name_scope);
   }
 
  protected:

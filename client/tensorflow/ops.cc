@@ -1,7 +1,10 @@
 // The TensorFlow ops of collective.tensorflow and their shape functions
 // (registered when the library loads; kernels.cc has the kernels). Every op
-// names its tensor across ranks with `tensor_name` (the node's name when
-// empty) and runs within the process set `process_set_id`.
+// names its tensor across ranks with `tensor_name`, or, when that is empty,
+// with the node's name (without its name scopes if `ignore_name_scope`), as
+// Horovod's ops do in a graph, and runs within the process set
+// `process_set_id`. The grouped ops take tensors of several dtypes (a list
+// of types), each member reduced or gathered in its own.
 #include <string>
 
 #include "tensorflow/core/framework/common_shape_fns.h"
@@ -17,20 +20,31 @@ using ::tensorflow::shape_inference::ShapeHandle;
 
 // The dtypes of libcollective that TensorFlow has; reductions take every one
 // but bool.
-constexpr char kEveryType[] =
-    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}";
-constexpr char kReducibleTypes[] =
-    "T: {uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}";
+#define COLLECTIVE_EVERY_TYPE \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double, bool}"
+#define COLLECTIVE_REDUCIBLE_TYPES \
+  "{uint8, int8, uint16, int16, int32, int64, half, bfloat16, float, double}"
+constexpr char kEveryType[] = "T: " COLLECTIVE_EVERY_TYPE;
+constexpr char kReducibleTypes[] = "T: " COLLECTIVE_REDUCIBLE_TYPES;
+// A grouped op's: one dtype per member.
+constexpr char kEveryTypeList[] = "T: list(" COLLECTIVE_EVERY_TYPE ") >= 1";
+constexpr char kReducibleTypeList[] = "T: list(" COLLECTIVE_REDUCIBLE_TYPES ") >= 1";
+#undef COLLECTIVE_EVERY_TYPE
+#undef COLLECTIVE_REDUCIBLE_TYPES
 
-// The attributes of every reduction op (allreduce and reducescatter, alone or
-// grouped) after its dtype and count. A macro: REGISTER_OP's chain of calls
-// takes no function.
+// The attributes that name a tensor op's tensor and place it in a process
+// set, and those of every reduction op (allreduce and reducescatter, alone or
+// grouped) after its dtypes. Macros: REGISTER_OP's chain of calls takes no
+// function.
+#define COLLECTIVE_NAME_ATTRS()                \
+  Attr("tensor_name: string = ''")             \
+      .Attr("ignore_name_scope: bool = false") \
+      .Attr("process_set_id: int = 0")
 #define COLLECTIVE_REDUCTION_ATTRS()         \
   Attr("reduce_op: int")                     \
       .Attr("prescale_factor: float = 1.0")  \
       .Attr("postscale_factor: float = 1.0") \
-      .Attr("tensor_name: string = ''")      \
-      .Attr("process_set_id: int = 0")
+      .COLLECTIVE_NAME_ATTRS()
 
 // The input's shape with the first dimension left to the run: what each rank
 // contributes (allgather) or receives (alltoall) is known only then.
@@ -68,11 +82,10 @@ REGISTER_OP("CollectiveAllreduce")
     .Doc("The reduction (a collective::ReduceOp) of `tensor` over the process set's ranks.");
 
 REGISTER_OP("CollectiveGroupedAllreduce")
-    .Attr(kReducibleTypes)
-    .Attr("N: int >= 1")
+    .Attr(kReducibleTypeList)
     .COLLECTIVE_REDUCTION_ATTRS()
-    .Input("tensors: N * T")
-    .Output("reduced: N * T")
+    .Input("tensors: T")
+    .Output("reduced: T")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < c->num_inputs(); ++i) c->set_output(i, c->input(i));
       return absl::OkStatus();
@@ -81,8 +94,7 @@ REGISTER_OP("CollectiveGroupedAllreduce")
 
 REGISTER_OP("CollectiveAllgather")
     .Attr(kEveryType)
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_NAME_ATTRS()
     .Input("tensor: T")
     .Output("gathered: T")
     .SetShapeFn(FirstDimensionUnknown)
@@ -91,8 +103,7 @@ REGISTER_OP("CollectiveAllgather")
 REGISTER_OP("CollectiveBroadcast")
     .Attr(kEveryType)
     .Attr("root_rank: int")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_NAME_ATTRS()
     .Input("tensor: T")
     .Output("broadcast: T")
     .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
@@ -100,8 +111,7 @@ REGISTER_OP("CollectiveBroadcast")
 
 REGISTER_OP("CollectiveAlltoall")
     .Attr(kEveryType)
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
+    .COLLECTIVE_NAME_ATTRS()
     .Input("tensor: T")
     .Input("splits: int32")
     .Output("received: T")
@@ -118,12 +128,10 @@ REGISTER_OP("CollectiveAlltoall")
         "evenly); returns the rows received, in rank order, and how many came from each rank.");
 
 REGISTER_OP("CollectiveGroupedAllgather")
-    .Attr(kEveryType)
-    .Attr("N: int >= 1")
-    .Attr("tensor_name: string = ''")
-    .Attr("process_set_id: int = 0")
-    .Input("tensors: N * T")
-    .Output("gathered: N * T")
+    .Attr(kEveryTypeList)
+    .COLLECTIVE_NAME_ATTRS()
+    .Input("tensors: T")
+    .Output("gathered: T")
     .SetShapeFn([](InferenceContext* c) {
       return EachFirstDimensionUnknown(c, "CollectiveGroupedAllgather");
     })
@@ -143,11 +151,10 @@ REGISTER_OP("CollectiveReducescatter")
     .Doc("This rank's rows of the reduction (Sum or Average) of `tensor` over the set's ranks.");
 
 REGISTER_OP("CollectiveGroupedReducescatter")
-    .Attr(kReducibleTypes)
-    .Attr("N: int >= 1")
+    .Attr(kReducibleTypeList)
     .COLLECTIVE_REDUCTION_ATTRS()
-    .Input("tensors: N * T")
-    .Output("scattered: N * T")
+    .Input("tensors: T")
+    .Output("scattered: T")
     .SetShapeFn([](InferenceContext* c) {
       return EachFirstDimensionUnknown(c, "CollectiveGroupedReducescatter");
     })
@@ -171,6 +178,7 @@ REGISTER_OP("CollectiveJoin")
         "contribute zeros. Returns the rank (within the set) that joined last.");
 
 #undef COLLECTIVE_REDUCTION_ATTRS
+#undef COLLECTIVE_NAME_ATTRS
 
 }  // namespace
 }  // namespace collective::tensorflow

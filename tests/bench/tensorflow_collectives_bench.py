@@ -15,11 +15,22 @@ resnet50_gradients.txt, about 102 MB of float32) summed over the workers at ever
   workers separate processes on localhost (TF_CONFIG), the list summed by the replica context's
   ``all_reduce`` inside ``strategy.run``, as Keras sums gradients under that strategy.
 
+* collective.tensorflow with arena tensors: the same step on gradients that ``hvd.to_arena``
+  placed in the trainer's shared-memory arena once (so nothing is copied in; the outputs are
+  arena outputs, written by the daemon, with ``COLLECTIVE_ARENA_BYTES`` set to
+  ``--arena-bytes`` so that both fit), on one node only;
+* the C++ zero-copy step: ``collective-bench --mode resnet --placement zerocopy`` (found
+  beside ``--collectiverun``) on the same workload and workers, its tensors in the arena and
+  its results read where the daemon left them: the floor the arena phase is measured against;
+  and, with ``cpp-inplace`` in ``--phases``, the same in its ``inplace`` placement, each
+  worker's result written into its own arena tensor as the arena phase's outputs are.
+
 Each worker times every step (after the warm-up steps) and checks the sums; worker 0 reports
 the median step. The phases alternate ``--repeats`` times, so that whatever else the machine
-does falls on both; the report gives each run's median, the median of those, and the ratio of
-TensorFlow's to collective.tensorflow's. It fails (status 1) when a sum is wrong or a worker
-fails.
+does falls on all; the report gives each run's medians, the median of those, the ratio of
+TensorFlow's to collective.tensorflow's, and that of the arena phase to the C++ zero-copy
+step (the goal: within 1.3x). ``--phases`` picks phases. It fails (status 1) when a sum is
+wrong or a worker fails.
 """
 
 import argparse
@@ -55,6 +66,13 @@ def parse_args():
                         'collectiverun job; more are daemons under mpirun (workers must divide)')
     parser.add_argument('--timeout', type=float, default=600,
                         help='seconds a run may take before it counts as failed')
+    parser.add_argument('--phases', default='collective,arena,cpp,tensorflow',
+                        help='the phases to run, comma-separated: collective, arena (on one '
+                        'node only), cpp (the C++ zero-copy step) and tensorflow')
+    parser.add_argument('--arena-bytes', type=int, default=1 << 30,
+                        help='each trainer\'s arena in the arena phase (COLLECTIVE_ARENA_BYTES):'
+                        ' room for the gradients and the outputs')
+    parser.add_argument('--arena', action='store_true', help=argparse.SUPPRESS)
     parser.add_argument('--role', choices=['parent', 'collective', 'tensorflow'],
                         default='parent', help=argparse.SUPPRESS)
     parser.add_argument('--index', type=int, default=0, help=argparse.SUPPRESS)
@@ -134,13 +152,21 @@ def collective_worker(args):
     configure(tf, hvd.size())
     shapes = read_shapes(args.workload, args.max_tensors)
     gradients = make_gradients(tf, shapes, hvd.rank())
+    label = 'collective.tensorflow'
+    if args.arena:
+        label += ' (arena tensors)'
+        gradients = hvd.to_arena(gradients)
+        outside = sum(not hvd.in_arena(g) for g in gradients)
+        if outside:
+            raise SystemExit(f'{label}: {outside} gradients did not fit in the arena; raise '
+                             '--arena-bytes.')
 
     @tf.function
     def step():
         return hvd.grouped_allreduce(gradients, op=hvd.Sum)
 
     reduced, seconds = time_steps(step, args)
-    check_sums(reduced, hvd.size(), 'collective.tensorflow')
+    check_sums(reduced, hvd.size(), label)
     report(hvd.rank(), seconds, shapes)
     hvd.shutdown()
 
@@ -178,11 +204,11 @@ def _free_ports(count):
     return ports
 
 
-def _child_args(args, role):
+def _child_args(args, role, arena=False):
     return [sys.executable, os.path.abspath(__file__), '--role', role,
             '--workers', str(args.workers), '--steps', str(args.steps),
             '--warmup', str(args.warmup), '--workload', args.workload,
-            '--max-tensors', str(args.max_tensors)]
+            '--max-tensors', str(args.max_tensors)] + (['--arena'] if arena else [])
 
 
 def _result(outputs, label):
@@ -213,14 +239,49 @@ def _wait(processes, deadline, label):
     return outputs
 
 
-def run_collective(args, env):
-    if args.nodes > 1:
+def run_collective(args, env, arena=False):
+    if args.nodes > 1 and not arena:
         return _run_collective_on_nodes(args, env)
-    command = [args.collectiverun, '-np', str(args.workers)] + _child_args(args, 'collective')
+    command = ([args.collectiverun, '-np', str(args.workers)] +
+               _child_args(args, 'collective', arena))
+    if arena:
+        env = dict(env, COLLECTIVE_ARENA_BYTES=str(args.arena_bytes))
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     outputs = _wait([process], time.monotonic() + args.timeout, 'collective.tensorflow')
     return _result(outputs, 'collective.tensorflow')
+
+
+def run_cpp(args, env, placement='zerocopy'):
+    """The C++ step of collective-bench in ``placement`` on the same gradients and workers
+    (its step's median, in the workers' report's form)."""
+    bench = os.path.join(os.path.dirname(os.path.abspath(args.collectiverun)), 'collective-bench')
+    if not os.path.exists(bench):
+        raise SystemExit(f'{bench} is missing: build the collective-bench target, or leave cpp '
+                         'out of --phases.')
+    workload = args.workload
+    with tempfile.TemporaryDirectory(prefix='collective-bench-') as directory:
+        if args.max_tensors:
+            workload = os.path.join(directory, 'workload.txt')
+            with open(args.workload, encoding='utf-8') as source, \
+                    open(workload, 'w', encoding='utf-8') as kept:
+                lines = [line for line in source if line.split() and
+                         not line.startswith('#')]
+                kept.writelines(lines[:args.max_tensors])
+        command = [bench, '--clients', str(args.workers), '--json', '--workload', workload,
+                   '--mode', 'resnet', '--steps', str(args.steps), '--placement', placement]
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=args.timeout,
+                              check=False)
+    if done.returncode != 0:
+        sys.stdout.write(done.stdout)
+        raise SystemExit(f'collective-bench exited with status {done.returncode}.')
+    for line in done.stdout.splitlines():
+        if line.startswith('{'):
+            record = json.loads(line)
+            if record.get('system') == 'collectived' and record.get('mode') == 'resnet':
+                return {'median_s': record['step_ms'] / 1e3}
+    raise SystemExit('collective-bench printed no ResNet step.')
 
 
 def _await_daemon(collectivectl, socket_path, deadline, mpirun):
@@ -291,27 +352,54 @@ def run_tensorflow(args, env):
     return _result(outputs, 'MultiWorkerMirroredStrategy')
 
 
+_PHASES = {
+    'collective': ('collective.tensorflow', lambda args, env: run_collective(args, env)),
+    'arena': ('collective.tensorflow, arena tensors',
+              lambda args, env: run_collective(args, env, arena=True)),
+    'cpp': ('C++ zero-copy', run_cpp),
+    'cpp-inplace': ('C++ in place', lambda args, env: run_cpp(args, env, 'inplace')),
+    'tensorflow': ('MultiWorkerMirroredStrategy (RING)', run_tensorflow),
+}
+
+
 def parent(args):
     env = dict(os.environ)
     env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    collective_medians, tensorflow_medians = [], []
+    phases = [p for p in args.phases.split(',') if p]
+    unknown = sorted(set(phases) - _PHASES.keys())
+    if unknown:
+        raise SystemExit(f'--phases: unknown {unknown}; choose among {sorted(_PHASES)}.')
+    if args.nodes > 1:
+        phases = [p for p in phases if p in ('collective', 'tensorflow')]
+    # The C++ placement that writes each worker's result into its own arena block, as the
+    # arena phase's outputs are written: what the step costs with that one write more per
+    # worker than zero-copy's shared result.
+    medians = {phase: [] for phase in phases}
     first = None
     for repeat in range(args.repeats):
-        collective = run_collective(args, env)
-        tensorflow = run_tensorflow(args, env)
-        first = first or collective
-        collective_medians.append(collective['median_s'])
-        tensorflow_medians.append(tensorflow['median_s'])
-        print(f'run {repeat}: collective.tensorflow {collective["median_s"] * 1e3:.1f} ms, '
-              f'MultiWorkerMirroredStrategy (RING) {tensorflow["median_s"] * 1e3:.1f} ms',
-              flush=True)
-    collective_s = statistics.median(collective_medians)
-    tensorflow_s = statistics.median(tensorflow_medians)
+        results = {}
+        for phase in phases:
+            results[phase] = _PHASES[phase][1](args, env)
+            medians[phase].append(results[phase]['median_s'])
+            if 'tensors' in results[phase]:
+                first = first or results[phase]
+        print(f'run {repeat}: ' + ', '.join(
+            f'{_PHASES[p][0]} {results[p]["median_s"] * 1e3:.1f} ms' for p in phases), flush=True)
+    median = {phase: statistics.median(values) for phase, values in medians.items()}
     where = f' on {args.nodes} stand-in nodes' if args.nodes > 1 else ''
-    print(f'{args.workers} workers{where}, {first["tensors"]} gradients, '
-          f'{first["megabytes"]:.1f} MB per step: median step collective.tensorflow '
-          f'{collective_s * 1e3:.1f} ms, MultiWorkerMirroredStrategy (RING) '
-          f'{tensorflow_s * 1e3:.1f} ms, ratio {tensorflow_s / collective_s:.2f}x', flush=True)
+    summary = ', '.join(f'{_PHASES[p][0]} {median[p] * 1e3:.1f} ms' for p in phases)
+    ratios = []
+    if 'collective' in median and 'tensorflow' in median:
+        ratios.append(f'ratio {median["tensorflow"] / median["collective"]:.2f}x')
+    if 'arena' in median and 'cpp' in median:
+        ratios.append(f'arena/C++ zero-copy {median["arena"] / median["cpp"]:.2f}x '
+                      '(goal: 1.3x or less)')
+    if 'arena' in median and 'cpp-inplace' in median:
+        ratios.append(f'arena/C++ in place {median["arena"] / median["cpp-inplace"]:.2f}x')
+    shape = (f'{first["tensors"]} gradients, {first["megabytes"]:.1f} MB per step'
+             if first else 'the C++ step only')
+    print(f'{args.workers} workers{where}, {shape}: median step {summary}'
+          + ''.join(', ' + r for r in ratios), flush=True)
 
 
 def main():

@@ -3,7 +3,8 @@
 ``BroadcastGlobalVariablesHook``, and the two paths of a tf.compat.v1
 ``DistributedOptimizer`` that keep state in the graph: local aggregation
 (``backward_passes_per_step=2``, Momentum) and Adasum (Adam), and the Keras
-``DistributedOptimizer``'s ``get_gradients`` (Keras in a TF1 graph). Run by every rank of
+``DistributedOptimizer``'s ``get_gradients`` (Keras in a TF1 graph), and
+``SyncBatchNormalization``'s updates in ``UPDATE_OPS`` (Horovod's TF1 hook). Run by every rank of
 ``collectiverun -np 2`` (or any power of two); the last line says ``ok`` only if every value
 matched."""
 
@@ -38,6 +39,14 @@ def main():
         tf.keras.optimizers.legacy.SGD(0.1)).get_gradients(tf.reduce_sum(u * x * [1., 2., 3.]),
                                                            [u])
 
+    # A TF1 loop runs the moving statistics' updates from UPDATE_OPS: with momentum 0 the
+    # moving mean becomes the mean of every rank's batch (rank r's holds r twice).
+    features = tf.compat.v1.placeholder(tf.float32, [2, 1])
+    sync_bn = hvd.SyncBatchNormalization(momentum=0.0)
+    sync_bn(features, training=True)
+    update_ops = tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)
+    assert len(update_ops) == 2, update_ops
+
     mean_gradient = 2 * (size + 1) / 2.0  # two passes of (rank + 1), averaged over ranks
     expected_w = [1.0, 1.0 - 0.5 * mean_gradient,
                   1.0 - 0.5 * mean_gradient, 1.0 - 0.5 * mean_gradient * (1 + 1.9)]
@@ -46,6 +55,9 @@ def main():
         np.testing.assert_allclose(
             session.run(keras_gradients, feed_dict={x: rank + 1.0})[0],
             np.array([1., 2., 3.]) * (size + 1) / 2.0, rtol=1e-6)
+        session.run(update_ops, feed_dict={features: np.full((2, 1), rank, np.float32)})
+        np.testing.assert_allclose(session.run(sync_bn.moving_mean), [(size - 1) / 2.0],
+                                   rtol=1e-6)
         for run in range(4):
             session.run([train_w, train_v], feed_dict={x: rank + 1.0})
             np.testing.assert_allclose(session.run(w), np.full(2, expected_w[run]), rtol=1e-6)

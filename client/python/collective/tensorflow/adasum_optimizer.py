@@ -93,4 +93,6 @@ class DistributedAdasumOptimizer(_LegacyOptimizer):
         return super().get_slot_names() + self._optimizer.get_slot_names()
 
     def variables(self, *args, **kwargs):
+        """The wrapped optimizer's variables and this optimizer's own (its step count and
+        the Adasum deltas' starting points)."""
         return self._optimizer.variables(*args, **kwargs)

@@ -37,9 +37,12 @@ from collective.tensorflow.mpi_ops import init, rank, shutdown
 __all__ = ['run', 'State', 'ObjectState', 'TensorFlowState', 'TensorFlowKerasState',
            'HorovodInternalError', 'HostsUpdatedInterrupt']
 
-# The op types of client/tensorflow's kernels ("[Op:CollectiveAllreduce]"
-# eagerly, "{{node CollectiveAllreduce_1}}" in a graph).
-_OUR_OP = re.compile(r'\bCollective[A-Z][A-Za-z]*(_[0-9]+)?\b')
+# The errors of client/tensorflow's kernels: their messages start
+# "collective <kind> of '<name>'" (kernels.cc), and eagerly TensorFlow adds
+# the op type ("[Op:CollectiveAllreduce]"); in a graph the node is named after
+# its input, as Horovod's ("{{node HorovodAllreduce_x_0}}").
+_OUR_OP = re.compile(r"\bCollective[A-Z][A-Za-z]*(_[0-9]+)?\b|"
+                     r"\bcollective (grouped )?[a-z]+ of '")
 
 
 def run(func):

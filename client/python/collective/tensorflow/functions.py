@@ -13,7 +13,32 @@ from collective.tensorflow import gradient_groups
 from collective.tensorflow.compression import Compression
 from collective.tensorflow.mpi_ops import (_allreduce, _grouped_allreduce,
                                            _grouped_reducescatter, _reducescatter, allgather,
-                                           broadcast, size_op)
+                                           broadcast, grouped_allgather, size_op)
+
+
+def _horovod_size(process_set, dtype):
+    """The set's size as a ``dtype`` tensor, to divide by: in an elastic job
+    (HOROVOD_ELASTIC=1) an op that reads it when it runs, as Horovod's ``size_op()``."""
+    if int(os.environ.get('HOROVOD_ELASTIC', 0)):
+        return tf.cast(size_op(process_set_id=process_set.process_set_id), dtype)
+    return tf.cast(process_set.size(), dtype)
+
+
+def _check_sparse_op(op):
+    """Horovod's refusals of a reduction of ``tf.IndexedSlices`` by ``op``."""
+    if op == reduce_ops.Adasum:
+        raise NotImplementedError(
+            'The Adasum reduction does not currently support sparse tensors. As a '
+            'workaround please pass sparse_as_dense=True to DistributedOptimizer')
+    if op not in (reduce_ops.Sum, reduce_ops.Average):
+        raise NotImplementedError('Only Sum and Average ops are supported with tf.IndexedSlices')
+
+
+def _check_sparse_scale(prescale_factor, postscale_factor):
+    """Horovod's refusal of scale factors for ``tf.IndexedSlices``, which it raises once the
+    slices' allgathers are made."""
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError('Pre/postscale_factor are not supported with tf.IndexedSlices')
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
@@ -23,51 +48,70 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
     ranks of ``process_set``.
 
     A ``tf.IndexedSlices`` is gathered, as Horovod does: its values and indices from every rank
-    (values divided by the set's size for Average). Devices are CPU only: the arguments that
-    name devices are accepted and ignored. Adasum combines host tensors of a set whose size is
-    a power of two (else NotImplementedError, as Horovod).
+    (values divided by the set's size for Average); Adasum, Min, Max and Product, and scale
+    factors, raise NotImplementedError for it, as in Horovod. Devices are CPU only: the
+    arguments that name devices are accepted and ignored. Adasum combines host tensors of a
+    set whose size is a power of two (else NotImplementedError, as Horovod). ``name`` and
+    ``ignore_name_scope`` name the op (``mpi_ops`` says how).
     """
-    del device_dense, device_sparse, ignore_name_scope
+    del device_dense, device_sparse
     op = reduce_ops.resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        if op not in (reduce_ops.Average, reduce_ops.Sum):
-            raise NotImplementedError('Only Average and Sum are supported for tf.IndexedSlices, '
-                                      'as in Horovod.')
-        values = allgather(tensor.values, process_set=process_set)
-        indices = allgather(tensor.indices, process_set=process_set)
+        _check_sparse_op(op)
+        values = allgather(tensor.values, process_set=process_set,
+                           ignore_name_scope=ignore_name_scope)
+        indices = allgather(tensor.indices, process_set=process_set,
+                            ignore_name_scope=ignore_name_scope)
         if op == reduce_ops.Average:
-            values = values / process_set.size()
+            values = values / _horovod_size(process_set, values.dtype)
+        _check_sparse_scale(prescale_factor, postscale_factor)
         return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
     if op == reduce_ops.Adasum:
         reduce_ops.check_adasum_set(process_set)
     compressed, context = compression.compress(tensor)
     reduced = _allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, process_set=process_set)
+                         postscale_factor=postscale_factor,
+                         ignore_name_scope=ignore_name_scope, process_set=process_set)
     return compression.decompress(reduced, context)
 
 
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set):
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """Horovod's ``grouped_allreduce``: ``allreduce`` of each tensor, negotiated and run as one
-    group. The dense tensors must share a dtype (after compression); ``tf.IndexedSlices`` are
-    gathered one by one, as ``allreduce`` does."""
+    group; the dense tensors may be of several dtypes. ``tf.IndexedSlices`` are gathered as
+    Horovod gathers them: their values in one grouped allgather, their indices in another
+    (scale factors refused for them, after those, as in Horovod). ``name`` and
+    ``ignore_name_scope`` name the dense tensors' grouped op (``mpi_ops`` says how)."""
     del device_dense, device_sparse
+    if not tensors:
+        return tensors
     op = reduce_ops.resolve_op(op, average)
     tensors = list(tensors)
-    if not tensors:
-        return []
-    if op == reduce_ops.Adasum:
-        reduce_ops.check_adasum_set(process_set)
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
-    results = [allreduce(t, op=op, prescale_factor=prescale_factor,
-                         postscale_factor=postscale_factor, process_set=process_set)
-               if isinstance(t, tf.IndexedSlices) else None for t in tensors]
+    results = [None] * len(tensors)
+    if sparse:
+        _check_sparse_op(op)
+        values = grouped_allgather([tensors[i].values for i in sparse], process_set=process_set,
+                                   ignore_name_scope=ignore_name_scope)
+        indices = grouped_allgather([tensors[i].indices for i in sparse],
+                                    process_set=process_set,
+                                    ignore_name_scope=ignore_name_scope)
+        if op == reduce_ops.Average:
+            values = [v / _horovod_size(process_set, v.dtype) for v in values]
+        _check_sparse_scale(prescale_factor, postscale_factor)
+        for i, v, ix in zip(sparse, values, indices):
+            results[i] = tf.IndexedSlices(v, ix, dense_shape=tensors[i].dense_shape)
     if dense:
+        if op == reduce_ops.Adasum:
+            reduce_ops.check_adasum_set(process_set)
         compressed = [compression.compress(tensors[i]) for i in dense]
-        reduced = _grouped_allreduce([c for c, _ in compressed], op=op,
+        reduced = _grouped_allreduce([c for c, _ in compressed], name=name, op=op,
                                      prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor, process_set=process_set)
+                                     postscale_factor=postscale_factor,
+                                     ignore_name_scope=ignore_name_scope, process_set=process_set)
         for i, r, (_, context) in zip(dense, reduced, compressed):
             results[i] = compression.decompress(r, context)
     return results
@@ -79,13 +123,15 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=redu
     """Horovod's ``reducescatter``: ``op`` (Average or Sum) of ``tensor`` over the ranks of
     ``process_set``, of which this rank keeps its rows. The first dimension is divided as
     Horovod divides it: the first (rows mod size) ranks of the set get one row more.
-    Differentiable (the gradient is an allgather)."""
-    del device_dense, ignore_name_scope
+    Differentiable (the gradient is an allgather). ``name`` and ``ignore_name_scope`` name
+    the op (``mpi_ops`` says how)."""
+    del device_dense
     if isinstance(tensor, tf.IndexedSlices):
         raise NotImplementedError('reducescatter does not support tf.IndexedSlices.')
     compressed, context = compression.compress(tensor)
     scattered = _reducescatter(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                               postscale_factor=postscale_factor, process_set=process_set)
+                               postscale_factor=postscale_factor,
+                               ignore_name_scope=ignore_name_scope, process_set=process_set)
     return compression.decompress(scattered, context)
 
 
@@ -93,11 +139,11 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
                           op=reduce_ops.Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
     """Horovod's ``grouped_reducescatter``: ``reducescatter`` of each tensor, negotiated and
-    run as one group; the tensors must share a dtype (after compression)."""
+    run as one group; the tensors may be of several dtypes."""
     del device_dense
-    tensors = list(tensors)
     if not tensors:
-        return []
+        return tensors
+    tensors = list(tensors)
     if any(isinstance(t, tf.IndexedSlices) for t in tensors):
         raise NotImplementedError('grouped_reducescatter does not support tf.IndexedSlices.')
     compressed = [compression.compress(t) for t in tensors]
@@ -232,7 +278,10 @@ class GradientReducer:
     one by one, or in Horovod's ``groups`` (see ``gradient_groups``)."""
 
     def __init__(self, compression, sparse_as_dense, op, gradient_predivide_factor, process_set,
-                 groups=None, scale_local_gradients=True):
+                 groups=None, scale_local_gradients=True, name='DistributedGradientTape'):
+        # Horovod's: the reductions are built under the name scope '<name>_Allreduce' (the
+        # optimizer's name, or 'DistributedGradientTape'), which names them in a graph.
+        self.name = name
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
         self._op = op
@@ -280,53 +329,65 @@ class GradientReducer:
             return tf.convert_to_tensor(gradient)
         return gradient
 
-    def __call__(self, gradient):
+    def __call__(self, gradient, name=None, ignore_name_scope=False):
         if gradient is None:
             return None
         return self._after_sum(
             allreduce(self._prepared(gradient), op=self._op, compression=self._compression,
                       prescale_factor=self._prescale, postscale_factor=self._postscale,
-                      process_set=self._process_set))
+                      name=name, process_set=self._process_set,
+                      ignore_name_scope=ignore_name_scope))
 
     def register_local(self, source):
         """Horovod's ``register_local_source``/``register_local_var``: ``source``'s gradient
         stays this worker's own."""
         self._local.add(source.ref())
 
-    def reduce_all(self, gradients, variables):
-        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each; the
-        gradients of local sources are not reduced (see ``register_local``)."""
-        if not self._local:
-            return self._reduce_shared(gradients, variables)
-        shared = [i for i, v in enumerate(variables) if v.ref() not in self._local]
-        results = list(gradients)
-        reduced = self._reduce_shared([gradients[i] for i in shared],
-                                      [variables[i] for i in shared])
-        for i, result in zip(shared, reduced):
-            results[i] = result
-        if self._scale_local:
-            for i, variable in enumerate(variables):
-                if variable.ref() in self._local and results[i] is not None:
-                    results[i] = _divided(results[i], self._set_size(results[i].dtype))
-        return results
+    def is_local(self, source):
+        """Whether ``source`` was registered with ``register_local``."""
+        return source.ref() in self._local
 
-    def _reduce_shared(self, gradients, variables):
+    def reduce_all(self, gradients, variables, use_generic_names=False):
+        """The reduced ``gradients`` (None stays None) of ``variables``, a flat list each; the
+        gradients of local sources are not reduced (see ``register_local``).
+
+        With ``use_generic_names``, as Horovod's: the i-th reduction (of a gradient, or of a
+        group) is named 'grad_<i>' without the name scopes, so that graphs whose gradients
+        are named differently still pair up.
+        """
+        with tf.name_scope(self.name + '_Allreduce'):
+            if not self._local:
+                return self._reduce_shared(gradients, variables, use_generic_names)
+            shared = [i for i, v in enumerate(variables) if not self.is_local(v)]
+            results = list(gradients)
+            reduced = self._reduce_shared([gradients[i] for i in shared],
+                                          [variables[i] for i in shared], use_generic_names)
+            for i, result in zip(shared, reduced):
+                results[i] = result
+            if self._scale_local:
+                for i, variable in enumerate(variables):
+                    if self.is_local(variable) and results[i] is not None:
+                        results[i] = _divided(results[i], self._set_size(results[i].dtype))
+            return results
+
+    def _reduce_shared(self, gradients, variables, use_generic_names):
+        def naming(i):
+            return {'name': f'grad_{i}' if use_generic_names else None,
+                    'ignore_name_scope': use_generic_names}
+
         if self._groups is None:
-            return [self(gradient) for gradient in gradients]
+            return [self(gradient, **naming(i)) for i, gradient in enumerate(gradients)]
         gradients = [None if g is None else self._prepared(g) for g in gradients]
         reduced = [None] * len(gradients)
-        for group in gradient_groups.split_indices(self._groups, gradients, variables):
-            # A grouped allreduce takes one dtype: a group of several is reduced per dtype.
-            by_dtype = {}
-            for i in group:
-                by_dtype.setdefault(gradients[i].dtype, []).append(i)
-            for indices in by_dtype.values():
-                results = grouped_allreduce(
-                    [gradients[i] for i in indices], op=self._op, compression=self._compression,
-                    prescale_factor=self._prescale, postscale_factor=self._postscale,
-                    process_set=self._process_set)
-                for i, result in zip(indices, results):
-                    reduced[i] = self._after_sum(result)
+        groups = gradient_groups.split_indices(self._groups, gradients, variables)
+        for number, group in enumerate(groups):
+            # One grouped allreduce per group, whatever the gradients' dtypes, as Horovod's.
+            results = grouped_allreduce(
+                [gradients[i] for i in group], op=self._op, compression=self._compression,
+                prescale_factor=self._prescale, postscale_factor=self._postscale,
+                process_set=self._process_set, **naming(number))
+            for i, result in zip(group, results):
+                reduced[i] = self._after_sum(result)
         return reduced
 
 
@@ -343,12 +404,30 @@ class _DistributedGradientTape(tf.GradientTape):
         ``scale_local_gradients``)."""
         self._reducer.register_local(source)
 
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
+    def gradient(self, target, sources, output_gradients=None, use_generic_names=False,
+                 **kwargs):
+        """Horovod's: ``tf.GradientTape.gradient``, each gradient allreduced over the process
+        set (local sources' kept, see ``register_local_source``). With ``use_generic_names``
+        the i-th reduction is named 'grad_<i>' without name scopes, as Horovod's."""
         gradients = super().gradient(target, sources, output_gradients, **kwargs)
         if gradients is None:
             return None
-        reduced = self._reducer.reduce_all(tf.nest.flatten(gradients), tf.nest.flatten(sources))
+        reduced = self._reducer.reduce_all(tf.nest.flatten(gradients), tf.nest.flatten(sources),
+                                           use_generic_names)
         return tf.nest.pack_sequence_as(gradients, reduced)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       use_generic_names=False):
+        """Horovod's: ``gradient()``'s gradients as two lists of (source, gradient) pairs in
+        the order of ``sources`` (a flat list): those of the local sources
+        (``register_local_source``), and the allreduced ones of the others."""
+        gradients = self.gradient(target, sources, output_gradients=output_gradients,
+                                  use_generic_names=use_generic_names)
+        local_pairs, global_pairs = [], []
+        for source, gradient in zip(sources, gradients):
+            pairs = local_pairs if self._reducer.is_local(source) else global_pairs
+            pairs.append((source, gradient))
+        return local_pairs, global_pairs
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',  # noqa: N802 (Horovod)

@@ -53,12 +53,15 @@ class _DistributedOptimizer(_LegacyOptimizer):
             [gradient for gradient, _ in grads_and_vars])
 
     def get_slot(self, *args, **kwargs):
+        """The wrapped optimizer's ``get_slot``."""
         return self._optimizer.get_slot(*args, **kwargs)
 
     def get_slot_names(self, *args, **kwargs):
+        """The wrapped optimizer's ``get_slot_names``."""
         return self._optimizer.get_slot_names(*args, **kwargs)
 
     def variables(self, *args, **kwargs):
+        """The wrapped optimizer's ``variables``."""
         return self._optimizer.variables(*args, **kwargs)
 
     def register_local_var(self, var):
@@ -100,8 +103,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
             raise NotImplementedError('Adasum does not support process sets yet')
         return DistributedAdasumOptimizer(optimizer, name, use_locking, compression,
                                           backward_passes_per_step)
+    if name is None:
+        name = f'Distributed{type(optimizer).__name__}'
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
-                              process_set, groups, scale_local_gradients)
+                              process_set, groups, scale_local_gradients, name=name)
     aggregator = None
     if backward_passes_per_step > 1:
         if tf.executing_eagerly():
@@ -136,10 +141,13 @@ class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
         self.device = device
 
     def begin(self):
+        """Builds the broadcast of every global variable, once per graph (the hook may be
+        reused with a new graph)."""
         if self.bcast_op is None or self.bcast_op.graph != tf.compat.v1.get_default_graph():
             with tf.device(self.device):
                 self.bcast_op = broadcast_global_variables(self.root_rank)
 
     def after_create_session(self, session, coord):
+        """Runs the broadcast in the new ``session``."""
         del coord
         session.run(self.bcast_op)

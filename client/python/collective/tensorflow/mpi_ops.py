@@ -8,9 +8,17 @@ process's one connection (``collective.common.connection``) with
 ``collective.torch``: ``init()`` lends its client to the op library, and
 ``shutdown()`` takes it back before closing it.
 
-Names: an unnamed call gets '<kind>.noname.<n>' when it is made (eagerly) or
-traced (inside ``tf.function``), counted per process set, so every rank must
-make or trace the same unnamed calls in the same order, as in Horovod.
+Names, as Horovod's: an op built in a graph (inside ``tf.function``, or a TF1
+graph) is named after its input's name when it is not named ('HorovodAllreduce_'
+and the input's name, its characters outside [a-zA-Z0-9_] made '_'), and the
+daemon knows its tensor by the op's full node name (with TensorFlow's name
+scopes, unless ``ignore_name_scope``, and TensorFlow's '_1' for a second op of
+that name in the graph). A rank that traces a function again (a partial last
+batch, another input signature) builds the same names. An eager tensor that the
+function captures, which TensorFlow names with a process-wide number, counts as
+'captured' (see ``_name_of``). Eagerly, a call is
+'<kind>.<name>', or '<kind>.noname.<n>' counted per process set, so every rank
+must make the same unnamed eager calls in the same order, as in Horovod.
 """
 
 import atexit
@@ -18,6 +26,7 @@ import copy
 import ctypes
 import itertools
 import os
+import re
 
 import tensorflow as tf
 from tensorflow.python.framework import ops
@@ -32,6 +41,7 @@ from collective.common.exceptions import HorovodInternalError
 from collective.common.process_sets import (ProcessSet, add_process_set, global_process_set,
                                             process_set_id, remove_process_set, set_rank_of)
 from collective.common.reduce_ops import Adasum, Average, Max, Min, Product, Sum
+from collective.tensorflow.util import _executing_eagerly
 
 _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_ops.so')
 if not os.path.exists(_LIBRARY):
@@ -73,6 +83,62 @@ def _set_id(process_set):
     return process_set_id(process_set)
 
 
+def _normalize_name(name):
+    """Horovod's: ``name`` with each character outside [a-zA-Z0-9_] replaced by '_', as an
+    op's name may hold it."""
+    return re.sub('[^a-zA-Z0-9_]', '_', name)
+
+
+# The node name prefix of an unnamed op built in a graph, per kind: Horovod's.
+_GRAPH_PREFIXES = {
+    'allreduce': 'HorovodAllreduce',
+    'grouped_allreduce': 'HorovodGroupedAllreduce',
+    'allgather': 'HorovodAllgather',
+    'grouped_allgather': 'HorovodGroupedAllgather',
+    'broadcast': 'HorovodBroadcast',
+    'alltoall': 'HorovodAlltoall',
+    'reducescatter': 'HorovodReducescatter',
+    'grouped_reducescatter': 'HorovodGroupedReducescatter',
+}
+
+
+def _graph_name(kind, tensors):
+    """Horovod's node name for an unnamed op of ``kind`` built in a graph: from its input's
+    name, or from the first and last of a group's."""
+    prefix = _GRAPH_PREFIXES[kind]
+    if isinstance(tensors, (list, tuple)):
+        return _normalize_name(f'{prefix}_{_name_of(tensors[0])}_{_name_of(tensors[-1])}')
+    return f'{prefix}_{_normalize_name(_name_of(tensors))}'
+
+
+def _name_of(tensor):
+    """The graph name of ``tensor`` (a value that is no tensor yet, a list or a number, is made
+    one first, as the op would make it), or 'captured' for a tensor that TensorFlow named
+    with its process-wide counter: an eager tensor that a ``tf.function`` captures becomes a
+    placeholder named by a number, which differs between ranks whose programs made different
+    numbers of ops before (Horovod takes that number and the ranks' names differ). TensorFlow
+    makes 'captured' unique within the graph, the same on every rank that traced the same
+    function."""
+    tensor = tensor if hasattr(tensor, 'name') else tf.convert_to_tensor(tensor)
+    # A variable has no op in a function's graph (its handle is captured): its own name.
+    op = getattr(tensor, 'op', None)
+    return 'captured' if op is not None and op.name.isdigit() else tensor.name
+
+
+def _collective(kind, inputs, name, set_id, ignore_name_scope, **attrs):
+    """The op ``collective_<kind>`` of ``inputs`` (its first one names it) in the process set
+    ``set_id``, named as the module says: eagerly the daemon's name is given to the op, in
+    a graph the op's node name becomes it (TensorFlow's scopes and uniquing applied)."""
+    if _executing_eagerly():
+        node_name, tensor_name = None, connection.call_name(kind, name, set_id)
+    else:
+        node_name = name if name is not None else _graph_name(kind, inputs[0])
+        tensor_name = ''
+    return getattr(_OPS, 'collective_' + kind)(
+        *inputs, name=node_name, tensor_name=tensor_name,
+        ignore_name_scope=bool(ignore_name_scope), process_set_id=set_id, **attrs)
+
+
 def size_op(process_set_id=0, name=None):
     """Horovod's: an int32 scalar op, the number of ranks in the process set ``process_set_id``
     (an id, as Horovod takes it) when the op runs; unlike ``size()`` it follows a re-init, in a
@@ -101,60 +167,68 @@ def process_set_included_op(process_set_id=0, name=None):
     return _OPS.collective_process_set_included(process_set_id=process_set_id, name=name)
 
 
-def _reduction(kind, tensors, name, op, prescale_factor, postscale_factor, process_set):
+def _reduction(kind, tensors, name, op, prescale_factor, postscale_factor, process_set,
+               ignore_name_scope=False):
     """The reduction op ``collective_<kind>`` (allreduce or reducescatter, grouped or not) of
-    ``tensors``: ``op`` over the ranks of ``process_set``, with the scale factors."""
-    set_id = _set_id(process_set)
-    return getattr(_OPS, 'collective_' + kind)(
-        tensors, reduce_op=reduce_ops.wire_code(op), prescale_factor=float(prescale_factor),
-        postscale_factor=float(postscale_factor),
-        tensor_name=connection.call_name(kind, name, set_id), process_set_id=set_id)
+    ``tensors``: ``op`` (a ReduceOp) over the ranks of ``process_set``, with the scale
+    factors."""
+    return _reduction_of_code(kind, tensors, name, reduce_ops.wire_code(op), prescale_factor,
+                              postscale_factor, _set_id(process_set), ignore_name_scope)
+
+
+def _reduction_of_code(kind, tensors, name, code, prescale_factor, postscale_factor, set_id,
+                       ignore_name_scope):
+    """``_reduction`` with the reduce op as the daemon's ``code`` and the set as its id, as an
+    op's attributes hold them."""
+    return _collective(kind, (tensors,), name, set_id, ignore_name_scope, reduce_op=code,
+                       prescale_factor=float(prescale_factor),
+                       postscale_factor=float(postscale_factor))
+
+
+def _same_reduction(kind, op, tensors):
+    """The reduction ``kind`` of ``tensors`` with the op, factors, name scope handling and
+    process set of ``op`` (an op of that kind): the gradient of an allreduce, Horovod's."""
+    return _reduction_of_code(kind, tensors, None, op.get_attr('reduce_op'),
+                              op.get_attr('prescale_factor'), op.get_attr('postscale_factor'),
+                              op.get_attr('process_set_id'), op.get_attr('ignore_name_scope'))
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set):
-    """The allreduce op itself: ``op`` over the ranks of ``process_set``, with the scale factors."""
+               ignore_name_scope=False, process_set=global_process_set):
+    """Horovod's ``_allreduce``: the allreduce op itself, ``op`` over the ranks of
+    ``process_set`` with the scale factors (Horovod's parameter order)."""
     return _reduction('allreduce', tensor, name, op, prescale_factor, postscale_factor,
-                      process_set)
+                      process_set, ignore_name_scope)
 
 
 @ops.RegisterGradient('CollectiveAllreduce')
 def _allreduce_grad(op, grad):
     """Horovod's: the same allreduce (op and factors) of the gradient."""
-    return _OPS.collective_allreduce(
-        grad, reduce_op=op.get_attr('reduce_op'), prescale_factor=op.get_attr('prescale_factor'),
-        postscale_factor=op.get_attr('postscale_factor'),
-        tensor_name=connection.call_name('allreduce', None, op.get_attr('process_set_id')),
-        process_set_id=op.get_attr('process_set_id'))
+    return _same_reduction('allreduce', op, grad)
 
 
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
-    """The grouped allreduce op itself: tensors of one dtype, negotiated and run together."""
-    return _reduction('grouped_allreduce', tensors, name, op, prescale_factor, postscale_factor,
-                      process_set)
+                       ignore_name_scope=False, process_set=global_process_set):
+    """Horovod's ``_grouped_allreduce``: the grouped allreduce op itself, its tensors (of any
+    dtypes) negotiated and run together."""
+    return _reduction('grouped_allreduce', list(tensors), name, op, prescale_factor,
+                      postscale_factor, process_set, ignore_name_scope)
 
 
 @ops.RegisterGradient('CollectiveGroupedAllreduce')
 def _grouped_allreduce_grad(op, *grads):
     """Horovod's: the same grouped allreduce of the gradients."""
-    set_id = op.get_attr('process_set_id')
-    return _OPS.collective_grouped_allreduce(
-        list(grads), reduce_op=op.get_attr('reduce_op'),
-        prescale_factor=op.get_attr('prescale_factor'),
-        postscale_factor=op.get_attr('postscale_factor'),
-        tensor_name=connection.call_name('grouped_allreduce', None, set_id),
-        process_set_id=set_id)
+    return _same_reduction('grouped_allreduce', op, list(grads))
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
-    """Every rank's ``tensor`` concatenated in rank order along the first dimension, which may
-    differ per rank. ``ignore_name_scope`` is accepted for Horovod's sake: names never carry
-    TensorFlow's scopes here."""
-    del ignore_name_scope
-    set_id = _set_id(process_set)
-    return _OPS.collective_allgather(
-        tensor, tensor_name=connection.call_name('allgather', name, set_id), process_set_id=set_id)
+    """Horovod's ``allgather``: every rank's ``tensor`` concatenated in rank order along the
+    first dimension, which may differ per rank.
+
+    ``name`` names the op (see the module on names); ``ignore_name_scope`` leaves
+    TensorFlow's outer name scopes out of the name the ranks agree on.
+    """
+    return _collective('allgather', (tensor,), name, _set_id(process_set), ignore_name_scope)
 
 
 def _process_set_of(set_id):
@@ -169,11 +243,12 @@ def _process_set_of(set_id):
     raise ValueError(f'process set {set_id} does not exist any more')
 
 
-def _own_rows(grads, inputs, process_set):
+def _own_rows(grads, inputs, process_set, ignore_name_scope):
     """Each of ``grads`` (allgathered shapes) cut down to the rows ``inputs`` gave on this rank:
     one allgather of every input's row count tells where they lie."""
     rows = tf.stack([tf.shape(t, out_type=tf.int64)[0] for t in inputs])
-    all_rows = tf.reshape(allgather(rows, process_set=process_set),
+    all_rows = tf.reshape(allgather(rows, ignore_name_scope=ignore_name_scope,
+                                    process_set=process_set),
                           [process_set.size(), len(inputs)])
     return [tf.split(grad, num_or_size_splits=all_rows[:, i], axis=0)[process_set.rank()]
             for i, grad in enumerate(grads)]
@@ -183,44 +258,51 @@ def _own_rows(grads, inputs, process_set):
 def _allgather_grad(op, grad):
     """Horovod's: the average of the gradient over the set, of which this rank's rows."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
-    grad = _allreduce(grad, op=Average, process_set=process_set)
-    return _own_rows([grad], op.inputs, process_set)[0]
+    ignore_name_scope = op.get_attr('ignore_name_scope')
+    grad = _allreduce(grad, op=Average, ignore_name_scope=ignore_name_scope,
+                      process_set=process_set)
+    return _own_rows([grad], op.inputs, process_set, ignore_name_scope)[0]
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False,
                       process_set=global_process_set):
-    """``allgather`` of each tensor (one dtype), negotiated and run together as one group; the
-    first dimension of each may differ per rank."""
-    del ignore_name_scope
+    """Horovod's ``grouped_allgather``: ``allgather`` of each tensor (of any dtypes),
+    negotiated and run together as one group; the first dimension of each may differ per
+    rank."""
     tensors = list(tensors)
     if not tensors:
         return []
-    set_id = _set_id(process_set)
-    return _OPS.collective_grouped_allgather(
-        tensors, tensor_name=connection.call_name('grouped_allgather', name, set_id),
-        process_set_id=set_id)
+    return _collective('grouped_allgather', (tensors,), name, _set_id(process_set),
+                       ignore_name_scope)
 
 
 @ops.RegisterGradient('CollectiveGroupedAllgather')
 def _grouped_allgather_grad(op, *grads):
-    """Horovod's: the grouped average of the gradients over the set, of each this rank's rows."""
+    """Horovod's: the average of each gradient over the set (one group: TensorFlow may give a
+    float32 zero gradient beside float64 ones, which a group of any dtypes takes), of each
+    this rank's rows."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
-    averaged = _grouped_allreduce(list(grads), op=Average, process_set=process_set)
-    return _own_rows(averaged, op.inputs, process_set)
+    ignore_name_scope = op.get_attr('ignore_name_scope')
+    averaged = _grouped_allreduce(list(grads), op=Average, ignore_name_scope=ignore_name_scope,
+                                  process_set=process_set)
+    return _own_rows(averaged, op.inputs, process_set, ignore_name_scope)
 
 
-def _reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                   process_set=global_process_set):
-    """The reducescatter op itself: this rank's rows of ``op`` (Sum or Average) over the set."""
+def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
+                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Horovod's ``_reducescatter``: the reducescatter op itself, this rank's rows of ``op``
+    (Sum or Average) over the set."""
     return _reduction('reducescatter', tensor, name, op, prescale_factor, postscale_factor,
-                      process_set)
+                      process_set, ignore_name_scope)
 
 
-def _grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
-                           postscale_factor=1.0, process_set=global_process_set):
-    """The grouped reducescatter op itself: tensors of one dtype, negotiated and run together."""
-    return _reduction('grouped_reducescatter', tensors, name, op, prescale_factor,
-                      postscale_factor, process_set)
+def _grouped_reducescatter(tensors, name=None, op=Sum, ignore_name_scope=False,
+                           process_set=global_process_set, prescale_factor=1.0,
+                           postscale_factor=1.0):
+    """Horovod's ``_grouped_reducescatter``: the grouped reducescatter op itself, its tensors
+    (of any dtypes) negotiated and run together."""
+    return _reduction('grouped_reducescatter', list(tensors), name, op, prescale_factor,
+                      postscale_factor, process_set, ignore_name_scope)
 
 
 def _reducescatter_grad_scale(op, process_set):
@@ -241,6 +323,7 @@ def _reducescatter_grad(op, grad):
     """Horovod's: the allgather of the (scaled) gradient."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
     return allgather(_scaled(grad, _reducescatter_grad_scale(op, process_set)),
+                     ignore_name_scope=op.get_attr('ignore_name_scope'),
                      process_set=process_set)
 
 
@@ -249,24 +332,25 @@ def _grouped_reducescatter_grad(op, *grads):
     """Horovod's: the grouped allgather of the (scaled) gradients."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
     scale = _reducescatter_grad_scale(op, process_set)
-    return grouped_allgather([_scaled(g, scale) for g in grads], process_set=process_set)
+    return grouped_allgather([_scaled(g, scale) for g in grads],
+                             ignore_name_scope=op.get_attr('ignore_name_scope'),
+                             process_set=process_set)
 
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
               process_set=global_process_set):
-    """The ``tensor`` of ``root_rank`` (a global rank, as in Horovod) on every rank of the set."""
-    del ignore_name_scope
-    set_id = _set_id(process_set)
-    return _OPS.collective_broadcast(
-        tensor, root_rank=set_rank_of(process_set, root_rank),
-        tensor_name=connection.call_name('broadcast', name, set_id), process_set_id=set_id)
+    """Horovod's ``broadcast``: the ``tensor`` of ``root_rank`` (a global rank, as in Horovod)
+    on every rank of the set."""
+    return _collective('broadcast', (tensor,), name, _set_id(process_set), ignore_name_scope,
+                       root_rank=set_rank_of(process_set, root_rank))
 
 
 @ops.RegisterGradient('CollectiveBroadcast')
 def _broadcast_grad(op, grad):
     """Horovod's: the average of the gradient over the set on the root, zeros elsewhere."""
     process_set = _process_set_of(op.get_attr('process_set_id'))
-    reduced = _allreduce(grad, op=Average, process_set=process_set)
+    reduced = _allreduce(grad, op=Average, ignore_name_scope=op.get_attr('ignore_name_scope'),
+                         process_set=process_set)
     if process_set.rank() != op.get_attr('root_rank'):
         return reduced * 0
     return reduced
@@ -274,18 +358,16 @@ def _broadcast_grad(op, grad):
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
-    """``splits[j]`` rows of ``tensor`` (by default an even share) go to rank j of the set.
+    """Horovod's ``alltoall``: ``splits[j]`` rows of ``tensor`` (by default an even share) go
+    to rank j of the set.
 
     Returns the rows received in rank order and, when ``splits`` was given, also how many
     came from each rank (Horovod's ``received_splits``).
     """
-    del ignore_name_scope
-    set_id = _set_id(process_set)
     given = (tf.constant([], dtype=tf.int32) if splits is None
              else tf.cast(tf.convert_to_tensor(splits), tf.int32))
-    received, received_splits = _OPS.collective_alltoall(
-        tensor, given, tensor_name=connection.call_name('alltoall', name, set_id),
-        process_set_id=set_id)
+    received, received_splits = _collective('alltoall', (tensor, given), name,
+                                            _set_id(process_set), ignore_name_scope)
     return (received, received_splits) if splits is not None else received
 
 
@@ -293,10 +375,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 def _alltoall_grad(op, grad, grad_received_splits):
     """Horovod's: the gradient's rows sent back where they came from; splits have none."""
     del grad_received_splits
-    set_id = op.get_attr('process_set_id')
-    returned, _ = _OPS.collective_alltoall(
-        grad, op.outputs[1], tensor_name=connection.call_name('alltoall', None, set_id),
-        process_set_id=set_id)
+    returned, _ = _collective('alltoall', (grad, op.outputs[1]), None,
+                              op.get_attr('process_set_id'), op.get_attr('ignore_name_scope'))
     return [returned, None]
 
 

@@ -36,6 +36,8 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
         self._local_vars.add(var.ref())
 
     def on_batch_end(self, batch, logs=None):
+        """After the first batch only: the broadcast of the model's (shared) and the
+        optimizer's variables from ``root_rank``."""
         if self.broadcast_done:
             return
         shared = [var for var in self.model.variables if var.ref() not in self._local_vars]
@@ -55,6 +57,8 @@ class MetricAverageCallback(tf.keras.callbacks.Callback):
         self.process_set = process_set
 
     def on_epoch_end(self, epoch, logs=None):
+        """Each metric of ``logs`` becomes its average over the ranks (in name order, so
+        that every rank reduces them alike)."""
         if not logs:
             return
         for metric in sorted(logs):
@@ -85,6 +89,8 @@ class LearningRateScheduleCallback(tf.keras.callbacks.Callback):
         self.restore_momentum = None
 
     def on_train_begin(self, logs=None):
+        """Takes ``steps_per_epoch`` from ``fit``'s parameters when it was not given and
+        the rate changes at every batch (ValueError if ``fit`` does not know it either)."""
         if self.steps_per_epoch is None and not self.staircase:
             self.steps_per_epoch = self.params.get('steps')
             if not self.steps_per_epoch:
@@ -92,9 +98,12 @@ class LearningRateScheduleCallback(tf.keras.callbacks.Callback):
                                  'steps_per_epoch to the learning rate callback.')
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Notes the epoch, for the batches to come."""
         self.current_epoch = epoch
 
     def on_batch_begin(self, batch, logs=None):
+        """Sets the learning rate for this batch within [start_epoch, end_epoch): at the
+        epoch's first batch with ``staircase``, else at every batch."""
         epoch = self.current_epoch
         if epoch < self.start_epoch or (self.end_epoch is not None and epoch >= self.end_epoch):
             return
@@ -105,11 +114,13 @@ class LearningRateScheduleCallback(tf.keras.callbacks.Callback):
             self._adjust(epoch + float(batch) / self.steps_per_epoch)
 
     def on_batch_end(self, batch, logs=None):
+        """Restores the momentum that ``momentum_correction`` scaled for the batch."""
         if self.restore_momentum is not None:
             tf.keras.backend.set_value(self.model.optimizer.momentum, self.restore_momentum)
             self.restore_momentum = None
 
     def on_epoch_end(self, epoch, logs=None):
+        """Adds the learning rate to the epoch's ``logs`` (``lr``)."""
         if logs is not None:
             logs['lr'] = float(tf.keras.backend.get_value(self.model.optimizer.learning_rate))
 
@@ -142,6 +153,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         self.verbose = verbose
 
     def on_epoch_end(self, epoch, logs=None):
+        """The schedule's; with ``verbose``, says when the warmup has finished."""
         super().on_epoch_end(epoch, logs)
         if epoch == self.end_epoch - 1 and self.verbose > 0:
             print(f'\nEpoch {epoch + 1}: finished gradual learning rate warmup to '

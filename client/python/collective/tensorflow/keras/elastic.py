@@ -46,15 +46,18 @@ class CommitStateCallback(tf.keras.callbacks.Callback):
         self.batches_remaining = batches_per_commit
 
     def on_train_begin(self, logs=None):
+        """Starts the count of batches to the next commit again."""
         self.batches_remaining = self.batches_per_commit
 
     def on_batch_end(self, batch, logs=None):
+        """Commits the state every ``batches_per_commit`` batches."""
         self.batches_remaining -= 1
         if self.batches_remaining == 0:
             self.state.commit()
             self.batches_remaining = self.batches_per_commit
 
     def on_epoch_end(self, epoch, logs=None):
+        """Commits the state at the end of every epoch."""
         self.state.commit()
 
 
@@ -68,18 +71,22 @@ class UpdateBatchStateCallback(tf.keras.callbacks.Callback):
         self.steps_per_epoch = None
 
     def on_train_begin(self, logs=None):
+        """Forgets the epoch's length: ``fit`` may have been called with another."""
         self.steps_per_epoch = None
 
     def on_epoch_begin(self, epoch, logs=None):
+        """Runs only the batches the epoch has left after a re-formation."""
         if self.params.get('steps'):
             if self.steps_per_epoch is None:
                 self.steps_per_epoch = self.params.get('steps')
             self.params['steps'] = self.steps_per_epoch - self.state.batch
 
     def on_batch_end(self, batch, logs=None):
+        """Notes the last batch done in the state."""
         self.state.batch = batch
 
     def on_epoch_end(self, epoch, logs=None):
+        """An epoch done: the state's batch starts again at 0."""
         self.state.batch = 0
 
 
@@ -93,7 +100,9 @@ class UpdateEpochStateCallback(tf.keras.callbacks.Callback):
         self.initial_epoch = state.epoch
 
     def on_train_begin(self, logs=None):
+        """Notes the epochs done before this ``fit``."""
         self.initial_epoch = self.state.epoch
 
     def on_epoch_end(self, epoch, logs=None):
+        """Counts the epoch done in the state, across re-formations."""
         self.state.epoch = self.initial_epoch + epoch + 1

@@ -29,11 +29,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     ``backward_passes_per_step`` > 1, the local sums of that many passes (see
     ``gradient_aggregation``; ``_agg_helper.counter`` counts the passes, as Horovod's).
     Variables registered with ``register_local_var`` keep their own gradients (divided by
-    the set's size with ``scale_local_gradients``)."""
-    del name, device_dense, device_sparse
+    the set's size with ``scale_local_gradients``).
+
+    ``op`` is Average or Sum (else ValueError, as Horovod's). ``name``, by default
+    'Distributed' and the optimizer's class name, becomes the optimizer's ``_name`` (a legacy
+    optimizer's config carries it) and names the gradients' reductions' scope
+    ('<name>_Allreduce'), as Horovod's.
+    """
+    del device_dense, device_sparse
+    if op not in (reduce_ops.Average, reduce_ops.Sum):
+        raise ValueError('op currently only supports Average and Sum')
+    name = name or f'Distributed{optimizer.__class__.__name__}'
     reducer = GradientReducer(compression, sparse_as_dense, op, gradient_predivide_factor,
                               process_set, resolve_groups(num_groups, groups),
-                              scale_local_gradients)
+                              scale_local_gradients, name=name)
     aggregator = (GradientAggregator(backward_passes_per_step, average_aggregated_gradients,
                                      sparse_as_dense, reducer.reduce_all)
                   if backward_passes_per_step > 1 else None)
@@ -46,9 +55,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         return aggregator.compute_gradients(gradients, variables)
 
     def compute_gradients(self, loss, var_list, tape=None):
+        """Horovod's: the wrapped optimizer's gradients of ``loss``, reduced."""
         return self._compute_gradients(loss, var_list, None, tape)
 
     def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        """Horovod's: the wrapped (legacy or new) optimizer's (gradient, variable) pairs,
+        the gradients reduced (after local aggregation, if asked)."""
         tape = tf.GradientTape() if tape is None else tape
         if hasattr(base, '_compute_gradients'):  # a legacy (OptimizerV2) optimizer
             compute = base._compute_gradients  # noqa: SLF001
@@ -59,9 +71,13 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         return list(zip(reduce([g for g, _ in pairs], variables), variables))
 
     def get_gradients(self, loss, params):
+        """Horovod's: the legacy optimizer's gradients of ``loss`` (Keras in a TF1 graph),
+        reduced."""
         return reduce(base.get_gradients(self, loss, params), params)
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        """The wrapped optimizer's; with local aggregation, on the passes that reduced
+        only (the others count ``iterations`` on)."""
         if aggregator is None:
             return base.apply_gradients(self, grads_and_vars, *args, **kwargs)
         pairs = list(grads_and_vars)
@@ -89,7 +105,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     if hasattr(base, 'get_gradients'):
         members['get_gradients'] = get_gradients
     distributed = type(base.__name__, (base,), members)
-    return distributed.from_config(optimizer.get_config())
+    wrapped = distributed.from_config(optimizer.get_config())
+    wrapped._name = name  # noqa: SLF001 (Horovod's: a legacy optimizer's name)
+    return wrapped
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense='',  # noqa: N802 (Horovod)
