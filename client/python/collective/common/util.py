@@ -9,11 +9,11 @@ def num_rank_is_power_2(num_rank):
     return num_rank != 0 and (num_rank & (num_rank - 1)) == 0
 
 
-def split_list(items, n):
-    """``items`` in ``n`` consecutive chunks whose lengths differ by at most one, the longer
-    first."""
-    d, r = divmod(len(items), n)
-    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+def split_list(l, n):  # noqa: E741 (Horovod's parameter name)
+    """The list ``l`` in ``n`` consecutive chunks whose lengths differ by at most one, the
+    longer first (Horovod's ``split_list(l, n)``)."""
+    d, r = divmod(len(l), n)
+    return [l[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
 def gpu_available(ext_base_name, verbose=False):

@@ -9,8 +9,7 @@ asynchronous kernels (see ``mpi_ops``); what is not built yet is listed in
 README "TensorFlow".
 """
 
-from collective.common import util as _common_util
-from collective.common.util import gpu_available, num_rank_is_power_2
+from collective.common.util import gpu_available, num_rank_is_power_2, split_list
 from collective.tensorflow import elastic, util
 from collective.tensorflow.arena import in_arena, to_arena
 from collective.tensorflow.compression import Compression
@@ -27,12 +26,6 @@ from collective.tensorflow.sync_batch_norm import SyncBatchNormalization
 from collective.tensorflow.mpi_ops import __all__ as _mpi_ops_all
 from collective.tensorflow.util import (_cache, _executing_eagerly, _make_subgraph,  # noqa: F401
                                         refs_to_vars, vars_to_refs)
-
-
-def split_list(l, n):  # noqa: E741 (Horovod's parameter name)
-    """Horovod's ``split_list(l, n)``: the list ``l`` in ``n`` consecutive chunks whose lengths
-    differ by at most one, the longer first."""
-    return _common_util.split_list(l, n)
 
 
 __all__ = list(_mpi_ops_all) + [
