@@ -46,7 +46,7 @@ after --grace-seconds).
 With --elastic, or as in horovodrun --min-np or a discovery script
 (collective.torch.elastic, collective.tensorflow.elastic), a
 rank that fails is not fatal while --min-np ranks remain: the others re-form
-the job without it, renumbered (README, "Elastic training"); --restart-failed N starts a new worker in place
+the job without it, renumbered (docs/elastic.md); --restart-failed N starts a new worker in place
 of each of the first N that fail, and SIGUSR1 to collectiverun adds one, up
 to --max-np; --reset-limit N stops the job instead of re-forming it a
 (N+1)-th time. --host-discovery-script PATH (Horovod's; implies --elastic)
@@ -73,7 +73,7 @@ what OMPI_MCA_plm_rsh_agent says) starts a collectived on each host, then
 the ranks, with the variables of this environment exported; collectived and
 the command must be at the same paths there. An elastic job (and a host
 discovery script) reaches other machines over ssh itself, starting each
-worker there on its own (README, "Elastic training").
+worker there on its own (docs/elastic.md).
 
 Example: collectiverun -np 4 python -u train.py --epochs 10)";
 
@@ -449,8 +449,7 @@ absl::Status ApplyEnvironment(const Environment& environment, LauncherOptions& o
           mpi,
           " is set: collectiverun is not itself started by mpirun or srun. For a job across "
           "machines, give collectiverun their hosts (-H or --hostfile), or start one "
-          "collectived per node and the ranks with mpirun or srun (README, \"Launching a "
-          "job\")."));
+          "collectived per node and the ranks with mpirun or srun (docs/launching.md)."));
     }
   }
   if (options.socket.empty()) options.socket = value("COLLECTIVE_SOCKET");

@@ -238,7 +238,7 @@ void ClientDevices::WarnOnceWithoutMps() {
   log::Nccl().warn(
       "CUDA MPS is not running (no {}): the GPU time-slices between this daemon's CUDA context "
       "and each client's, which adds a few hundred microseconds per client sharing the GPU to "
-      "every collective; start it with `nvidia-cuda-mps-control -d` (README, GPU tensors)",
+      "every collective; start it with `nvidia-cuda-mps-control -d` (docs/gpu.md)",
       MpsControlPipe());
 }
 

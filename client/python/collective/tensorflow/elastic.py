@@ -1,7 +1,7 @@
 """Horovod's ``horovod.tensorflow.elastic`` over collectived: ``hvd.elastic.run`` and the states.
 
 Start the job with ``collectiverun --elastic --min-np N --max-np M -np K``
-(README, "Elastic training")::
+(docs/elastic.md)::
 
     import collective.tensorflow as hvd
     hvd.init()

@@ -47,8 +47,8 @@ _LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), '_ops.so')
 if not os.path.exists(_LIBRARY):
     raise ImportError(
         f'collective.tensorflow: its op library {_LIBRARY} is missing. It is built only when '
-        'the build finds TensorFlow in build/tf-venv (scripts/tensorflow-venv.sh makes it), '
-        'and `cmake --install` does not install it yet; see README "TensorFlow".')
+        'the build finds TensorFlow: the environment\'s own for `pip install`, build/tf-venv '
+        '(scripts/tensorflow-venv.sh makes it) for a CMake build; see docs/tensorflow.md.')
 _OPS = tf.load_op_library(_LIBRARY)
 # The same library through ctypes, for the one function that is no op: lending
 # collective._core's client to the kernels.

@@ -1,7 +1,7 @@
 """Horovod's ``horovod.torch.elastic`` over collectived: ``hvd.elastic.run``, the states, the sampler.
 
 Start the job with ``collectiverun --elastic --min-np N --max-np M -np K``
-(README, "Elastic training")::
+(docs/elastic.md)::
 
     import collective.torch as hvd
     hvd.init()
