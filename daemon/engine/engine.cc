@@ -346,16 +346,13 @@ void Engine::OnClientMessage(ClientMessageEvent& event) {
   JobRun* run = event.message.has_attach()
                     ? RunOfClient(event.message.attach().client_id(), &client)
                     : RunOf(event.link.get(), &client);
+  if (run == nullptr && event.message.has_attach()) {
+    JobRun::RefuseSession(*event.link, event.peer, event.message.attach().client_id());
+    return;
+  }
   if (run == nullptr) {
-    event.link->Close(event.message.has_attach()
-                          ? absl::PermissionDeniedError("unknown client id or wrong session "
-                                                        "token: register before opening a session")
-                          : absl::FailedPreconditionError("the first message of a session must "
-                                                          "attach it to a registered client"));
-    if (event.message.has_attach()) {
-      log::Rpc().warn("session from {} refused: unknown client {} or wrong token",
-                      event.peer.ToString(), event.message.attach().client_id());
-    }
+    event.link->Close(absl::FailedPreconditionError(
+        "the first message of a session must attach it to a registered client"));
     return;
   }
   const bool attaching = event.message.has_attach() && client != nullptr && !client->attached();

@@ -179,11 +179,6 @@ void JobRun::OnClientMessage(ClientMessageEvent& event, job::ClientRecord* clien
     Attach(event.link, event.peer, message.attach(), client);
     return;
   }
-  if (client == nullptr) {
-    event.link->Close(absl::FailedPreconditionError(
-        "the first message of a session must attach it to a registered client"));
-    return;
-  }
   if (client->gone) return;
   if (message.has_submit() || message.released_size() > 0 || message.copy_outs_size() > 0 ||
       message.has_cuda()) {
@@ -205,10 +200,7 @@ void JobRun::Attach(const std::shared_ptr<job::SessionLink>& link, const job::Pe
   if (client == nullptr || job_->state() == job::JobState::kForming ||
       !job::TokensEqual(client->session_token, attach.session_token()) ||
       client->peer.uid != peer.uid) {
-    log::Rpc().warn("session from {} refused: unknown client {} or wrong token", peer.ToString(),
-                    attach.client_id());
-    link->Close(absl::PermissionDeniedError(
-        "unknown client id or wrong session token: register before opening a session"));
+    RefuseSession(*link, peer, attach.client_id());
     return;
   }
   if (client->attached() || !client->live()) {
@@ -228,6 +220,14 @@ void JobRun::Attach(const std::shared_ptr<job::SessionLink>& link, const job::Pe
     link->Send(std::move(failed));
   }
   log::Rpc().debug("client {} ({}) attached", client->id, job::DescribeMember(*client));
+}
+
+void JobRun::RefuseSession(job::SessionLink& link, const job::PeerCredentials& peer,
+                           uint64_t client_id) {
+  log::Rpc().warn("session from {} refused: unknown client {} or wrong token", peer.ToString(),
+                  client_id);
+  link.Close(absl::PermissionDeniedError(
+      "unknown client id or wrong session token: register before opening a session"));
 }
 
 void JobRun::Leave(job::ClientRecord& client) {

@@ -52,8 +52,12 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   // registrations with it and destroys the run).
   absl::Status Form(const job::NodeLayout& layout, bool across_nodes);
 
-  // A registered client's session: attach, leave, or a broken protocol.
+  // A session's message: attach (`client`: the member its id names, or
+  // null), leave, or a broken protocol (`client`: the session's member).
   void OnClientMessage(ClientMessageEvent& event, job::ClientRecord* client);
+  // A session that names no client of any run, or a wrong token.
+  static void RefuseSession(job::SessionLink& link, const job::PeerCredentials& peer,
+                            uint64_t client_id);
   void OnSessionClosed(job::ClientRecord& client);
   // A formed job's client gave up before it opened its session.
   void RegistrationCancelled(job::ClientRecord& client);
