@@ -52,7 +52,7 @@ def _clean_environment(**extra):
     return environment
 
 
-def _build_environment(wheelhouse, source_tree, **extra):
+def _build_environment(wheelhouse, source_tree, base, **extra):
     """pip's build: ccache where there is one, both cores, plus the switches in `extra`.
 
     pip puts pybind11 in a build environment of a fresh random name, which
@@ -61,12 +61,18 @@ def _build_environment(wheelhouse, source_tree, **extra):
     (SOURCE_TREE/build/pip-wheels, as the build directory is
     SOURCE_TREE/build/pip/X), and named by pybind11_ROOT (which find_package
     reads first), lets the clone's build and the sdist's, and every rerun,
-    share compiled objects.
+    share compiled objects: on a fresh machine (CI) the sdist's build then
+    compiles only what the clone's did not (the TensorFlow op library).
     """
     environment = _clean_environment(**extra)
     if shutil.which('ccache'):
         environment['CMAKE_C_COMPILER_LAUNCHER'] = 'ccache'
         environment['CMAKE_CXX_COMPILER_LAUNCHER'] = 'ccache'
+        # Paths under BASE hash as relative to the build directory (ccache's
+        # base_dir), so the clone's build and the unpacked sdist's, at the
+        # same depth below their trees, compile to the same objects.
+        environment['CCACHE_BASEDIR'] = base
+        environment['CCACHE_NOHASHDIR'] = '1'
         wheel = glob.glob(os.path.join(wheelhouse, 'pybind11-*.whl'))[0]
         unpacked = os.path.join(source_tree, 'build', 'pip-wheels',
                                 os.path.basename(wheel)[:-len('.whl')])
@@ -217,7 +223,8 @@ def _torch(source, build, work):
     wheelhouse = _wheelhouse(source, build, python)
     run([python, '-m', 'pip', 'install', '--quiet', '--no-index', '--find-links', wheelhouse,
          '--config-settings=build-dir=build/pip/test-torch', source],
-        env=_build_environment(wheelhouse, source, COLLECTIVE_WITHOUT_TENSORFLOW='1'),
+        env=_build_environment(wheelhouse, source, os.path.commonpath([source, build]),
+                               COLLECTIVE_WITHOUT_TENSORFLOW='1'),
         timeout=1800)
     return python
 
@@ -272,7 +279,8 @@ def _tensorflow(source, build, work, tensorflow_python):
     shutil.rmtree(wheels, ignore_errors=True)
     run([python, '-m', 'pip', 'wheel', '--quiet', '--no-index', '--find-links', wheelhouse,
           '--no-deps', '--wheel-dir', wheels, unpacked],
-        env=_build_environment(wheelhouse, unpacked, COLLECTIVE_WITH_TENSORFLOW='1'),
+        env=_build_environment(wheelhouse, unpacked, os.path.commonpath([source, build]),
+                               COLLECTIVE_WITH_TENSORFLOW='1'),
         timeout=1800)
     wheel = glob.glob(os.path.join(wheels, 'collectived-*.whl'))[0]
     with zipfile.ZipFile(wheel) as archive:
