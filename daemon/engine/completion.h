@@ -96,8 +96,6 @@ class Completion {
   void RecordNegotiation(const negotiation::ReadyTensor& tensor);
   // A batch on the GPU is done: its timeline rows end.
   void DeviceDone(uint64_t device_batch, Clock::time_point started);
-  // Timeline rows of batches abandoned on the GPU.
-  void ForgetDeviceRows() { device_rows_.clear(); }
 
   // This job's own totals (the daemon's add up every job's).
   const v1::Totals& totals() const { return totals_; }

@@ -58,7 +58,6 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string m
              .metrics = metrics_,
              .totals = totals_,
              .world = world_,
-             .gpu_tenant = gpu_tenant_,
              .wake = [this] { doorbell_.Ring(); }} {}
 
 Engine::~Engine() {
@@ -411,9 +410,12 @@ void Engine::OnShutdown(const ShutdownEvent& event) {
 }
 
 void Engine::OnGpuDone(const GpuDoneEvent& event) {
-  const std::optional<gpu::GpuExecutor::Done> done = gpu_.OnDeviceDone(event.batch);
+  const std::optional<gpu::DevicePath::Done> done = gpu_.OnDeviceDone(event.batch);
   if (!done.has_value()) return;
-  for (const auto& run : runs_) run->DeviceDone(done->batch, done->started);
+  // A job's lane is its sequence.
+  for (const auto& run : runs_) {
+    if (run->job().sequence() == done->lane) run->DeviceDone(done->batch, done->started);
+  }
 }
 
 void Engine::WorldAbandoned(const absl::Status& why) {

@@ -41,7 +41,7 @@
 #include "daemon/exec/executor.h"
 #include "daemon/exec/thread_pool.h"
 #include "daemon/gpu/device_backend_factory.h"
-#include "daemon/gpu/gpu_executor.h"
+#include "daemon/gpu/device_path.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/systemd_notify.h"
 #include "daemon/observe/timeline.h"
@@ -131,7 +131,6 @@ class Engine final : private WorldLink::Listener {
   observe::Watchdog watchdog_ = observe::Watchdog::FromEnvironment();
   v1::Totals totals_;
   WorldLink world_;
-  uint64_t gpu_tenant_ = 0;
   size_t next_first_ = 0;  // the run whose ready work runs first, in turn
   // The last job's autotuning (its trials, or the values it fixed): what
   // status shows while no job runs.
@@ -152,7 +151,7 @@ class Engine final : private WorldLink::Listener {
 
   // The GPU path: its completion callbacks post to the queue above until it
   // is gone, so it goes after the runs and before the queue.
-  gpu::GpuExecutor gpu_;
+  gpu::DevicePath gpu_;
   SharedParts parts_;
   Runs runs_;
   Registrar registrar_{parts_, runs_};

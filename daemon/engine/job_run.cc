@@ -47,16 +47,17 @@ JobRun::JobRun(SharedParts& parts, std::unique_ptr<job::Job> job)
       config_(parts.config),
       job_(std::move(job)),
       tuning_(parts.config),
+      gpu_(parts.gpu, job_->sequence()),
       completion_({.timeline = parts.timeline,
                    .metrics = parts.metrics,
                    .daemon_totals = parts.totals,
-                   .gpu = parts.gpu},
+                   .gpu = gpu_},
                   {.break_job = [this](const absl::Status& why) { Fail(why); },
                    .measured = [this](const exec::FusedBatch& batch,
                                       uint64_t bytes) { tuning_.Measure(batch, bytes, across_); }}),
       across_(parts.config, tuning_.knobs(), *this, parts.executor, parts.pool,
               parts.world.transport(), parts.wake),
-      intake_(parts.config, completion_, parts.gpu, parts.timeline, *this),
+      intake_(parts.config, completion_, gpu_, parts.timeline, *this),
       p2p_(std::in_place, parts.config, *job_, completion_, parts.executor, parts.world.transport(),
            across_, *this),
       stalls_(parts.config.stall_check_seconds, parts.config.stall_shutdown_seconds),
@@ -64,13 +65,10 @@ JobRun::JobRun(SharedParts& parts, std::unique_ptr<job::Job> job)
 
 JobRun::~JobRun() {
   for (const auto& member : job_->members()) {
-    if (member) parts_.gpu.Forget(member->id);
+    if (member) gpu_.Forget(member->id);
   }
-  if (parts_.gpu_tenant == job_->sequence()) {
-    parts_.gpu.EndJob();
-    completion_.ForgetDeviceRows();  // rows of batches abandoned on the GPU
-    parts_.gpu_tenant = 0;
-  }
+  // Batches still on the GPU are abandoned (the lane's streams only).
+  gpu_.EndJob();
   if (job_->state() != job::JobState::kForming) observe::ReportJobEnded(*job_, parts_.metrics);
   // Messages first: the spans of removed sets they hold keep communicators
   // open, which go with the job's state across nodes. The job's segments go
@@ -245,7 +243,7 @@ void JobRun::Forget(job::ClientRecord& client) {
   client.gone = true;
   client.segment->Unlink();
   completion_.ReleaseAllResults(client);
-  parts_.gpu.Forget(client.id);
+  gpu_.Forget(client.id);
 }
 
 void JobRun::OnSessionClosed(job::ClientRecord& client) {
@@ -316,7 +314,7 @@ void JobRun::Fail(const absl::Status& why, Origin origin) {
   if (parts_.world.world().abandoned()) AbandonDecided(job_->failure());
   // NCCL kernels of work on the GPU may wait for a rank that will never
   // come: abort them rather than hang.
-  if (parts_.gpu_tenant == job_->sequence() && parts_.gpu.in_flight() > 0) parts_.gpu.EndJob();
+  if (gpu_.in_flight() > 0) gpu_.EndJob();
   if (!first) return;
   log::Coord().warn("job '{}' failed: {}", job_->id(), job_->failure().message());
   if (origin == Origin::kHere) TellOtherNodes(v1::JobEvent::KIND_FAILED, why);
@@ -610,15 +608,7 @@ void JobRun::RunOnDevice(std::vector<exec::FusedBatch> batches) {
 }
 
 void JobRun::RegisterCuda(job::ClientRecord& client, const v1::RegisterCuda& message) {
-  absl::Status status;
-  if (parts_.gpu_tenant != 0 && parts_.gpu_tenant != job_->sequence()) {
-    status = absl::ResourceExhaustedError(absl::StrCat(
-        "the daemon's GPU path serves one job at a time and another job uses it now; job '",
-        job_->id(), "' can use CUDA tensors once that job has ended (host tensors work now)"));
-  } else {
-    status = parts_.gpu.Register(client.id, message);
-    if (status.ok()) parts_.gpu_tenant = job_->sequence();
-  }
+  const absl::Status status = gpu_.Register(client.id, message);
   if (!status.ok()) {
     log::Nccl().warn("{}: CUDA registration refused: {}", job::DescribeMember(client),
                      status.message());
@@ -647,7 +637,7 @@ bool JobRun::RunDeviceBatch() {
     block = *allocated;
   }
   const gpu::GpuExecutor::Outcome outcome =
-      parts_.gpu.Run(deferred_.front(), [this](int devices, const gpu::NewUniqueId& new_id) {
+      gpu_.Run(deferred_.front(), [this](int devices, const gpu::NewUniqueId& new_id) {
         return world::ShareLayoutOverMpi(parts_.world.world().data(), devices, new_id);
       });
   const exec::FusedBatch batch = std::move(deferred_.front());
@@ -747,11 +737,10 @@ void JobRun::CheckAttachDeadlines(Clock::time_point now) {
 }
 
 void JobRun::CheckGpu(Clock::time_point now) {
-  if (parts_.gpu_tenant != job_->sequence() || parts_.gpu.in_flight() == 0 ||
-      job_->state() != job::JobState::kRunning) {
+  if (gpu_.in_flight() == 0 || job_->state() != job::JobState::kRunning) {
     return;
   }
-  const absl::Status health = parts_.gpu.Health(now);
+  const absl::Status health = gpu_.Health(now);
   if (health.ok()) return;
   log::Nccl().error("job '{}': {}", job_->id(), health.message());
   Fail(health);

@@ -174,7 +174,8 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   SharedParts& parts_;
   const config::DaemonConfig& config_;
   std::unique_ptr<job::Job> job_;
-  JobTuning tuning_;  // before across_, which reads its knobs
+  JobTuning tuning_;      // before across_, which reads its knobs
+  gpu::GpuExecutor gpu_;  // the job's part of the GPU path, on its own lane
   Completion completion_;
   AcrossNodes across_;
   Intake intake_;

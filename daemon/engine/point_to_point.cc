@@ -31,8 +31,7 @@ PointToPoint::~PointToPoint() {
   }
 }
 
-void PointToPoint::BeginAcrossNodes(negotiation::ControlLink& link,
-                                    const job::NodeLayout& layout) {
+void PointToPoint::BeginAcrossNodes(negotiation::ControlLink& link, const job::NodeLayout& layout) {
   remote_ = std::make_unique<negotiation::RemoteMessages>(link, layout);
 }
 
@@ -224,11 +223,11 @@ void PointToPoint::StartSend(negotiation::RemoteMessages::MatchedSend send) {
   run.outcome.slots = {0};
   run.outcome.started = Clock::now();
   const std::byte* source = exec::ops::InputOf(send.send);
-  absl::Status answered = remote_->Answer(
-      send,
-      inline_bytes ? absl::string_view(reinterpret_cast<const char*>(source), bytes)
-                   : absl::string_view(),
-      !inline_bytes);
+  absl::Status answered =
+      remote_->Answer(send,
+                      inline_bytes ? absl::string_view(reinterpret_cast<const char*>(source), bytes)
+                                   : absl::string_view(),
+                      !inline_bytes);
   if (answered.ok() && !inline_bytes) {
     // The configured chunk size, never the tuned one: the receiver's node
     // must cut the bytes alike, and a message is no decision that carries
@@ -255,7 +254,7 @@ bool PointToPoint::StartReceive(negotiation::RemoteMessages::AnsweredReceive& re
   if (!receive.status.ok()) {
     log::Coord().warn("{}", receive.status.message());
     completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
-                      receive.status);
+                                  receive.status);
     return true;
   }
   const v1::TensorRequest& request = receive.receive.request;
@@ -371,7 +370,8 @@ void PointToPoint::Abandon(const absl::Status& why) {
   }
   runs_.clear();
   for (negotiation::RemoteMessages::AnsweredReceive& receive : receives_waiting_space_) {
-    completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(), why);
+    completion_.CompleteWithError(*receive.receive.client, receive.receive.request.request_id(),
+                                  why);
   }
   receives_waiting_space_.clear();
   if (remote_ != nullptr) completion_.FailHalves(remote_->TakeAll(), why);

@@ -14,7 +14,7 @@
 #include "config/daemon_config.h"
 #include "daemon/exec/executor.h"
 #include "daemon/exec/thread_pool.h"
-#include "daemon/gpu/gpu_executor.h"
+#include "daemon/gpu/device_path.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/observe/timeline.h"
 #include "shm/segment_names.h"
@@ -31,15 +31,11 @@ struct SharedParts {
   const shm::SegmentNames& names;
   exec::ThreadPool& pool;
   exec::Executor& executor;
-  gpu::GpuExecutor& gpu;
+  gpu::DevicePath& gpu;  // each run's part is its own GpuExecutor
   observe::Timeline& timeline;
   observe::Metrics& metrics;
   v1::Totals& totals;
   WorldLink& world;
-  // The job run whose job uses the GPU path (its sequence; 0: none). The GPU
-  // executor's state is one job's: another job's CUDA registrations are
-  // refused until that job ends.
-  uint64_t& gpu_tenant;
   // Wakes the engine thread (a transfer ended on another thread).
   std::function<void()> wake;
 };

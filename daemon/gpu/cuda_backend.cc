@@ -30,7 +30,7 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 
 CudaBackend::~CudaBackend() {
   for (auto& [id, event] : events_) cudaEventDestroy(event);
-  for (auto& [device, stream] : streams_) cudaStreamDestroy(stream);
+  for (auto& [where, stream] : streams_) cudaStreamDestroy(stream);
 }
 
 absl::Status CudaBackend::Initialise() {
@@ -80,12 +80,12 @@ absl::StatusOr<std::vector<DeviceInfo>> CudaBackend::Devices() {
 absl::StatusOr<cudaStream_t> CudaBackend::Stream(int device) {
   RETURN_IF_ERROR(Initialise());
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")")));
-  auto it = streams_.find(device);
+  auto it = streams_.find({lane_, device});
   if (it != streams_.end()) return it->second;
   cudaStream_t stream = nullptr;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                              "cudaStreamCreateWithFlags"));
-  streams_.emplace(device, stream);
+  streams_.emplace(std::make_pair(lane_, device), stream);
   return stream;
 }
 
@@ -143,11 +143,16 @@ void CudaBackend::AbortCommunicator(CommId comm) { nccl_.Abort(comm); }
 
 void CudaBackend::DestroyCommunicator(CommId comm) { nccl_.Destroy(comm); }
 
-void CudaBackend::AbandonStreams() {
-  // cudaStreamDestroy returns at once; the stream goes when its work is done
-  // (if ever).
-  for (auto& [device, stream] : streams_) cudaStreamDestroy(stream);
-  streams_.clear();
+void CudaBackend::AbandonStreams() { DestroyStreams(lane_); }
+
+void CudaBackend::EndLane(uint64_t lane) { DestroyStreams(lane); }
+
+void CudaBackend::DestroyStreams(uint64_t lane) {
+  for (auto it = streams_.lower_bound({lane, std::numeric_limits<int>::min()});
+       it != streams_.end() && it->first.first == lane;) {
+    cudaStreamDestroy(it->second);
+    it = streams_.erase(it);
+  }
 }
 
 absl::StatusOr<std::byte*> CudaBackend::AllocateScratch(int device, uint64_t bytes) {

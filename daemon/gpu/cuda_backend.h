@@ -42,7 +42,9 @@ class CudaBackend final : public DeviceBackend {
   absl::Status CommunicatorError(CommId comm) override;
   void AbortCommunicator(CommId comm) override;
   void DestroyCommunicator(CommId comm) override;
+  void UseLane(uint64_t lane) override { lane_ = lane; }
   void AbandonStreams() override;
+  void EndLane(uint64_t lane) override;
 
   absl::StatusOr<std::byte*> AllocateScratch(int device, uint64_t bytes) override;
   absl::Status FreeScratch(int device, std::byte* buffer) override;
@@ -71,13 +73,19 @@ class CudaBackend final : public DeviceBackend {
   using AddressRange = int (*)(unsigned long long* base, size_t* size, unsigned long long ptr);
 
   absl::Status Initialise();
-  // Makes `device` current and returns its stream (created on first use).
+  // Makes `device` current and returns the current lane's stream on it
+  // (created on first use).
   absl::StatusOr<cudaStream_t> Stream(int device);
+  // Destroys `lane`'s streams: cudaStreamDestroy returns at once, and a
+  // stream goes when its work is done (or with the process, if never).
+  void DestroyStreams(uint64_t lane);
 
   std::optional<absl::Status> initialised_;
   std::vector<DeviceInfo> devices_;
   AddressRange address_range_ = nullptr;
-  std::map<int, cudaStream_t> streams_;
+  uint64_t lane_ = 0;
+  // By lane and device.
+  std::map<std::pair<uint64_t, int>, cudaStream_t> streams_;
   absl::flat_hash_map<EventId, cudaEvent_t> events_;
   EventId next_event_ = 1;
   NcclBackend nccl_;

@@ -4,8 +4,9 @@
 // that found CUDA and NCCL; unit tests drive the executor with a fake that
 // does the same work in host memory.
 //
-// Work on a device goes onto one stream of the daemon per device, in the
-// order of the calls; nothing here waits for the GPU. Devices are named by
+// Work on a device goes onto a stream of the daemon, in the order of the
+// calls; each lane (a job) has a stream of its own per device, so that one
+// job's work never waits behind another's. Nothing here waits for the GPU. Devices are named by
 // this daemon's CUDA ordinal; communicator peers and roots by communicator
 // rank.
 #pragma once
@@ -91,9 +92,14 @@ class DeviceBackend : public IpcMemoryOpener {
   // frees it.
   virtual void AbortCommunicator(CommId comm) = 0;
   virtual void DestroyCommunicator(CommId comm) = 0;
-  // After an abort: work queued on the current streams may never finish, so
-  // later work goes onto new streams.
+  // The stream-ordered work below (and NCCL's) goes onto `lane`'s streams
+  // from now on (lane 0 until the first call).
+  virtual void UseLane(uint64_t lane) = 0;
+  // After an abort: work queued on the current lane's streams may never
+  // finish, so the lane's later work goes onto new streams.
   virtual void AbandonStreams() = 0;
+  // The lane's job is gone: its streams go once their work is done.
+  virtual void EndLane(uint64_t lane) = 0;
 
   // Stream-ordered work on device `device`.
   virtual absl::StatusOr<std::byte*> AllocateScratch(int device, uint64_t bytes) = 0;

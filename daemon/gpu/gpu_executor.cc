@@ -28,24 +28,18 @@ std::string DescribeBatch(const exec::FusedBatch& batch) {
 
 }  // namespace
 
-GpuExecutor::GpuExecutor(std::unique_ptr<DeviceBackend> backend, Options options, Notify notify)
-    : backend_(std::move(backend)), options_(options), gate_(std::make_shared<Gate>()) {
-  gate_->notify = std::move(notify);
-  if (backend_ != nullptr) {
-    cache_ = std::make_unique<IpcHandleCache>(*backend_);
+GpuExecutor::GpuExecutor(DevicePath& path, uint64_t lane) : path_(path), lane_(lane) {
+  if (path_.built()) {
     devices_ = std::make_unique<ClientDevices>(
-        *backend_, *cache_, ClientDevices::Limits{.max_event_slots = options.max_event_slots});
+        path_.opener(), path_.cache(),
+        ClientDevices::Limits{.max_event_slots = path_.options().max_event_slots});
   }
 }
 
 GpuExecutor::~GpuExecutor() {
-  {
-    std::lock_guard lock(gate_->mutex);
-    gate_->notify = nullptr;
-  }
   EndJob();
   devices_.reset();
-  cache_.reset();
+  path_.EndLane(lane_);
 }
 
 absl::Status GpuExecutor::Register(uint64_t client, const v1::RegisterCuda& message) {
@@ -129,7 +123,7 @@ absl::StatusOr<const Communicator*> GpuExecutor::LocalCommunicator() {
   comm.ranks = static_cast<int>(comm.devices.size());
   ASSIGN_OR_RETURN(
       comm.id,
-      backend_->CreateCommunicator(
+      backend().CreateCommunicator(
           {.devices = comm.devices, .ranks = comm.ranks, .first_rank = 0, .unique_id = ""}));
   log::Nccl().info("NCCL communicator over this node's CUDA devices [{}]",
                    absl::StrJoin(comm.devices, ", "));
@@ -143,10 +137,10 @@ absl::StatusOr<const Communicator*> GpuExecutor::GlobalCommunicator(const ShareL
   comm.devices = devices_->Devices();
   comm.node_local = false;
   ASSIGN_OR_RETURN(const GlobalLayout layout, share(static_cast<int>(comm.devices.size()),
-                                                    [this] { return backend_->NewUniqueId(); }));
+                                                    [this] { return backend().NewUniqueId(); }));
   comm.ranks = layout.ranks;
   comm.first_rank = layout.first_rank;
-  ASSIGN_OR_RETURN(comm.id, backend_->CreateCommunicator({.devices = comm.devices,
+  ASSIGN_OR_RETURN(comm.id, backend().CreateCommunicator({.devices = comm.devices,
                                                           .ranks = comm.ranks,
                                                           .first_rank = comm.first_rank,
                                                           .unique_id = layout.unique_id}));
@@ -203,10 +197,10 @@ absl::Status GpuExecutor::Issue(const exec::FusedBatch& batch, const Communicato
   for (const DeviceTensor& tensor : tensors) {
     for (size_t i = 0; i < tensor.members.size(); ++i) {
       RETURN_IF_ERROR(
-          backend_->WaitEvent(comm.devices[tensor.members[i].device], events(tensor, i).ready));
+          backend().WaitEvent(comm.devices[tensor.members[i].device], events(tensor, i).ready));
     }
   }
-  DeviceIssue issue(*backend_, comm);
+  DeviceIssue issue(backend(), comm);
   absl::Status status;
   switch (batch.tensors.front().request().collective()) {
     case v1::COLLECTIVE_ALLREDUCE:
@@ -245,7 +239,7 @@ absl::Status GpuExecutor::Issue(const exec::FusedBatch& batch, const Communicato
   for (const DeviceTensor& tensor : tensors) {
     for (size_t i = 0; i < tensor.members.size(); ++i) {
       RETURN_IF_ERROR(
-          backend_->RecordEvent(comm.devices[tensor.members[i].device], events(tensor, i).done));
+          backend().RecordEvent(comm.devices[tensor.members[i].device], events(tensor, i).done));
     }
   }
   return absl::OkStatus();
@@ -286,49 +280,17 @@ GpuExecutor::Outcome GpuExecutor::Run(const exec::FusedBatch& batch, const Share
     DropCommunicators(/*abort=*/true);
     return outcome;
   }
-  const uint64_t id = next_batch_++;
-  flight.devices_left = static_cast<int>((*comm)->devices.size());
   flight.started = outcome.started;
-  for (const std::string& handle : flight.handles) cache_->Retain(handle);
-  in_flight_.emplace(id, std::move(flight));
-  outcome.batch = id;
-  for (int device : (*comm)->devices) {
-    absl::Status notified = backend_->NotifyWhenDone(device, [gate = gate_, id] {
-      std::lock_guard lock(gate->mutex);
-      if (gate->notify) gate->notify(id);
-    });
-    if (!notified.ok()) {
-      // The work is queued; only its end cannot be seen. Health's timeout
-      // reports it if it never ends.
-      log::Nccl().error("{}: cannot watch for its end on CUDA device {}: {}", what, device,
-                        notified.message());
-    }
-  }
+  outcome.batch = path_.Track(lane_, std::move(flight), (*comm)->devices);
   return outcome;
 }
 
-std::optional<GpuExecutor::Done> GpuExecutor::OnDeviceDone(uint64_t id) {
-  for (auto* flights : {&in_flight_, &abandoned_}) {
-    auto it = flights->find(id);
-    if (it == flights->end()) continue;
-    if (--it->second.devices_left > 0) return std::nullopt;
-    Flight flight = std::move(it->second);
-    flights->erase(it);
-    for (const std::string& handle : flight.handles) cache_->Release(handle);
-    if (flights == &abandoned_) return std::nullopt;
-    return Done{id, flight.started};
-  }
-  return std::nullopt;
-}
-
 absl::Status GpuExecutor::Health(Clock::time_point now) {
+  if (!built()) return absl::OkStatus();
   for (const std::optional<Communicator>* comm : {&local_, &global_}) {
     if (!comm->has_value()) continue;
-    if (absl::Status error = backend_->CommunicatorError((*comm)->id); !error.ok()) {
-      std::vector<std::string> tensors;
-      for (const auto& [id, flight] : in_flight_) {
-        tensors.insert(tensors.end(), flight.tensors.begin(), flight.tensors.end());
-      }
+    if (absl::Status error = backend().CommunicatorError((*comm)->id); !error.ok()) {
+      const std::vector<std::string> tensors = path_.Tensors(lane_);
       return absl::UnavailableError(absl::StrCat(
           "NCCL failed on CUDA devices [", absl::StrJoin((*comm)->devices, ", "),
           "]: ", error.message(),
@@ -337,14 +299,12 @@ absl::Status GpuExecutor::Health(Clock::time_point now) {
               : absl::StrCat(" (tensors on the GPU: '", absl::StrJoin(tensors, "', '"), "')")));
     }
   }
-  const auto oldest = std::min_element(
-      in_flight_.begin(), in_flight_.end(),
-      [](const auto& a, const auto& b) { return a.second.started < b.second.started; });
-  if (oldest != in_flight_.end() &&
-      now - oldest->second.started > std::chrono::duration<double>(options_.timeout_seconds)) {
+  const Flight* oldest = path_.Oldest(lane_);
+  const double timeout = path_.options().timeout_seconds;
+  if (oldest != nullptr && now - oldest->started > std::chrono::duration<double>(timeout)) {
     return absl::DeadlineExceededError(absl::StrCat(
-        "the GPU work of '", absl::StrJoin(oldest->second.tensors, "', '"),
-        "' did not finish within ", options_.timeout_seconds,
+        "the GPU work of '", absl::StrJoin(oldest->tensors, "', '"), "' did not finish within ",
+        timeout,
         " s (gpu_timeout_seconds): a rank's CUDA stream may never have produced its input, or "
         "NCCL hangs"));
   }
@@ -353,27 +313,27 @@ absl::Status GpuExecutor::Health(Clock::time_point now) {
 
 void GpuExecutor::DropCommunicators(bool abort) {
   if (!built()) return;
+  DeviceBackend& devices = backend();
   for (std::optional<Communicator>* comm : {&local_, &global_}) {
     if (!comm->has_value()) continue;
     if (abort) {
-      backend_->AbortCommunicator((*comm)->id);
+      devices.AbortCommunicator((*comm)->id);
     } else {
-      backend_->DestroyCommunicator((*comm)->id);
+      devices.DestroyCommunicator((*comm)->id);
     }
     comm->reset();
   }
-  if (abort) backend_->AbandonStreams();
+  if (abort) devices.AbandonStreams();
 }
 
 void GpuExecutor::EndJob() {
-  const bool abort = !in_flight_.empty();
-  if (abort) {
+  const size_t flying = in_flight();
+  if (flying > 0) {
     log::Nccl().warn("aborting the job's NCCL communicators with {} batch(es) still on the GPU",
-                     in_flight_.size());
+                     flying);
   }
-  DropCommunicators(abort);
-  abandoned_.merge(in_flight_);
-  in_flight_.clear();
+  DropCommunicators(flying > 0);
+  path_.Abandon(lane_);
 }
 
 }  // namespace collective::daemon::gpu

@@ -1,19 +1,17 @@
-// The daemon's GPU path, as the engine sees it: what clients registered
-// (devices, event pools, IPC mappings), the admission of CUDA requests, the
-// job's NCCL communicators, and fused batches of CUDA tensors enqueued on
-// the devices (device_ops.h) without waiting for the GPU. The backend calls
-// back when a batch is done on every device; until then the batch keeps the
-// mappings it uses open, also if their client has gone.
+// A job's part of the daemon's GPU path (device_path.h holds what jobs
+// share): what its clients registered (devices, event pools, IPC mappings),
+// the admission of its CUDA requests, its NCCL communicators, and its fused
+// batches of CUDA tensors enqueued on the devices (device_ops.h), on its own
+// lane of streams, without waiting for the GPU. The path reports when a
+// batch is done on every device; until then the batch keeps the mappings it
+// uses open, also if their client has gone.
 //
-// Engine thread only, except the notify callback, which a backend thread
-// calls (it posts to the engine).
+// Engine thread only.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,7 +24,7 @@
 #include "daemon/gpu/client_devices.h"
 #include "daemon/gpu/device_backend.h"
 #include "daemon/gpu/device_ops.h"
-#include "daemon/gpu/ipc_handle_cache.h"
+#include "daemon/gpu/device_path.h"
 
 namespace collective::daemon::gpu {
 
@@ -47,22 +45,15 @@ using ShareLayout =
 
 class GpuExecutor {
  public:
-  struct Options {
-    // Slots of one client's event pool; one per outstanding request at most.
-    uint32_t max_event_slots = 4096;
-    // A batch still not done on the GPU after this long fails the job.
-    double timeout_seconds = 300;
-  };
-  // Called with a batch id from a backend thread, once per device.
-  using Notify = std::function<void(uint64_t batch)>;
-
-  // `backend` null: this collectived was built without CUDA.
-  GpuExecutor(std::unique_ptr<DeviceBackend> backend, Options options, Notify notify);
+  // The job's work goes onto `lane`'s streams (the job's sequence).
+  GpuExecutor(DevicePath& path, uint64_t lane);
+  // Ends the job's GPU work (EndJob) and its lane.
   ~GpuExecutor();
   GpuExecutor(const GpuExecutor&) = delete;
   GpuExecutor& operator=(const GpuExecutor&) = delete;
 
-  bool built() const { return backend_ != nullptr; }
+  bool built() const { return path_.built(); }
+  uint64_t lane() const { return lane_; }
 
   absl::Status Register(uint64_t client, const v1::RegisterCuda& message);
   // A CUDA request arrives: its ranges must lie in registered allocations and
@@ -95,39 +86,24 @@ class GpuExecutor {
   };
   // Enqueues a batch of CUDA tensors (every one has passed Check), with the
   // waits on the clients' ready events before and the records of their done
-  // events after. `share` is used the first time a batch spans nodes.
+  // events after. `share` is used the first time a batch spans nodes. The
+  // path's OnDeviceDone says when the GPU has done it.
   Outcome Run(const exec::FusedBatch& batch, const ShareLayout& share);
-
-  struct Done {
-    uint64_t batch = 0;
-    Clock::time_point started;
-  };
-  // One device finished batch `id`: the batch, once every device has.
-  std::optional<Done> OnDeviceDone(uint64_t id);
   // OK while the job's GPU work can go on; else why not (an NCCL error in
   // the background, a batch past the timeout).
   absl::Status Health(Clock::time_point now);
-  // The job is over: its communicators go — aborted when work is still on
-  // the GPU (so that NCCL kernels waiting for a rank that will never come
-  // stop), whose streams are then abandoned.
+  // The job is over: its communicators go — aborted when its work is still
+  // on the GPU (so that NCCL kernels waiting for a rank that will never
+  // come stop), whose streams (the job's lane only) are then abandoned.
   void EndJob();
 
-  size_t in_flight() const { return in_flight_.size(); }
-  size_t open_mappings() const { return cache_ ? cache_->open_mappings() : 0; }
+  // The job's batches on the GPU.
+  size_t in_flight() const { return path_.in_flight(lane_); }
 
  private:
-  struct Flight {
-    int devices_left = 0;
-    std::vector<std::string> handles;  // retained in the cache
-    std::vector<std::string> tensors;  // for errors
-    Clock::time_point started;
-  };
-  // Called by backend threads; outlives the executor if the GPU is late.
-  struct Gate {
-    std::mutex mutex;
-    Notify notify;
-  };
+  using Flight = DevicePath::Flight;
 
+  DeviceBackend& backend() { return path_.On(lane_); }
   absl::StatusOr<const Communicator*> LocalCommunicator();
   absl::StatusOr<const Communicator*> GlobalCommunicator(const ShareLayout& share);
   absl::StatusOr<std::vector<DeviceTensor>> Resolve(const exec::FusedBatch& batch,
@@ -136,20 +112,13 @@ class GpuExecutor {
                      std::span<const DeviceTensor> tensors);
   void DropCommunicators(bool abort);
 
-  std::unique_ptr<DeviceBackend> backend_;
-  const Options options_;
-  std::shared_ptr<Gate> gate_;
-  std::unique_ptr<IpcHandleCache> cache_;
+  DevicePath& path_;
+  const uint64_t lane_;
   std::unique_ptr<ClientDevices> devices_;
   // (client, request id) -> event slot.
   absl::flat_hash_map<std::pair<uint64_t, uint64_t>, uint32_t> admitted_;
   std::optional<Communicator> local_;
   std::optional<Communicator> global_;
-  absl::flat_hash_map<uint64_t, Flight> in_flight_;
-  // Batches of aborted jobs: their mappings stay open until the GPU is done
-  // with them, which may be never.
-  absl::flat_hash_map<uint64_t, Flight> abandoned_;
-  uint64_t next_batch_ = 1;
 };
 
 }  // namespace collective::daemon::gpu

@@ -49,8 +49,8 @@ void FuzzOne(FuzzInput& input) {
   daemon::gpu::IpcHandleCache cache(*shadow.backend);
   daemon::gpu::ClientDevices devices(*shadow.backend, cache, {.max_event_slots = 64});
 
-  daemon::gpu::GpuExecutor executor(std::move(world.backend), {.max_event_slots = 64},
-                                    [](uint64_t) {});
+  daemon::gpu::DevicePath path(std::move(world.backend), {.max_event_slots = 64}, [](uint64_t) {});
+  daemon::gpu::GpuExecutor executor(path, 1);
   const daemon::job::RequestLimits limits{.arena_bytes = 1 << 20, .cuda = true};
   v1::ClientMessage message;
   for (int steps = 0; !input.empty() && steps < 64; ++steps) {

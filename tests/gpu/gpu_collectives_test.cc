@@ -3,7 +3,8 @@
 // memory, several sharing one device: every collective, allreduce on every
 // dtype and op against a host reference, fusion, and a client killed in the
 // middle of an operation, after which the daemon must have no IPC mapping
-// open. Skipped where CUDA sees no device.
+// open; two jobs on the GPU at once, one of them losing a rank while the
+// other's every collective still matches. Skipped where CUDA sees no device.
 #include <string>
 #include <vector>
 
@@ -73,6 +74,31 @@ TEST_P(GpuCollectivesTest, AClientKilledMidOperationFailsTheJobAndLeavesNoMappin
       },
       absl::Minutes(6));  // gpu_timeout_seconds bounds a stuck batch
   EXPECT_TRUE(status.ok()) << status.status();
+}
+
+// Two jobs use the GPU path at once, each with its own NCCL communicators
+// and streams: the one whose rank is killed fails alone, and the other's
+// every collective still matches the host reference.
+TEST_P(GpuCollectivesTest, TwoJobsAtOnceAndOnesKilledRankLeavesTheOtherAlone) {
+  auto doomed = daemon_->StartWorkers(BuiltBinary(GPU_WORKER_BINARY), GetParam(), {"kill"},
+                                      {{"COLLECTIVE_JOB_ID", "doomed"}});
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  auto survivor = daemon_->StartWorkers(BuiltBinary(GPU_WORKER_BINARY), GetParam(), {"matrix"},
+                                        {{"COLLECTIVE_JOB_ID", "survivor"}});
+  ASSERT_TRUE(survivor.ok()) << survivor.status();
+  for (size_t r = 0; r + 1 < doomed->size(); ++r) {
+    const auto exit = (*doomed)[r].Wait(absl::Minutes(3));
+    ASSERT_TRUE(exit.has_value()) << "rank " << r << " of the doomed job hangs";
+    EXPECT_EQ(*exit, 0) << "rank " << r << ": " << (*doomed)[r].Stderr();
+  }
+  EXPECT_EQ(WaitForWorkers(*survivor, absl::Minutes(5)), "") << "the other job was harmed";
+  const auto status = daemon_->AwaitStatus(
+      [](const v1::StatusResponse& s) {
+        return s.jobs_size() == 0 && s.gpu().open_ipc_mappings() == 0;
+      },
+      absl::Minutes(6));  // gpu_timeout_seconds bounds a stuck batch
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->totals().jobs(), 2u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GpuCollectivesTest, ::testing::Values(2, 3, 4),

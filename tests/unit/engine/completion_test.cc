@@ -14,7 +14,8 @@ namespace {
 class CompletionTest : public ::testing::Test {
  protected:
   CompletionTest()
-      : gpu_(nullptr, {.max_event_slots = 8, .timeout_seconds = 1}, [](uint64_t) {}),
+      : path_(nullptr, {.max_event_slots = 8, .timeout_seconds = 1}, [](uint64_t) {}),
+        gpu_(path_, 1),
         completion_(
             {.timeline = timeline_, .metrics = metrics_, .daemon_totals = daemon_, .gpu = gpu_},
             {.break_job = [this](const absl::Status& why) { broke_ = why; },
@@ -37,6 +38,7 @@ class CompletionTest : public ::testing::Test {
   observe::Timeline timeline_;
   observe::Metrics metrics_{""};
   v1::Totals daemon_;
+  gpu::DevicePath path_;
   gpu::GpuExecutor gpu_;
   absl::Status broke_;
   uint64_t measured_ = 0;

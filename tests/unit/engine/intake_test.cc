@@ -43,7 +43,8 @@ class NullLink final : public job::SessionLink {
 class IntakeTest : public ::testing::Test {
  protected:
   IntakeTest()
-      : gpu_(nullptr, {.max_event_slots = 8, .timeout_seconds = 1}, [](uint64_t) {}),
+      : path_(nullptr, {.max_event_slots = 8, .timeout_seconds = 1}, [](uint64_t) {}),
+        gpu_(path_, 1),
         completion_(
             {.timeline = timeline_, .metrics = metrics_, .daemon_totals = totals_, .gpu = gpu_},
             {}),
@@ -86,6 +87,7 @@ class IntakeTest : public ::testing::Test {
   observe::Timeline timeline_;
   observe::Metrics metrics_{""};
   v1::Totals totals_;
+  gpu::DevicePath path_;
   gpu::GpuExecutor gpu_;
   Completion completion_;
   job::Job job_;

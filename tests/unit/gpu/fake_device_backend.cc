@@ -53,14 +53,38 @@ void FakeDeviceBackend::FailNext(const std::string& call, absl::Status status) {
   failures_[call] = std::move(status);
 }
 
-size_t FakeDeviceBackend::FinishWork() {
-  std::vector<std::function<void()>> pending;
+size_t FakeDeviceBackend::FinishWork() { return FinishWork(std::nullopt); }
+
+size_t FakeDeviceBackend::FinishWork(std::optional<uint64_t> lane) {
+  std::vector<std::function<void()>> finished;
   {
     std::lock_guard lock(pending_mutex_);
-    pending = std::exchange(pending_, {});
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (lane.has_value() && it->first != *lane) {
+        ++it;
+        continue;
+      }
+      finished.push_back(std::move(it->second));
+      it = pending_.erase(it);
+    }
   }
-  for (auto& done : pending) done();
-  return pending.size();
+  for (auto& done : finished) done();
+  return finished.size();
+}
+
+void FakeDeviceBackend::AbandonStreams() {
+  std::lock_guard lock(pending_mutex_);
+  abandoned_lanes_.push_back(lane_);
+}
+
+std::vector<uint64_t> FakeDeviceBackend::abandoned_lanes() const {
+  std::lock_guard lock(pending_mutex_);
+  return abandoned_lanes_;
+}
+
+int FakeDeviceBackend::streams_abandoned() const {
+  std::lock_guard lock(pending_mutex_);
+  return static_cast<int>(abandoned_lanes_.size());
 }
 
 absl::Status FakeDeviceBackend::Injected(const std::string& call) {
@@ -243,7 +267,7 @@ absl::Status FakeDeviceBackend::Recv(CommId comm, int device, void* buffer, uint
 
 absl::Status FakeDeviceBackend::NotifyWhenDone(int, std::function<void()> done) {
   std::lock_guard lock(pending_mutex_);
-  pending_.push_back(std::move(done));
+  pending_.emplace_back(lane_, std::move(done));
   return absl::OkStatus();
 }
 

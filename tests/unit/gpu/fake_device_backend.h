@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,8 +55,10 @@ class FakeDeviceBackend final : public DeviceBackend {
   // `status`.
   void FailNext(const std::string& call, absl::Status status);
   void SetCommunicatorError(absl::Status status) { async_error_ = std::move(status); }
-  // Runs every pending completion callback, as the GPU finishing its work.
+  // Runs every pending completion callback, as the GPU finishing its work;
+  // with `lane`, only that lane's (a job's streams).
   size_t FinishWork();
+  size_t FinishWork(std::optional<uint64_t> lane);
 
   int opened_mappings() const { return opened_; }
   int closed_mappings() const { return closed_; }
@@ -64,7 +67,9 @@ class FakeDeviceBackend final : public DeviceBackend {
   int communicators_created() const { return created_; }
   int communicators_aborted() const { return aborted_; }
   int communicators_destroyed() const { return destroyed_; }
-  int streams_abandoned() const { return abandoned_; }
+  int streams_abandoned() const;
+  // The lanes whose streams were abandoned, in order.
+  std::vector<uint64_t> abandoned_lanes() const;
 
   // --- DeviceBackend.
   absl::StatusOr<std::vector<DeviceInfo>> Devices() override;
@@ -77,7 +82,9 @@ class FakeDeviceBackend final : public DeviceBackend {
   absl::Status CommunicatorError(CommId comm) override;
   void AbortCommunicator(CommId comm) override;
   void DestroyCommunicator(CommId comm) override;
-  void AbandonStreams() override { ++abandoned_; }
+  void UseLane(uint64_t lane) override { lane_ = lane; }
+  void AbandonStreams() override;
+  void EndLane(uint64_t) override {}
   absl::StatusOr<std::byte*> AllocateScratch(int device, uint64_t bytes) override;
   absl::Status FreeScratch(int device, std::byte* buffer) override;
   absl::Status WaitEvent(int device, EventId event) override;
@@ -133,8 +140,11 @@ class FakeDeviceBackend final : public DeviceBackend {
   int group_depth_ = 0;
   std::map<std::string, absl::Status> failures_;
   absl::Status async_error_;
-  std::mutex pending_mutex_;
-  std::vector<std::function<void()>> pending_;
+  uint64_t lane_ = 0;  // engine thread
+  mutable std::mutex pending_mutex_;
+  // With the lane whose streams they follow.
+  std::vector<std::pair<uint64_t, std::function<void()>>> pending_;
+  std::vector<uint64_t> abandoned_lanes_;
   std::vector<std::string> log_;
   EventId next_event_ = 1;
   CommId next_comm_ = 1;
@@ -144,7 +154,6 @@ class FakeDeviceBackend final : public DeviceBackend {
   std::atomic<int> created_ = 0;
   std::atomic<int> aborted_ = 0;
   std::atomic<int> destroyed_ = 0;
-  std::atomic<int> abandoned_ = 0;
 };
 
 }  // namespace collective::daemon::gpu

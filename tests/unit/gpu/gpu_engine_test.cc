@@ -4,7 +4,8 @@
 // and get completion records whose results are in their device outputs;
 // CPU and GPU tensors of one name are a mismatch every rank hears of; a
 // failure on the GPU, a GPU that never finishes and a client that dies fail
-// the job and leave no mapping open; and a daemon without CUDA says so.
+// the job and leave no mapping open; two jobs use the GPU at once, and one's
+// hang fails it alone; and a daemon without CUDA says so.
 #include <cstring>
 #include <memory>
 #include <string>
@@ -276,6 +277,66 @@ TEST_F(GpuEngineTest, AClientThatDiesLeavesNoMappingOpen) {
   EXPECT_EQ(status.gpu().open_ipc_mappings(), 0u);
   EXPECT_EQ(status.gpu().batches_in_flight(), 0u);
   EXPECT_EQ(backend_->closed_mappings(), 2) << "every mapping closed once the GPU was done";
+}
+
+// Jobs use the GPU path at once, each on its own lane of streams: a job
+// whose GPU work never finishes fails alone, and its abort abandons its own
+// streams only; the other job's work goes on.
+TEST_F(GpuEngineTest, TwoJobsUseTheGpuAtOnceAndOnesHangFailsItAlone) {
+  config_.gpu_timeout_seconds = 0.2;
+  config_.heartbeat_interval_ms = 10;
+  StartWithDevices(4);
+  std::vector<TestClient> a = JoinJob(2, true, {}, "a");  // sequence 1: lane 1
+  std::vector<TestClient> b = JoinJob(2, true, {}, "b");  // lane 2
+  std::vector<float*> memory_a;
+  std::vector<float*> memory_b;
+  for (int r = 0; r < 2; ++r) {
+    memory_a.push_back(reinterpret_cast<float*>(RegisterCuda(a[r], r, 64)));
+    memory_b.push_back(reinterpret_cast<float*>(RegisterCuda(b[r], 2 + r, 64)));
+    for (int i = 0; i < 16; ++i) {
+      memory_a[r][i] = static_cast<float>(r + 1);
+      memory_b[r][i] = static_cast<float>(10 * (r + 1));
+    }
+  }
+  // The same name in both jobs, at once.
+  for (int r = 0; r < 2; ++r) {
+    Send(a[r], DeviceAllreduce(1, "grad", 16));
+    Send(b[r], DeviceAllreduce(1, "grad", 16));
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (TestClient* client : {&a[r], &b[r]}) {
+      const auto record = client->NextRecord();
+      ASSERT_TRUE(record.has_value());
+      ASSERT_EQ(record->status_code, 0);
+    }
+    EXPECT_EQ(memory_a[r][15], 3.0f);
+    EXPECT_EQ(memory_b[r][15], 30.0f);
+  }
+  EXPECT_EQ(backend_->communicators_created(), 2) << "one communicator per job";
+  EXPECT_EQ(Status().gpu().batches_in_flight(), 2u);
+
+  // Job b's batch finishes on the GPU; job a's never does.
+  EXPECT_EQ(backend_->FinishWork(uint64_t{2}), 2u) << "one notice per device of job b";
+  for (TestClient& client : a) {
+    const auto failed = client.link->NextOf(v1::DaemonMessage::kJobFailed);
+    ASSERT_TRUE(failed.has_value());
+    EXPECT_THAT(failed->job_failed().message(), HasSubstr("'grad' did not finish within 0.2 s"));
+  }
+  EXPECT_EQ(backend_->communicators_aborted(), 1);
+  EXPECT_EQ(backend_->abandoned_lanes(), std::vector<uint64_t>{1}) << "job a's streams only";
+
+  // Job b goes on on the GPU.
+  for (int r = 0; r < 2; ++r) Send(b[r], DeviceAllreduce(2, "grad", 16));
+  for (int r = 0; r < 2; ++r) {
+    const auto record = b[r].NextRecord();
+    ASSERT_TRUE(record.has_value());
+    EXPECT_EQ(record->status_code, 0);
+    EXPECT_EQ(memory_b[r][0], 60.0f);
+  }
+  const v1::StatusResponse status = Status();
+  ASSERT_EQ(status.jobs_size(), 2);
+  EXPECT_EQ(status.jobs(0).job().state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(status.jobs(1).job().state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(GpuEngineTest, ARegistrationThatFailsIsAnsweredWithWhy) {

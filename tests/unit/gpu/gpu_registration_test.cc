@@ -80,7 +80,7 @@ TEST(GpuRegistrationTest, EachAllocationStandsOnItsOwn) {
   ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("65 bytes as the client sees it, but its mapping in "
                                           "collectived has 64"));
-  EXPECT_EQ(job.executor().open_mappings(), 1u) << "the bad one is closed again";
+  EXPECT_EQ(job.path().open_mappings(), 1u) << "the bad one is closed again";
 
   // The good allocation and the new slot serve; the bad one says why not.
   v1::TensorRequest fine =
@@ -141,14 +141,14 @@ TEST(GpuRegistrationTest, OneMappingServesEveryClientThatRegistersTheAllocation)
     ASSERT_TRUE(job.executor().Register(job.client(r).record.id, message).ok());
   }
   EXPECT_EQ(job.backend().opened_mappings(), 1);
-  EXPECT_EQ(job.executor().open_mappings(), 1u);
+  EXPECT_EQ(job.path().open_mappings(), 1u);
   job.executor().Forget(job.client(0).record.id);
   EXPECT_EQ(job.backend().closed_mappings(), 0) << "client 1 still has it";
   v1::RegisterCuda unregister;
   unregister.add_unregister(9);
   ASSERT_TRUE(job.executor().Register(job.client(1).record.id, unregister).ok());
   EXPECT_EQ(job.backend().closed_mappings(), 1);
-  EXPECT_EQ(job.executor().open_mappings(), 0u);
+  EXPECT_EQ(job.path().open_mappings(), 0u);
 }
 
 TEST(GpuAdmissionTest, ChecksRangesAndEventSlots) {
@@ -197,13 +197,13 @@ TEST(GpuFlightTest, MappingsStayOpenUntilTheGpuIsDoneWithThem) {
   EXPECT_EQ(job.backend().open_events(), 0u) << "events go at once";
   job.backend().FinishWork();
   ASSERT_EQ(job.done().size(), 2u) << "one notice per device";
-  EXPECT_FALSE(job.executor().OnDeviceDone(job.done()[0]).has_value());
-  const auto done = job.executor().OnDeviceDone(job.done()[1]);
+  EXPECT_FALSE(job.path().OnDeviceDone(job.done()[0]).has_value());
+  const auto done = job.path().OnDeviceDone(job.done()[1]);
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->batch, outcome.batch);
   EXPECT_EQ(job.executor().in_flight(), 0u);
   EXPECT_EQ(job.backend().closed_mappings(), 2) << "no mapping of a dead client is left behind";
-  EXPECT_EQ(job.executor().open_mappings(), 0u);
+  EXPECT_EQ(job.path().open_mappings(), 0u);
 }
 
 TEST(GpuFailureTest, AnNcclErrorReachesTheBatchAndBreaksTheJob) {
@@ -310,7 +310,7 @@ TEST(GpuHealthTest, ABatchPastTheTimeoutFailsTheJobAndIsAbortedNotAwaited) {
   for (size_t r = 0; r < job.size(); ++r) job.executor().Forget(job.client(r).record.id);
   EXPECT_EQ(job.backend().closed_mappings(), 0) << "the GPU may still touch them";
   job.FinishWork();  // it finished after all
-  EXPECT_EQ(job.executor().open_mappings(), 0u);
+  EXPECT_EQ(job.path().open_mappings(), 0u);
 }
 
 TEST(GpuHealthTest, AJobThatEndsQuietlyDestroysItsCommunicator) {
@@ -325,7 +325,8 @@ TEST(GpuHealthTest, AJobThatEndsQuietlyDestroysItsCommunicator) {
 }
 
 TEST(GpuNotBuiltTest, EveryCudaRequestSaysTheDaemonWasBuiltWithoutCuda) {
-  GpuExecutor executor(nullptr, {}, nullptr);
+  DevicePath path(nullptr, {}, nullptr);
+  GpuExecutor executor(path, 1);
   EXPECT_FALSE(executor.built());
   const absl::Status registered = executor.Register(1, v1::RegisterCuda());
   EXPECT_EQ(registered.code(), absl::StatusCode::kUnimplemented);

@@ -54,11 +54,12 @@ class GpuTestJob {
   };
 
   // `devices[r]` is the device of rank r; the backend has `device_count`.
-  GpuTestJob(const std::vector<int>& devices, int device_count, GpuExecutor::Options options = {}) {
+  GpuTestJob(const std::vector<int>& devices, int device_count, DevicePath::Options options = {}) {
     auto backend = std::make_unique<FakeDeviceBackend>(device_count);
     backend_ = backend.get();
-    executor_ = std::make_unique<GpuExecutor>(std::move(backend), options,
-                                              [this](uint64_t batch) { done_.push_back(batch); });
+    path_ = std::make_unique<DevicePath>(std::move(backend), options,
+                                         [this](uint64_t batch) { done_.push_back(batch); });
+    executor_ = std::make_unique<GpuExecutor>(*path_, /*lane=*/1);
     for (size_t rank = 0; rank < devices.size(); ++rank) {
       auto client = std::make_unique<Client>();
       client->record.id = 100 + rank;
@@ -78,6 +79,7 @@ class GpuTestJob {
 
   FakeDeviceBackend& backend() { return *backend_; }
   GpuExecutor& executor() { return *executor_; }
+  DevicePath& path() { return *path_; }
   Client& client(size_t rank) { return *clients_[rank]; }
   size_t size() const { return clients_.size(); }
   // 0, 1, ..., size() - 1: every rank, in order.
@@ -169,11 +171,12 @@ class GpuTestJob {
   // The GPU finishes its work; the executor learns of it.
   void FinishWork() {
     backend_->FinishWork();
-    for (uint64_t batch : std::exchange(done_, {})) executor_->OnDeviceDone(batch);
+    for (uint64_t batch : std::exchange(done_, {})) path_->OnDeviceDone(batch);
   }
 
  private:
   FakeDeviceBackend* backend_ = nullptr;
+  std::unique_ptr<DevicePath> path_;
   std::unique_ptr<GpuExecutor> executor_;
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<uint64_t> done_;
