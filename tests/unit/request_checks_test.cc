@@ -23,7 +23,9 @@ TEST(ReduceOpCheckTest, EveryOpOfEveryDtypeAgainstTheRule) {
                                : true;
       const absl::Status status = CheckReduceOp(op, dtype, v1::ADASUM_SCOPE_RANKS);
       EXPECT_EQ(status.ok(), allowed) << ReduceOpName(op) << " of " << DataTypeName(dtype);
-      if (!allowed) EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      if (!allowed) {
+        EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      }
     }
   }
 }
@@ -43,7 +45,7 @@ TEST(ReduceOpCheckTest, TextsNameTheOpAndTheDtype) {
       CheckReduceOp(v1::REDUCE_OP_ADASUM, v1::DATA_TYPE_FLOAT16, v1::ADASUM_SCOPE_NODES).ok());
 }
 
-TEST(DuplicateNameTest, OneSentenceForTheClientAndTheDaemon) {
+TEST(DuplicateNameErrorTest, OneSentenceForTheClientAndTheDaemon) {
   const absl::Status client = DuplicateNameError("w", "this rank");
   EXPECT_EQ(client.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(client.message(),
