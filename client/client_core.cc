@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
 #include "common/dtype.h"
+#include "common/duplicate_name.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -224,10 +225,7 @@ absl::StatusOr<std::vector<uint64_t>> ClientCore::Submit(std::vector<PreparedReq
       if (IsPointToPoint(prepared.request.collective())) continue;
       SetName name{prepared.request.process_set_id(), prepared.request.name()};
       if (outstanding_names_.contains(name) || !names.insert(name).second) {
-        return refuse(absl::AlreadyExistsError(absl::StrCat(
-            "tensor '", name.second,
-            "' is already outstanding on this rank; a name can be submitted again only after "
-            "its collective has completed")));
+        return refuse(DuplicateNameError(name.second, "this rank"));
       }
     }
     if (in_flight_ + count <= limits_.max_outstanding_requests()) break;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/reduce_op_check.h"
 #include "common/status_macros.h"
 
 namespace collective::internal {
@@ -105,23 +106,10 @@ absl::StatusOr<PreparedRequest> PrepareData(ClientCore& core, v1::Collective col
 absl::StatusOr<PreparedRequest> PrepareReduction(ClientCore& core, v1::Collective collective,
                                                  absl::string_view name, const TensorView& input,
                                                  const AllreduceOptions& options, ProcessSet* set) {
-  if (options.op == ReduceOp::kAdasum && input.dtype != DataType::kFloat16 &&
-      input.dtype != DataType::kBFloat16 && input.dtype != DataType::kFloat32 &&
-      input.dtype != DataType::kFloat64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name,
-                     "': Adasum is defined for floating-point tensors (float16, bfloat16, float32 "
-                     "and float64) only"));
-  }
-  if (options.adasum_scope != AdasumScope::kRanks && options.op != ReduceOp::kAdasum) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': an Adasum scope applies to the Adasum reduce op only"));
-  }
-  if (input.dtype == DataType::kBool && options.op != ReduceOp::kMin &&
-      options.op != ReduceOp::kMax) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", name, "': bool tensors support only the min and max reduce ops"));
-  }
+  RETURN_IF_ERROR_WITH(
+      CheckReduceOp(static_cast<v1::ReduceOp>(options.op), static_cast<v1::DataType>(input.dtype),
+                    static_cast<v1::AdasumScope>(options.adasum_scope)),
+      absl::StrCat("tensor '", name, "'"));
   ASSIGN_OR_RETURN(PreparedRequest prepared,
                    PrepareData(core, collective, name, input, options.process_set, set));
   v1::TensorRequest& request = prepared.request;

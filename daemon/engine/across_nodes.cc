@@ -188,11 +188,11 @@ std::optional<negotiation::ReadyTensor> AcrossNodes::DecidedTensor(
   // Not announced here: either no rank of the set lives here, or every one
   // that does joined — then this node takes part with zeros.
   const job::ProcessSet* set = host_.job().process_sets().Find(set_id);
+  const v1::TensorRequest* first = from_cache                 ? &cached->ranks.front().request()
+                                   : decision.ranks().empty() ? nullptr
+                                                              : &decision.ranks(0).request();
   if (set == nullptr || decision.code() != 0 || !SpansNodes(*set) || LocalMembers(*set) == 0 ||
-      exec::ops::OpFor(from_cache ? cached->ranks.front().request().collective()
-                       : decision.ranks().empty()
-                           ? v1::COLLECTIVE_UNSPECIFIED
-                           : decision.ranks(0).request().collective()) == nullptr) {
+      first == nullptr || exec::ops::OpFor(*first) == nullptr) {
     return std::nullopt;
   }
   negotiation::ReadyTensor tensor;
@@ -252,7 +252,7 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
       tensor.combined =
           std::make_shared<const std::string>(std::move(*decision.mutable_combined()));
     }
-    if (exec::ops::OpFor(tensor.request().collective()) == nullptr) {
+    if (exec::ops::OpFor(tensor.request()) == nullptr) {
       host_.RunControl(tensor);
       continue;
     }
@@ -336,7 +336,7 @@ bool AcrossNodes::Advance() {
                                            .zeros = executor_.zeros(),
                                            .chunk_bytes = batch.chunk_bytes};
       std::vector<exec::CrossNodeStage> stages;
-      exec::ops::OpFor(batch.tensors.front().request().collective())
+      exec::ops::OpFor(batch.tensors.front().request())
           ->PlanAcrossNodes(batch, outcome.slots, context, stages);
       auto run = std::make_unique<exec::CrossNodeRun>(std::move(stages), transport_, pool_, wake_);
       active_ = Active{std::move(batch), std::move(outcome), std::move(run)};

@@ -149,7 +149,7 @@ void Completion::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& ru
   uint64_t batch_bytes = 0;
   for (size_t t = 0; t < batch.tensors.size(); ++t) {
     const negotiation::ReadyTensor& tensor = batch.tensors[t];
-    const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
+    const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request());
     uint64_t bytes = 0;
     for (const negotiation::Submission& submission : tensor.submissions)
       bytes += submission.request.length();
@@ -186,7 +186,7 @@ void Completion::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& ru
 
 void Completion::CompleteOnDevice(const negotiation::ReadyTensor& tensor, const std::string& name,
                                   uint64_t block, uint64_t& splits_at) {
-  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
+  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request());
   const bool alltoall = tensor.request().collective() == v1::COLLECTIVE_ALLTOALL;
   const std::vector<std::vector<int64_t>> splits =
       alltoall ? exec::ops::AlltoallSplits(tensor) : std::vector<std::vector<int64_t>>();

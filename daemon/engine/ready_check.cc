@@ -9,7 +9,7 @@ namespace collective::daemon::engine {
 
 absl::Status CheckReady(const negotiation::ReadyTensor& tensor, CheckScope scope) {
   RETURN_IF_ERROR(negotiation::CheckAgreement(tensor));
-  const exec::ops::CollectiveOp* op = exec::ops::OpFor(tensor.request().collective());
+  const exec::ops::CollectiveOp* op = exec::ops::OpFor(tensor.request());
   if (op == nullptr) {
     // Barrier and process-set changes wait for every rank, like join.
     return tensor.has_joined_ranks() ? negotiation::RefusedAfterJoin(tensor) : absl::OkStatus();

@@ -53,8 +53,7 @@ Executor::Outcome Executor::Run(const FusedBatch& batch, job::ResultArena& resul
   ops::WorkList work(zeros_);
   for (size_t t = 0; t < batch.tensors.size(); ++t) {
     const negotiation::ReadyTensor& tensor = batch.tensors[t];
-    ops::OpFor(tensor.request().collective())
-        ->AddWork(tensor, results.data() + outcome.slots[t], work);
+    ops::OpFor(tensor.request())->AddWork(tensor, results.data() + outcome.slots[t], work);
   }
   if (work.bytes() < ThreadPool::kInlineBytes) {
     for (size_t i = 0; i < work.size(); ++i) work.Run(i);

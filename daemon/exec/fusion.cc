@@ -18,7 +18,7 @@ bool Compatible(const v1::TensorRequest& a, const v1::TensorRequest& b) {
 }  // namespace
 
 uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) {
-  return ops::OpFor(tensor.request().collective())->SlotBytes(tensor);
+  return ops::OpFor(tensor.request())->SlotBytes(tensor);
 }
 
 std::vector<FusedBatch> PlanFusion(std::vector<negotiation::ReadyTensor> tensors,

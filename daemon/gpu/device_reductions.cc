@@ -241,7 +241,7 @@ absl::Status ReduceToOwners(DeviceIssue& issue, std::span<const DeviceTensor> te
   // Rank r's block goes to r's device, whose output receives it.
   const auto for_each_block = [&](size_t t, auto&& each) -> absl::Status {
     const DeviceTensor& tensor = tensors[t];
-    const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.tensor->request().collective());
+    const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.tensor->request());
     for (size_t i = 0; i < tensor.members.size(); ++i) {
       const exec::ops::RankResult block = op.ResultOf(*tensor.tensor, i);
       if (block.bytes == 0) continue;

@@ -81,7 +81,7 @@ void GpuExecutor::Forget(uint64_t client) {
 }
 
 absl::Status GpuExecutor::Check(const negotiation::ReadyTensor& tensor) {
-  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request().collective());
+  const exec::ops::CollectiveOp& op = *exec::ops::OpFor(tensor.request());
   for (size_t i = 0; i < tensor.submissions.size(); ++i) {
     const v1::TensorRequest& request = tensor.submissions[i].request;
     const uint64_t needed = op.ResultOf(tensor, i).bytes;

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/reduce_op_check.h"
 #include "common/tensor_shape.h"
-#include "daemon/exec/adasum_kernel.h"
 #include "daemon/exec/reduce_kernels.h"
 
 namespace collective::daemon::job {
@@ -167,11 +167,11 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown Adasum scope ", static_cast<int>(request.adasum_scope())));
   }
-  if (request.adasum_scope() != v1::ADASUM_SCOPE_RANKS && request.op() != v1::REDUCE_OP_ADASUM) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an Adasum scope applies to the adasum reduce op, not ", ReduceOpName(request.op())));
-  }
   if (!IsReduction(collective)) {
+    if (request.adasum_scope() != v1::ADASUM_SCOPE_RANKS) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an Adasum scope applies to allreduce, not ", CollectiveName(collective)));
+    }
     if (request.has_prescale() && request.prescale() != 1.0) {
       return absl::InvalidArgumentError(
           absl::StrCat("prescale applies to allreduce, reducescatter and reduce, not ",
@@ -188,16 +188,15 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
   if (!v1::ReduceOp_IsValid(op) || op == v1::REDUCE_OP_UNSPECIFIED) {
     return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", ReduceOpName(op)));
   }
+  if (op == v1::REDUCE_OP_ADASUM && collective != v1::COLLECTIVE_ALLREDUCE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the adasum reduce op applies to allreduce, not ", CollectiveName(collective)));
+  }
+  // What libcollective checks at the call too, with the same texts.
+  if (absl::Status status = CheckReduceOp(op, dtype, request.adasum_scope()); !status.ok()) {
+    return status;
+  }
   if (op == v1::REDUCE_OP_ADASUM) {
-    if (collective != v1::COLLECTIVE_ALLREDUCE) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the adasum reduce op applies to allreduce, not ", CollectiveName(collective)));
-    }
-    if (!exec::IsAdasumType(dtype)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("reduce op adasum is not defined for ", DataTypeName(dtype),
-                       " tensors (it supports float16, bfloat16, float32 and float64)"));
-    }
     if (request.memory() != v1::MEMORY_KIND_HOST) {
       return absl::UnimplementedError(
           "the adasum reduce op is implemented for host tensors only; copy a CUDA tensor to the "
@@ -209,9 +208,8 @@ absl::Status CheckOpAndScales(const v1::TensorRequest& request) {
         "reducescatter supports the sum and average reduce ops, not ", ReduceOpName(op)));
   } else if (const v1::ReduceOp kernel_op = op == v1::REDUCE_OP_AVERAGE ? v1::REDUCE_OP_SUM : op;
              !exec::IsReducible(dtype, kernel_op)) {
-    return absl::InvalidArgumentError(absl::StrCat("reduce op ", ReduceOpName(op),
-                                                   " is not defined for ", DataTypeName(dtype),
-                                                   " tensors (bool supports min and max)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce op ", ReduceOpName(op), " is not defined for ", DataTypeName(dtype), " tensors"));
   }
   if (absl::Status status =
           CheckScale("prescale", request.has_prescale(), request.prescale(), dtype);

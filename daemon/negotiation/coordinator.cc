@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/duplicate_name.h"
 #include "daemon/negotiation/mismatch.h"
 
 namespace collective::daemon::negotiation {
@@ -37,11 +38,9 @@ absl::Status Coordinator::Add(Submission submission, int32_t set_size, int32_t l
     pending.by_rank.resize(set_size);
     pending.expected = local_members;
   } else if (pending.by_rank[rank].has_value()) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("tensor '", pending.name, "' is already outstanding on rank ",
-                     submission.client->topology.rank(), " (request ",
-                     pending.by_rank[rank]->request.request_id(),
-                     "); a name can be submitted again only after its collective has completed"));
+    return DuplicateNameError(
+        pending.name, absl::StrCat("rank ", submission.client->topology.rank(), " (request ",
+                                   pending.by_rank[rank]->request.request_id(), ")"));
   }
   pending.by_rank[rank] = std::move(submission);
   ++pending.submitted;

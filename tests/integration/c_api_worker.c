@@ -350,11 +350,11 @@ static void Errors(collective_client_t* client) {
   ExpectError("bool sum",
               collective_allreduce(client, "c.bool", flags, flags, COLLECTIVE_BOOL, shape, 1,
                                    COLLECTIVE_SUM, 1.0, 1.0),
-              kInvalidArgument, "bool tensors support only the min and max reduce ops");
+              kInvalidArgument, "is not defined for bool tensors (bool supports min and max)");
   ExpectError("adasum",
               collective_allreduce(client, "c.adasum", flags, flags, COLLECTIVE_UINT8, shape, 1,
                                    COLLECTIVE_ADASUM, 1.0, 1.0),
-              kInvalidArgument, "Adasum is defined for floating-point tensors");
+              kInvalidArgument, "reduce op adasum is not defined for uint8 tensors");
   ExpectError("NULL name",
               collective_allreduce_async(client, NULL, flags, flags, COLLECTIVE_UINT8, shape, 1,
                                          COLLECTIVE_MAX, 1.0, 1.0, &handle),

@@ -117,10 +117,10 @@ TEST(ArgumentErrorTest, ClientLibraryRefusesAtTheCall) {
   EXPECT_EQ(WaitForWorkers(*workers, kWorkerTimeout), "");
   for (auto& worker : *workers) {
     EXPECT_EQ(worker.Stdout(),
-              "bool-sum: INVALID_ARGUMENT: tensor 'flags': bool tensors support only the min and "
-              "max reduce ops\n"
-              "adasum-int: INVALID_ARGUMENT: tensor 'counts': Adasum is defined for "
-              "floating-point tensors (float16, bfloat16, float32 and float64) only\n"
+              "bool-sum: INVALID_ARGUMENT: tensor 'flags': reduce op sum is not defined for bool "
+              "tensors (bool supports min and max)\n"
+              "adasum-int: INVALID_ARGUMENT: tensor 'counts': reduce op adasum is not defined for "
+              "int32 tensors (it supports float16, bfloat16, float32 and float64)\n"
               "empty-name: INVALID_ARGUMENT: the tensor name is empty\n"
               "negative-dim: INVALID_ARGUMENT: tensor 'grad': negative dimension -2\n"
               "long-name: INVALID_ARGUMENT: tensor name of 17 bytes exceeds the limit of 16\n"

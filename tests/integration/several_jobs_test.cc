@@ -2,9 +2,12 @@
 // concurrent jobs (different rank counts, every kind of collective) each get
 // their reference results; a rank killed in one job fails that job only,
 // while the other job's ranks finish; another uid's process cannot open a
-// job's segments; and status lists every job (`--job` narrows it).
+// job's segments, and as a client of a job of its own reaches nothing of
+// another job (its memory, its results, its names); and status lists every
+// job (`--job` narrows it).
 #include <csignal>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +21,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/integration/collectives_job.h"
+#include "tests/integration/raw_client.h"
 
 namespace collective::testing {
 namespace {
@@ -159,6 +164,92 @@ TEST(SeveralJobsTest, StatusListsEveryJobAndAnotherUidCannotOpenAJobsSegments) {
   for (Subprocess& worker : *first) worker.Wait(kTimeout);
   for (Subprocess& worker : *second) worker.Wait(kTimeout);
   ExpectCleanStop(**daemon);
+}
+
+// A client of uid 65534 in a job of its own (collective-hostile-worker)
+// reaches for root's job while that job reduces under the same names: the
+// other job's segments, inputs and outputs outside its own arena (where the
+// daemon's mappings of the other job's memory could lie), releases of the
+// other job's request ids, and the other job's tensor names. Every request
+// that reaches outside is refused with a message that says why; the names
+// combine its own data only; and root's job gets its exact results before,
+// throughout and after.
+TEST(SeveralJobsTest, AHostileClientOfAnotherUidReachesNothingOfAnotherJob) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a client as another uid";
+  // The hostile client reaches the socket through its group, 4242, which is
+  // neither root's job's uid nor its gid.
+  std::vector<std::string> flags = kFlags;
+  flags.insert(flags.end(), {"--socket-group", "4242"});
+  auto daemon = DaemonProcess::Start({.flags = flags, .directory_mode = 0755});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto joined = RawClient::JoinJob((*daemon)->socket(), 2, 1 << 20, "victim");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  const std::vector<RawClient*> victim = {(*joined)[0].get(), (*joined)[1].get()};
+  const std::vector<std::string> names = {"grad.0", "grad.1"};
+  uint64_t id = 1;
+  for (const std::string& name : names) ASSERT_EQ(CheckAllreduce(victim, id++, name), "");
+
+  const std::vector<std::string> segments = (*daemon)->Segments();
+  ASSERT_FALSE(segments.empty());
+  auto hostile = (*daemon)->StartWorker(
+      BuiltBinary(HOSTILE_WORKER_BINARY), 0, 1,
+      {"--uid", "65534", "--groups", "4242", "--segments", absl::StrJoin(segments, ","),
+       "--release-ids", "1,4096", "--names", absl::StrJoin(names, ",")},
+      {{"COLLECTIVE_JOB_ID", "hostile"}});
+  ASSERT_TRUE(hostile.ok()) << hostile.status();
+  // Root's job reduces under the same names until the hostile client is
+  // done, holding a result the hostile client's releases name each time.
+  const absl::Time deadline = absl::Now() + kTimeout;
+  std::optional<int> exited;
+  int rounds = 0;
+  while (!(exited = hostile->Wait(absl::ZeroDuration())).has_value()) {
+    ASSERT_LT(absl::Now(), deadline) << "the hostile client did not finish";
+    ASSERT_EQ(CheckAllreduce(victim, id++, names[rounds % names.size()]), "")
+        << "root's job, round " << rounds;
+    ++rounds;
+  }
+  ASSERT_TRUE(ExitedCleanly(exited)) << hostile->Describe(*exited);
+  for (const std::string& name : names) ASSERT_EQ(CheckAllreduce(victim, id++, name), "");
+
+  const std::string said = hostile->Stdout();
+  for (const std::string& segment : segments) {
+    EXPECT_TRUE(absl::StrContains(said, absl::StrCat("open ", segment, ": Permission denied")))
+        << said;
+  }
+  // Both jobs' clients asked for the same arena.
+  const uint64_t arena = victim[0]->segment().arena_bytes();
+  for (const std::string& refusal :
+       {absl::StrCat("input past the arena: INVALID_ARGUMENT: request 4294967296 ('grad.0'): "
+                     "offset ",
+                     arena, " + length 16 lies outside the client's arena of ", arena, " bytes"),
+        absl::StrCat("input far past the arena: INVALID_ARGUMENT: request 4294967297 ('grad.0'): "
+                     "offset 1099511627776 + length 16 lies outside the client's arena of ",
+                     arena, " bytes"),
+        absl::StrCat("input wrapping around: INVALID_ARGUMENT: request 4294967298 ('grad.0'): "
+                     "offset 18446744073709551608 + length 16 lies outside the client's arena of ",
+                     arena, " bytes"),
+        absl::StrCat("input longer than the arena: INVALID_ARGUMENT: request 4294967299 "
+                     "('grad.0'): offset 0 + length ",
+                     arena + 4, " lies outside the client's arena of ", arena, " bytes"),
+        absl::StrCat("output past the arena: INVALID_ARGUMENT: request 4294967300 ('grad.0'): "
+                     "output_offset ",
+                     arena - 8, " + length 16 lies outside the client's arena of ", arena,
+                     " bytes (the daemon writes a result only into the client's own arena)"),
+        absl::StrCat("output far past the arena: INVALID_ARGUMENT: request 4294967301 "
+                     "('grad.0'): output_offset 1099511627776 + length 16 lies outside the "
+                     "client's arena of ",
+                     arena, " bytes (the daemon writes a result only into the client's own arena)"),
+        std::string("released the other job's request ids 1 to 4096"),
+        std::string("grad.0: its own result"), std::string("grad.1: its own result")}) {
+    EXPECT_TRUE(absl::StrContains(said, refusal + "\n")) << "missing: " << refusal << "\n" << said;
+  }
+  EXPECT_GT(rounds, 0) << "root's job ran no collective while the hostile client did";
+
+  auto status = (*daemon)->Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->totals().jobs(), 2u);
+  for (RawClient* client : victim) EXPECT_TRUE(client->Leave().ok());
+  EXPECT_EQ(StopAndCheck(**daemon), "");
 }
 
 }  // namespace

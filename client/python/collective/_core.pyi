@@ -17,6 +17,8 @@ REDUCE_OPS: Dict[str, int]
 ADASUM_SCOPES: Dict[str, int]
 DEVICES: Dict[str, int]
 GLOBAL_PROCESS_SET: int
+# Horovod's text for a tensor name already in use (raised as ValueError).
+DUPLICATE_NAME_ERROR: str
 # NCCL_VERSION_CODE of the NCCL this build found, or 0 (nccl_built()).
 NCCL_VERSION_CODE: int
 

@@ -8,6 +8,7 @@
 
 #include "bindings.h"
 #include "collective/client.h"
+#include "common/duplicate_name.h"
 #include "errors.h"
 
 namespace {
@@ -70,6 +71,9 @@ PYBIND11_MODULE(_core, m) {
         "None when libcollective can load the NVIDIA driver (libcuda.so.1) with every function "
         "it uses for CUDA tensors; otherwise the reason it cannot.");
   m.attr("GLOBAL_PROCESS_SET") = collective::kGlobalProcessSet;
+  // Horovod's text for a name already in use, which collective.torch raises
+  // itself (it holds names until synchronize).
+  m.attr("DUPLICATE_NAME_ERROR") = std::string(collective::kHorovodDuplicateNameText);
   // What this build's daemon was built with, known before any daemon is
   // reached: Horovod's nccl_built() answers before init().
   m.attr("NCCL_VERSION_CODE") = COLLECTIVE_NCCL_VERSION_CODE;

@@ -19,12 +19,6 @@
 namespace collective::daemon::exec::ops {
 namespace {
 
-// Adasum has an op of its own (ops/adasum.cc); fusion joins only tensors of
-// one op.
-bool IsAdasum(const negotiation::ReadyTensor& tensor) {
-  return tensor.request().op() == v1::REDUCE_OP_ADASUM;
-}
-
 // The combination of `count` elements at `data` among the set's nodes: an
 // allreduce, or a reduce into the node at place `root_node`.
 void AddCombination(const negotiation::ReadyTensor& tensor, std::byte* data, uint64_t count,
@@ -72,19 +66,15 @@ void PlanCombined(const FusedBatch& batch, const std::vector<uint64_t>& slots,
 
 class Allreduce final : public CollectiveOp {
  public:
-  absl::Status Check(const negotiation::ReadyTensor& tensor) const override {
-    if (IsAdasum(tensor)) return AdasumAllreduceOp().Check(tensor);
-    return absl::OkStatus();
-  }
+  // Ranks that have joined contribute zeros.
+  absl::Status Check(const negotiation::ReadyTensor&) const override { return absl::OkStatus(); }
 
   uint64_t SlotBytes(const negotiation::ReadyTensor& tensor) const override {
-    if (IsAdasum(tensor)) return AdasumAllreduceOp().SlotBytes(tensor);
     return shm::RoundUp(tensor.request().length(), shm::kDataAlignment);
   }
 
   void AddWork(const negotiation::ReadyTensor& tensor, std::byte* slot,
                WorkList& work) const override {
-    if (IsAdasum(tensor)) return AdasumAllreduceOp().AddWork(tensor, slot, work);
     // Across nodes this is the node's partial result, which no output may
     // see (PlanAcrossNodes writes them once the combination is in). Where
     // every rank takes its result from its own output, the slot would be
@@ -95,7 +85,6 @@ class Allreduce final : public CollectiveOp {
   }
 
   RankResult ResultOf(const negotiation::ReadyTensor& tensor, size_t index) const override {
-    if (IsAdasum(tensor)) return AdasumAllreduceOp().ResultOf(tensor, index);
     return {.offset = 0,
             .bytes = tensor.request().length(),
             .dim0 = Dim0(tensor.request()),
@@ -106,16 +95,12 @@ class Allreduce final : public CollectiveOp {
 
   void AddTransfers(const negotiation::ReadyTensor& tensor, std::byte* slot,
                     CrossNodeStage& stage) const override {
-    if (IsAdasum(tensor)) return AdasumAllreduceOp().AddTransfers(tensor, slot, stage);
     AddReductionTransfers(tensor, slot, stage, kEveryNode, NamedOutputsOf);
   }
 
   void PlanAcrossNodes(const FusedBatch& batch, const std::vector<uint64_t>& slots,
                        const PlanContext& context,
                        std::vector<CrossNodeStage>& stages) const override {
-    if (IsAdasum(batch.tensors.front())) {
-      return AdasumAllreduceOp().PlanAcrossNodes(batch, slots, context, stages);
-    }
     if (batch.tensors.front().combined != nullptr) {
       return PlanCombined(batch, slots, context, stages);
     }

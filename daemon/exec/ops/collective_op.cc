@@ -12,10 +12,10 @@ absl::Status CollectiveOp::Check(const negotiation::ReadyTensor& tensor) const {
   return negotiation::RefusedAfterJoin(tensor);
 }
 
-const CollectiveOp* OpFor(v1::Collective collective) {
-  switch (collective) {
+const CollectiveOp* OpFor(const v1::TensorRequest& request) {
+  switch (request.collective()) {
     case v1::COLLECTIVE_ALLREDUCE:
-      return &AllreduceOp();
+      return request.op() == v1::REDUCE_OP_ADASUM ? &AdasumAllreduceOp() : &AllreduceOp();
     case v1::COLLECTIVE_REDUCESCATTER:
       return &ReducescatterOp();
     case v1::COLLECTIVE_ALLGATHER:

@@ -78,8 +78,10 @@ class CollectiveOp {
                                std::vector<CrossNodeStage>& stages) const;
 };
 
-// The op of a data collective; null for control collectives.
-const CollectiveOp* OpFor(v1::Collective collective);
+// The op that runs `request`'s collective: by its collective, and for an
+// allreduce by its reduce op too (Adasum has an op of its own; fusion joins
+// only tensors of one op); null for control collectives.
+const CollectiveOp* OpFor(const v1::TensorRequest& request);
 
 // Helpers shared by the ops.
 // Broadcast and the rooted collectives: no rank has joined, and the root is

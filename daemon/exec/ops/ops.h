@@ -17,7 +17,7 @@ const CollectiveOp& BroadcastOp();
 const CollectiveOp& AlltoallOp();
 // A matched send and receive (ops/message.cc).
 const CollectiveOp& MessageOp();
-// The allreduce op's delegate for op=Adasum (ops/adasum.cc).
+// Allreduce with op=Adasum (ops/adasum.cc).
 const CollectiveOp& AdasumAllreduceOp();
 // The rooted collectives.
 const CollectiveOp& ReduceOp();

@@ -114,7 +114,7 @@ class AllreduceOutputTest : public ::testing::Test {
   // Runs the op as the executor does, its pieces in reverse order (each
   // piece must stand on its own); returns the slot.
   std::vector<std::byte> Run(const negotiation::ReadyTensor& tensor) {
-    const CollectiveOp& op = *OpFor(tensor.request().collective());
+    const CollectiveOp& op = *OpFor(tensor.request());
     EXPECT_TRUE(op.Check(tensor).ok());
     std::vector<std::byte> slot(op.SlotBytes(tensor), std::byte{0xab});
     WorkList work(zeros_.data());

@@ -88,7 +88,7 @@ class CollectiveOpsTest : public ::testing::Test {
 
   // Runs the op as the executor does; the slot is left in slot_.
   void Run(const negotiation::ReadyTensor& tensor) {
-    const CollectiveOp* op = OpFor(tensor.request().collective());
+    const CollectiveOp* op = OpFor(tensor.request());
     ASSERT_NE(op, nullptr);
     ASSERT_TRUE(op->Check(tensor).ok()) << op->Check(tensor);
     const uint64_t bytes = op->SlotBytes(tensor);
@@ -111,7 +111,7 @@ class CollectiveOpsTest : public ::testing::Test {
   // The elements of submissions[index]'s result.
   template <class T>
   std::vector<T> ResultOf(const negotiation::ReadyTensor& tensor, size_t index) {
-    const RankResult result = OpFor(tensor.request().collective())->ResultOf(tensor, index);
+    const RankResult result = OpFor(tensor.request())->ResultOf(tensor, index);
     EXPECT_EQ(result.bytes % sizeof(T), 0u);
     EXPECT_LE(result.offset + result.bytes, slot_bytes_) << "the result lies in the slot";
     std::vector<T> values(result.bytes / sizeof(T));
@@ -121,7 +121,7 @@ class CollectiveOpsTest : public ::testing::Test {
 
   // The received-splits array of submissions[index]'s result.
   std::vector<int64_t> AuxOf(const negotiation::ReadyTensor& tensor, size_t index) {
-    const RankResult result = OpFor(tensor.request().collective())->ResultOf(tensor, index);
+    const RankResult result = OpFor(tensor.request())->ResultOf(tensor, index);
     EXPECT_LE(result.aux_offset + result.aux_count * sizeof(int64_t), slot_bytes_);
     std::vector<int64_t> values(result.aux_count);
     std::memcpy(values.data(), slot_ + result.aux_offset, values.size() * sizeof(int64_t));
@@ -129,7 +129,7 @@ class CollectiveOpsTest : public ::testing::Test {
   }
 
   absl::Status Check(const negotiation::ReadyTensor& tensor) {
-    return OpFor(tensor.request().collective())->Check(tensor);
+    return OpFor(tensor.request())->Check(tensor);
   }
 
   uint64_t arena_bytes_ = kArenaBytes;
@@ -145,26 +145,43 @@ std::vector<float> Floats(std::initializer_list<float> values) { return values; 
 
 // --- Shared pieces --------------------------------------------------------------
 
+// The op OpFor picks for a request of `collective` with reduce op `op`.
+const CollectiveOp* OpOf(v1::Collective collective, v1::ReduceOp op = v1::REDUCE_OP_SUM) {
+  v1::TensorRequest request;
+  request.set_collective(collective);
+  request.set_op(op);
+  return OpFor(request);
+}
+
 TEST(CollectiveOpTest, OpForHasAnOpForEveryDataCollectiveOnly) {
   for (v1::Collective collective :
        {v1::COLLECTIVE_ALLREDUCE, v1::COLLECTIVE_REDUCESCATTER, v1::COLLECTIVE_ALLGATHER,
         v1::COLLECTIVE_BROADCAST, v1::COLLECTIVE_ALLTOALL, v1::COLLECTIVE_REDUCE,
         v1::COLLECTIVE_GATHER, v1::COLLECTIVE_SCATTER}) {
-    EXPECT_NE(OpFor(collective), nullptr) << CollectiveName(collective);
+    EXPECT_NE(OpOf(collective), nullptr) << CollectiveName(collective);
   }
   for (v1::Collective collective :
        {v1::COLLECTIVE_UNSPECIFIED, v1::COLLECTIVE_BARRIER, v1::COLLECTIVE_JOIN,
         v1::COLLECTIVE_ADD_PROCESS_SET, v1::COLLECTIVE_REMOVE_PROCESS_SET}) {
-    EXPECT_EQ(OpFor(collective), nullptr) << CollectiveName(collective);
+    EXPECT_EQ(OpOf(collective), nullptr) << CollectiveName(collective);
   }
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_ALLREDUCE)->phase(), exec::kPhaseReduce);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_REDUCESCATTER)->phase(), exec::kPhaseReduce);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_ALLGATHER)->phase(), exec::kPhaseFusionCopy);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_BROADCAST)->phase(), exec::kPhaseFusionCopy);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_ALLTOALL)->phase(), exec::kPhaseFusionCopy);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_REDUCE)->phase(), exec::kPhaseReduce);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_GATHER)->phase(), exec::kPhaseFusionCopy);
-  EXPECT_EQ(OpFor(v1::COLLECTIVE_SCATTER)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLREDUCE)->phase(), exec::kPhaseReduce);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_REDUCESCATTER)->phase(), exec::kPhaseReduce);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLGATHER)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_BROADCAST)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLTOALL)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_REDUCE)->phase(), exec::kPhaseReduce);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_GATHER)->phase(), exec::kPhaseFusionCopy);
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_SCATTER)->phase(), exec::kPhaseFusionCopy);
+}
+
+TEST(CollectiveOpTest, OpForPicksAdasumsOwnOpForAnAdasumAllreduce) {
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLREDUCE, v1::REDUCE_OP_ADASUM), &AdasumAllreduceOp());
+  for (v1::ReduceOp op : {v1::REDUCE_OP_SUM, v1::REDUCE_OP_AVERAGE, v1::REDUCE_OP_MIN,
+                          v1::REDUCE_OP_MAX, v1::REDUCE_OP_PRODUCT}) {
+    EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLREDUCE, op), &AllreduceOp()) << ReduceOpName(op);
+  }
+  EXPECT_EQ(OpOf(v1::COLLECTIVE_ALLREDUCE, v1::REDUCE_OP_ADASUM)->phase(), exec::kPhaseReduce);
 }
 
 TEST(CollectiveOpTest, RowBytesAndDim0) {

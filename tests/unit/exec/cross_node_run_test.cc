@@ -164,7 +164,7 @@ class CrossNodeRunTest : public ::testing::Test {
       std::vector<CrossNodeStage> stages;
       const ops::PlanContext context{
           .data = node.results.data(), .zeros = zeros_.data(), .chunk_bytes = chunk_bytes};
-      ops::OpFor(node.batch.tensors.front().request().collective())
+      ops::OpFor(node.batch.tensors.front().request())
           ->PlanAcrossNodes(node.batch, node.slots, context, stages);
       stages_ = stages.size();
       node.run = std::make_unique<CrossNodeRun>(std::move(stages), *node.transport, *node.pool,
@@ -184,8 +184,7 @@ class CrossNodeRunTest : public ::testing::Test {
   std::vector<float> ResultOf(size_t n, size_t t, size_t local) const {
     const Node& node = nodes_[n];
     const negotiation::ReadyTensor& tensor = node.batch.tensors[t];
-    const ops::RankResult result =
-        ops::OpFor(tensor.request().collective())->ResultOf(tensor, local);
+    const ops::RankResult result = ops::OpFor(tensor.request())->ResultOf(tensor, local);
     std::vector<float> values(result.bytes / sizeof(float));
     if (result.bytes > 0) {  // a rank's empty result: values.data() may be null
       std::memcpy(values.data(), node.results.data() + node.slots[t] + result.offset, result.bytes);
@@ -198,8 +197,7 @@ class CrossNodeRunTest : public ::testing::Test {
   // there (RankResult.in_output), else from the slot.
   std::vector<float> Received(size_t n, size_t t, size_t local) const {
     const negotiation::ReadyTensor& tensor = nodes_[n].batch.tensors[t];
-    const ops::RankResult result =
-        ops::OpFor(tensor.request().collective())->ResultOf(tensor, local);
+    const ops::RankResult result = ops::OpFor(tensor.request())->ResultOf(tensor, local);
     if (!result.in_output) return ResultOf(n, t, local);
     return OutputOf(n, local, tensor.submissions[local].request, result.bytes / sizeof(float));
   }
@@ -642,7 +640,7 @@ TEST_F(CrossNodeRunTest, ARunThatEndsUnfinishedAbandonsItsTransfers) {
   alone.results.assign(SlotBytes(alone.batch.tensors[0]), std::byte{0});
   std::vector<CrossNodeStage> stages;
   const ops::PlanContext context{.data = alone.results.data(), .zeros = zeros_.data()};
-  ops::OpFor(v1::COLLECTIVE_ALLREDUCE)->PlanAcrossNodes(alone.batch, alone.slots, context, stages);
+  ops::AllreduceOp().PlanAcrossNodes(alone.batch, alone.slots, context, stages);
   alone.run =
       std::make_unique<CrossNodeRun>(std::move(stages), *alone.transport, *alone.pool, [] {});
   // The other node never starts: this one's transfer waits for it.

@@ -11,14 +11,12 @@ daemon completes the first request makes the refusal the same on every
 rank, whatever the timing, so that ranks that catch it stay in step.
 """
 
+from collective import _core
 from collective.common import connection as connections
 
 # Horovod's text for the same refusal (horovod/common/common.h), raised as
-# ValueError there too.
-DUPLICATE_NAME_ERROR = (
-    'Requested to allreduce, allgather, or broadcast a tensor with the same name as another '
-    'tensor that is currently being processed.  If you want to request another tensor, use a '
-    'different tensor name.')
+# ValueError there too; common/duplicate_name.h holds it.
+DUPLICATE_NAME_ERROR = _core.DUPLICATE_NAME_ERROR
 
 
 class _Pending:
