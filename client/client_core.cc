@@ -3,11 +3,11 @@
 #include <utility>
 
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
@@ -55,12 +55,6 @@ int UsableCpus() {
 }
 
 }  // namespace
-
-uint64_t MonotonicNanos() {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
-}
 
 ClientCore::ClientCore(std::unique_ptr<Session> session, const ClientOptions& options)
     : options_(options), session_(std::move(session)) {}

@@ -63,9 +63,6 @@ struct FinishedRequest {
   std::vector<int64_t> shape;
 };
 
-// CLOCK_MONOTONIC now, in nanoseconds: the clock the daemon's timeline uses.
-uint64_t MonotonicNanos();
-
 // When something happened, for the daemon's timeline; zero: not measured.
 struct Span {
   uint64_t start_ns = 0;

@@ -102,8 +102,6 @@ class Completion {
   // This job's own totals (the daemon's add up every job's).
   const v1::Totals& totals() const { return totals_; }
 
-  // CLOCK_MONOTONIC nanoseconds of a steady_clock time (the same clock).
-  static uint64_t Nanos(Clock::time_point time);
   // The row a tensor gets in the timeline: names are per process set.
   static std::string TimelineName(const negotiation::ReadyTensor& tensor);
 

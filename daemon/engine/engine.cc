@@ -8,6 +8,7 @@
 
 #include "collective/build_config.h"
 #include "common/logging.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 
 namespace collective::daemon::engine {
@@ -151,7 +152,7 @@ void Engine::Loop() {
     bool drained = false;
     if (RunReady(drained)) {
       worked = true;
-      if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
+      if (timeline_.mark_cycles()) timeline_.Cycle(MonotonicNanos());
     }
     // What this look announced goes out now, not a look later: the other
     // nodes (node 0 for its decision, the peers for a small allreduce's
@@ -262,7 +263,7 @@ bool Engine::Spins(Clock::time_point now) const {
 
 void Engine::RunTimers(Clock::time_point now) {
   if (now >= next_heartbeat_) {
-    const uint64_t heartbeat = observe::MonotonicNanos();
+    const uint64_t heartbeat = MonotonicNanos();
     for (const auto& run : runs_) run->WriteHeartbeats(heartbeat);
     next_heartbeat_ = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   }

@@ -89,7 +89,4 @@ class Timeline {
   std::unique_ptr<Writer> writer_;
 };
 
-// CLOCK_MONOTONIC now, in nanoseconds.
-uint64_t MonotonicNanos();
-
 }  // namespace collective::daemon::observe

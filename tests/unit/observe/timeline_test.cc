@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "daemon/observe/trace_event.h"
 #include "tests/common/trace_reader.h"
 
@@ -114,9 +115,9 @@ TEST_F(TimelineTest, RecordsEveryKindOfEvent) {
   observe::Timeline timeline;
   EXPECT_FALSE(timeline.active());
 
-  const uint64_t before = observe::MonotonicNanos();
+  const uint64_t before = MonotonicNanos();
   ASSERT_TRUE(timeline.Start(path, /*mark_cycles=*/true, Me()).ok());
-  const uint64_t after = observe::MonotonicNanos();
+  const uint64_t after = MonotonicNanos();
   EXPECT_TRUE(timeline.active());
   EXPECT_TRUE(timeline.mark_cycles());
   EXPECT_EQ(timeline.path(), path);
@@ -238,9 +239,9 @@ TEST_F(TimelineTest, MarksCyclesOnlyWhenAskedAndRestartsWithFreshPids) {
   const std::string first = PathOf("first.json");
   ASSERT_TRUE(timeline.Start(first, /*mark_cycles=*/false, Me()).ok());
   EXPECT_FALSE(timeline.mark_cycles());
-  timeline.Phase("x", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Phase("y", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Cycle(observe::MonotonicNanos());
+  timeline.Phase("x", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Phase("y", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Cycle(MonotonicNanos());
   ASSERT_TRUE(timeline.Stop().ok());
   std::vector<Event> events = ParseTrace(first);
   EXPECT_THAT(Select(events, "CYCLE", "i"), IsEmpty());
@@ -250,9 +251,9 @@ TEST_F(TimelineTest, MarksCyclesOnlyWhenAskedAndRestartsWithFreshPids) {
   const std::string second = PathOf("second.json");
   ASSERT_TRUE(timeline.Start(second, /*mark_cycles=*/true, Me()).ok());
   EXPECT_EQ(timeline.events_written(), 0u);
-  timeline.Phase("y", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Cycle(observe::MonotonicNanos());
-  timeline.Cycle(observe::MonotonicNanos());
+  timeline.Phase("y", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Cycle(MonotonicNanos());
+  timeline.Cycle(MonotonicNanos());
   ASSERT_TRUE(timeline.Stop().ok());
   events = ParseTrace(second);
   EXPECT_EQ(Select(events, "CYCLE", "i").size(), 2u);
@@ -429,7 +430,7 @@ TEST_F(TimelineTest, DestructorCompletesTheFile) {
     observe::Timeline timeline;
     ASSERT_TRUE(timeline.Start(path, true, Me()).ok());
     timeline.Phase("t", exec::kPhaseQueue, 0, 0, 0);
-    timeline.Cycle(observe::MonotonicNanos());
+    timeline.Cycle(MonotonicNanos());
   }
   const std::vector<Event> events = ParseTrace(path);
   EXPECT_EQ(Select(events, "QUEUE", "X").size(), 1u);
@@ -443,7 +444,7 @@ TEST_F(TimelineTest, StartsAndStopsWhileTheEngineRecords) {
   std::atomic<bool> done{false};
   std::thread engine([&] {
     for (uint64_t i = 0; !done.load(); ++i) {
-      const uint64_t now = observe::MonotonicNanos();
+      const uint64_t now = MonotonicNanos();
       timeline.Phase(absl::StrCat("tensor", i % 7), exec::kPhaseReduce, now, now + 10, i);
       timeline.CopyOut(absl::StrCat("tensor", i % 7), static_cast<int32_t>(i % 3), now, now + 5);
       timeline.Cycle(now);
