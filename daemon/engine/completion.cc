@@ -128,7 +128,7 @@ void Completion::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& ru
     if (run.breaks_job && hooks_.break_job) hooks_.break_job(outcome.status);
     return;
   }
-  observe::Timeline& timeline = parts_.timeline;
+  observe::JobTimelines& timeline = parts_.timeline;
   const bool device = run.where == BatchRun::Where::kDevice;
   const bool across = run.where == BatchRun::Where::kAcrossNodes;
   Count([](v1::Totals& t) { t.set_fused_batches(t.fused_batches() + 1); });
@@ -230,7 +230,7 @@ void Completion::ReleaseAllResults(job::ClientRecord& client) {
 }
 
 void Completion::RecordNegotiation(const negotiation::ReadyTensor& tensor) {
-  observe::Timeline& timeline = parts_.timeline;
+  observe::JobTimelines& timeline = parts_.timeline;
   if (!timeline.active() || tensor.submissions.empty()) return;
   std::vector<observe::RankArrival> arrivals;
   for (const negotiation::Submission& submission : tensor.submissions) {

@@ -53,7 +53,7 @@ struct BatchRun {
 class Completion {
  public:
   struct Parts {
-    observe::Timeline& timeline;
+    observe::JobTimelines& timeline;  // the daemon's and the job's own
     observe::Metrics& metrics;
     v1::Totals& daemon_totals;
     gpu::GpuExecutor& gpu;

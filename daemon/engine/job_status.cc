@@ -85,6 +85,10 @@ void JobRun::Describe(Clock::time_point now, v1::JobReport& report) const {
     report.set_result_arena_used_bytes(job_->results()->bytes_in_use());
   }
   tuning_.Describe(report.mutable_autotune());
+  v1::TimelineStatus* timeline = report.mutable_timeline();
+  timeline->set_active(timeline_.active());
+  timeline->set_path(timeline_.path());
+  timeline->set_events_written(timeline_.events_written());
   *report.mutable_totals() = completion_.totals();
   across_.view().AddTo(*report.mutable_totals());
 }

@@ -2,7 +2,9 @@
 // concurrent jobs (different rank counts, every kind of collective) each get
 // their reference results; a rank killed in one job fails that job only,
 // while the other job's ranks finish; another uid's process cannot open a
-// job's segments; and status lists every job (`--job` narrows it).
+// job's segments; status lists every job (`--job` narrows it); and a job's
+// own timeline (collectivectl timeline start --job, or the job's
+// HOROVOD_TIMELINE) records that job alone.
 #include <csignal>
 #include <map>
 #include <string>
@@ -18,6 +20,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tests/common/temporary_directory.h"
+#include "tests/common/trace_reader.h"
 #include "tests/integration/collectives_job.h"
 
 namespace collective::testing {
@@ -103,17 +107,40 @@ bool BothRunning(const v1::StatusResponse& status) {
   return running == 2;
 }
 
+// Two jobs of looping allreduces, named after the job ("first.0", ...):
+// 'first' of 2 ranks and 'second' of 1, both running.
+struct TwoJobs {
+  std::vector<Subprocess> first;
+  std::vector<Subprocess> second;
+  v1::StatusResponse status;  // with both running
+};
+absl::StatusOr<TwoJobs> StartTwoJobs(
+    DaemonProcess& daemon, const std::map<std::string, std::string>& second_environment = {}) {
+  TwoJobs jobs;
+  auto first = daemon.StartWorkers(CollectivesWorkerBinary(), 2, {"loop", "--name", "first"},
+                                   {{"COLLECTIVE_JOB_ID", "first"}});
+  if (!first.ok()) return first.status();
+  jobs.first = std::move(*first);
+  std::map<std::string, std::string> environment = second_environment;
+  environment["COLLECTIVE_JOB_ID"] = "second";
+  auto second =
+      daemon.StartWorkers(CollectivesWorkerBinary(), 1, {"loop", "--name", "second"}, environment);
+  if (!second.ok()) return second.status();
+  jobs.second = std::move(*second);
+  auto status = daemon.AwaitStatus(BothRunning, kTimeout);
+  if (!status.ok()) return status.status();
+  jobs.status = *std::move(status);
+  return jobs;
+}
+
 TEST(SeveralJobsTest, StatusListsEveryJobAndAnotherUidCannotOpenAJobsSegments) {
   auto daemon = DaemonProcess::Start({.flags = kFlags});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
-  auto first = (*daemon)->StartWorkers(CollectivesWorkerBinary(), 2, {"loop"},
-                                       {{"COLLECTIVE_JOB_ID", "first"}});
-  ASSERT_TRUE(first.ok()) << first.status();
-  auto second = (*daemon)->StartWorkers(CollectivesWorkerBinary(), 1, {"loop"},
-                                        {{"COLLECTIVE_JOB_ID", "second"}});
-  ASSERT_TRUE(second.ok()) << second.status();
-  auto status = (*daemon)->AwaitStatus(BothRunning, kTimeout);
-  ASSERT_TRUE(status.ok()) << status.status();
+  auto jobs = StartTwoJobs(**daemon);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const v1::StatusResponse* status = &jobs->status;
+  std::vector<Subprocess>* first = &jobs->first;
+  std::vector<Subprocess>* second = &jobs->second;
   ASSERT_EQ(status->jobs_size(), 2);
   EXPECT_EQ(status->jobs(0).job().id(), "first");
   EXPECT_EQ(status->jobs(0).clients_size(), 2);
@@ -158,6 +185,95 @@ TEST(SeveralJobsTest, StatusListsEveryJobAndAnotherUidCannotOpenAJobsSegments) {
   for (Subprocess& worker : *second) worker.Signal(SIGKILL);
   for (Subprocess& worker : *first) worker.Wait(kTimeout);
   for (Subprocess& worker : *second) worker.Wait(kTimeout);
+  ExpectCleanStop(**daemon);
+}
+
+// The report of job `id` in `status`, or null.
+const v1::JobReport* JobNamed(const v1::StatusResponse& status, const std::string& id) {
+  for (const v1::JobReport& job : status.jobs()) {
+    if (job.job().id() == id) return &job;
+  }
+  return nullptr;
+}
+
+void KillAll(std::vector<Subprocess>& workers) {
+  for (Subprocess& worker : workers) worker.Signal(SIGKILL);
+  for (Subprocess& worker : workers) worker.Wait(kTimeout);
+}
+
+// The tensor names (trace processes) of a timeline file, which must be
+// complete.
+std::vector<std::string> TensorsIn(const std::string& path) {
+  auto events = ReadTrace(path);
+  EXPECT_TRUE(events.ok()) << path << ": " << events.status();
+  std::vector<std::string> names;
+  if (events.ok()) {
+    for (const auto& [name, pid] : TraceProcesses(*events)) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(SeveralJobsTest, AJobsOwnTimelineRecordsThatJobAlone) {
+  TemporaryDirectory directory("jobtl");
+  ASSERT_FALSE(directory.path().empty());
+  const std::string first_file = directory.path() + "/first.json";
+  const std::string second_file = directory.path() + "/second.json";
+  auto daemon = DaemonProcess::Start({.flags = kFlags});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  // The second job asks for its timeline as Horovod's jobs do.
+  auto jobs = StartTwoJobs(**daemon, {{"HOROVOD_TIMELINE", second_file}});
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const v1::StatusResponse* status = &jobs->status;
+  ASSERT_NE(JobNamed(*status, "first"), nullptr);
+  ASSERT_NE(JobNamed(*status, "second"), nullptr);
+  EXPECT_FALSE(JobNamed(*status, "first")->timeline().active());
+  EXPECT_TRUE(JobNamed(*status, "second")->timeline().active());
+  EXPECT_EQ(JobNamed(*status, "second")->timeline().path(), second_file);
+  EXPECT_FALSE(status->timeline().active());  // the daemon's
+
+  // collectivectl names the job; one the daemon does not serve is refused.
+  const CommandResult unknown =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "third", first_file});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "no job 'third'")) << unknown.err;
+  const CommandResult started =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "first", first_file});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_TRUE(absl::StrContains(started.out, "timeline of job 'first' recording to " + first_file))
+      << started.out;
+  const CommandResult same =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "first", second_file});
+  EXPECT_EQ(same.exit_code, 1) << same.out;
+  ASSERT_TRUE((*daemon)
+                  ->AwaitStatus(
+                      [](const v1::StatusResponse& s) {
+                        const v1::JobReport* job = JobNamed(s, "first");
+                        return job != nullptr && job->timeline().events_written() > 20;
+                      },
+                      kTimeout)
+                  .ok());
+  const CommandResult stopped =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "stop", "--job", "first"});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_TRUE(absl::StrContains(stopped.out, "timeline of job 'first' stopped")) << stopped.out;
+  const std::vector<std::string> first_tensors = TensorsIn(first_file);
+  EXPECT_FALSE(first_tensors.empty());
+  for (const std::string& name : first_tensors) {
+    EXPECT_TRUE(absl::StartsWith(name, "first.")) << name << " in the first job's timeline";
+  }
+
+  // The second job's timeline ends with the job, its file complete.
+  KillAll(jobs->first);
+  KillAll(jobs->second);
+  ASSERT_TRUE(
+      (*daemon)
+          ->AwaitStatus([](const v1::StatusResponse& s) { return s.jobs_size() == 0; }, kTimeout)
+          .ok());
+  const std::vector<std::string> second_tensors = TensorsIn(second_file);
+  EXPECT_FALSE(second_tensors.empty());
+  for (const std::string& name : second_tensors) {
+    EXPECT_TRUE(absl::StartsWith(name, "second.")) << name << " in the second job's timeline";
+  }
   ExpectCleanStop(**daemon);
 }
 

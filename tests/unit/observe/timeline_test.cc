@@ -503,5 +503,43 @@ TEST(TraceEventTest, BuildsOneEvent) {
   EXPECT_EQ(out, R"({"name":"CYCLE","ph":"i","pid":0,"tid":0,"ts":0.001,"s":"g"})");
 }
 
+// Two jobs on one daemon: the daemon's timeline records both, a job's own
+// timeline that job alone, and a job whose own timeline is off still
+// records while the daemon's does.
+TEST_F(TimelineTest, AJobsOwnTimelineRecordsThatJobAlone) {
+  Timeline daemon;
+  Timeline own_a;
+  Timeline own_b;
+  JobTimelines job_a(daemon, own_a);
+  JobTimelines job_b(daemon, own_b);
+  EXPECT_FALSE(job_a.active());
+  ASSERT_TRUE(own_a.Start(PathOf("a.json"), /*mark_cycles=*/false, Me()).ok());
+  EXPECT_TRUE(job_a.active());
+  EXPECT_FALSE(job_b.active());
+  ASSERT_TRUE(daemon.Start(PathOf("daemon.json"), /*mark_cycles=*/false, Me()).ok());
+  EXPECT_TRUE(job_b.active());
+
+  const uint64_t now = MonotonicNanos();
+  const RankArrival arrivals[] = {{0, now}, {1, now + 1000}};
+  for (auto [job, tensor] : {std::pair{&job_a, "a.grad"}, std::pair{&job_b, "b.grad"}}) {
+    job->Negotiation(tensor, v1::COLLECTIVE_ALLREDUCE, now, now + 1000, arrivals);
+    job->Phase(tensor, exec::kPhaseReduce, now + 1000, now + 2000, 64);
+    job->CopyOut(tensor, 1, now + 2000, now + 3000);
+  }
+  ASSERT_TRUE(own_a.Stop().ok());
+  ASSERT_TRUE(daemon.Stop().ok());
+
+  using Rows = std::vector<std::pair<std::string, int64_t>>;
+  const std::vector<Event> a = ParseTrace(PathOf("a.json"));
+  EXPECT_EQ(Processes(a), (Rows{{"a.grad", 1}}));
+  EXPECT_EQ(Select(a, "NEGOTIATE_ALLREDUCE", "X").size(), 1u);
+  EXPECT_EQ(Select(a, std::string(exec::kPhaseReduce), "X").size(), 1u);
+  EXPECT_EQ(Select(a, std::string(exec::kPhaseCopyOut), "X").size(), 1u);
+  const std::vector<Event> both = ParseTrace(PathOf("daemon.json"));
+  EXPECT_EQ(Processes(both), (Rows{{"a.grad", 1}, {"b.grad", 2}}));
+  EXPECT_EQ(Select(both, std::string(exec::kPhaseReduce), "X").size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(PathOf("b.json")));
+}
+
 }  // namespace
 }  // namespace collective::daemon::observe
