@@ -72,7 +72,9 @@ JobRun::~JobRun() {
     completion_.ForgetDeviceRows();  // rows of batches abandoned on the GPU
     parts_.gpu_tenant = 0;
   }
-  if (job_->state() != job::JobState::kForming) observe::ReportJobEnded(*job_, parts_.metrics);
+  if (job_->state() != job::JobState::kForming) {
+    observe::ReportJobEnded(*job_, completion_.totals(), parts_.metrics);
+  }
   if (timeline_.active()) {
     const std::string path = timeline_.path();
     if (absl::Status stopped = timeline_.Stop(); stopped.ok()) {

@@ -2,8 +2,9 @@
 // concurrent jobs (different rank counts, every kind of collective) each get
 // their reference results; a rank killed in one job fails that job only,
 // while the other job's ranks finish; another uid's process cannot open a
-// job's segments; status lists every job (`--job` narrows it); and a job's
-// own timeline (collectivectl timeline start --job, or the job's
+// job's segments; status lists every job (`--job` narrows it); the metrics
+// carry a series per job, which goes when its job ends; and a job's own
+// timeline (collectivectl timeline start --job, or the job's
 // HOROVOD_TIMELINE) records that job alone.
 #include <csignal>
 #include <map>
@@ -20,9 +21,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/common/temporary_directory.h"
 #include "tests/common/trace_reader.h"
 #include "tests/integration/collectives_job.h"
+#include "tests/integration/metrics_scrape.h"
 
 namespace collective::testing {
 namespace {
@@ -196,9 +199,69 @@ const v1::JobReport* JobNamed(const v1::StatusResponse& status, const std::strin
   return nullptr;
 }
 
+// The daemon's metrics as Prometheus scrapes them, over HTTP.
+std::map<std::string, double> Scrape(DaemonProcess& daemon) {
+  auto status = daemon.Status();
+  EXPECT_TRUE(status.ok()) << status.status();
+  if (!status.ok()) return {};
+  auto reply = HttpGet(status->metrics_url(), "/metrics");
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  if (!reply.ok()) return {};
+  auto samples = ParseSamples(reply->body);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  return samples.ok() ? *std::move(samples) : std::map<std::string, double>{};
+}
+
+// The series that name `job_id`.
+std::vector<std::string> SeriesOf(const std::map<std::string, double>& samples,
+                                  const std::string& job_id) {
+  std::vector<std::string> series;
+  for (const auto& [name, value] : samples) {
+    if (absl::StrContains(name, absl::StrCat("job_id=\"", job_id, "\""))) series.push_back(name);
+  }
+  return series;
+}
+
 void KillAll(std::vector<Subprocess>& workers) {
   for (Subprocess& worker : workers) worker.Signal(SIGKILL);
   for (Subprocess& worker : workers) worker.Wait(kTimeout);
+}
+
+TEST(SeveralJobsTest, EachJobHasItsOwnMetricsSeriesUntilItEnds) {
+  std::vector<std::string> flags = kFlags;
+  flags.insert(flags.end(), {"--metrics-listen", "127.0.0.1:0"});
+  auto daemon = DaemonProcess::Start({.flags = flags});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto jobs = StartTwoJobs(**daemon);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_NO_FATAL_FAILURE(AwaitSaid(jobs->first, "running", kTimeout));
+  ASSERT_NO_FATAL_FAILURE(AwaitSaid(jobs->second, "running", kTimeout));
+
+  const std::map<std::string, double> both = Scrape(**daemon);
+  EXPECT_EQ(both.at("collectived_job_local_ranks{job_id=\"first\"}"), 2);
+  EXPECT_EQ(both.at("collectived_job_local_ranks{job_id=\"second\"}"), 1);
+  EXPECT_EQ(both.at("collectived_job_status{job_id=\"first\",state=\"running\"}"), 1);
+  EXPECT_EQ(both.at("collectived_job_status{job_id=\"second\",state=\"running\"}"), 1);
+  EXPECT_GT(both.at("collectived_job_collectives_total{job_id=\"first\"}"), 10);
+  EXPECT_GT(both.at("collectived_job_bytes_reduced_total{job_id=\"second\"}"), 0);
+  EXPECT_EQ(both.at("collectived_clients_connected"), 3);  // the daemon's, over both
+
+  // The first job ends: its series go, the other job's and the daemon's stay.
+  KillAll(jobs->first);
+  ASSERT_TRUE(
+      (*daemon)
+          ->AwaitStatus([](const v1::StatusResponse& s) { return s.jobs_size() == 1; }, kTimeout)
+          .ok());
+  const std::map<std::string, double> one = Scrape(**daemon);
+  EXPECT_TRUE(SeriesOf(one, "first").empty()) << absl::StrJoin(SeriesOf(one, "first"), "\n");
+  EXPECT_FALSE(SeriesOf(one, "second").empty());
+  EXPECT_EQ(one.at("collectived_jobs_started_total"), 2);
+  EXPECT_EQ(one.at("collectived_jobs_ended_total{outcome=\"failed\"}"), 1);
+  EXPECT_GE(one.at("collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"}"),
+            both.at("collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"}"));
+
+  KillAll(jobs->second);
+  ExpectCleanStop(**daemon);
 }
 
 // The tensor names (trace processes) of a timeline file, which must be
