@@ -304,9 +304,12 @@ TEST(SeveralJobsTest, AJobsOwnTimelineRecordsThatJobAlone) {
   ASSERT_EQ(started.exit_code, 0) << started.err;
   EXPECT_TRUE(absl::StrContains(started.out, "timeline of job 'first' recording to " + first_file))
       << started.out;
-  const CommandResult same =
-      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "first", second_file});
-  EXPECT_EQ(same.exit_code, 1) << same.out;
+  // Two timelines never write one file.
+  const CommandResult taken =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", second_file});
+  EXPECT_EQ(taken.exit_code, 1) << taken.out;
+  EXPECT_TRUE(absl::StrContains(taken.err, "the timeline of job 'second' already records to"))
+      << taken.err;
   ASSERT_TRUE((*daemon)
                   ->AwaitStatus(
                       [](const v1::StatusResponse& s) {
