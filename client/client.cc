@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client_core.h"
 #include "client/cuda_driver.h"
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "shm/segment_layout.h"
@@ -183,9 +184,9 @@ absl::StatusOr<Result> Client::Wait(Handle handle, absl::Duration timeout) {
   }
   internal::Span copy_out;
   const bool timed = core_->timeline_active();
-  if (timed) copy_out.start_ns = internal::MonotonicNanos();
+  if (timed) copy_out.start_ns = MonotonicNanos();
   std::memcpy(finished.output, view, record.result_bytes);
-  if (timed) copy_out.end_ns = internal::MonotonicNanos();
+  if (timed) copy_out.end_ns = MonotonicNanos();
   copied_out_bytes_.fetch_add(record.result_bytes, std::memory_order_relaxed);
   core_->Release(handle, record.result_bytes, copy_out);
   result.data_ = finished.output;

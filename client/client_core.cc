@@ -3,11 +3,11 @@
 #include <utility>
 
 #include <sched.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
+#include "common/clock.h"
 #include "common/dtype.h"
 #include "common/duplicate_name.h"
 #include "common/grpc_status.h"
@@ -57,12 +57,6 @@ int UsableCpus() {
 
 }  // namespace
 
-uint64_t MonotonicNanos() {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(now.tv_nsec);
-}
-
 ClientCore::ClientCore(std::unique_ptr<Session> session, const ClientOptions& options)
     : options_(options), session_(std::move(session)) {}
 
@@ -86,6 +80,8 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   request.set_pid(::getpid());
   request.set_layout_version(shm::kLayoutVersion);
   request.set_client_version(COLLECTIVE_VERSION);
+  request.set_timeline_path(options.timeline_file);
+  request.set_timeline_mark_cycles(options.timeline_mark_cycles);
   for (const std::vector<int>& ranks : options.static_process_sets) {
     v1::ProcessSet* set = request.add_static_process_sets();
     for (int rank : ranks) set->add_ranks(rank);
@@ -594,7 +590,10 @@ void ClientCore::ForgetProcessSet(int32_t id) {
   process_sets_.erase(id);
 }
 
-absl::StatusOr<v1::TimelineResponse> ClientCore::Timeline(const v1::TimelineRequest& request) {
+absl::StatusOr<v1::TimelineResponse> ClientCore::Timeline(v1::TimelineRequest request) {
+  // A trainer's timeline is its job's own: on a daemon shared by several
+  // jobs it never records another job's tensor names.
+  request.set_job_id(options_.job_id);
   return session_->Timeline(request);
 }
 

@@ -63,9 +63,6 @@ struct FinishedRequest {
   std::vector<int64_t> shape;
 };
 
-// CLOCK_MONOTONIC now, in nanoseconds: the clock the daemon's timeline uses.
-uint64_t MonotonicNanos();
-
 // When something happened, for the daemon's timeline; zero: not measured.
 struct Span {
   uint64_t start_ns = 0;
@@ -122,7 +119,8 @@ class ClientCore final : public SessionListener, public std::enable_shared_from_
   void ForgetProcessSet(int32_t id);
   int rank() const { return rank_; }
 
-  absl::StatusOr<v1::TimelineResponse> Timeline(const v1::TimelineRequest& request);
+  // The timeline of this client's job alone.
+  absl::StatusOr<v1::TimelineResponse> Timeline(v1::TimelineRequest request);
 
   const v1::Limits& limits() const { return limits_; }
   // Whether the daemon takes CUDA tensors (RegisterResponse.gpu_path).

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collective/client.h"
+#include "common/timeline_path.h"
 
 namespace collective {
 namespace {
@@ -71,6 +72,19 @@ absl::Status ClientOptions::ResolveFromEnvironment() {
       }
       connect_timeout = absl::Seconds(parsed);
     }
+  }
+  if (const char* timeline = Env("HOROVOD_TIMELINE");
+      timeline != nullptr && timeline_file.empty()) {
+    // The daemon's working directory means nothing here.
+    absl::StatusOr<std::string> path = HorovodTimelinePath(timeline);
+    if (!path.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable HOROVOD_TIMELINE: ", path.status().message()));
+    }
+    timeline_file = *std::move(path);
+    const char* cycles = Env("HOROVOD_TIMELINE_MARK_CYCLES");
+    int marks = 0;
+    timeline_mark_cycles = cycles != nullptr && absl::SimpleAtoi(cycles, &marks) && marks != 0;
   }
   if (local_rank >= 0 && local_size >= 1) return absl::OkStatus();
   if (local_rank >= 0 || local_size >= 1) {

@@ -9,10 +9,10 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/timeline_path.h"
 #include "config/knob_values.h"
 
 namespace collective::config {
@@ -64,10 +64,9 @@ Translation StallCheckDisable(absl::string_view value) {
 }
 
 Translation Timeline(absl::string_view value) {
-  // DYNAMIC: Horovod records only between start_timeline and stop_timeline,
-  // which need no setting here.
-  if (absl::EqualsIgnoreCase(value, "DYNAMIC")) return std::nullopt;
-  return AbsolutePath(value);
+  ASSIGN_OR_RETURN(std::string path, HorovodTimelinePath(value));
+  if (path.empty()) return std::nullopt;  // DYNAMIC: no timeline from start-up
+  return path;
 }
 
 Translation LogLevel(absl::string_view value) {

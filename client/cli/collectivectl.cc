@@ -2,8 +2,9 @@
 //
 //   collectivectl status [--job ID] [--json]  version, jobs, clients, pending tensors, totals
 //   collectivectl health [--wait]     exit 0 only if the daemon answers and serves
-//   collectivectl timeline start FILE [--mark-cycles] | stop
-//                                     record the daemon's work as a Chrome trace
+//   collectivectl timeline start [--job ID] FILE [--mark-cycles] | stop [--job ID]
+//                                     record the daemon's work (or one job's) as a
+//                                     Chrome trace
 //   collectivectl metrics             counters, histograms and gauges (Prometheus text)
 #include <cstdio>
 #include <cstdlib>
@@ -54,15 +55,17 @@ bool MakeAbsolute(std::string& path) {
   return true;
 }
 
-void PrintTimeline(const collective::v1::TimelineResponse& response) {
+// `job`: the job whose own timeline it is; empty: the daemon's.
+void PrintTimeline(const collective::v1::TimelineResponse& response, const std::string& job) {
+  const std::string whose = job.empty() ? "timeline" : "timeline of job '" + job + "'";
   if (response.active()) {
-    std::cout << "timeline recording to " << response.path() << " (" << response.events_written()
+    std::cout << whose << " recording to " << response.path() << " (" << response.events_written()
               << " events written so far)\n";
   } else if (!response.path().empty()) {
-    std::cout << "timeline stopped: " << response.events_written() << " events written to "
+    std::cout << whose << " stopped: " << response.events_written() << " events written to "
               << response.path() << "\n";
   } else {
-    std::cout << "timeline not recording\n";
+    std::cout << whose << " not recording\n";
   }
 }
 
@@ -98,8 +101,14 @@ int main(int argc, char** argv) {
   bool mark_cycles = false;
   timeline_start->add_option("FILE", timeline_file, "the trace file to write")->required();
   timeline_start->add_flag("--mark-cycles", mark_cycles, "also mark every cycle of the engine");
+  std::string timeline_job;
+  timeline_start->add_option("--job", timeline_job,
+                             "record this job alone (its id, COLLECTIVE_JOB_ID) in a timeline of "
+                             "its own, which ends with the job");
   CLI::App* timeline_stop =
       timeline_command->add_subcommand("stop", "stop recording and complete the file");
+  timeline_stop->add_option("--job", timeline_job,
+                            "stop the timeline of this job (started with start --job)");
   CLI::App* metrics_command = app.add_subcommand(
       "metrics",
       "print the daemon's counters, histograms and gauges in Prometheus' text format (what "
@@ -129,6 +138,7 @@ int main(int argc, char** argv) {
   }
   if (*timeline_command) {
     collective::v1::TimelineRequest request;
+    request.set_job_id(timeline_job);
     if (*timeline_start) {
       if (!MakeAbsolute(timeline_file)) return 1;
       request.set_action(collective::v1::TimelineRequest::ACTION_START);
@@ -140,7 +150,7 @@ int main(int argc, char** argv) {
     collective::v1::TimelineResponse response;
     const grpc::Status status = stub->Timeline(&context, request, &response);
     if (!status.ok()) return Report(status, socket);
-    PrintTimeline(response);
+    PrintTimeline(response, timeline_job);
     return 0;
   }
   if (*metrics_command) {

@@ -128,6 +128,10 @@ std::string FormatJob(const v1::JobReport& report) {
     out += fmt::format("missing local ranks: {}\n", Ranks(job.missing_local_ranks()));
   }
   if (!job.failure().empty()) out += fmt::format("reason: {}\n", job.failure());
+  if (report.timeline().active()) {
+    out += fmt::format("timeline of this job: recording to {} ({} events so far)\n",
+                       report.timeline().path(), report.timeline().events_written());
+  }
   if (report.result_arena_bytes() != 0) {
     out +=
         fmt::format("result arena: {} of {} in use\n", HumanBytes(report.result_arena_used_bytes()),

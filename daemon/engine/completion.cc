@@ -1,6 +1,7 @@
 #include "daemon/engine/completion.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "daemon/exec/ops/ops.h"
 #include "shm/segment_layout.h"
@@ -15,11 +16,6 @@ uint64_t SplitsBytes(const negotiation::ReadyTensor& tensor) {
 }
 
 }  // namespace
-
-uint64_t Completion::Nanos(Clock::time_point time) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count());
-}
 
 std::string Completion::TimelineName(const negotiation::ReadyTensor& tensor) {
   return tensor.process_set_id == 0
@@ -132,7 +128,7 @@ void Completion::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& ru
     if (run.breaks_job && hooks_.break_job) hooks_.break_job(outcome.status);
     return;
   }
-  observe::Timeline& timeline = parts_.timeline;
+  observe::JobTimelines& timeline = parts_.timeline;
   const bool device = run.where == BatchRun::Where::kDevice;
   const bool across = run.where == BatchRun::Where::kAcrossNodes;
   Count([](v1::Totals& t) { t.set_fused_batches(t.fused_batches() + 1); });
@@ -160,15 +156,17 @@ void Completion::CompleteBatch(const exec::FusedBatch& batch, const BatchRun& ru
     batch_bytes += bytes;
     const std::string name = timeline.active() ? TimelineName(tensor) : std::string();
     if (timeline.active()) {
-      timeline.Phase(name, exec::kPhaseQueue, Nanos(tensor.ready_at), Nanos(outcome.started), 0);
+      timeline.Phase(name, exec::kPhaseQueue, MonotonicNanos(tensor.ready_at),
+                     MonotonicNanos(outcome.started), 0);
       if (device) {
         rows->emplace_back(name, bytes);  // kPhaseGpu when the GPU is done: DeviceDone
       } else {
-        timeline.Phase(name, op.phase(), Nanos(outcome.started), Nanos(outcome.finished), bytes);
+        timeline.Phase(name, op.phase(), MonotonicNanos(outcome.started),
+                       MonotonicNanos(outcome.finished), bytes);
       }
       if (across) {
-        timeline.Phase(name, exec::kPhaseCrossNode, Nanos(outcome.finished),
-                       Nanos(run.transferred_at), run.transferred);
+        timeline.Phase(name, exec::kPhaseCrossNode, MonotonicNanos(outcome.finished),
+                       MonotonicNanos(run.transferred_at), run.transferred);
       }
     }
     if (device) {
@@ -232,22 +230,22 @@ void Completion::ReleaseAllResults(job::ClientRecord& client) {
 }
 
 void Completion::RecordNegotiation(const negotiation::ReadyTensor& tensor) {
-  observe::Timeline& timeline = parts_.timeline;
+  observe::JobTimelines& timeline = parts_.timeline;
   if (!timeline.active() || tensor.submissions.empty()) return;
   std::vector<observe::RankArrival> arrivals;
   for (const negotiation::Submission& submission : tensor.submissions) {
-    arrivals.push_back({submission.set_rank, Nanos(submission.at)});
+    arrivals.push_back({submission.set_rank, MonotonicNanos(submission.at)});
   }
-  timeline.Negotiation(TimelineName(tensor), tensor.request().collective(), Nanos(tensor.first_at),
-                       Nanos(tensor.ready_at), arrivals);
+  timeline.Negotiation(TimelineName(tensor), tensor.request().collective(),
+                       MonotonicNanos(tensor.first_at), MonotonicNanos(tensor.ready_at), arrivals);
 }
 
 void Completion::DeviceDone(uint64_t device_batch, Clock::time_point started) {
   const auto rows = device_rows_.find(device_batch);
   if (rows == device_rows_.end()) return;
-  const uint64_t now = observe::MonotonicNanos();
+  const uint64_t now = MonotonicNanos();
   for (const auto& [name, bytes] : rows->second) {
-    parts_.timeline.Phase(name, exec::kPhaseGpu, Nanos(started), now, bytes);
+    parts_.timeline.Phase(name, exec::kPhaseGpu, MonotonicNanos(started), now, bytes);
   }
   device_rows_.erase(rows);
 }

@@ -53,7 +53,7 @@ struct BatchRun {
 class Completion {
  public:
   struct Parts {
-    observe::Timeline& timeline;
+    observe::JobTimelines& timeline;  // the daemon's and the job's own
     observe::Metrics& metrics;
     v1::Totals& daemon_totals;
     gpu::GpuExecutor& gpu;
@@ -100,8 +100,6 @@ class Completion {
   // This job's own totals (the daemon's add up every job's).
   const v1::Totals& totals() const { return totals_; }
 
-  // CLOCK_MONOTONIC nanoseconds of a steady_clock time (the same clock).
-  static uint64_t Nanos(Clock::time_point time);
   // The row a tensor gets in the timeline: names are per process set.
   static std::string TimelineName(const negotiation::ReadyTensor& tensor);
 

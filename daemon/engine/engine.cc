@@ -6,7 +6,9 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 
@@ -58,7 +60,9 @@ Engine::Engine(const config::DaemonConfig& config, uint64_t epoch, std::string m
              .metrics = metrics_,
              .totals = totals_,
              .world = world_,
-             .wake = [this] { doorbell_.Ring(); }} {}
+             .wake = [this] { doorbell_.Ring(); },
+             .check_timeline_path =
+                 [this](const std::string& path) { return CheckTimelinePathFree(path); }} {}
 
 Engine::~Engine() {
   if (thread_.joinable()) Shutdown("the daemon object was destroyed");
@@ -150,7 +154,7 @@ void Engine::Loop() {
     bool drained = false;
     if (RunReady(drained)) {
       worked = true;
-      if (timeline_.mark_cycles()) timeline_.Cycle(observe::MonotonicNanos());
+      if (timeline_.mark_cycles()) timeline_.Cycle(MonotonicNanos());
     }
     // What this look announced goes out now, not a look later: the other
     // nodes (node 0 for its decision, the peers for a small allreduce's
@@ -242,6 +246,8 @@ bool Engine::RunReady(bool& drained) {
     JobRun& run = *runs_[(first + i) % runs_.size()];
     if (!run.RunReady()) continue;
     ran = true;
+    // A cycle of the job's own timeline is one that ran its work.
+    if (run.timeline().mark_cycles()) run.timeline().Cycle(MonotonicNanos());
     drained = drained || run.idle();
   }
   return ran;
@@ -261,7 +267,7 @@ bool Engine::Spins(Clock::time_point now) const {
 
 void Engine::RunTimers(Clock::time_point now) {
   if (now >= next_heartbeat_) {
-    const uint64_t heartbeat = observe::MonotonicNanos();
+    const uint64_t heartbeat = MonotonicNanos();
     for (const auto& run : runs_) run->WriteHeartbeats(heartbeat);
     next_heartbeat_ = now + std::chrono::milliseconds(config_.heartbeat_interval_ms);
   }
@@ -366,17 +372,48 @@ void Engine::OnSessionClosed(const SessionClosedEvent& event) {
   event.link->Close(absl::OkStatus());
 }
 
+absl::Status Engine::CheckTimelinePathFree(const std::string& path) const {
+  // Two timelines writing one file would interleave their events.
+  if (timeline_.active() && timeline_.path() == path) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the daemon's timeline already records to ", path));
+  }
+  for (const auto& run : runs_) {
+    if (run->timeline().active() && run->timeline().path() == path) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the timeline of job '", run->job().id(), "' already records to ", path));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void Engine::OnTimeline(const TimelineEvent& event) {
   const v1::TimelineRequest& request = event.request;
+  // The daemon's timeline, or the one of the job named.
+  observe::Timeline* timeline = &timeline_;
+  std::string whose = "timeline";
+  if (!request.job_id().empty()) {
+    JobRun* run = registrar_.Find(request.job_id());
+    if (run == nullptr) {
+      event.reply(absl::NotFoundError(
+          absl::StrCat("collectived serves no job '", request.job_id(), "' (collectivectl status ",
+                       "lists the jobs it serves), so it has no timeline of that job")));
+      return;
+    }
+    timeline = &run->timeline();
+    whose = absl::StrCat("timeline of job '", request.job_id(), "'");
+  }
   absl::Status status;
   switch (request.action()) {
     case v1::TimelineRequest::ACTION_START:
-      status = timeline_.Start(request.path(), request.mark_cycles(), event.peer);
-      if (status.ok()) log::Daemon().info("timeline started: {}", request.path());
+      status = CheckTimelinePathFree(request.path());
+      if (!status.ok()) break;
+      status = timeline->Start(request.path(), request.mark_cycles(), event.peer);
+      if (status.ok()) log::Daemon().info("{} started: {}", whose, request.path());
       break;
     case v1::TimelineRequest::ACTION_STOP:
-      status = timeline_.Stop();
-      if (status.ok()) log::Daemon().info("timeline stopped");
+      status = timeline->Stop();
+      if (status.ok()) log::Daemon().info("{} stopped", whose);
       break;
     default:
       status = absl::InvalidArgumentError("the timeline action must be start or stop");
@@ -387,9 +424,9 @@ void Engine::OnTimeline(const TimelineEvent& event) {
     return;
   }
   v1::TimelineResponse response;
-  response.set_active(timeline_.active());
-  response.set_path(timeline_.path());
-  response.set_events_written(timeline_.events_written());
+  response.set_active(timeline->active());
+  response.set_path(timeline->path());
+  response.set_events_written(timeline->events_written());
   event.reply(response);
 }
 

@@ -111,6 +111,9 @@ class Engine final : private WorldLink::Listener {
   void OnStatus(const StatusEvent& event) const;
   void OnMetrics(const MetricsEvent& event) const;
   void OnTimeline(const TimelineEvent& event);
+  // FAILED_PRECONDITION if a timeline (the daemon's or a job's) records to
+  // `path`.
+  absl::Status CheckTimelinePathFree(const std::string& path) const;
   void OnShutdown(const ShutdownEvent& event);
   void OnGpuDone(const GpuDoneEvent& event);
 

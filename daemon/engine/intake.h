@@ -36,7 +36,7 @@ class Intake {
   };
 
   Intake(const config::DaemonConfig& config, Completion& completion, gpu::GpuExecutor& gpu,
-         observe::Timeline& timeline, Run& run)
+         observe::JobTimelines& timeline, Run& run)
       : config_(config), completion_(completion), gpu_(gpu), timeline_(timeline), run_(run) {}
 
   // Reads every attached client's ring; true if anything came.
@@ -52,7 +52,7 @@ class Intake {
   const config::DaemonConfig& config_;
   Completion& completion_;
   gpu::GpuExecutor& gpu_;
-  observe::Timeline& timeline_;
+  observe::JobTimelines& timeline_;
   Run& run_;
 };
 

@@ -48,7 +48,8 @@ JobRun::JobRun(SharedParts& parts, std::unique_ptr<job::Job> job)
       job_(std::move(job)),
       tuning_(parts.config),
       gpu_(parts.gpu, job_->sequence()),
-      completion_({.timeline = parts.timeline,
+      timelines_(parts.timeline, timeline_),
+      completion_({.timeline = timelines_,
                    .metrics = parts.metrics,
                    .daemon_totals = parts.totals,
                    .gpu = gpu_},
@@ -57,7 +58,7 @@ JobRun::JobRun(SharedParts& parts, std::unique_ptr<job::Job> job)
                                       uint64_t bytes) { tuning_.Measure(batch, bytes, across_); }}),
       across_(parts.config, tuning_.knobs(), *this, parts.executor, parts.pool,
               parts.world.transport(), parts.wake),
-      intake_(parts.config, completion_, gpu_, parts.timeline, *this),
+      intake_(parts.config, completion_, gpu_, timelines_, *this),
       p2p_(std::in_place, parts.config, *job_, completion_, parts.executor, parts.world.transport(),
            across_, *this),
       stalls_(parts.config.stall_check_seconds, parts.config.stall_shutdown_seconds),
@@ -69,7 +70,18 @@ JobRun::~JobRun() {
   }
   // Batches still on the GPU are abandoned (the lane's streams only).
   gpu_.EndJob();
-  if (job_->state() != job::JobState::kForming) observe::ReportJobEnded(*job_, parts_.metrics);
+  if (job_->state() != job::JobState::kForming) {
+    observe::ReportJobEnded(*job_, completion_.totals(), parts_.metrics);
+  }
+  if (timeline_.active()) {
+    const std::string path = timeline_.path();
+    if (absl::Status stopped = timeline_.Stop(); stopped.ok()) {
+      log::Daemon().info("timeline of job '{}' ended with the job: {}", job_->id(), path);
+    } else {
+      log::Daemon().warn("timeline of job '{}' ended with the job: {}", job_->id(),
+                         stopped.message());
+    }
+  }
   // Messages first: the spans of removed sets they hold keep communicators
   // open, which go with the job's state across nodes. The job's segments go
   // last, with the job.
@@ -126,6 +138,7 @@ absl::Status JobRun::Form(const job::NodeLayout& layout, bool across_nodes) {
   coordinator_ = std::make_unique<negotiation::Coordinator>();
   parts_.totals.set_jobs(parts_.totals.jobs() + 1);
   tuning_.Start(across_);
+  StartAskedTimeline();
 
   const Clock::duration timeout = RegisterTimeout(config_);
   const shm::ResultSegment& segment = job_->results()->segment();
@@ -754,8 +767,35 @@ void JobRun::WriteHeartbeats(uint64_t now_ns) {
   }
 }
 
+void JobRun::StartAskedTimeline() {
+  // Horovod writes HOROVOD_TIMELINE on rank 0 alone: here the daemon of
+  // global rank 0 does, as that rank.
+  for (const auto& member : job_->members()) {
+    if (!member || member->topology.rank() != 0 || !member->registration) continue;
+    const v1::RegisterRequest& request = member->registration->request();
+    if (request.timeline_path().empty()) return;
+    if (parts_.timeline.active() && parts_.timeline.path() == request.timeline_path()) {
+      return;  // a private daemon that took the job's HOROVOD_TIMELINE records it already
+    }
+    absl::Status started = parts_.check_timeline_path(request.timeline_path());
+    if (started.ok()) {
+      started =
+          timeline_.Start(request.timeline_path(), request.timeline_mark_cycles(), member->peer);
+    }
+    if (started.ok()) {
+      log::Daemon().info("timeline of job '{}' started (HOROVOD_TIMELINE of rank 0): {}",
+                         job_->id(), request.timeline_path());
+      PublishTimelineState();
+    } else {
+      log::Daemon().warn("job '{}' runs without the timeline its rank 0 asked for: {}", job_->id(),
+                         started.message());
+    }
+    return;
+  }
+}
+
 void JobRun::PublishTimelineState() {
-  const uint32_t active = parts_.timeline.active() ? 1 : 0;
+  const uint32_t active = timelines_.active() ? 1 : 0;
   for (const auto& member : job_->members()) {
     if (member && member->live() && member->segment != nullptr) {
       member->segment->header()->timeline_active.store(active, std::memory_order_relaxed);

@@ -2,8 +2,8 @@
 // member's departure: the object that owns everything that lives as long as
 // the job — its members and segments (job::Job), its coordinator and the
 // work ready to run, its intake and completion, its point-to-point
-// messages, its GPU batches, its autotuning, its stall inspector, and its
-// state across nodes (it is AcrossNodes' host). The Engine creates a run
+// messages, its GPU batches, its autotuning, its stall inspector, its own
+// timeline, and its state across nodes (it is AcrossNodes' host). The Engine creates a run
 // when a job's first rank registers, drives it from its loop, and destroys
 // it once done() — the destructor is the teardown. Nothing of a run reaches
 // another run. Engine thread only.
@@ -30,6 +30,7 @@
 #include "daemon/negotiation/coordinator.h"
 #include "daemon/negotiation/stall_inspector.h"
 #include "daemon/observe/metrics.h"
+#include "daemon/observe/timeline.h"
 
 namespace collective::daemon::engine {
 
@@ -97,7 +98,11 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   bool transferring() const { return across_.transferring() || p2p_->moving(); }
 
   void WriteHeartbeats(uint64_t now_ns);
-  // Tells every client whether to report copy-out spans.
+  // The timeline of this job alone (collectivectl timeline start --job);
+  // it ends, its file complete, with the run.
+  observe::Timeline& timeline() { return timeline_; }
+  // Tells every client whether to report copy-out spans: whether the
+  // daemon's timeline or the job's records.
   void PublishTimelineState();
   void AttachedClients(std::vector<shm::ClientSegmentHeader*>& out) const;
   // A batch on the GPU is done: its timeline rows end.
@@ -169,6 +174,9 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   // (for status, not for the stall inspector).
   std::vector<negotiation::WaitingTensor> AllWaiting(bool with_announced) const;
   void CheckAttachDeadlines(Clock::time_point now);
+  // The job's own timeline, where its global rank 0 registered here asking
+  // for one (HOROVOD_TIMELINE).
+  void StartAskedTimeline();
   void CheckGpu(Clock::time_point now);
 
   SharedParts& parts_;
@@ -176,6 +184,8 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   std::unique_ptr<job::Job> job_;
   JobTuning tuning_;      // before across_, which reads its knobs
   gpu::GpuExecutor gpu_;  // the job's part of the GPU path, on its own lane
+  observe::Timeline timeline_;
+  observe::JobTimelines timelines_;  // the daemon's and timeline_
   Completion completion_;
   AcrossNodes across_;
   Intake intake_;

@@ -85,27 +85,47 @@ void JobRun::Describe(Clock::time_point now, v1::JobReport& report) const {
     report.set_result_arena_used_bytes(job_->results()->bytes_in_use());
   }
   tuning_.Describe(report.mutable_autotune());
+  v1::TimelineStatus* timeline = report.mutable_timeline();
+  timeline->set_active(timeline_.active());
+  timeline->set_path(timeline_.path());
+  timeline->set_events_written(timeline_.events_written());
   *report.mutable_totals() = completion_.totals();
   across_.view().AddTo(*report.mutable_totals());
 }
 
 void JobRun::AddGauges(Clock::time_point now, observe::Metrics::Gauges& gauges) const {
+  observe::Metrics::JobSeries& series = gauges.jobs.emplace_back();
+  series.id = job_->id();
+  series.state = std::string(job::JobStateName(job_->state()));
+  if (job_->state() != job::JobState::kForming) {
+    series.ranks = static_cast<uint64_t>(job_->layout().world_size());
+  }
+  series.local_ranks = static_cast<uint64_t>(job_->local_size());
+  const v1::Totals& totals = completion_.totals();
+  series.collectives = totals.collectives();
+  series.requests = totals.requests();
+  series.bytes_reduced = totals.bytes_reduced();
+  series.errors = totals.errors();
+  series.timeline_active = timeline_.active() ? 1 : 0;
+  observe::Metrics::Load& load = series.load;
   for (const auto& member : job_->members()) {
     if (!member) continue;
-    gauges.clients_connected += member->attached() && member->live() ? 1 : 0;
-    gauges.outstanding_requests += member->outstanding.size();
+    load.clients_connected += member->attached() && member->live() ? 1 : 0;
+    load.outstanding_requests += member->outstanding.size();
   }
   if (job_->results() != nullptr) {
-    gauges.result_arena_bytes += job_->results()->capacity();
-    gauges.result_arena_used_bytes += job_->results()->bytes_in_use();
+    load.result_arena_bytes = job_->results()->capacity();
+    load.result_arena_used_bytes = job_->results()->bytes_in_use();
   }
-  if (coordinator_ == nullptr) return;
-  const Clock::duration stall_after = stalls_.check_after();
-  for (const negotiation::WaitingTensor& waiting : AllWaiting(/*with_announced=*/true)) {
-    ++gauges.pending_tensors;
-    gauges.stalled_tensors +=
-        stall_after > Clock::duration::zero() && now - waiting.first_at > stall_after ? 1 : 0;
+  if (coordinator_ != nullptr) {
+    const Clock::duration stall_after = stalls_.check_after();
+    for (const negotiation::WaitingTensor& waiting : AllWaiting(/*with_announced=*/true)) {
+      ++load.pending_tensors;
+      load.stalled_tensors +=
+          stall_after > Clock::duration::zero() && now - waiting.first_at > stall_after ? 1 : 0;
+    }
   }
+  gauges.load += load;
 }
 
 }  // namespace collective::daemon::engine

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collective/build_config.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/engine/world_link.h"
@@ -191,10 +192,7 @@ absl::StatusOr<std::unique_ptr<job::ClientRecord>> Registrar::NewClient(
   client->ring = job::SegmentCompletions(*client->segment);
   client->submissions = job::SegmentSubmissions(*client->segment);
   client->guard = job::GuardedRange(client->segment->header(), client->segment->size());
-  client->segment->header()->timeline_active.store(parts_.timeline.active() ? 1 : 0,
-                                                   std::memory_order_relaxed);
-  client->segment->header()->daemon_heartbeat_ns.store(observe::MonotonicNanos(),
-                                                       std::memory_order_relaxed);
+  client->segment->header()->daemon_heartbeat_ns.store(MonotonicNanos(), std::memory_order_relaxed);
   if (!client->guard.guarded()) {
     log::Shm().warn("no SIGBUS guard slot left for client {}; a truncated segment would crash",
                     client->id);
@@ -281,6 +279,7 @@ void Registrar::Register(std::shared_ptr<job::RegisterCall> call, Clock::time_po
   (*client)->registration = std::move(call);
   (*client)->static_process_sets = std::move(static_sets);
   run->job().AddMember(std::move(*client));
+  run->PublishTimelineState();
   if (run->job().complete()) Form(*run);
 }
 

@@ -44,6 +44,8 @@ class Registrar {
   void Exchanged(absl::StatusOr<job::NodeLayout> layout);
   // The daemon stops: registrations fail with `status`.
   void Shutdown(const absl::Status& status);
+  // The run of the job `job_id` that has not ended here, if any.
+  JobRun* Find(const std::string& job_id) const;
 
  private:
   // What any registration must satisfy, whatever the daemon's jobs.
@@ -60,7 +62,6 @@ class Registrar {
   void Form(JobRun& run);
   // The run's job did not form: its registrations fail with `status`.
   void Abort(JobRun& run, const absl::Status& status);
-  JobRun* Find(const std::string& job_id) const;
   void Remove(JobRun& run);
 
   SharedParts& parts_;

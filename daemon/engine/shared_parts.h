@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <sys/types.h>
 
+#include "absl/status/status.h"
 #include "collective/v1/status.pb.h"
 #include "config/daemon_config.h"
 #include "daemon/exec/executor.h"
@@ -38,6 +40,9 @@ struct SharedParts {
   WorldLink& world;
   // Wakes the engine thread (a transfer ended on another thread).
   std::function<void()> wake;
+  // FAILED_PRECONDITION if a timeline (the daemon's or a job's) records to
+  // the path: two timelines writing one file would interleave.
+  std::function<absl::Status(const std::string& path)> check_timeline_path;
 };
 
 }  // namespace collective::daemon::engine

@@ -30,16 +30,15 @@ void ReportJobStarted(const job::Job& job, Metrics& metrics) {
                     layout.node, layout.offset());
 }
 
-void ReportJobEnded(const job::Job& job, Metrics& metrics) {
+void ReportJobEnded(const job::Job& job, const v1::Totals& totals, Metrics& metrics) {
   const bool failed = job.state() == job::JobState::kFailed;
   metrics.JobEnded(failed ? JobOutcome::kFailed : JobOutcome::kCompleted);
-  const Metrics::JobTotals& totals = metrics.job();
   const std::string summary =
       absl::StrCat("job ended: job=", Quoted(job.id()), " result=", failed ? "failed" : "completed",
                    " ranks=", job.layout().world_size(), " local_ranks=", job.local_size(),
                    " duration_s=", absl::ToDoubleSeconds(absl::Now() - job.formed_at()),
-                   " collectives=", totals.collectives, " requests=", totals.requests,
-                   " bytes=", totals.bytes, " errors=", totals.errors);
+                   " collectives=", totals.collectives(), " requests=", totals.requests(),
+                   " bytes=", totals.bytes_reduced(), " errors=", totals.errors());
   if (failed) {
     log::Coord().warn("{} failure={}", summary, Quoted(job.failure().message()));
   } else {

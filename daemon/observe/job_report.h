@@ -4,6 +4,7 @@
 #pragma once
 
 #include "absl/status/status.h"
+#include "collective/v1/status.pb.h"
 #include "daemon/job/job.h"
 #include "daemon/observe/metrics.h"
 
@@ -12,8 +13,8 @@ namespace collective::daemon::observe {
 // The job has formed.
 void ReportJobStarted(const job::Job& job, Metrics& metrics);
 // A formed job is being torn down (every rank left, or it failed and the
-// rest left, or the daemon stops).
-void ReportJobEnded(const job::Job& job, Metrics& metrics);
+// rest left, or the daemon stops); `totals` are what it did.
+void ReportJobEnded(const job::Job& job, const v1::Totals& totals, Metrics& metrics);
 // A forming job is given up: `why` says who never registered.
 void ReportJobNotFormed(const job::Job& job, const absl::Status& why, Metrics& metrics);
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
 #include "common/dtype.h"
 #include "daemon/observe/process_metrics.h"
@@ -43,6 +44,50 @@ std::vector<double> ByteBounds() {
   return bounds;
 }
 
+// The gauges of Metrics::Load: collectived_NAME over every job, and
+// collectived_job_NAME{job_id} for each.
+struct LoadFamily {
+  absl::string_view name;
+  uint64_t Metrics::Load::*field;
+  absl::string_view help;  // completed by ", over every job." or ", of the job."
+};
+constexpr LoadFamily kLoadFamilies[] = {
+    {"clients_connected", &Metrics::Load::clients_connected, "Clients with an open session"},
+    {"outstanding_requests", &Metrics::Load::outstanding_requests,
+     "Requests submitted and not yet answered"},
+    {"pending_tensors", &Metrics::Load::pending_tensors,
+     "Tensors some ranks submitted and others not yet"},
+    {"stalled_tensors", &Metrics::Load::stalled_tensors,
+     "Pending tensors older than stall_check_seconds (see collectivectl status)"},
+    {"result_arena_bytes", &Metrics::Load::result_arena_bytes, "Size of the result segments"},
+    {"result_arena_used_bytes", &Metrics::Load::result_arena_used_bytes,
+     "Bytes of the result segments holding results not yet released by every reader"},
+};
+
+// The other series of one job: collectived_job_NAME{job_id}.
+struct JobFamily {
+  absl::string_view name;
+  absl::string_view type;
+  uint64_t Metrics::JobSeries::*field;
+  absl::string_view help;
+};
+constexpr JobFamily kJobFamilies[] = {
+    {"ranks", "gauge", &Metrics::JobSeries::ranks,
+     "Ranks of the job on every node, once it formed (0 while it forms)."},
+    {"local_ranks", "gauge", &Metrics::JobSeries::local_ranks,
+     "Ranks of the job that this daemon serves."},
+    {"collectives_total", "counter", &Metrics::JobSeries::collectives,
+     "Collectives of the job completed on this node."},
+    {"requests_total", "counter", &Metrics::JobSeries::requests,
+     "Requests of the job completed successfully: one per rank of each collective."},
+    {"bytes_reduced_total", "counter", &Metrics::JobSeries::bytes_reduced,
+     "Bytes the job's ranks handed in for its completed collectives."},
+    {"errors_total", "counter", &Metrics::JobSeries::errors,
+     "Requests of the job answered with an error."},
+    {"timeline_active", "gauge", &Metrics::JobSeries::timeline_active,
+     "1 while a timeline of the job alone records."},
+};
+
 }  // namespace
 
 std::string ErrorKind(absl::StatusCode code) {
@@ -63,9 +108,6 @@ void Metrics::Completed(const negotiation::ReadyTensor& tensor, uint64_t bytes) 
   ++counts.collectives;
   counts.requests += requests;
   counts.bytes += bytes;
-  ++job_.collectives;
-  job_.requests += requests;
-  job_.bytes += bytes;
   negotiation_seconds_.Observe(Seconds(tensor.ready_at - tensor.first_at));
 }
 
@@ -84,15 +126,9 @@ void Metrics::BatchCompleted(const exec::FusedBatch& batch,
 
 void Metrics::ControlCompleted(const negotiation::ReadyTensor& tensor) { Completed(tensor, 0); }
 
-void Metrics::RequestFailed(const absl::Status& status) {
-  ++errors_[status.code()];
-  ++job_.errors;
-}
+void Metrics::RequestFailed(const absl::Status& status) { ++errors_[status.code()]; }
 
-void Metrics::JobStarted() {
-  ++jobs_started_;
-  job_ = {};
-}
+void Metrics::JobStarted() { ++jobs_started_; }
 
 void Metrics::JobEnded(JobOutcome outcome) { ++jobs_ended_[outcome]; }
 
@@ -156,28 +192,47 @@ std::string Metrics::Render(const Gauges& gauges) const {
     out.Sample("collectived_job_state", {{"state", state}},
                uint64_t{gauges.job_state == state ? 1u : 0u});
   }
-  out.Family("collectived_clients_connected", "gauge", "Clients of the job with an open session.");
-  out.Sample("collectived_clients_connected", {}, gauges.clients_connected);
-  out.Family("collectived_outstanding_requests", "gauge",
-             "Requests submitted and not yet answered, over every client.");
-  out.Sample("collectived_outstanding_requests", {}, gauges.outstanding_requests);
-  out.Family("collectived_pending_tensors", "gauge",
-             "Tensors some ranks submitted and others not yet.");
-  out.Sample("collectived_pending_tensors", {}, gauges.pending_tensors);
-  out.Family("collectived_stalled_tensors", "gauge",
-             "Pending tensors older than stall_check_seconds (see collectivectl status).");
-  out.Sample("collectived_stalled_tensors", {}, gauges.stalled_tensors);
-  out.Family("collectived_result_arena_bytes", "gauge", "Size of the job's result segment.");
-  out.Sample("collectived_result_arena_bytes", {}, gauges.result_arena_bytes);
-  out.Family("collectived_result_arena_used_bytes", "gauge",
-             "Bytes of the result segment holding results not yet released by every reader.");
-  out.Sample("collectived_result_arena_used_bytes", {}, gauges.result_arena_used_bytes);
+  for (const LoadFamily& family : kLoadFamilies) {
+    const std::string name = absl::StrCat("collectived_", family.name);
+    out.Family(name, "gauge", absl::StrCat(family.help, ", over every job."));
+    out.Sample(name, {}, gauges.load.*family.field);
+  }
   out.Family("collectived_timeline_active", "gauge", "1 while a timeline records.");
   out.Sample("collectived_timeline_active", {}, uint64_t{gauges.timeline_active ? 1u : 0u});
+  RenderJobs(gauges.jobs, out);
   if (const std::optional<ProcessStats> process = ReadProcessStats()) {
     RenderProcessMetrics(*process, out);
   }
   return out.text();
+}
+
+Metrics::Load& Metrics::Load::operator+=(const Load& other) {
+  for (const LoadFamily& family : kLoadFamilies) this->*family.field += other.*family.field;
+  return *this;
+}
+
+void Metrics::RenderJobs(const std::vector<JobSeries>& jobs, PrometheusText& out) const {
+  // One family per field, one sample per job; the families are there with
+  // no job too, so that every series is known from the start.
+  out.Family("collectived_job_status", "gauge", "1 for the state the job is in.");
+  for (const JobSeries& job : jobs) {
+    for (const char* state : {"forming", "running", "ending", "failed"}) {
+      out.Sample("collectived_job_status", {{kJobLabel, job.id}, {"state", state}},
+                 uint64_t{job.state == state ? 1u : 0u});
+    }
+  }
+  for (const JobFamily& family : kJobFamilies) {
+    const std::string name = absl::StrCat("collectived_job_", family.name);
+    out.Family(name, family.type, family.help);
+    for (const JobSeries& job : jobs) out.Sample(name, {{kJobLabel, job.id}}, job.*family.field);
+  }
+  for (const LoadFamily& family : kLoadFamilies) {
+    const std::string name = absl::StrCat("collectived_job_", family.name);
+    out.Family(name, "gauge", absl::StrCat(family.help, ", of the job."));
+    for (const JobSeries& job : jobs) {
+      out.Sample(name, {{kJobLabel, job.id}}, job.load.*family.field);
+    }
+  }
 }
 
 }  // namespace collective::daemon::observe

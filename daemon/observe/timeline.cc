@@ -8,7 +8,6 @@
 #include <thread>
 #include <utility>
 
-#include <time.h>
 #include <unistd.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "daemon/job/open_as_owner.h"
@@ -40,12 +40,6 @@ std::string NegotiateName(v1::Collective collective) {
 }
 
 }  // namespace
-
-uint64_t MonotonicNanos() {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
-}
 
 // All of the timeline's state. The engine formats events straight into
 // `pending_` under `mutex_`; the writer thread swaps the whole buffer out

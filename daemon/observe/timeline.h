@@ -17,6 +17,9 @@
 // If the writer falls more than the queue bound behind (the disk stalls),
 // events are dropped rather than queued without bound, and one global
 // EVENTS_DROPPED instant with their count marks the gap once it caught up.
+//
+// A daemon has one timeline of its own, which records every job, and each
+// job run one of its job alone; JobTimelines hands a job's events to both.
 #pragma once
 
 #include <cstdint>
@@ -89,7 +92,34 @@ class Timeline {
   std::unique_ptr<Writer> writer_;
 };
 
-// CLOCK_MONOTONIC now, in nanoseconds.
-uint64_t MonotonicNanos();
+// Where one job's events go: the daemon's timeline and the job's own,
+// each while it records. Same calls as Timeline's; engine thread only.
+class JobTimelines {
+ public:
+  JobTimelines(Timeline& daemon, Timeline& job) : daemon_(daemon), job_(job) {}
+
+  // Some timeline records this job's events.
+  bool active() const { return daemon_.active() || job_.active(); }
+
+  void Negotiation(const std::string& tensor, v1::Collective collective, uint64_t first_ns,
+                   uint64_t ready_ns, std::span<const RankArrival> arrivals) {
+    for (Timeline* timeline : {&daemon_, &job_}) {
+      timeline->Negotiation(tensor, collective, first_ns, ready_ns, arrivals);
+    }
+  }
+  void Phase(const std::string& tensor, absl::string_view phase, uint64_t start_ns, uint64_t end_ns,
+             uint64_t bytes) {
+    for (Timeline* timeline : {&daemon_, &job_}) {
+      timeline->Phase(tensor, phase, start_ns, end_ns, bytes);
+    }
+  }
+  void CopyOut(const std::string& tensor, int32_t rank, uint64_t start_ns, uint64_t end_ns) {
+    for (Timeline* timeline : {&daemon_, &job_}) timeline->CopyOut(tensor, rank, start_ns, end_ns);
+  }
+
+ private:
+  Timeline& daemon_;
+  Timeline& job_;
+};
 
 }  // namespace collective::daemon::observe

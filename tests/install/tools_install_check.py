@@ -69,6 +69,8 @@ def main():
         cases = [
             ('collectivectl ', {'status', 'health', 'timeline', 'metrics'}, None),
             ('collectivectl timeline ', {'start', 'stop'}, None),
+            ('collectivectl timeline start --', {'--job', '--mark-cycles'}, None),
+            ('collectivectl timeline stop --', {'--job'}, None),
             ('collectivectl --so', {'--socket'}, None),
             ('collectivectl health --', {'--wait'}, None),
             ('collectivectl --socket ', {'train.py'}, None),

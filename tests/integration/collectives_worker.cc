@@ -25,7 +25,7 @@
 //   timeline [--start FILE [--mark-cycles]]  named collectives for a timeline
 //   repeat [--steps S] [--tensors T] [--change-at K]  the same allreduces, step
 //                                      after step (tensor 0 reshaped from step K)
-//   loop [--elements N]                allreduces until one fails
+//   loop [--elements N] [--name NAME]  allreduces until one fails
 //   lead [--steps S]                   rank 0 submits each step's allreduce
 //                                      first, and tells the others to follow
 //   workload --ops "KIND:DTYPE:COUNT:TIMES,..."  a known workload, to be counted

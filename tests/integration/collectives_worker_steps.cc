@@ -85,18 +85,20 @@ int LeadScenario(const Args& args) {
   return 0;
 }
 
-// loop [--elements N]: allreduces of N floats, step after step, until one
-// fails (the test kills something); says how many steps ran and the error.
+// loop [--elements N] [--name NAME]: allreduces of N floats (NAME.0 to
+// NAME.3), step after step, until one fails (the test kills something);
+// says how many steps ran and the error.
 // Fails itself if nothing fails within its deadline.
 int LoopScenario(const Args& args) {
   auto client = ConnectOrDie(args);
   const int64_t elements = std::stoll(Flag(args, "--elements", "262144"));
+  const std::string name = Flag(args, "--name", "loop");
   const absl::Time deadline = absl::Now() + absl::Seconds(120);
   std::vector<float> data(static_cast<size_t>(elements), 1.0f);
   const TensorView view{data.data(), DataType::kFloat32, {elements}};
   for (int step = 0; absl::Now() < deadline; ++step) {
     const absl::Status status =
-        client->Allreduce(absl::StrCat("loop.", step % 4), view, data.data());
+        client->Allreduce(absl::StrCat(name, ".", step % 4), view, data.data());
     if (!status.ok()) {
       Say(absl::StrCat("error after ", step, " steps: ", status.ToString()));
       return 0;

@@ -6,6 +6,7 @@
 // with a JSON parser and checked phase by phase for known tensors).
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -115,7 +116,10 @@ INSTANTIATE_TEST_SUITE_P(Clients, StallTest, ::testing::Values(2, 3),
 
 // --- Timeline ----------------------------------------------------------------
 
-enum class Recorder { kClientApi, kCollectivectl, kConfig };
+// Who starts the recording: a rank through the client API (its job's own
+// timeline), collectivectl (the daemon's), the daemon's configuration, or
+// HOROVOD_TIMELINE in the ranks' environment (the job's own).
+enum class Recorder { kClientApi, kCollectivectl, kConfig, kJobEnvironment };
 
 void PrintTo(Recorder recorder, std::ostream* os) {
   switch (recorder) {
@@ -127,6 +131,9 @@ void PrintTo(Recorder recorder, std::ostream* os) {
       break;
     case Recorder::kConfig:
       *os << "Config";
+      break;
+    case Recorder::kJobEnvironment:
+      *os << "JobEnvironment";
       break;
   }
 }
@@ -228,7 +235,11 @@ TEST_P(TimelineRecordingTest, RecordsTheNegotiationPhasesAndCopyOutsOfKnownTenso
     const CtlResult start = Ctl((*daemon)->socket(), {"timeline", "start", path_, "--mark-cycles"});
     ASSERT_EQ(start.exit_code, 0) << start.out;
   }
-  auto workers = (*daemon)->StartWorkers(CollectivesWorkerBinary(), kClients, args);
+  std::map<std::string, std::string> environment;
+  if (recorder == Recorder::kJobEnvironment) {
+    environment = {{"HOROVOD_TIMELINE", path_}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}};
+  }
+  auto workers = (*daemon)->StartWorkers(CollectivesWorkerBinary(), kClients, args, environment);
   ASSERT_TRUE(workers.ok()) << workers.status();
   ASSERT_EQ(WaitForWorkers(*workers, kTimeout), "");
   if (recorder == Recorder::kCollectivectl) {
@@ -238,11 +249,18 @@ TEST_P(TimelineRecordingTest, RecordsTheNegotiationPhasesAndCopyOutsOfKnownTenso
   if (recorder == Recorder::kConfig) {
     // Recording from start-up ends with the daemon, which completes the file.
     ASSERT_TRUE(ExitedCleanly((*daemon)->Stop())) << (*daemon)->process().Stderr();
-  } else {
+  } else if (recorder == Recorder::kCollectivectl) {
     const auto status = (*daemon)->Status();
     ASSERT_TRUE(status.ok()) << status.status();
     EXPECT_FALSE(status->timeline().active());
     EXPECT_EQ(status->timeline().path(), path_);
+  } else {
+    // The job's own timeline: rank 0 stopped it, or it ends with the job,
+    // which completes the file; the daemon's never recorded.
+    const auto status = (*daemon)->AwaitStatus(
+        [](const v1::StatusResponse& s) { return s.jobs().empty(); }, kTimeout);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->timeline().path(), "");
   }
 
   const absl::StatusOr<std::vector<TraceEvent>> events = ReadTrace(path_);
@@ -263,7 +281,7 @@ TEST_P(TimelineRecordingTest, RecordsTheNegotiationPhasesAndCopyOutsOfKnownTenso
 
 INSTANTIATE_TEST_SUITE_P(Recorders, TimelineRecordingTest,
                          ::testing::Values(Recorder::kClientApi, Recorder::kCollectivectl,
-                                           Recorder::kConfig),
+                                           Recorder::kConfig, Recorder::kJobEnvironment),
                          [](const auto& test) {
                            std::ostringstream name;
                            PrintTo(test.param, &name);

@@ -3,8 +3,10 @@
 // their reference results; a rank killed in one job fails that job only,
 // while the other job's ranks finish; another uid's process cannot open a
 // job's segments, and as a client of a job of its own reaches nothing of
-// another job (its memory, its results, its names); and status lists every
-// job (`--job` narrows it).
+// another job (its memory, its results, its names); status lists every job
+// (`--job` narrows it); the metrics carry a series per job, which goes when
+// its job ends; and a job's own timeline (collectivectl timeline start
+// --job, or the job's HOROVOD_TIMELINE) records that job alone.
 #include <csignal>
 #include <map>
 #include <optional>
@@ -22,7 +24,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tests/common/temporary_directory.h"
+#include "tests/common/trace_reader.h"
 #include "tests/integration/collectives_job.h"
+#include "tests/integration/metrics_scrape.h"
 #include "tests/integration/raw_client.h"
 
 namespace collective::testing {
@@ -108,17 +113,40 @@ bool BothRunning(const v1::StatusResponse& status) {
   return running == 2;
 }
 
+// Two jobs of looping allreduces, named after the job ("first.0", ...):
+// 'first' of 2 ranks and 'second' of 1, both running.
+struct TwoJobs {
+  std::vector<Subprocess> first;
+  std::vector<Subprocess> second;
+  v1::StatusResponse status;  // with both running
+};
+absl::StatusOr<TwoJobs> StartTwoJobs(
+    DaemonProcess& daemon, const std::map<std::string, std::string>& second_environment = {}) {
+  TwoJobs jobs;
+  auto first = daemon.StartWorkers(CollectivesWorkerBinary(), 2, {"loop", "--name", "first"},
+                                   {{"COLLECTIVE_JOB_ID", "first"}});
+  if (!first.ok()) return first.status();
+  jobs.first = std::move(*first);
+  std::map<std::string, std::string> environment = second_environment;
+  environment["COLLECTIVE_JOB_ID"] = "second";
+  auto second =
+      daemon.StartWorkers(CollectivesWorkerBinary(), 1, {"loop", "--name", "second"}, environment);
+  if (!second.ok()) return second.status();
+  jobs.second = std::move(*second);
+  auto status = daemon.AwaitStatus(BothRunning, kTimeout);
+  if (!status.ok()) return status.status();
+  jobs.status = *std::move(status);
+  return jobs;
+}
+
 TEST(SeveralJobsTest, StatusListsEveryJobAndAnotherUidCannotOpenAJobsSegments) {
   auto daemon = DaemonProcess::Start({.flags = kFlags});
   ASSERT_TRUE(daemon.ok()) << daemon.status();
-  auto first = (*daemon)->StartWorkers(CollectivesWorkerBinary(), 2, {"loop"},
-                                       {{"COLLECTIVE_JOB_ID", "first"}});
-  ASSERT_TRUE(first.ok()) << first.status();
-  auto second = (*daemon)->StartWorkers(CollectivesWorkerBinary(), 1, {"loop"},
-                                        {{"COLLECTIVE_JOB_ID", "second"}});
-  ASSERT_TRUE(second.ok()) << second.status();
-  auto status = (*daemon)->AwaitStatus(BothRunning, kTimeout);
-  ASSERT_TRUE(status.ok()) << status.status();
+  auto jobs = StartTwoJobs(**daemon);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const v1::StatusResponse* status = &jobs->status;
+  std::vector<Subprocess>* first = &jobs->first;
+  std::vector<Subprocess>* second = &jobs->second;
   ASSERT_EQ(status->jobs_size(), 2);
   EXPECT_EQ(status->jobs(0).job().id(), "first");
   EXPECT_EQ(status->jobs(0).clients_size(), 2);
@@ -250,6 +278,157 @@ TEST(SeveralJobsTest, AHostileClientOfAnotherUidReachesNothingOfAnotherJob) {
   EXPECT_EQ(status->totals().jobs(), 2u);
   for (RawClient* client : victim) EXPECT_TRUE(client->Leave().ok());
   EXPECT_EQ(StopAndCheck(**daemon), "");
+
+// The report of job `id` in `status`, or null.
+const v1::JobReport* JobNamed(const v1::StatusResponse& status, const std::string& id) {
+  for (const v1::JobReport& job : status.jobs()) {
+    if (job.job().id() == id) return &job;
+  }
+  return nullptr;
+}
+
+// The daemon's metrics as Prometheus scrapes them, over HTTP.
+std::map<std::string, double> Scrape(DaemonProcess& daemon) {
+  auto status = daemon.Status();
+  EXPECT_TRUE(status.ok()) << status.status();
+  if (!status.ok()) return {};
+  auto reply = HttpGet(status->metrics_url(), "/metrics");
+  EXPECT_TRUE(reply.ok()) << reply.status();
+  if (!reply.ok()) return {};
+  auto samples = ParseSamples(reply->body);
+  EXPECT_TRUE(samples.ok()) << samples.status();
+  return samples.ok() ? *std::move(samples) : std::map<std::string, double>{};
+}
+
+// The series that name `job_id`.
+std::vector<std::string> SeriesOf(const std::map<std::string, double>& samples,
+                                  const std::string& job_id) {
+  std::vector<std::string> series;
+  for (const auto& [name, value] : samples) {
+    if (absl::StrContains(name, absl::StrCat("job_id=\"", job_id, "\""))) series.push_back(name);
+  }
+  return series;
+}
+
+void KillAll(std::vector<Subprocess>& workers) {
+  for (Subprocess& worker : workers) worker.Signal(SIGKILL);
+  for (Subprocess& worker : workers) worker.Wait(kTimeout);
+}
+
+TEST(SeveralJobsTest, EachJobHasItsOwnMetricsSeriesUntilItEnds) {
+  std::vector<std::string> flags = kFlags;
+  flags.insert(flags.end(), {"--metrics-listen", "127.0.0.1:0"});
+  auto daemon = DaemonProcess::Start({.flags = flags});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  auto jobs = StartTwoJobs(**daemon);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_NO_FATAL_FAILURE(AwaitSaid(jobs->first, "running", kTimeout));
+  ASSERT_NO_FATAL_FAILURE(AwaitSaid(jobs->second, "running", kTimeout));
+
+  const std::map<std::string, double> both = Scrape(**daemon);
+  EXPECT_EQ(both.at("collectived_job_local_ranks{job_id=\"first\"}"), 2);
+  EXPECT_EQ(both.at("collectived_job_local_ranks{job_id=\"second\"}"), 1);
+  EXPECT_EQ(both.at("collectived_job_status{job_id=\"first\",state=\"running\"}"), 1);
+  EXPECT_EQ(both.at("collectived_job_status{job_id=\"second\",state=\"running\"}"), 1);
+  EXPECT_GT(both.at("collectived_job_collectives_total{job_id=\"first\"}"), 10);
+  EXPECT_GT(both.at("collectived_job_bytes_reduced_total{job_id=\"second\"}"), 0);
+  EXPECT_EQ(both.at("collectived_clients_connected"), 3);  // the daemon's, over both
+
+  // The first job ends: its series go, the other job's and the daemon's stay.
+  KillAll(jobs->first);
+  ASSERT_TRUE(
+      (*daemon)
+          ->AwaitStatus([](const v1::StatusResponse& s) { return s.jobs_size() == 1; }, kTimeout)
+          .ok());
+  const std::map<std::string, double> one = Scrape(**daemon);
+  EXPECT_TRUE(SeriesOf(one, "first").empty()) << absl::StrJoin(SeriesOf(one, "first"), "\n");
+  EXPECT_FALSE(SeriesOf(one, "second").empty());
+  EXPECT_EQ(one.at("collectived_jobs_started_total"), 2);
+  EXPECT_EQ(one.at("collectived_jobs_ended_total{outcome=\"failed\"}"), 1);
+  EXPECT_GE(one.at("collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"}"),
+            both.at("collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"}"));
+
+  KillAll(jobs->second);
+  ExpectCleanStop(**daemon);
+}
+
+// The tensor names (trace processes) of a timeline file, which must be
+// complete.
+std::vector<std::string> TensorsIn(const std::string& path) {
+  auto events = ReadTrace(path);
+  EXPECT_TRUE(events.ok()) << path << ": " << events.status();
+  std::vector<std::string> names;
+  if (events.ok()) {
+    for (const auto& [name, pid] : TraceProcesses(*events)) names.push_back(name);
+  }
+  return names;
+}
+
+TEST(SeveralJobsTest, AJobsOwnTimelineRecordsThatJobAlone) {
+  TemporaryDirectory directory("jobtl");
+  ASSERT_FALSE(directory.path().empty());
+  const std::string first_file = directory.path() + "/first.json";
+  const std::string second_file = directory.path() + "/second.json";
+  auto daemon = DaemonProcess::Start({.flags = kFlags});
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  // The second job asks for its timeline as Horovod's jobs do.
+  auto jobs = StartTwoJobs(**daemon, {{"HOROVOD_TIMELINE", second_file}});
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  const v1::StatusResponse* status = &jobs->status;
+  ASSERT_NE(JobNamed(*status, "first"), nullptr);
+  ASSERT_NE(JobNamed(*status, "second"), nullptr);
+  EXPECT_FALSE(JobNamed(*status, "first")->timeline().active());
+  EXPECT_TRUE(JobNamed(*status, "second")->timeline().active());
+  EXPECT_EQ(JobNamed(*status, "second")->timeline().path(), second_file);
+  EXPECT_FALSE(status->timeline().active());  // the daemon's
+
+  // collectivectl names the job; one the daemon does not serve is refused.
+  const CommandResult unknown =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "third", first_file});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "no job 'third'")) << unknown.err;
+  const CommandResult started =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", "--job", "first", first_file});
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_TRUE(absl::StrContains(started.out, "timeline of job 'first' recording to " + first_file))
+      << started.out;
+  // Two timelines never write one file.
+  const CommandResult taken =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "start", second_file});
+  EXPECT_EQ(taken.exit_code, 1) << taken.out;
+  EXPECT_TRUE(absl::StrContains(taken.err, "the timeline of job 'second' already records to"))
+      << taken.err;
+  ASSERT_TRUE((*daemon)
+                  ->AwaitStatus(
+                      [](const v1::StatusResponse& s) {
+                        const v1::JobReport* job = JobNamed(s, "first");
+                        return job != nullptr && job->timeline().events_written() > 20;
+                      },
+                      kTimeout)
+                  .ok());
+  const CommandResult stopped =
+      RunCollectivectl((*daemon)->socket(), {"timeline", "stop", "--job", "first"});
+  ASSERT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_TRUE(absl::StrContains(stopped.out, "timeline of job 'first' stopped")) << stopped.out;
+  const std::vector<std::string> first_tensors = TensorsIn(first_file);
+  EXPECT_FALSE(first_tensors.empty());
+  for (const std::string& name : first_tensors) {
+    EXPECT_TRUE(absl::StartsWith(name, "first.")) << name << " in the first job's timeline";
+  }
+
+  // The second job's timeline ends with the job, its file complete.
+  KillAll(jobs->first);
+  KillAll(jobs->second);
+  ASSERT_TRUE(
+      (*daemon)
+          ->AwaitStatus([](const v1::StatusResponse& s) { return s.jobs_size() == 0; }, kTimeout)
+          .ok());
+  const std::vector<std::string> second_tensors = TensorsIn(second_file);
+  EXPECT_FALSE(second_tensors.empty());
+  for (const std::string& name : second_tensors) {
+    EXPECT_TRUE(absl::StartsWith(name, "second.")) << name << " in the second job's timeline";
+  }
+  ExpectCleanStop(**daemon);
 }
 
 }  // namespace

@@ -86,6 +86,13 @@ struct ClientOptions {
   absl::Duration daemon_timeout = absl::Seconds(60);
   // Null: Connect waits for the job to form until register_timeout.
   std::shared_ptr<ConnectCancellation> cancellation;
+  // A timeline of this job alone (Chrome trace JSON), which the daemon of
+  // global rank 0 starts as the job forms and ends with it, writing the
+  // file with rank 0's permissions; Horovod's HOROVOD_TIMELINE. Empty:
+  // $HOROVOD_TIMELINE (relative to the working directory; DYNAMIC: none),
+  // with $HOROVOD_TIMELINE_MARK_CYCLES (non-zero: mark the engine's cycles).
+  std::string timeline_file;
+  bool timeline_mark_cycles = false;
 
   // Fills every field left unset from the environment. Errors name the
   // variable and what is wrong with it.
@@ -401,8 +408,9 @@ class Client {
   absl::Status RegisterDeviceMemory(const void* device_pointer);
   absl::Status UnregisterDeviceMemory(const void* device_pointer);
 
-  // The daemon's timeline (Chrome trace JSON), written to `path` with this
-  // process's own file permissions.
+  // The timeline of this client's job alone (Chrome trace JSON), written to
+  // `path` with this process's own file permissions; it ends with the job
+  // if not stopped before. One per job: any rank of the job may stop it.
   absl::Status StartTimeline(const std::string& path, bool mark_cycles = false);
   absl::Status StopTimeline();
 

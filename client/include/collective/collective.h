@@ -233,7 +233,8 @@ int collective_process_set_rank(const collective_client_t* client, int32_t id, i
 int collective_process_set_size(const collective_client_t* client, int32_t id, int* size);
 int collective_process_set_included(const collective_client_t* client, int32_t id, int* included);
 
-/* The daemon's timeline, written with the caller's own file permissions. */
+/* The timeline of the client's job alone, written with the caller's own file
+ * permissions. */
 int collective_start_timeline(collective_client_t* client, const char* path, int mark_cycles);
 int collective_stop_timeline(collective_client_t* client);
 

@@ -35,7 +35,9 @@ class CompletionTest : public ::testing::Test {
     return submission;
   }
 
-  observe::Timeline timeline_;
+  observe::Timeline daemon_timeline_;
+  observe::Timeline job_timeline_;
+  observe::JobTimelines timeline_{daemon_timeline_, job_timeline_};
   observe::Metrics metrics_{""};
   v1::Totals daemon_;
   gpu::DevicePath path_;

@@ -84,7 +84,9 @@ class IntakeTest : public ::testing::Test {
   }
 
   config::DaemonConfig config_;
-  observe::Timeline timeline_;
+  observe::Timeline daemon_timeline_;
+  observe::Timeline job_timeline_;
+  observe::JobTimelines timeline_{daemon_timeline_, job_timeline_};
   observe::Metrics metrics_{""};
   v1::Totals totals_;
   gpu::DevicePath path_;

@@ -101,7 +101,8 @@ TEST(MetricsTest, CountsCollectivesRequestsAndBytesByCollectiveAndDtype) {
   metrics.RequestFailed(absl::InvalidArgumentError("no"));
   metrics.RequestFailed(absl::AbortedError("dead"));
 
-  const std::string text = metrics.Render({.job_state = "running", .clients_connected = 3});
+  const std::string text =
+      metrics.Render({.job_state = "running", .load = {.clients_connected = 3}});
   for (const char* line : {
            "collectived_collectives_total{collective=\"allreduce\",dtype=\"float32\"} 2\n",
            "collectived_requests_total{collective=\"allreduce\",dtype=\"float32\"} 6\n",
@@ -136,18 +137,68 @@ TEST(MetricsTest, CountsCollectivesRequestsAndBytesByCollectiveAndDtype) {
   }
   EXPECT_THAT(text, Not(HasSubstr("collectived_collectives_total{collective=\"broadcast\"")));
 
-  // The job's share, for its summary line; a new job starts from zero.
-  EXPECT_EQ(metrics.job().collectives, 4u);
-  EXPECT_EQ(metrics.job().requests, 12u);
-  EXPECT_EQ(metrics.job().bytes, 1368u);
-  EXPECT_EQ(metrics.job().errors, 3u);
   metrics.JobEnded(observe::JobOutcome::kFailed);
   metrics.JobStarted();
-  EXPECT_EQ(metrics.job().collectives, 0u);
   const std::string later = metrics.Render({.job_state = "idle"});
   EXPECT_THAT(later, HasSubstr("collectived_jobs_ended_total{outcome=\"failed\"} 1\n"));
   EXPECT_THAT(later, HasSubstr("collectived_jobs_ended_total{outcome=\"completed\"} 0\n"));
   EXPECT_THAT(later, HasSubstr("collectived_jobs_started_total 2\n"));
+}
+
+Metrics::JobSeries Job(std::string id, uint64_t collectives) {
+  return {.id = std::move(id),
+          .state = "running",
+          .ranks = 4,
+          .local_ranks = 2,
+          .collectives = collectives,
+          .requests = 2 * collectives,
+          .bytes_reduced = 1024 * collectives,
+          .errors = 1,
+          .timeline_active = 1,
+          .load = {.clients_connected = 2, .stalled_tensors = 1}};
+}
+
+TEST(MetricsTest, EachJobsSeriesCarryItsIdAndAJobThatEndedDropsOut) {
+  Metrics metrics("");
+  // Job ids are the users' strings: the label value is escaped.
+  const std::string odd = "a \"quoted\" \\ job\nid";
+  const std::string odd_label = "job_id=\"a \\\"quoted\\\" \\\\ job\\nid\"";
+  Metrics::Gauges gauges{.job_state = "running",
+                         .load = {.clients_connected = 4, .stalled_tensors = 1}};
+  gauges.jobs = {Job("first", 3), Job(odd, 5)};
+  const std::string both = metrics.Render(gauges);
+  for (const std::string& line : {
+           std::string("collectived_job_ranks{job_id=\"first\"} 4\n"),
+           std::string("collectived_job_local_ranks{job_id=\"first\"} 2\n"),
+           std::string("collectived_job_status{job_id=\"first\",state=\"running\"} 1\n"),
+           std::string("collectived_job_status{job_id=\"first\",state=\"failed\"} 0\n"),
+           std::string("collectived_job_collectives_total{job_id=\"first\"} 3\n"),
+           std::string("collectived_job_requests_total{job_id=\"first\"} 6\n"),
+           std::string("collectived_job_bytes_reduced_total{job_id=\"first\"} 3072\n"),
+           std::string("collectived_job_errors_total{job_id=\"first\"} 1\n"),
+           std::string("collectived_job_clients_connected{job_id=\"first\"} 2\n"),
+           std::string("collectived_job_stalled_tensors{job_id=\"first\"} 1\n"),
+           std::string("collectived_job_timeline_active{job_id=\"first\"} 1\n"),
+           absl::StrCat("collectived_job_collectives_total{", odd_label, "} 5\n"),
+           absl::StrCat("collectived_job_status{", odd_label, ",state=\"running\"} 1\n"),
+           // The daemon-wide series stay as they were.
+           std::string("collectived_clients_connected 4\n"),
+           std::string("collectived_stalled_tensors 1\n"),
+       }) {
+    EXPECT_THAT(both, HasSubstr(line));
+  }
+
+  // The first job ended: its series go, the other's stay.
+  gauges.jobs = {Job(odd, 6)};
+  const std::string one = metrics.Render(gauges);
+  EXPECT_THAT(one, Not(HasSubstr("job_id=\"first\"")));
+  EXPECT_THAT(one,
+              HasSubstr(absl::StrCat("collectived_job_collectives_total{", odd_label, "} 6\n")));
+
+  // No job: the families are declared, with no sample.
+  const std::string none = metrics.Render({.job_state = "idle"});
+  EXPECT_THAT(none, HasSubstr("# TYPE collectived_job_collectives_total counter\n"));
+  EXPECT_THAT(none, Not(HasSubstr("job_id=")));
 }
 
 TEST(MetricsTest, ErrorKindsAreLowerCaseStatusCodes) {

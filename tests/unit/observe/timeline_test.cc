@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "daemon/observe/trace_event.h"
 #include "tests/common/trace_reader.h"
 
@@ -114,9 +115,9 @@ TEST_F(TimelineTest, RecordsEveryKindOfEvent) {
   observe::Timeline timeline;
   EXPECT_FALSE(timeline.active());
 
-  const uint64_t before = observe::MonotonicNanos();
+  const uint64_t before = MonotonicNanos();
   ASSERT_TRUE(timeline.Start(path, /*mark_cycles=*/true, Me()).ok());
-  const uint64_t after = observe::MonotonicNanos();
+  const uint64_t after = MonotonicNanos();
   EXPECT_TRUE(timeline.active());
   EXPECT_TRUE(timeline.mark_cycles());
   EXPECT_EQ(timeline.path(), path);
@@ -238,9 +239,9 @@ TEST_F(TimelineTest, MarksCyclesOnlyWhenAskedAndRestartsWithFreshPids) {
   const std::string first = PathOf("first.json");
   ASSERT_TRUE(timeline.Start(first, /*mark_cycles=*/false, Me()).ok());
   EXPECT_FALSE(timeline.mark_cycles());
-  timeline.Phase("x", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Phase("y", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Cycle(observe::MonotonicNanos());
+  timeline.Phase("x", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Phase("y", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Cycle(MonotonicNanos());
   ASSERT_TRUE(timeline.Stop().ok());
   std::vector<Event> events = ParseTrace(first);
   EXPECT_THAT(Select(events, "CYCLE", "i"), IsEmpty());
@@ -250,9 +251,9 @@ TEST_F(TimelineTest, MarksCyclesOnlyWhenAskedAndRestartsWithFreshPids) {
   const std::string second = PathOf("second.json");
   ASSERT_TRUE(timeline.Start(second, /*mark_cycles=*/true, Me()).ok());
   EXPECT_EQ(timeline.events_written(), 0u);
-  timeline.Phase("y", exec::kPhaseReduce, observe::MonotonicNanos(), observe::MonotonicNanos(), 1);
-  timeline.Cycle(observe::MonotonicNanos());
-  timeline.Cycle(observe::MonotonicNanos());
+  timeline.Phase("y", exec::kPhaseReduce, MonotonicNanos(), MonotonicNanos(), 1);
+  timeline.Cycle(MonotonicNanos());
+  timeline.Cycle(MonotonicNanos());
   ASSERT_TRUE(timeline.Stop().ok());
   events = ParseTrace(second);
   EXPECT_EQ(Select(events, "CYCLE", "i").size(), 2u);
@@ -429,7 +430,7 @@ TEST_F(TimelineTest, DestructorCompletesTheFile) {
     observe::Timeline timeline;
     ASSERT_TRUE(timeline.Start(path, true, Me()).ok());
     timeline.Phase("t", exec::kPhaseQueue, 0, 0, 0);
-    timeline.Cycle(observe::MonotonicNanos());
+    timeline.Cycle(MonotonicNanos());
   }
   const std::vector<Event> events = ParseTrace(path);
   EXPECT_EQ(Select(events, "QUEUE", "X").size(), 1u);
@@ -443,7 +444,7 @@ TEST_F(TimelineTest, StartsAndStopsWhileTheEngineRecords) {
   std::atomic<bool> done{false};
   std::thread engine([&] {
     for (uint64_t i = 0; !done.load(); ++i) {
-      const uint64_t now = observe::MonotonicNanos();
+      const uint64_t now = MonotonicNanos();
       timeline.Phase(absl::StrCat("tensor", i % 7), exec::kPhaseReduce, now, now + 10, i);
       timeline.CopyOut(absl::StrCat("tensor", i % 7), static_cast<int32_t>(i % 3), now, now + 5);
       timeline.Cycle(now);
@@ -500,6 +501,44 @@ TEST(TraceEventTest, BuildsOneEvent) {
   out.clear();
   observe::TraceEvent(out, "CYCLE", "i", 0, 0).Time(1).Scope("g").Close();
   EXPECT_EQ(out, R"({"name":"CYCLE","ph":"i","pid":0,"tid":0,"ts":0.001,"s":"g"})");
+}
+
+// Two jobs on one daemon: the daemon's timeline records both, a job's own
+// timeline that job alone, and a job whose own timeline is off still
+// records while the daemon's does.
+TEST_F(TimelineTest, AJobsOwnTimelineRecordsThatJobAlone) {
+  Timeline daemon;
+  Timeline own_a;
+  Timeline own_b;
+  JobTimelines job_a(daemon, own_a);
+  JobTimelines job_b(daemon, own_b);
+  EXPECT_FALSE(job_a.active());
+  ASSERT_TRUE(own_a.Start(PathOf("a.json"), /*mark_cycles=*/false, Me()).ok());
+  EXPECT_TRUE(job_a.active());
+  EXPECT_FALSE(job_b.active());
+  ASSERT_TRUE(daemon.Start(PathOf("daemon.json"), /*mark_cycles=*/false, Me()).ok());
+  EXPECT_TRUE(job_b.active());
+
+  const uint64_t now = MonotonicNanos();
+  const RankArrival arrivals[] = {{0, now}, {1, now + 1000}};
+  for (auto [job, tensor] : {std::pair{&job_a, "a.grad"}, std::pair{&job_b, "b.grad"}}) {
+    job->Negotiation(tensor, v1::COLLECTIVE_ALLREDUCE, now, now + 1000, arrivals);
+    job->Phase(tensor, exec::kPhaseReduce, now + 1000, now + 2000, 64);
+    job->CopyOut(tensor, 1, now + 2000, now + 3000);
+  }
+  ASSERT_TRUE(own_a.Stop().ok());
+  ASSERT_TRUE(daemon.Stop().ok());
+
+  using Rows = std::vector<std::pair<std::string, int64_t>>;
+  const std::vector<Event> a = ParseTrace(PathOf("a.json"));
+  EXPECT_EQ(Processes(a), (Rows{{"a.grad", 1}}));
+  EXPECT_EQ(Select(a, "NEGOTIATE_ALLREDUCE", "X").size(), 1u);
+  EXPECT_EQ(Select(a, std::string(exec::kPhaseReduce), "X").size(), 1u);
+  EXPECT_EQ(Select(a, std::string(exec::kPhaseCopyOut), "X").size(), 1u);
+  const std::vector<Event> both = ParseTrace(PathOf("daemon.json"));
+  EXPECT_EQ(Processes(both), (Rows{{"a.grad", 1}, {"b.grad", 2}}));
+  EXPECT_EQ(Select(both, std::string(exec::kPhaseReduce), "X").size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(PathOf("b.json")));
 }
 
 }  // namespace

@@ -134,7 +134,9 @@ def is_homogeneous():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Starts the daemon's timeline (Chrome trace JSON), written to ``file_path``.
+    """Starts this job's timeline (Chrome trace JSON), written to ``file_path``.
+
+    It records this job alone, on a daemon shared by several jobs too.
 
     Arguments:
         file_path: Where to write it; relative paths are taken from this
