@@ -32,8 +32,11 @@ from install_common import (SKIPPED, check_and_run_job, check_pins_agree, clean_
 _CANDIDATES = ('3.12', '3.10')  # not Debian's 3.11, which every build tests
 _REQUIREMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                              'torch2-requirements.txt')
-# What ctest's python_2_ranks gives the suite, forwarded past clean_environment.
-_SUITE_VARIABLES = ('COLLECTIVE_TEST_GPU_PATH', 'COLLECTIVE_TEST_NCCL_VERSION_CODE')
+# What ctest's python_2_ranks says of the build tree's package, said of the
+# pip-built one: pyproject.toml builds it without the GPU path
+# (COLLECTIVE_GPU=OFF), so its nccl_built() is 0 and cuda_built() False,
+# whatever the daemon has.
+_SUITE_ENVIRONMENT = {'COLLECTIVE_TEST_GPU_PATH': '0', 'COLLECTIVE_TEST_NCCL_VERSION_CODE': '0'}
 
 
 def _version_key(path):
@@ -96,13 +99,12 @@ def _run_suite(source, prefix, python):
             os.makedirs(os.path.join(outside, part))
             for path in glob.glob(os.path.join(source, part, '*.py')):
                 shutil.copy(path, os.path.join(outside, part))
-        suite = {name: os.environ[name] for name in _SUITE_VARIABLES if name in os.environ}
         # A deprecation our package meets under this torch and Python fails the
         # test, before a release that removes it fails users.
         output = run([os.path.join(prefix, 'bin', 'collectiverun'), '-np', '2', python, '-m',
                       'pytest', '-q', '-p', 'no:cacheprovider', '-W', 'error::DeprecationWarning',
                       '-W', 'error::FutureWarning', 'tests/python'],
-                     cwd=outside, timeout=600, env=clean_environment(**suite))
+                     cwd=outside, timeout=600, env=clean_environment(**_SUITE_ENVIRONMENT))
     # collectiverun prefixes each rank's lines with [rank].
     results = dict(re.findall(r'^\[(\d+)\] (\d+ passed.*)$', output, re.M))
     if sorted(results) != ['0', '1']:
