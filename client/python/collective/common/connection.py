@@ -37,6 +37,16 @@ class Connection:
         # (see collective.torch.devices). None until then.
         self.cuda_device = None
 
+    def peek_unnamed_call(self, set_id):
+        """The number the next unnamed call on the set will take, left for that call.
+
+        Not ``next(copy.copy(counter))``: copying an ``itertools.count`` is
+        deprecated from Python 3.12 and fails from 3.14.
+        """
+        number = next(self.unnamed_calls[set_id])
+        self.unnamed_calls[set_id] = itertools.count(number)
+        return number
+
 
 _lock = threading.Lock()
 _current = None  # the connection of this process, while initialized

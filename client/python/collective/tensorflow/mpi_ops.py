@@ -22,7 +22,6 @@ must make the same unnamed eager calls in the same order, as in Horovod.
 """
 
 import atexit
-import copy
 import ctypes
 import itertools
 import os
@@ -410,7 +409,7 @@ def join(process_set=global_process_set):
         last = tf.gather(tf.constant(process_set.ranks, dtype=tf.int32), last)
     if tf.executing_eagerly():
         counters = connection.current().unnamed_calls
-        count = tf.constant([next(copy.copy(counters[set_id]))], dtype=tf.int64)
+        count = tf.constant([connection.current().peek_unnamed_call(set_id)], dtype=tf.int64)
         agreed = _OPS.collective_allreduce(count, reduce_op=reduce_ops.wire_code(Max),
                                            tensor_name=_AUTOMATIC_NAMES, process_set_id=set_id)
         counters[set_id] = itertools.count(int(agreed[0]))

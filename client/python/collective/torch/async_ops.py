@@ -20,7 +20,6 @@ device; that exchange makes the call return only once every rank of the set
 has made it, so those calls must come in the same order on every rank.
 """
 
-import copy
 import itertools
 
 import torch
@@ -628,7 +627,7 @@ def _agree_on_automatic_names(set_id):
     call has one name everywhere again.
     """
     counters = connection.current().unnamed_calls
-    count = torch.tensor([next(copy.copy(counters[set_id]))], dtype=torch.int64)
+    count = torch.tensor([connection.current().peek_unnamed_call(set_id)], dtype=torch.int64)
     destination = tensor_args.Destination(count)
     handle = _reduction_async(_AUTOMATIC_NAMES, [count], [destination], reduce_ops.Max, 1.0, 1.0,
                               set_id, False, _client().allreduce_async, devices.CPU)
