@@ -278,6 +278,7 @@ TEST(SeveralJobsTest, AHostileClientOfAnotherUidReachesNothingOfAnotherJob) {
   EXPECT_EQ(status->totals().jobs(), 2u);
   for (RawClient* client : victim) EXPECT_TRUE(client->Leave().ok());
   EXPECT_EQ(StopAndCheck(**daemon), "");
+}
 
 // The report of job `id` in `status`, or null.
 const v1::JobReport* JobNamed(const v1::StatusResponse& status, const std::string& id) {
