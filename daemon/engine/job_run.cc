@@ -68,8 +68,8 @@ JobRun::~JobRun() {
   for (const auto& member : job_->members()) {
     if (member) gpu_.Forget(member->id);
   }
-  // Batches still on the GPU are abandoned (the lane's streams only).
-  gpu_.EndJob();
+  // gpu_'s destructor ends the job's GPU work: batches still on the GPU are
+  // abandoned, on the job's own streams only.
   if (job_->state() != job::JobState::kForming) {
     observe::ReportJobEnded(*job_, completion_.totals(), parts_.metrics);
   }
