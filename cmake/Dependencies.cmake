@@ -10,6 +10,8 @@ find_package(fmt CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
+# Job worlds among resident daemons (Debian's libgloo-dev: TCP, ibverbs).
+find_package(Gloo CONFIG REQUIRED)
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 

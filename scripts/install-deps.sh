@@ -14,8 +14,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # control plane
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libabsl-dev
-  # multi-node
-  libopenmpi-dev openmpi-bin
+  # multi-node: MPI worlds (mpirun, srun) and Gloo job worlds among resident daemons
+  libopenmpi-dev openmpi-bin libgloo-dev
   # shared memory, logging, config, CLI
   libboost-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev
 )
