@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The daemon's layers, checked: every #include of a daemon header names a
 folder at or below the including file's layer (daemon/CMakeLists.txt), MPI
-is included only in world/, and gRPC's server only in service/ and the
-folder that wires the daemon. Fails with every violation listed. The build
+is included only in world/, Gloo only in gloo/, and gRPC's server only in
+service/ and the folder that wires the daemon. Fails with every violation listed. The build
 runs it before any daemon layer compiles (daemon/CMakeLists.txt), and ctest
 as `daemon_layering`."""
 import pathlib
@@ -16,15 +16,17 @@ BELOW = {
     "exec": {"job", "negotiation"},
     "gpu": {"job", "negotiation", "exec"},
     "world": {"job", "negotiation", "exec", "gpu"},
+    "gloo": {"job", "negotiation", "exec"},
     "observe": {"job", "negotiation", "exec"},
     "tune": set(),
-    "engine": {"job", "negotiation", "exec", "gpu", "world", "observe", "tune"},
-    "service": {"job", "negotiation", "exec", "gpu", "world", "observe", "tune", "engine"},
+    "engine": {"job", "negotiation", "exec", "gpu", "world", "gloo", "observe", "tune"},
+    "service": {"job", "negotiation", "exec", "gpu", "world", "gloo", "observe", "tune", "engine"},
 }
 # The kernels are a leaf library (collective_kernels) every layer may use.
 LEAF = {"daemon/exec/reduce_kernels.h", "daemon/exec/adasum_kernel.h"}
 ONLY_IN = {
     re.compile(r"#include\s*<mpi\.h>"): {"world"},
+    re.compile(r"#include\s*<gloo/"): {"gloo"},
     re.compile(r"#include\s*<grpcpp/"): {"service", "."},
 }
 
