@@ -8,7 +8,6 @@
 #include "common/logging.h"
 #include "daemon/engine/ready_check.h"
 #include "daemon/exec/ops/ops.h"
-#include "daemon/world/control_channel.h"
 
 namespace collective::daemon::engine {
 namespace {
@@ -27,23 +26,21 @@ Clock::duration Ticks(Duration duration) {
 
 AcrossNodes::AcrossNodes(const config::DaemonConfig& config, const tune::TunedValues& knobs,
                          Host& host, exec::Executor& executor, exec::ThreadPool& pool,
-                         world::MpiTransport& transport, std::function<void()> wake)
+                         std::function<void()> wake)
     : config_(config),
       knobs_(knobs),
       host_(host),
       executor_(executor),
       pool_(pool),
-      transport_(transport),
       wake_(std::move(wake)) {}
 
-absl::Status AcrossNodes::Begin(world::World& world, uint64_t generation,
-                                const job::NodeLayout& layout) {
+absl::Status AcrossNodes::Begin(JobWorld& world, const job::NodeLayout& layout) {
   world_ = &world;
-  auto comms = world::SetCommunicators::Create(world, layout);
-  if (!comms.ok()) return comms.status();
-  set_comms_ = std::move(*comms);
+  auto groups = world.MakeSetGroups(layout);
+  if (!groups.ok()) return groups.status();
+  set_groups_ = std::move(*groups);
   negotiator_ = std::make_unique<negotiation::Negotiator>(
-      std::make_unique<world::ControlChannel>(world, generation), layout, &CheckAcrossNodes,
+      world.MakeControlLink(), layout, &CheckAcrossNodes,
       negotiation::Negotiator::Options{
           .cache_capacity = config_.response_cache_capacity,
           .heartbeat_interval = Ticks(std::chrono::milliseconds(config_.heartbeat_interval_ms)),
@@ -67,18 +64,19 @@ void AcrossNodes::End(v1::Totals& totals) {
     }
   }
   if (world_ != nullptr && world_->abandoned()) {
-    // MPI may still own buffers of the job's transfers and requests of its
-    // messages, and freeing communicators could wait on a dead node: leave
-    // them all to the process's exit, which follows.
+    // The transport may still own buffers of the job's transfers and
+    // requests of its messages, and freeing communicators could wait on a
+    // dead node: leave them all to the transport (MPI's: to the process's
+    // exit, which follows).
     (void)negotiator_.release();
-    (void)set_comms_.release();
+    (void)set_groups_.release();
     if (active_.has_value()) (void)active_->run.release();
   }
   active_.reset();
   queue_.clear();
   announced_.clear();
   negotiator_.reset();
-  set_comms_.reset();
+  set_groups_.reset();
 }
 
 int32_t AcrossNodes::LocalMembers(const job::ProcessSet& set) const {
@@ -92,15 +90,15 @@ bool AcrossNodes::SpansNodes(const job::ProcessSet& set) const {
 }
 
 std::shared_ptr<const job::SetSpan> AcrossNodes::SpanOf(int32_t process_set_id) const {
-  return set_comms_ != nullptr ? set_comms_->Find(process_set_id) : nullptr;
+  return set_groups_ != nullptr ? set_groups_->Find(process_set_id) : nullptr;
 }
 
 absl::Status AcrossNodes::AddSet(const job::ProcessSet& set) {
-  return set_comms_ != nullptr ? set_comms_->Add(set) : absl::OkStatus();
+  return set_groups_ != nullptr ? set_groups_->Add(set) : absl::OkStatus();
 }
 
 void AcrossNodes::RemoveSet(int32_t process_set_id) {
-  if (set_comms_ != nullptr) set_comms_->Remove(process_set_id);
+  if (set_groups_ != nullptr) set_groups_->Remove(process_set_id);
 }
 
 std::string AcrossNodes::DescribeNode(const job::Job* job, int node) {
@@ -256,7 +254,7 @@ void AcrossNodes::Decide(v1::Decisions decisions) {
       host_.RunControl(tensor);
       continue;
     }
-    tensor.span = set_comms_->Find(tensor.process_set_id);
+    tensor.span = set_groups_->Find(tensor.process_set_id);
     if (tensor.span == nullptr) {
       host_.BreakAndFail(absl::InternalError(absl::StrCat("no communicator for process set ",
                                                           tensor.process_set_id, " across nodes")));
@@ -326,7 +324,7 @@ bool AcrossNodes::Advance() {
       if (!outcome.status.ok()) {
         // The other nodes run it and wait for this node's part in vain.
         host_.BreakAndFail(absl::Status(
-            outcome.status.code(), absl::StrCat("on ", DescribeNode(&job, world_->rank()), ": ",
+            outcome.status.code(), absl::StrCat("on ", DescribeNode(&job, world_->node()), ": ",
                                                 outcome.status.message())));
         break;
       }
@@ -338,7 +336,8 @@ bool AcrossNodes::Advance() {
       std::vector<exec::CrossNodeStage> stages;
       exec::ops::OpFor(batch.tensors.front().request())
           ->PlanAcrossNodes(batch, outcome.slots, context, stages);
-      auto run = std::make_unique<exec::CrossNodeRun>(std::move(stages), transport_, pool_, wake_);
+      auto run = std::make_unique<exec::CrossNodeRun>(std::move(stages), world_->transport(), pool_,
+                                                      wake_);
       active_ = Active{std::move(batch), std::move(outcome), std::move(run)};
     }
     if (!active_->run->Advance()) break;

@@ -28,16 +28,15 @@
 #include "absl/status/statusor.h"
 #include "collective/v1/status.pb.h"
 #include "config/daemon_config.h"
+#include "daemon/engine/job_world.h"
 #include "daemon/exec/cross_node_run.h"
 #include "daemon/exec/executor.h"
 #include "daemon/exec/fusion.h"
+#include "daemon/exec/set_groups.h"
 #include "daemon/exec/thread_pool.h"
 #include "daemon/job/job.h"
 #include "daemon/negotiation/negotiator.h"
 #include "daemon/tune/tuned_values.h"
-#include "daemon/world/mpi_transport.h"
-#include "daemon/world/set_communicators.h"
-#include "daemon/world/world.h"
 
 namespace collective::daemon::engine {
 
@@ -95,14 +94,15 @@ class AcrossNodes {
   // `knobs`: the fusion threshold and chunk size in force (autotuning moves
   // them; the engine owns them).
   AcrossNodes(const config::DaemonConfig& config, const tune::TunedValues& knobs, Host& host,
-              exec::Executor& executor, exec::ThreadPool& pool, world::MpiTransport& transport,
-              std::function<void()> wake);
+              exec::Executor& executor, exec::ThreadPool& pool, std::function<void()> wake);
 
   View view() const { return View(*this); }
 
-  // The nodes agreed on `layout`: the communicators (MPI_Comm_dup waits for
-  // every node) and the negotiation of the job's `generation` in `world`.
-  absl::Status Begin(world::World& world, uint64_t generation, const job::NodeLayout& layout);
+  // The nodes agreed on `layout`: the groups of the job's sets in `world`
+  // (an MPI world's MPI_Comm_dup waits for every node) and the job's
+  // negotiation on its control link. `world` outlives this object's use of
+  // it (until End).
+  absl::Status Begin(JobWorld& world, const job::NodeLayout& layout);
   // The job's cross-node state goes; its negotiation's totals join `totals`.
   // A world that abandoned MPI leaves what MPI may still own to the
   // process's exit.
@@ -190,11 +190,10 @@ class AcrossNodes {
   Host& host_;
   exec::Executor& executor_;
   exec::ThreadPool& pool_;
-  world::MpiTransport& transport_;
   const std::function<void()> wake_;  // a transfer ended
 
-  world::World* world_ = nullptr;
-  std::unique_ptr<world::SetCommunicators> set_comms_;
+  JobWorld* world_ = nullptr;
+  std::unique_ptr<exec::SetGroups> set_groups_;
   std::unique_ptr<negotiation::Negotiator> negotiator_;
   // By process set and name.
   std::map<std::pair<int32_t, std::string>, negotiation::ReadyTensor> announced_;

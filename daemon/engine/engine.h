@@ -10,11 +10,12 @@
 //
 // The parts: job_run.h (one job's life, and everything that lives as long
 // as it), registrar.h (registration and formation), world_link.h (the MPI
-// world of daemons), completion.h (where every request and batch ends),
-// intake.h (the submission rings), point_to_point.h (sends and receives),
-// job_tuning.h (autotuning), across_nodes.h (a job's negotiation with node
-// 0), ready_check.h (the one check of a ready tensor), shared_parts.h (what
-// the runs share).
+// world of daemons), job_world.h (what a job across nodes runs on;
+// mpi_job_world.h: a job's view of the MPI world), completion.h (where
+// every request and batch ends), intake.h (the submission rings),
+// point_to_point.h (sends and receives), job_tuning.h (autotuning),
+// across_nodes.h (a job's negotiation with node 0), ready_check.h (the one
+// check of a ready tensor), shared_parts.h (what the runs share).
 #pragma once
 
 #include <chrono>

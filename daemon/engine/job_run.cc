@@ -12,7 +12,6 @@
 #include "daemon/job/request_validator.h"
 #include "daemon/job/secrets.h"
 #include "daemon/observe/job_report.h"
-#include "daemon/world/nccl_world.h"
 
 namespace collective::daemon::engine {
 namespace {
@@ -56,11 +55,9 @@ JobRun::JobRun(SharedParts& parts, std::unique_ptr<job::Job> job)
                   {.break_job = [this](const absl::Status& why) { Fail(why); },
                    .measured = [this](const exec::FusedBatch& batch,
                                       uint64_t bytes) { tuning_.Measure(batch, bytes, across_); }}),
-      across_(parts.config, tuning_.knobs(), *this, parts.executor, parts.pool,
-              parts.world.transport(), parts.wake),
+      across_(parts.config, tuning_.knobs(), *this, parts.executor, parts.pool, parts.wake),
       intake_(parts.config, completion_, gpu_, timelines_, *this),
-      p2p_(std::in_place, parts.config, *job_, completion_, parts.executor, parts.world.transport(),
-           across_, *this),
+      p2p_(std::in_place, parts.config, *job_, completion_, parts.executor, across_, *this),
       stalls_(parts.config.stall_check_seconds, parts.config.stall_shutdown_seconds),
       next_stall_check_(Clock::now()) {}
 
@@ -89,17 +86,18 @@ JobRun::~JobRun() {
   across_.End(parts_.totals);
 }
 
-absl::Status JobRun::Form(const job::NodeLayout& layout, bool across_nodes) {
+absl::Status JobRun::Form(const job::NodeLayout& layout, std::unique_ptr<JobWorld> world) {
+  world_ = std::move(world);
+  const bool across_nodes = world_ != nullptr;
   if (across_nodes) {
-    // Every node reaches this point with the same layout: communicators
-    // first (MPI_Comm_dup waits for every node), then the job, whose static
-    // process sets get communicators too.
-    if (absl::Status begun = across_.Begin(parts_.world.world(), parts_.world.generation(), layout);
-        !begun.ok()) {
-      parts_.world.Break(begun, /*abandon_mpi=*/true);
+    // Every node reaches this point with the same layout: the groups of the
+    // sets first (an MPI world's MPI_Comm_dup waits for every node), then
+    // the job, whose static process sets get groups too.
+    if (absl::Status begun = across_.Begin(*world_, layout); !begun.ok()) {
+      world_->Break(begun, /*abandon=*/true);
       return begun;
     }
-    p2p_->BeginAcrossNodes(across_.link(), layout);
+    p2p_->BeginAcrossNodes(across_.link(), world_->transport(), layout);
   }
   absl::Status formed = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const job::ResultSegmentOwner owner,
@@ -127,10 +125,10 @@ absl::Status JobRun::Form(const job::NodeLayout& layout, bool across_nodes) {
   if (!formed.ok()) {
     if (across_nodes) {
       // This node could not form what the others did: they must hear it.
-      const world::World& world = parts_.world.world();
-      TellOtherNodes(v1::JobEvent::KIND_FAILED, absl::UnavailableError(absl::StrCat(
-                                                    "node ", world.rank(), " (", world.node_name(),
-                                                    ") could not form the job")));
+      TellOtherNodes(
+          v1::JobEvent::KIND_FAILED,
+          absl::UnavailableError(absl::StrCat("node ", world_->node(), " (", world_->node_name(),
+                                              ") could not form the job")));
     }
     return formed;
   }
@@ -324,7 +322,7 @@ void JobRun::Fail(const absl::Status& why, Origin origin) {
   // what is not decided fails now. Once MPI is abandoned (a node died),
   // nothing decided can finish either.
   FailUndecided(job_->failure());
-  if (parts_.world.world().abandoned()) AbandonDecided(job_->failure());
+  if (world_ != nullptr && world_->abandoned()) AbandonDecided(job_->failure());
   // NCCL kernels of work on the GPU may wait for a rank that will never
   // come: abort them rather than hang.
   if (gpu_.in_flight() > 0) gpu_.EndJob();
@@ -341,7 +339,7 @@ void JobRun::Fail(const absl::Status& why, Origin origin) {
 
 void JobRun::Shutdown(const absl::Status& status) {
   // Transfers this daemon began with the others will not finish.
-  if (across_.view().unfinished()) parts_.world.Break(status, /*abandon_mpi=*/true);
+  if (across_.view().unfinished()) world_->Break(status, /*abandon=*/true);
   Fail(status);
   for (const auto& member : job_->members()) {
     if (member && member->link) member->link->Close(status);
@@ -363,8 +361,8 @@ void JobRun::TellOtherNodes(v1::JobEvent::Kind kind, const absl::Status& why) {
   event.set_kind(kind);
   event.set_code(static_cast<int32_t>(why.code()));
   event.set_message(std::string(why.message()));
-  event.set_daemon_stopping(parts_.world.stopping());
-  event.set_node_lost(!parts_.world.broken().ok() && parts_.world.world().abandoned());
+  event.set_daemon_stopping(world_->stopping());
+  event.set_node_lost(world_->broken() && world_->abandoned());
   if (absl::Status told = across_.Tell(event); !told.ok()) {
     log::Mpi().warn("could not tell the other nodes: {}", told.message());
   }
@@ -376,7 +374,7 @@ void JobRun::OnJobEvent(int from, const v1::JobEvent& event) {
       absl::StrCat("on ", AcrossNodes::DescribeNode(job_.get(), from), ": ", event.message()));
   if (event.daemon_stopping() || event.node_lost()) {
     // A daemon that stops will not finish the work it was deciding with us.
-    parts_.world.Break(why, /*abandon_mpi=*/event.node_lost() || across_.view().unfinished());
+    world_->Break(why, /*abandon=*/event.node_lost() || across_.view().unfinished());
   }
   if (job_->state() == job::JobState::kForming) return;
   if (event.kind() == v1::JobEvent::KIND_ENDED) {
@@ -389,16 +387,14 @@ void JobRun::OnJobEvent(int from, const v1::JobEvent& event) {
 void JobRun::LostOtherNodes(const absl::Status& why) {
   const absl::Status lost = absl::UnavailableError(
       absl::StrCat("the daemons of job '", job_->id(), "' lost each other: ", why.message()));
-  parts_.world.Break(lost, /*abandon_mpi=*/true);
+  world_->Break(lost, /*abandon=*/true);
   Fail(lost);
 }
 
-void JobRun::AbandonWorld(const absl::Status& why) {
-  parts_.world.Break(why, /*abandon_mpi=*/true);
-}
+void JobRun::AbandonWorld(const absl::Status& why) { world_->Break(why, /*abandon=*/true); }
 
 void JobRun::BreakAndFail(const absl::Status& why) {
-  parts_.world.Break(why, /*abandon_mpi=*/true);
+  world_->Break(why, /*abandon=*/true);
   Fail(why);
 }
 
@@ -407,7 +403,7 @@ void JobRun::KeepPollingFast() {
 }
 
 bool JobRun::PollOtherNodes(Clock::time_point now) {
-  if (!across_.view().active() || parts_.world.world().abandoned()) return false;
+  if (!across_.view().active() || world_->abandoned()) return false;
   absl::StatusOr<AcrossNodes::Heard> heard = across_.Poll(now);
   if (!heard.ok()) {
     LostOtherNodes(heard.status());
@@ -649,9 +645,13 @@ bool JobRun::RunDeviceBatch() {
     if (!allocated.has_value()) return false;
     block = *allocated;
   }
-  const gpu::GpuExecutor::Outcome outcome =
-      gpu_.Run(deferred_.front(), [this](int devices, const gpu::NewUniqueId& new_id) {
-        return world::ShareLayoutOverMpi(parts_.world.world().data(), devices, new_id);
+  const gpu::GpuExecutor::Outcome outcome = gpu_.Run(
+      deferred_.front(),
+      [this](int devices, const gpu::NewUniqueId& new_id) -> absl::StatusOr<gpu::GlobalLayout> {
+        if (world_ != nullptr) return world_->ShareNcclLayout(devices, new_id);
+        // A job of one node: its devices are the communicator's.
+        ASSIGN_OR_RETURN(std::string unique_id, new_id());
+        return gpu::GlobalLayout{.ranks = devices, .first_rank = 0, .unique_id = unique_id};
       });
   const exec::FusedBatch batch = std::move(deferred_.front());
   deferred_.pop_front();
@@ -687,7 +687,7 @@ void JobRun::Finished(exec::FusedBatch batch, exec::Executor::Outcome outcome,
     log::Mpi().error("{}", why.message());
     // The run's transfers may be half done on other nodes: MPI cannot be
     // trusted with this world any more, and the result block stays MPI's.
-    parts_.world.Break(why, /*abandon_mpi=*/true);
+    world_->Break(why, /*abandon=*/true);
     (void)cross.release();
     ran.status = why;
     run.breaks_job = true;

@@ -23,6 +23,7 @@
 #include "daemon/engine/engine_events.h"
 #include "daemon/engine/intake.h"
 #include "daemon/engine/job_tuning.h"
+#include "daemon/engine/job_world.h"
 #include "daemon/engine/point_to_point.h"
 #include "daemon/engine/shared_parts.h"
 #include "daemon/exec/fusion.h"
@@ -47,11 +48,12 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   bool done() const { return done_; }
 
   // Every rank of every node registered and `layout` says where they are:
-  // the result and doorbell segments, the process sets, the communicators
-  // across nodes (once `across_nodes`), and the answers to the
-  // registrations. An error: the job did not form (the caller answers the
-  // registrations with it and destroys the run).
-  absl::Status Form(const job::NodeLayout& layout, bool across_nodes);
+  // the result and doorbell segments, the process sets, the groups of the
+  // sets across nodes in `world` (the job's daemons' world; null for a job
+  // of one node), and the answers to the registrations. An error: the job
+  // did not form (the caller answers the registrations with it and
+  // destroys the run).
+  absl::Status Form(const job::NodeLayout& layout, std::unique_ptr<JobWorld> world);
 
   // A session's message: attach (`client`: the member its id names, or
   // null), leave, or a broken protocol (`client`: the session's member).
@@ -182,7 +184,9 @@ class JobRun final : public AcrossNodes::Host, public Intake::Run, public PointT
   SharedParts& parts_;
   const config::DaemonConfig& config_;
   std::unique_ptr<job::Job> job_;
-  JobTuning tuning_;      // before across_, which reads its knobs
+  JobTuning tuning_;  // before across_, which reads its knobs
+  // Once the job spans nodes; it outlives across_ and p2p_, which use it.
+  std::unique_ptr<JobWorld> world_;
   gpu::GpuExecutor gpu_;  // the job's part of the GPU path, on its own lane
   observe::Timeline timeline_;
   observe::JobTimelines timelines_;  // the daemon's and timeline_

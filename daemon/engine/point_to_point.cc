@@ -11,13 +11,12 @@
 namespace collective::daemon::engine {
 
 PointToPoint::PointToPoint(const config::DaemonConfig& config, job::Job& job,
-                           Completion& completion, exec::Executor& executor,
-                           world::MpiTransport& transport, AcrossNodes& across, Run& run)
+                           Completion& completion, exec::Executor& executor, AcrossNodes& across,
+                           Run& run)
     : config_(config),
       job_(job),
       completion_(completion),
       executor_(executor),
-      transport_(transport),
       across_(across),
       run_(run) {}
 
@@ -31,7 +30,9 @@ PointToPoint::~PointToPoint() {
   }
 }
 
-void PointToPoint::BeginAcrossNodes(negotiation::ControlLink& link, const job::NodeLayout& layout) {
+void PointToPoint::BeginAcrossNodes(negotiation::ControlLink& link, exec::NodeTransport& transport,
+                                    const job::NodeLayout& layout) {
+  transport_ = &transport;
   remote_ = std::make_unique<negotiation::RemoteMessages>(link, layout);
 }
 
@@ -233,11 +234,12 @@ void PointToPoint::StartSend(negotiation::RemoteMessages::MatchedSend send) {
     // must cut the bytes alike, and a message is no decision that carries
     // tuned values to every node at the same point.
     absl::StatusOr<exec::Pending> started =
-        span == nullptr ? absl::InternalError(absl::StrCat("no communicator for process set ",
-                                                           send.send.request.process_set_id()))
-                        : transport_.StartSend(*span, span->IndexOf(send.receive.set_rank), source,
-                                               bytes, negotiation::RemoteMessages::DataTag(send.id),
-                                               config_.cross_node_chunk_bytes);
+        span == nullptr
+            ? absl::InternalError(absl::StrCat("no communicator for process set ",
+                                               send.send.request.process_set_id()))
+            : transport_->StartSend(*span, span->IndexOf(send.receive.set_rank), source, bytes,
+                                    negotiation::RemoteMessages::DataTag(send.id),
+                                    config_.cross_node_chunk_bytes);
     if (started.ok()) {
       run.outcome.finished = Clock::now();
       run.transfer = std::move(*started);
@@ -288,7 +290,7 @@ bool PointToPoint::StartReceive(negotiation::RemoteMessages::AnsweredReceive& re
         span == nullptr
             ? absl::InternalError(
                   absl::StrCat("no communicator for process set ", request.process_set_id()))
-            : transport_.StartReceive(
+            : transport_->StartReceive(
                   *span, span->IndexOf(receive.send.set_rank), destination, request.length(),
                   negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);
     if (started.ok()) {
@@ -322,7 +324,7 @@ void PointToPoint::Drain(const negotiation::RemoteMessages::AnsweredReceive& rec
   MessageRun run{.bytes = request.length(),
                  .drain = std::make_unique<std::vector<std::byte>>(request.length()),
                  .drain_span = span};
-  absl::StatusOr<exec::Pending> started = transport_.StartReceive(
+  absl::StatusOr<exec::Pending> started = transport_->StartReceive(
       *span, span->IndexOf(receive.send.set_rank), run.drain->data(), request.length(),
       negotiation::RemoteMessages::DataTag(receive.id), config_.cross_node_chunk_bytes);
   if (!started.ok()) {

@@ -26,10 +26,10 @@
 #include "daemon/engine/across_nodes.h"
 #include "daemon/engine/completion.h"
 #include "daemon/exec/executor.h"
+#include "daemon/exec/node_transport.h"
 #include "daemon/job/job.h"
 #include "daemon/negotiation/message_matcher.h"
 #include "daemon/negotiation/remote_messages.h"
-#include "daemon/world/mpi_transport.h"
 
 namespace collective::daemon::engine {
 
@@ -50,12 +50,13 @@ class PointToPoint {
   };
 
   PointToPoint(const config::DaemonConfig& config, job::Job& job, Completion& completion,
-               exec::Executor& executor, world::MpiTransport& transport, AcrossNodes& across,
-               Run& run);
+               exec::Executor& executor, AcrossNodes& across, Run& run);
   ~PointToPoint();
 
-  // The job runs across nodes: messages between nodes meet over `link`.
-  void BeginAcrossNodes(negotiation::ControlLink& link, const job::NodeLayout& layout);
+  // The job runs across nodes: messages between nodes meet over `link`,
+  // and their bytes move on `transport` (both the job world's).
+  void BeginAcrossNodes(negotiation::ControlLink& link, exec::NodeTransport& transport,
+                        const job::NodeLayout& layout);
 
   // A validated send or receive of `set`'s member `client`: it waits for
   // its other half, or fails at once (a peer outside the set, or a CUDA
@@ -109,7 +110,7 @@ class PointToPoint {
   job::Job& job_;
   Completion& completion_;
   exec::Executor& executor_;
-  world::MpiTransport& transport_;
+  exec::NodeTransport* transport_ = nullptr;  // the job world's, once it spans nodes
   AcrossNodes& across_;
   Run& run_;
 

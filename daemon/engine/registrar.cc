@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "daemon/engine/mpi_job_world.h"
 #include "daemon/engine/world_link.h"
 #include "daemon/job/secrets.h"
 #include "daemon/observe/job_report.h"
@@ -289,8 +290,8 @@ void Registrar::Form(JobRun& run) {
     return;
   }
   if (parts_.world.single()) {
-    if (absl::Status formed = run.Form(job::NodeLayout::Single(run.job().local_size()),
-                                       /*across_nodes=*/false);
+    if (absl::Status formed =
+            run.Form(job::NodeLayout::Single(run.job().local_size()), /*world=*/nullptr);
         !formed.ok()) {
       Abort(run, formed);
     }
@@ -317,8 +318,9 @@ void Registrar::Exchanged(absl::StatusOr<job::NodeLayout> layout) {
     Abort(*run, layout.status());
     return;
   }
-  if (absl::Status formed = run->Form(*layout, /*across_nodes=*/layout->nodes() > 1);
-      !formed.ok()) {
+  std::unique_ptr<JobWorld> world;
+  if (layout->nodes() > 1) world = std::make_unique<MpiJobWorld>(parts_.world);
+  if (absl::Status formed = run->Form(*layout, std::move(world)); !formed.ok()) {
     Abort(*run, formed);
   }
 }

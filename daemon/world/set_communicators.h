@@ -14,6 +14,7 @@
 #include <mpi.h>
 
 #include "absl/status/statusor.h"
+#include "daemon/exec/set_groups.h"
 #include "daemon/job/node_layout.h"
 #include "daemon/job/process_sets.h"
 #include "daemon/job/set_span.h"
@@ -39,7 +40,7 @@ class MpiGroup : public job::NodeGroup {
 // The communicator of a span made by SetCommunicators.
 MPI_Comm CommOf(const job::SetSpan& span);
 
-class SetCommunicators {
+class SetCommunicators : public exec::SetGroups {
  public:
   // The job's communicator for the global set: MPI_Comm_dup, which every
   // node calls as the job forms.
@@ -50,11 +51,11 @@ class SetCommunicators {
   // communicator (for a set other than the global one MPI_Comm_create_group,
   // which blocks until the set's other nodes call it too, as they do at the
   // same point of the decision order). Nothing for other sets.
-  absl::Status Add(const job::ProcessSet& set);
+  absl::Status Add(const job::ProcessSet& set) override;
   // Transfers still running keep the span (and communicator) alive.
-  void Remove(int32_t id) { spans_.erase(id); }
+  void Remove(int32_t id) override { spans_.erase(id); }
   // The span of a set that spans nodes and has members here; null otherwise.
-  std::shared_ptr<const job::SetSpan> Find(int32_t id) const;
+  std::shared_ptr<const job::SetSpan> Find(int32_t id) const override;
 
  private:
   SetCommunicators(const World& world, job::NodeLayout layout);
