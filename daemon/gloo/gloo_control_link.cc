@@ -1,0 +1,296 @@
+#include "daemon/gloo/gloo_control_link.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace collective::daemon::gloo {
+namespace {
+
+// The frame's header: what the receiver needs to take the rest. Native
+// byte order: every node of a job runs the same build on the same
+// architecture.
+struct Header {
+  uint32_t magic = 0;
+  uint32_t tag = 0;
+  uint64_t length = 0;  // of the message, without the header
+};
+constexpr uint32_t kMagic = 0x4c4f4347;  // "GCOL"
+constexpr size_t kHeaderBytes = sizeof(Header);
+static_assert(kHeaderBytes == 16);
+
+// The first transfer of a frame: header and up to this many bytes in all,
+// so that most control messages take one transfer. The receiver posts a
+// buffer of this size per peer.
+constexpr size_t kFirstBytes = 16 * 1024;
+// The slots of the control context (which carries nothing else): first
+// transfers, and the rests of longer messages.
+constexpr uint64_t kFirstSlot = 1;
+constexpr uint64_t kRestSlot = 2;
+
+// Gloo fails a wait that times out by closing every pair of the context;
+// the link's threads wait until they are aborted instead. A year, which
+// steady_clock's nanoseconds hold.
+constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365);
+
+absl::Status GoneStatus(const std::string& name, absl::string_view why) {
+  return absl::UnavailableError(absl::StrCat(name, " is gone from the job's control link: ", why));
+}
+
+}  // namespace
+
+GlooControlLink::GlooControlLink(std::shared_ptr<::gloo::Context> control,
+                                 std::vector<std::string> names)
+    : control_(std::move(control)),
+      names_(std::move(names)),
+      node_(control_->rank),
+      nodes_(control_->size),
+      waiting_(static_cast<size_t>(nodes_) + 1, nullptr),
+      waiting_send_(static_cast<size_t>(nodes_) + 1, false),
+      last_heard_(static_cast<size_t>(nodes_), Clock::now()),
+      gone_(static_cast<size_t>(nodes_)) {
+  threads_.emplace_back([this] { SendLoop(); });
+  for (int peer = 0; peer < nodes_; ++peer) {
+    if (peer != node_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
+  }
+}
+
+GlooControlLink::GlooControlLink(const JobWorld& world)
+    : GlooControlLink(world.control(), [&world] {
+        std::vector<std::string> names;
+        for (int node = 0; node < world.nodes(); ++node) names.push_back(world.NodeName(node));
+        return names;
+      }()) {}
+
+GlooControlLink::~GlooControlLink() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    for (size_t slot = 0; slot < waiting_.size(); ++slot) {
+      if (waiting_[slot] == nullptr) continue;
+      // An abort that comes before the wait begins ends that wait at once.
+      if (waiting_send_[slot]) {
+        waiting_[slot]->abortWaitSend();
+      } else {
+        waiting_[slot]->abortWaitRecv();
+      }
+    }
+  }
+  outbox_ready_.notify_all();
+  for (std::thread& thread : threads_) thread.join();
+  // Now that no thread posts, the peers see this node leave (their
+  // receives fail at once) and Gloo's loop stops touching our buffers.
+  try {
+    control_->closeConnections();
+  } catch (const std::exception& error) {
+    log::Coord().warn("closing the control link of {}: {}", names_[static_cast<size_t>(node_)],
+                      error.what());
+  }
+}
+
+absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
+                                   const google::protobuf::Message& message) {
+  if (to < 0 || to >= nodes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a control message to node ", to, " of ", nodes_));
+  }
+  const size_t length = message.ByteSizeLong();
+  if (length > static_cast<size_t>(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", message.GetTypeName(), " of ", length,
+                                                   " bytes is too long for a control message"));
+  }
+  if (to == node_) {
+    std::string bytes;
+    if (!message.SerializeToString(&bytes)) {
+      return absl::InternalError(absl::StrCat("cannot serialise a ", message.GetTypeName()));
+    }
+    Deliver(node_, static_cast<int>(tag), std::move(bytes));
+    return absl::OkStatus();
+  }
+  Outgoing outgoing{to, std::vector<char>(kHeaderBytes + length)};
+  const Header header{kMagic, static_cast<uint32_t>(tag), length};
+  std::memcpy(outgoing.frame.data(), &header, kHeaderBytes);
+  if (!message.SerializeToArray(outgoing.frame.data() + kHeaderBytes, static_cast<int>(length))) {
+    return absl::InternalError(absl::StrCat("cannot serialise a ", message.GetTypeName()));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!gone_[static_cast<size_t>(to)].ok()) return gone_[static_cast<size_t>(to)];
+  outbox_.push_back(std::move(outgoing));
+  outbox_ready_.notify_one();
+  return absl::OkStatus();
+}
+
+absl::Status GlooControlLink::Receive(negotiation::ControlTag tag, std::vector<Received>& out) {
+  const int index = static_cast<int>(tag);
+  if (index < 1 || index >= negotiation::kControlTagEnd) {
+    return absl::InvalidArgumentError(absl::StrCat("no control tag ", index));
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<Received>& inbox = inboxes_[static_cast<size_t>(index)];
+  out.insert(out.end(), std::make_move_iterator(inbox.begin()),
+             std::make_move_iterator(inbox.end()));
+  inbox.clear();
+  return first_failure_;
+}
+
+absl::Status GlooControlLink::Progress() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return first_failure_;
+}
+
+Clock::time_point GlooControlLink::last_heard(int node) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_heard_[static_cast<size_t>(node)];
+}
+
+void GlooControlLink::Deliver(int from, int tag, std::string bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  last_heard_[static_cast<size_t>(from)] = Clock::now();
+  inboxes_[static_cast<size_t>(tag)].push_back({from, std::move(bytes)});
+}
+
+void GlooControlLink::Fail(int peer, absl::Status why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return;
+  log::Coord().error("{}", why.message());
+  gone_[static_cast<size_t>(peer)] = why;
+  if (first_failure_.ok()) first_failure_ = std::move(why);
+}
+
+bool GlooControlLink::WaitRecv(size_t slot, ::gloo::transport::UnboundBuffer& buffer) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    waiting_[slot] = &buffer;
+    waiting_send_[slot] = false;
+  }
+  bool done = false;
+  try {
+    done = buffer.waitRecv(nullptr, kForever);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_[slot] = nullptr;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_[slot] = nullptr;
+  return done && !stopping_;
+}
+
+bool GlooControlLink::WaitSend(size_t slot, ::gloo::transport::UnboundBuffer& buffer) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    waiting_[slot] = &buffer;
+    waiting_send_[slot] = true;
+  }
+  bool done = false;
+  try {
+    done = buffer.waitSend(nullptr, kForever);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_[slot] = nullptr;
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  waiting_[slot] = nullptr;
+  return done && !stopping_;
+}
+
+void GlooControlLink::ReceiveLoop(int peer) {
+  const std::string& name = names_[static_cast<size_t>(peer)];
+  const auto slot = static_cast<size_t>(peer);
+  // The memory outlives the buffer over it: destroying a buffer waits until
+  // Gloo's loop no longer writes into it.
+  std::vector<char> first(kFirstBytes);
+  std::unique_ptr<::gloo::transport::UnboundBuffer> first_buffer;
+  try {
+    first_buffer = control_->createUnboundBuffer(first.data(), first.size());
+    while (true) {
+      first_buffer->recv(peer, kFirstSlot, 0, kFirstBytes);
+      if (!WaitRecv(slot, *first_buffer)) return;
+      Header header;
+      std::memcpy(&header, first.data(), kHeaderBytes);
+      if (header.magic != kMagic || header.tag < 1 ||
+          header.tag >= static_cast<uint32_t>(negotiation::kControlTagEnd) ||
+          header.length > static_cast<uint64_t>(INT_MAX)) {
+        Fail(peer, absl::DataLossError(absl::StrCat(
+                       name, " sent an unreadable control message (tag ", header.tag, ", ",
+                       header.length, " bytes): is it running another build of collectived?")));
+        return;
+      }
+      const auto length = static_cast<size_t>(header.length);
+      const size_t inlined = std::min(length, kFirstBytes - kHeaderBytes);
+      std::string bytes(length, '\0');
+      std::memcpy(bytes.data(), first.data() + kHeaderBytes, inlined);
+      if (length > inlined) {
+        auto rest = control_->createUnboundBuffer(bytes.data() + inlined, length - inlined);
+        rest->recv(peer, kRestSlot, 0, length - inlined);
+        if (!WaitRecv(slot, *rest)) return;
+      }
+      Deliver(peer, static_cast<int>(header.tag), std::move(bytes));
+    }
+  } catch (const std::exception& error) {
+    Fail(peer, GoneStatus(name, error.what()));
+  }
+}
+
+void GlooControlLink::SendLoop() {
+  const auto slot = static_cast<size_t>(nodes_);
+  // A message whose transfers are posted; the frame outlives its buffers.
+  struct InFlight {
+    Outgoing message;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> first;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> rest;
+  };
+  std::deque<InFlight> in_flight;
+  while (true) {
+    std::deque<Outgoing> queued;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      outbox_ready_.wait(lock, [&] { return stopping_ || !outbox_.empty() || !in_flight.empty(); });
+      if (stopping_) return;
+      queued.swap(outbox_);
+    }
+    // Post everything queued at once (Gloo's sends do not block), so that
+    // a message to every node costs one round trip, not one per node.
+    for (Outgoing& message : queued) {
+      const int to = message.to;
+      InFlight posted{std::move(message), nullptr, nullptr};
+      std::vector<char>& frame = posted.message.frame;
+      const size_t first_bytes = std::min(frame.size(), kFirstBytes);
+      try {
+        posted.first = control_->createUnboundBuffer(frame.data(), first_bytes);
+        posted.first->send(to, kFirstSlot, 0, first_bytes);
+        if (frame.size() > first_bytes) {
+          posted.rest =
+              control_->createUnboundBuffer(frame.data() + first_bytes, frame.size() - first_bytes);
+          posted.rest->send(to, kRestSlot, 0, frame.size() - first_bytes);
+        }
+      } catch (const std::exception& error) {
+        Fail(to, GoneStatus(names_[static_cast<size_t>(to)], error.what()));
+        continue;
+      }
+      in_flight.push_back(std::move(posted));
+    }
+    if (in_flight.empty()) continue;
+    InFlight& oldest = in_flight.front();
+    try {
+      if (!WaitSend(slot, *oldest.first)) return;
+      if (oldest.rest != nullptr && !WaitSend(slot, *oldest.rest)) return;
+    } catch (const std::exception& error) {
+      Fail(oldest.message.to,
+           GoneStatus(names_[static_cast<size_t>(oldest.message.to)], error.what()));
+    }
+    in_flight.pop_front();
+  }
+}
+
+}  // namespace collective::daemon::gloo

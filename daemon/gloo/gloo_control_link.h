@@ -1,0 +1,110 @@
+// Point-to-point control messages among the daemons of a job over Gloo: the
+// Gloo side of negotiation::ControlLink (negotiation, heartbeats, job
+// events), on the job world's control context, which carries nothing else
+// so that control messages never queue behind data transfers.
+//
+// Gloo's transfers are rendezvous (a send moves once the receiver has
+// posted a receive) and report failures only to the operations posted on
+// the pair that failed, so the link keeps one receiving thread per peer,
+// each with a receive always posted on that peer (a message moves as soon
+// as it is sent, and a peer that dies or closes its link fails that thread
+// at once), and one sending thread that posts the queued messages and
+// completes them in order. Each message travels as a frame: a header (tag,
+// length) with the first bytes of the message, and the rest, if any, as a
+// second transfer of exactly its size.
+//
+// The engine thread calls Send, Receive, Progress and last_heard; they
+// never wait on another node (Send queues, Receive takes what the threads
+// have queued). The threads report a peer's failure, with its node and
+// host, on the engine's next Receive or Progress. A job world's control
+// context serves one link. Destruction stops the threads at once (pending
+// waits are aborted, messages still queued are dropped) and closes the
+// control connections, which the other nodes' links then report as this
+// node gone: end the job among the nodes before destroying their links.
+#pragma once
+
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include "absl/status/status.h"
+#include "daemon/gloo/job_world.h"
+#include "daemon/negotiation/control_link.h"
+
+namespace collective::daemon::gloo {
+
+class GlooControlLink : public negotiation::ControlLink {
+ public:
+  // Starts the link on `control` (its rank this node, its other ranks the
+  // peers), which nothing else may use; `names` by node ("node 2 (host
+  // b)") name peers in errors.
+  GlooControlLink(std::shared_ptr<::gloo::Context> control, std::vector<std::string> names);
+  // On the job world's control context.
+  explicit GlooControlLink(const JobWorld& world);
+  ~GlooControlLink() override;
+  GlooControlLink(const GlooControlLink&) = delete;
+  GlooControlLink& operator=(const GlooControlLink&) = delete;
+
+  int node() const override { return node_; }
+  int nodes() const override { return nodes_; }
+
+  // Queues the message for the sending thread (a message to this node is
+  // delivered at once). Fails when `to` is gone.
+  absl::Status Send(int to, negotiation::ControlTag tag,
+                    const google::protobuf::Message& message) override;
+  // Messages with `tag` that have arrived, appended to `out` in arrival
+  // order (per sender, in send order); then the first peer failure, if any.
+  absl::Status Receive(negotiation::ControlTag tag, std::vector<Received>& out) override;
+  // The first peer failure, if any (the sending thread completes sends).
+  absl::Status Progress() override;
+
+  // When a message last came from `node`, or when the link was made if none
+  // has.
+  Clock::time_point last_heard(int node) const override;
+
+ private:
+  // A queued message: its destination and frame (header, then message).
+  struct Outgoing {
+    int to = 0;
+    std::vector<char> frame;
+  };
+  void SendLoop();
+  void ReceiveLoop(int peer);
+  // Records that `peer` failed (once per peer; nothing while stopping).
+  void Fail(int peer, absl::Status why);
+  void Deliver(int from, int tag, std::string bytes);
+  // Waits for `buffer`'s receive (or send) in `slot`; false once the link
+  // stops. Throws what Gloo throws.
+  bool WaitRecv(size_t slot, ::gloo::transport::UnboundBuffer& buffer);
+  bool WaitSend(size_t slot, ::gloo::transport::UnboundBuffer& buffer);
+
+  const std::shared_ptr<::gloo::Context> control_;
+  const std::vector<std::string> names_;
+  const int node_;
+  const int nodes_;
+
+  mutable std::mutex mutex_;  // guards everything below but the threads
+  std::condition_variable outbox_ready_;
+  bool stopping_ = false;
+  std::deque<Outgoing> outbox_;
+  // By wait slot (a peer's receiving thread, then the sending thread): the
+  // buffer it waits on now, and whether for a send.
+  std::vector<::gloo::transport::UnboundBuffer*> waiting_;
+  std::vector<bool> waiting_send_;
+  std::array<std::vector<Received>, negotiation::kControlTagEnd> inboxes_;
+  std::vector<Clock::time_point> last_heard_;
+  std::vector<absl::Status> gone_;  // by node: why it is gone, or OK
+  absl::Status first_failure_;
+
+  std::vector<std::thread> threads_;  // started last, joined first
+};
+
+}  // namespace collective::daemon::gloo
