@@ -34,6 +34,9 @@ constexpr size_t kFirstBytes = 16 * 1024;
 // transfers, and the rests of longer messages.
 constexpr uint64_t kFirstSlot = 1;
 constexpr uint64_t kRestSlot = 2;
+// Where a receiving thread's buffers each have a receive posted that never
+// completes, for the pair's failure to reach them (see the header).
+constexpr uint64_t kWatchSlot = 3;
 
 // Gloo fails a wait that times out by closing every pair of the context;
 // the link's threads wait until they are aborted instead. A year, which
@@ -52,8 +55,7 @@ GlooControlLink::GlooControlLink(std::shared_ptr<::gloo::Context> control,
       names_(std::move(names)),
       node_(control_->rank),
       nodes_(control_->size),
-      waiting_(static_cast<size_t>(nodes_) + 1, nullptr),
-      waiting_send_(static_cast<size_t>(nodes_) + 1, false),
+      waiting_(static_cast<size_t>(nodes_) + 1),
       last_heard_(static_cast<size_t>(nodes_), Clock::now()),
       gone_(static_cast<size_t>(nodes_)) {
   threads_.emplace_back([this] { SendLoop(); });
@@ -73,15 +75,7 @@ GlooControlLink::~GlooControlLink() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    for (size_t slot = 0; slot < waiting_.size(); ++slot) {
-      if (waiting_[slot] == nullptr) continue;
-      // An abort that comes before the wait begins ends that wait at once.
-      if (waiting_send_[slot]) {
-        waiting_[slot]->abortWaitSend();
-      } else {
-        waiting_[slot]->abortWaitRecv();
-      }
-    }
+    for (const Waiting& waiting : waiting_) Abort(waiting);
   }
   outbox_ready_.notify_all();
   for (std::thread& thread : threads_) thread.join();
@@ -157,65 +151,71 @@ void GlooControlLink::Deliver(int from, int tag, std::string bytes) {
 }
 
 void GlooControlLink::Fail(int peer, absl::Status why) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return;
-  log::Coord().error("{}", why.message());
-  gone_[static_cast<size_t>(peer)] = why;
-  if (first_failure_.ok()) first_failure_ = std::move(why);
-}
-
-bool GlooControlLink::WaitRecv(size_t slot, ::gloo::transport::UnboundBuffer& buffer) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return false;
-    waiting_[slot] = &buffer;
-    waiting_send_[slot] = false;
+    if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return;
+    gone_[static_cast<size_t>(peer)] = why;
+    if (first_failure_.ok()) first_failure_ = why;
+    // Gloo may never fail a wait on a transfer under way to or from it.
+    for (const Waiting& waiting : waiting_) {
+      if (waiting.peer == peer) Abort(waiting);
+    }
+  }
+  // A warning: the engine decides what the loss means for the job (at the
+  // end of a job, the nodes' links go away one after another).
+  log::Coord().warn("{}", why.message());
+}
+
+void GlooControlLink::Abort(const Waiting& waiting) {
+  if (waiting.buffer == nullptr) return;
+  if (waiting.send) {
+    waiting.buffer->abortWaitSend();
+  } else {
+    waiting.buffer->abortWaitRecv();
+  }
+}
+
+std::unique_ptr<::gloo::transport::UnboundBuffer> GlooControlLink::Watched(
+    std::vector<char>& memory, int peer) {
+  auto buffer = control_->createUnboundBuffer(memory.data(), memory.size());
+  buffer->recv(peer, kWatchSlot, 0, 0);
+  return buffer;
+}
+
+bool GlooControlLink::Wait(size_t slot, ::gloo::transport::UnboundBuffer& buffer, int peer,
+                           bool send) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return false;
+    waiting_[slot] = {&buffer, peer, send};
   }
   bool done = false;
   try {
-    done = buffer.waitRecv(nullptr, kForever);
+    done = send ? buffer.waitSend(nullptr, kForever) : buffer.waitRecv(nullptr, kForever);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
-    waiting_[slot] = nullptr;
+    waiting_[slot] = {};
     throw;
   }
   std::lock_guard<std::mutex> lock(mutex_);
-  waiting_[slot] = nullptr;
-  return done && !stopping_;
-}
-
-bool GlooControlLink::WaitSend(size_t slot, ::gloo::transport::UnboundBuffer& buffer) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return false;
-    waiting_[slot] = &buffer;
-    waiting_send_[slot] = true;
-  }
-  bool done = false;
-  try {
-    done = buffer.waitSend(nullptr, kForever);
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    waiting_[slot] = nullptr;
-    throw;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  waiting_[slot] = nullptr;
-  return done && !stopping_;
+  waiting_[slot] = {};
+  return done && !stopping_ && gone_[static_cast<size_t>(peer)].ok();
 }
 
 void GlooControlLink::ReceiveLoop(int peer) {
   const std::string& name = names_[static_cast<size_t>(peer)];
   const auto slot = static_cast<size_t>(peer);
-  // The memory outlives the buffer over it: destroying a buffer waits until
-  // Gloo's loop no longer writes into it.
+  // The memory outlives the buffers over it: destroying a buffer waits
+  // until Gloo's loop no longer writes into it.
   std::vector<char> first(kFirstBytes);
+  std::vector<char> rest;
   std::unique_ptr<::gloo::transport::UnboundBuffer> first_buffer;
+  std::unique_ptr<::gloo::transport::UnboundBuffer> rest_buffer;
   try {
-    first_buffer = control_->createUnboundBuffer(first.data(), first.size());
+    first_buffer = Watched(first, peer);
     while (true) {
       first_buffer->recv(peer, kFirstSlot, 0, kFirstBytes);
-      if (!WaitRecv(slot, *first_buffer)) return;
+      if (!Wait(slot, *first_buffer, peer, /*send=*/false)) return;
       Header header;
       std::memcpy(&header, first.data(), kHeaderBytes);
       if (header.magic != kMagic || header.tag < 1 ||
@@ -230,10 +230,17 @@ void GlooControlLink::ReceiveLoop(int peer) {
       const size_t inlined = std::min(length, kFirstBytes - kHeaderBytes);
       std::string bytes(length, '\0');
       std::memcpy(bytes.data(), first.data() + kHeaderBytes, inlined);
-      if (length > inlined) {
-        auto rest = control_->createUnboundBuffer(bytes.data() + inlined, length - inlined);
-        rest->recv(peer, kRestSlot, 0, length - inlined);
-        if (!WaitRecv(slot, *rest)) return;
+      if (const size_t remaining = length - inlined; remaining > 0) {
+        if (rest.size() < remaining) {
+          // Grown rarely (doubling), as each buffer leaves its watching
+          // receive queued for good.
+          rest_buffer.reset();
+          rest.resize(std::max(remaining, 2 * rest.size()));
+          rest_buffer = Watched(rest, peer);
+        }
+        rest_buffer->recv(peer, kRestSlot, 0, remaining);
+        if (!Wait(slot, *rest_buffer, peer, /*send=*/false)) return;
+        std::memcpy(bytes.data() + inlined, rest.data(), remaining);
       }
       Deliver(peer, static_cast<int>(header.tag), std::move(bytes));
     }
@@ -283,13 +290,19 @@ void GlooControlLink::SendLoop() {
     if (in_flight.empty()) continue;
     InFlight& oldest = in_flight.front();
     try {
-      if (!WaitSend(slot, *oldest.first)) return;
-      if (oldest.rest != nullptr && !WaitSend(slot, *oldest.rest)) return;
+      const int to = oldest.message.to;
+      if (Wait(slot, *oldest.first, to, /*send=*/true)) {
+        if (oldest.rest != nullptr) (void)Wait(slot, *oldest.rest, to, /*send=*/true);
+      }
     } catch (const std::exception& error) {
       Fail(oldest.message.to,
            GoneStatus(names_[static_cast<size_t>(oldest.message.to)], error.what()));
     }
+    // Not sent when the link stops or `to` is gone (the receiving thread
+    // records why).
     in_flight.pop_front();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
   }
 }
 

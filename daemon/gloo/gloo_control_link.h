@@ -4,14 +4,26 @@
 // so that control messages never queue behind data transfers.
 //
 // Gloo's transfers are rendezvous (a send moves once the receiver has
-// posted a receive) and report failures only to the operations posted on
-// the pair that failed, so the link keeps one receiving thread per peer,
-// each with a receive always posted on that peer (a message moves as soon
-// as it is sent, and a peer that dies or closes its link fails that thread
-// at once), and one sending thread that posts the queued messages and
+// posted a receive), so the link keeps one receiving thread per peer, each
+// with a receive always posted on that peer (a message moves as soon as it
+// is sent), and one sending thread that posts the queued messages and
 // completes them in order. Each message travels as a frame: a header (tag,
 // length) with the first bytes of the message, and the rest, if any, as a
 // second transfer of exactly its size.
+//
+// A peer's failure: Gloo (this version's TCP transport) tells it to the
+// buffers with operations queued on the failed pair, but not to the one
+// whose transfer is under way, nor to a send it is writing. So each
+// receiving thread waits on two buffers it keeps (first parts, and rests,
+// grown to the longest), each with a receive posted once on a slot the
+// peer never sends on: that receive stays queued, and the pair's failure
+// reaches the buffer whatever else it does. The receiving thread then
+// records the peer as gone, which aborts the sending thread's wait on a
+// send to it.
+//
+// The control context belongs to one job world (its rendezvous is scoped
+// by job and generation), so a message of an earlier job never arrives
+// here and frames carry no generation.
 //
 // The engine thread calls Send, Receive, Progress and last_heard; they
 // never wait on another node (Send queues, Receive takes what the threads
@@ -81,10 +93,12 @@ class GlooControlLink : public negotiation::ControlLink {
   // Records that `peer` failed (once per peer; nothing while stopping).
   void Fail(int peer, absl::Status why);
   void Deliver(int from, int tag, std::string bytes);
-  // Waits for `buffer`'s receive (or send) in `slot`; false once the link
-  // stops. Throws what Gloo throws.
-  bool WaitRecv(size_t slot, ::gloo::transport::UnboundBuffer& buffer);
-  bool WaitSend(size_t slot, ::gloo::transport::UnboundBuffer& buffer);
+  // A buffer over `memory` whose pair with `peer` failing fails its waits
+  // (see above).
+  std::unique_ptr<::gloo::transport::UnboundBuffer> Watched(std::vector<char>& memory, int peer);
+  // Waits in `slot` for `buffer`'s receive (or send) from (or to) `peer`;
+  // false once the link stops or `peer` is gone. Throws what Gloo throws.
+  bool Wait(size_t slot, ::gloo::transport::UnboundBuffer& buffer, int peer, bool send);
 
   const std::shared_ptr<::gloo::Context> control_;
   const std::vector<std::string> names_;
@@ -95,10 +109,17 @@ class GlooControlLink : public negotiation::ControlLink {
   std::condition_variable outbox_ready_;
   bool stopping_ = false;
   std::deque<Outgoing> outbox_;
-  // By wait slot (a peer's receiving thread, then the sending thread): the
-  // buffer it waits on now, and whether for a send.
-  std::vector<::gloo::transport::UnboundBuffer*> waiting_;
-  std::vector<bool> waiting_send_;
+  // By wait slot (a peer's receiving thread, then the sending thread): what
+  // it waits on now, so that destruction or the peer's failure aborts it.
+  struct Waiting {
+    ::gloo::transport::UnboundBuffer* buffer = nullptr;
+    int peer = -1;
+    bool send = false;
+  };
+  std::vector<Waiting> waiting_;
+  // Ends `waiting`'s wait (an abort that comes before the wait begins ends
+  // that wait at once). Under mutex_.
+  static void Abort(const Waiting& waiting);
   std::array<std::vector<Received>, negotiation::kControlTagEnd> inboxes_;
   std::vector<Clock::time_point> last_heard_;
   std::vector<absl::Status> gone_;  // by node: why it is gone, or OK

@@ -4,7 +4,9 @@
 // others' Receive and Progress.
 #include "daemon/gloo/gloo_control_link.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -201,6 +203,38 @@ TEST(GlooControlLinkTest, NodeWhoseLinkGoesAwayIsNamedByTheOthers) {
   EXPECT_EQ(received[0].from, 0);
 }
 
+// Gloo does not fail the wait on a transfer under way when its pair fails:
+// the link must see its peer go wherever in a large message it leaves,
+// whether the link was receiving it or sending one (no way to observe the
+// transfer, so a spread of moments to leave at).
+class PeerLeavingTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(PeerLeavingTest, DuringALargeMessage) {
+  const bool staying_node_sends = GetParam();
+  const std::string large(48 << 20, 'l');
+  for (const int after_ms : {0, 1, 3, 10, 30}) {
+    SCOPED_TRACE(::testing::Message() << "node 1 leaves " << after_ms << " ms after the send");
+    Links links(2, "large-" + std::to_string(after_ms));
+    ASSERT_TRUE(links.ok());
+    if (staying_node_sends) {
+      ASSERT_TRUE(links[0].Send(1, ControlTag::kReady, Message(large)).ok());
+    } else {
+      ASSERT_TRUE(links[1].Send(0, ControlTag::kDecisions, Message(large)).ok());
+    }
+    const Clock::time_point leave = Clock::now() + std::chrono::milliseconds(after_ms);
+    while (Clock::now() < leave) std::this_thread::yield();
+    links.Destroy(1);
+    const absl::Status failure = FirstFailure(links[0], Clock::now() + kWithin);
+    EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << failure;
+    EXPECT_THAT(failure.message(), HasSubstr("node 1 (host-b) is gone"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StayingNode, PeerLeavingTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? std::string("Sends") : std::string("Receives");
+                         });
+
 TEST(GlooControlLinkTest, DestructionWithTrafficInFlightIsPrompt) {
   constexpr int kNodes = 2;
   Links links(kNodes);
@@ -213,6 +247,42 @@ TEST(GlooControlLinkTest, DestructionWithTrafficInFlightIsPrompt) {
   links.Destroy(0);
   links.Destroy(1);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+// Not a benchmark: the order of magnitude of a small message's round trip
+// (the receives are posted ahead, so a send moves at once), for the record.
+TEST(GlooControlLinkTest, SmallMessagesRoundTrip) {
+  Links links(2);
+  ASSERT_TRUE(links.ok());
+  constexpr int kRounds = 500;
+  const Clock::time_point deadline = Clock::now() + kWithin;
+  std::thread echo([&] {
+    std::vector<ControlLink::Received> received;
+    for (int round = 0; round < kRounds && Clock::now() < deadline;) {
+      received.clear();
+      ASSERT_TRUE(links[1].Receive(ControlTag::kReady, received).ok());
+      for (size_t i = 0; i < received.size(); ++i, ++round) {
+        ASSERT_TRUE(links[1].Send(0, ControlTag::kDecisions, Message("pong")).ok());
+      }
+    }
+  });
+  const Clock::time_point start = Clock::now();
+  int rounds = 0;
+  std::vector<ControlLink::Received> received;
+  for (; rounds < kRounds && Clock::now() < deadline; ++rounds) {
+    ASSERT_TRUE(links[0].Send(1, ControlTag::kReady, Message("ping")).ok());
+    received.clear();
+    while (received.empty() && Clock::now() < deadline) {
+      ASSERT_TRUE(links[0].Receive(ControlTag::kDecisions, received).ok());
+    }
+    ASSERT_EQ(received.size(), 1u);
+  }
+  const auto each = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start) /
+                    std::max(rounds, 1);
+  echo.join();
+  EXPECT_EQ(rounds, kRounds);
+  RecordProperty("round_trip_us", static_cast<int>(each.count()));
+  std::printf("control link round trip: %lld us\n", static_cast<long long>(each.count()));
 }
 
 }  // namespace
