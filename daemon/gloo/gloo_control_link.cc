@@ -58,7 +58,7 @@ GlooControlLink::GlooControlLink(std::shared_ptr<::gloo::Context> control,
       waiting_(static_cast<size_t>(nodes_) + 1),
       last_heard_(static_cast<size_t>(nodes_), Clock::now()),
       gone_(static_cast<size_t>(nodes_)) {
-  threads_.emplace_back([this] { SendLoop(); });
+  threads_.emplace_back([this] { CompleteLoop(); });
   for (int peer = 0; peer < nodes_; ++peer) {
     if (peer != node_) threads_.emplace_back([this, peer] { ReceiveLoop(peer); });
   }
@@ -77,7 +77,7 @@ GlooControlLink::~GlooControlLink() {
     stopping_ = true;
     for (const Waiting& waiting : waiting_) Abort(waiting);
   }
-  outbox_ready_.notify_all();
+  posted_.notify_all();
   for (std::thread& thread : threads_) thread.join();
   // Now that no thread posts, the peers see this node leave (their
   // receives fail at once) and Gloo's loop stops touching our buffers.
@@ -108,16 +108,35 @@ absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
     Deliver(node_, static_cast<int>(tag), std::move(bytes));
     return absl::OkStatus();
   }
-  Outgoing outgoing{to, std::vector<char>(kHeaderBytes + length)};
+  InFlight posted{to, std::vector<char>(kHeaderBytes + length), nullptr, nullptr};
   const Header header{kMagic, static_cast<uint32_t>(tag), length};
-  std::memcpy(outgoing.frame.data(), &header, kHeaderBytes);
-  if (!message.SerializeToArray(outgoing.frame.data() + kHeaderBytes, static_cast<int>(length))) {
+  std::memcpy(posted.frame.data(), &header, kHeaderBytes);
+  if (!message.SerializeToArray(posted.frame.data() + kHeaderBytes, static_cast<int>(length))) {
     return absl::InternalError(absl::StrCat("cannot serialise a ", message.GetTypeName()));
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!gone_[static_cast<size_t>(to)].ok()) return gone_[static_cast<size_t>(to)];
+  }
+  std::vector<char>& frame = posted.frame;
+  const size_t first_bytes = std::min(frame.size(), kFirstBytes);
+  try {
+    posted.first = control_->createUnboundBuffer(frame.data(), first_bytes);
+    posted.first->send(to, kFirstSlot, 0, first_bytes);
+    if (frame.size() > first_bytes) {
+      posted.rest =
+          control_->createUnboundBuffer(frame.data() + first_bytes, frame.size() - first_bytes);
+      posted.rest->send(to, kRestSlot, 0, frame.size() - first_bytes);
+    }
+  } catch (const std::exception& error) {
+    // A part posted before the failure is abandoned with its buffer.
+    Fail(to, GoneStatus(names_[static_cast<size_t>(to)], error.what()));
+    std::lock_guard<std::mutex> lock(mutex_);
+    return gone_[static_cast<size_t>(to)];
+  }
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!gone_[static_cast<size_t>(to)].ok()) return gone_[static_cast<size_t>(to)];
-  outbox_.push_back(std::move(outgoing));
-  outbox_ready_.notify_one();
+  in_flight_.push_back(std::move(posted));
+  posted_.notify_one();
   return absl::OkStatus();
 }
 
@@ -249,60 +268,26 @@ void GlooControlLink::ReceiveLoop(int peer) {
   }
 }
 
-void GlooControlLink::SendLoop() {
+void GlooControlLink::CompleteLoop() {
   const auto slot = static_cast<size_t>(nodes_);
-  // A message whose transfers are posted; the frame outlives its buffers.
-  struct InFlight {
-    Outgoing message;
-    std::unique_ptr<::gloo::transport::UnboundBuffer> first;
-    std::unique_ptr<::gloo::transport::UnboundBuffer> rest;
-  };
-  std::deque<InFlight> in_flight;
   while (true) {
-    std::deque<Outgoing> queued;
+    InFlight oldest;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      outbox_ready_.wait(lock, [&] { return stopping_ || !outbox_.empty() || !in_flight.empty(); });
+      posted_.wait(lock, [&] { return stopping_ || !in_flight_.empty(); });
       if (stopping_) return;
-      queued.swap(outbox_);
+      oldest = std::move(in_flight_.front());  // the buffers keep their memory
+      in_flight_.pop_front();
     }
-    // Post everything queued at once (Gloo's sends do not block), so that
-    // a message to every node costs one round trip, not one per node.
-    for (Outgoing& message : queued) {
-      const int to = message.to;
-      InFlight posted{std::move(message), nullptr, nullptr};
-      std::vector<char>& frame = posted.message.frame;
-      const size_t first_bytes = std::min(frame.size(), kFirstBytes);
-      try {
-        posted.first = control_->createUnboundBuffer(frame.data(), first_bytes);
-        posted.first->send(to, kFirstSlot, 0, first_bytes);
-        if (frame.size() > first_bytes) {
-          posted.rest =
-              control_->createUnboundBuffer(frame.data() + first_bytes, frame.size() - first_bytes);
-          posted.rest->send(to, kRestSlot, 0, frame.size() - first_bytes);
-        }
-      } catch (const std::exception& error) {
-        Fail(to, GoneStatus(names_[static_cast<size_t>(to)], error.what()));
-        continue;
-      }
-      in_flight.push_back(std::move(posted));
-    }
-    if (in_flight.empty()) continue;
-    InFlight& oldest = in_flight.front();
+    // A send to a peer that is gone is abandoned (its receiving thread
+    // records why); one that stops the link too.
     try {
-      const int to = oldest.message.to;
-      if (Wait(slot, *oldest.first, to, /*send=*/true)) {
-        if (oldest.rest != nullptr) (void)Wait(slot, *oldest.rest, to, /*send=*/true);
+      if (Wait(slot, *oldest.first, oldest.to, /*send=*/true) && oldest.rest != nullptr) {
+        (void)Wait(slot, *oldest.rest, oldest.to, /*send=*/true);
       }
     } catch (const std::exception& error) {
-      Fail(oldest.message.to,
-           GoneStatus(names_[static_cast<size_t>(oldest.message.to)], error.what()));
+      Fail(oldest.to, GoneStatus(names_[static_cast<size_t>(oldest.to)], error.what()));
     }
-    // Not sent when the link stops or `to` is gone (the receiving thread
-    // records why).
-    in_flight.pop_front();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
   }
 }
 

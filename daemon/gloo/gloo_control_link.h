@@ -5,11 +5,13 @@
 //
 // Gloo's transfers are rendezvous (a send moves once the receiver has
 // posted a receive), so the link keeps one receiving thread per peer, each
-// with a receive always posted on that peer (a message moves as soon as it
-// is sent), and one sending thread that posts the queued messages and
-// completes them in order. Each message travels as a frame: a header (tag,
-// length) with the first bytes of the message, and the rest, if any, as a
-// second transfer of exactly its size.
+// with a receive always posted on that peer, and Send posts on the
+// caller's thread (Gloo's sends do not wait for the peer): a message moves
+// as soon as it is sent, with no hop through a thread of the link. A
+// completing thread waits for the posted sends in order and frees them.
+// Each message travels as a frame: a header (tag, length) with the first
+// bytes of the message, and the rest, if any, as a second transfer of
+// exactly its size.
 //
 // A peer's failure: Gloo (this version's TCP transport) tells it to the
 // buffers with operations queued on the failed pair, but not to the one
@@ -18,7 +20,7 @@
 // grown to the longest), each with a receive posted once on a slot the
 // peer never sends on: that receive stays queued, and the pair's failure
 // reaches the buffer whatever else it does. The receiving thread then
-// records the peer as gone, which aborts the sending thread's wait on a
+// records the peer as gone, which aborts the completing thread's wait on a
 // send to it.
 //
 // The control context belongs to one job world (its rendezvous is scoped
@@ -26,8 +28,9 @@
 // here and frames carry no generation.
 //
 // The engine thread calls Send, Receive, Progress and last_heard; they
-// never wait on another node (Send queues, Receive takes what the threads
-// have queued). The threads report a peer's failure, with its node and
+// never wait on another node (Send posts, taking the pair's lock, which
+// Gloo's loop holds while it reads what arrived; Receive takes what the
+// threads have queued). The threads report a peer's failure, with its node and
 // host, on the engine's next Receive or Progress. A job world's control
 // context serves one link. Destruction stops the threads at once (pending
 // waits are aborted, messages still queued are dropped) and closes the
@@ -68,14 +71,14 @@ class GlooControlLink : public negotiation::ControlLink {
   int node() const override { return node_; }
   int nodes() const override { return nodes_; }
 
-  // Queues the message for the sending thread (a message to this node is
-  // delivered at once). Fails when `to` is gone.
+  // Posts the message (a message to this node is delivered at once). Fails
+  // when `to` is gone.
   absl::Status Send(int to, negotiation::ControlTag tag,
                     const google::protobuf::Message& message) override;
   // Messages with `tag` that have arrived, appended to `out` in arrival
   // order (per sender, in send order); then the first peer failure, if any.
   absl::Status Receive(negotiation::ControlTag tag, std::vector<Received>& out) override;
-  // The first peer failure, if any (the sending thread completes sends).
+  // The first peer failure, if any (the completing thread completes sends).
   absl::Status Progress() override;
 
   // When a message last came from `node`, or when the link was made if none
@@ -83,12 +86,16 @@ class GlooControlLink : public negotiation::ControlLink {
   Clock::time_point last_heard(int node) const override;
 
  private:
-  // A queued message: its destination and frame (header, then message).
-  struct Outgoing {
+  // A posted message: its destination, frame (header, then message) and
+  // the buffers of its one or two transfers over the frame (declared after
+  // it: destroying a buffer waits until Gloo's loop no longer reads it).
+  struct InFlight {
     int to = 0;
     std::vector<char> frame;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> first;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> rest;
   };
-  void SendLoop();
+  void CompleteLoop();
   void ReceiveLoop(int peer);
   // Records that `peer` failed (once per peer; nothing while stopping).
   void Fail(int peer, absl::Status why);
@@ -106,10 +113,10 @@ class GlooControlLink : public negotiation::ControlLink {
   const int nodes_;
 
   mutable std::mutex mutex_;  // guards everything below but the threads
-  std::condition_variable outbox_ready_;
+  std::condition_variable posted_;
   bool stopping_ = false;
-  std::deque<Outgoing> outbox_;
-  // By wait slot (a peer's receiving thread, then the sending thread): what
+  std::deque<InFlight> in_flight_;  // in the order posted
+  // By wait slot (a peer's receiving thread, then the completing thread): what
   // it waits on now, so that destruction or the peer's failure aborts it.
   struct Waiting {
     ::gloo::transport::UnboundBuffer* buffer = nullptr;

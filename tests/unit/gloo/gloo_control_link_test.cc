@@ -264,6 +264,7 @@ TEST(GlooControlLinkTest, SmallMessagesRoundTrip) {
       for (size_t i = 0; i < received.size(); ++i, ++round) {
         ASSERT_TRUE(links[1].Send(0, ControlTag::kDecisions, Message("pong")).ok());
       }
+      std::this_thread::yield();
     }
   });
   const Clock::time_point start = Clock::now();
@@ -274,6 +275,7 @@ TEST(GlooControlLinkTest, SmallMessagesRoundTrip) {
     received.clear();
     while (received.empty() && Clock::now() < deadline) {
       ASSERT_TRUE(links[0].Receive(ControlTag::kDecisions, received).ok());
+      std::this_thread::yield();
     }
     ASSERT_EQ(received.size(), 1u);
   }
