@@ -95,6 +95,9 @@ absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
     return absl::InvalidArgumentError(
         absl::StrCat("a control message to node ", to, " of ", nodes_));
   }
+  if (static_cast<int>(tag) < 1 || static_cast<int>(tag) >= negotiation::kControlTagEnd) {
+    return absl::InvalidArgumentError(absl::StrCat("no control tag ", static_cast<int>(tag)));
+  }
   const size_t length = message.ByteSizeLong();
   if (length > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat("a ", message.GetTypeName(), " of ", length,
@@ -130,9 +133,10 @@ absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
     }
   } catch (const std::exception& error) {
     // A part posted before the failure is abandoned with its buffer.
-    Fail(to, GoneStatus(names_[static_cast<size_t>(to)], error.what()));
+    absl::Status gone = GoneStatus(names_[static_cast<size_t>(to)], error.what());
+    Fail(to, gone);
     std::lock_guard<std::mutex> lock(mutex_);
-    return gone_[static_cast<size_t>(to)];
+    return gone_[static_cast<size_t>(to)].ok() ? gone : gone_[static_cast<size_t>(to)];
   }
   std::lock_guard<std::mutex> lock(mutex_);
   in_flight_.push_back(std::move(posted));

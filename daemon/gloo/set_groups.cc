@@ -32,20 +32,29 @@ absl::StatusOr<std::shared_ptr<const GlooGroup>> ConnectSetGroup(JobWorld& world
   return std::make_shared<const GlooGroup>(std::move(context));
 }
 
+absl::StatusOr<std::shared_ptr<const job::SetSpan>> SpanWithGroup(
+    JobWorld& world, const std::shared_ptr<const GlooGroup>& job_group, const job::ProcessSet& set,
+    uint32_t creation, Clock::time_point deadline) {
+  std::unique_ptr<job::SetSpan> span = job::SpanOf(set, world.layout());
+  if (span->index < 0 || span->size() < 2) return nullptr;
+  if (set.id == 0) {
+    span->group = job_group;
+  } else {
+    ASSIGN_OR_RETURN(span->group, ConnectSetGroup(world, set.id, creation, span->nodes, deadline));
+    log::Coord().debug("process set {} spans nodes [{}]: Gloo context connected", set.id,
+                       job::RanksString(span->nodes));
+  }
+  return std::shared_ptr<const job::SetSpan>(std::move(span));
+}
+
 SetGroups::SetGroups(JobWorld& world)
     : world_(world), job_group_(std::make_shared<const GlooGroup>(world.context())) {}
 
 absl::Status SetGroups::Add(const job::ProcessSet& set, Clock::time_point deadline) {
   const uint32_t creation = creations_[set.id]++;
-  std::unique_ptr<job::SetSpan> span = job::SpanOf(set, world_.layout());
-  if (span->index < 0 || span->size() < 2) return absl::OkStatus();
-  if (set.id == 0) {
-    span->group = job_group_;
-  } else {
-    ASSIGN_OR_RETURN(span->group, ConnectSetGroup(world_, set.id, creation, span->nodes, deadline));
-    log::Coord().debug("process set {} spans nodes [{}]: Gloo context connected", set.id,
-                       job::RanksString(span->nodes));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const job::SetSpan> span,
+                   SpanWithGroup(world_, job_group_, set, creation, deadline));
+  if (span == nullptr) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(mutex_);
   spans_[set.id] = std::move(span);
   return absl::OkStatus();

@@ -37,6 +37,14 @@ absl::StatusOr<std::shared_ptr<const GlooGroup>> ConnectSetGroup(JobWorld& world
                                                                  const std::vector<int32_t>& nodes,
                                                                  Clock::time_point deadline);
 
+// The span of `set` on the job's nodes with its group attached: `job_group`
+// for the global set (id 0), a group of its own (ConnectSetGroup, blocking)
+// for another; null when the set has no member here or lies on this node
+// alone.
+absl::StatusOr<std::shared_ptr<const job::SetSpan>> SpanWithGroup(
+    JobWorld& world, const std::shared_ptr<const GlooGroup>& job_group, const job::ProcessSet& set,
+    uint32_t creation, Clock::time_point deadline);
+
 class SetGroups {
  public:
   // `world` outlives the SetGroups; the global set's group is its data
