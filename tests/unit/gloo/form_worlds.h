@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,10 @@ inline JobWorldOptions OptionsFor(const std::string& job, uint64_t generation, i
 // Forms `options.size()` worlds at once, one thread each; by node.
 inline std::vector<absl::StatusOr<std::unique_ptr<JobWorld>>> FormAll(
     ::gloo::rendezvous::Store& store, const std::vector<JobWorldOptions>& options) {
+  // Gloo writes to sockets without MSG_NOSIGNAL: a peer gone makes the
+  // write fail with EPIPE only where SIGPIPE is ignored, as collectived's
+  // main() does.
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<absl::StatusOr<std::unique_ptr<JobWorld>>> worlds(options.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < options.size(); ++i) {
