@@ -10,12 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/hash_store.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "daemon/gloo/set_groups.h"
+#include "tests/common/temporary_directory.h"
 #include "tests/unit/gloo/form_worlds.h"
 
 namespace collective::daemon::gloo {
@@ -69,6 +71,17 @@ TEST_P(JobWorldFormTest, FormsAndRecordsHosts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, JobWorldFormTest, ::testing::Values(1, 2, 3));
+
+// A store of files, as daemons sharing a file system could use.
+TEST(JobWorldTest, FormsThroughAFileStore) {
+  collective::testing::TemporaryDirectory directory("gloo");
+  ASSERT_FALSE(directory.path().empty());
+  ::gloo::rendezvous::FileStore store(directory.path());
+  auto worlds = FormJob(store, "train/file", 3, 2);
+  for (const auto& world : worlds) ASSERT_TRUE(world.ok()) << world.status();
+  OnEveryNode(2, [&](int node) { EXPECT_EQ(SumOver((*worlds[node])->context(), node + 1), 3); });
+  EXPECT_EQ((*worlds[1])->hosts(), (std::vector<std::string>{"host-a", "host-b"}));
+}
 
 TEST(JobWorldTest, MissingNodeFailsWithinTheDeadlineNamingIt) {
   ::gloo::rendezvous::HashStore store;
