@@ -64,8 +64,8 @@ GlooControlLink::GlooControlLink(std::shared_ptr<::gloo::Context> control,
   }
 }
 
-GlooControlLink::GlooControlLink(const JobWorld& world)
-    : GlooControlLink(world.control(), [&world] {
+GlooControlLink::GlooControlLink(JobWorld& world)
+    : GlooControlLink(world.TakeControl(), [&world] {
         std::vector<std::string> names;
         for (int node = 0; node < world.nodes(); ++node) names.push_back(world.NodeName(node));
         return names;
@@ -79,14 +79,34 @@ GlooControlLink::~GlooControlLink() {
   }
   posted_.notify_all();
   for (std::thread& thread : threads_) thread.join();
-  // Now that no thread posts, the peers see this node leave (their
-  // receives fail at once) and Gloo's loop stops touching our buffers.
+  // Now that no thread posts or waits, the buffers go (their transfers
+  // with them), then the connections: destroying the context closes them
+  // after what was written, and the peers see this node leave. Should
+  // anyone else hold the context, its connections are reset instead.
+  in_flight_.clear();
+  if (control_.use_count() == 1) {
+    control_.reset();
+    return;
+  }
   try {
     control_->closeConnections();
   } catch (const std::exception& error) {
     log::Coord().warn("closing the control link of {}: {}", names_[static_cast<size_t>(node_)],
                       error.what());
   }
+}
+
+absl::Status GlooControlLink::Flush(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool drained =
+      drained_.wait_until(lock, deadline, [&] { return unfinished_ == 0 || !first_failure_.ok(); });
+  if (!first_failure_.ok()) return first_failure_;
+  if (!drained) {
+    return absl::DeadlineExceededError(absl::StrCat(unfinished_, " control messages of ",
+                                                    names_[static_cast<size_t>(node_)],
+                                                    " had not left by the deadline"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
@@ -140,6 +160,7 @@ absl::Status GlooControlLink::Send(int to, negotiation::ControlTag tag,
   }
   std::lock_guard<std::mutex> lock(mutex_);
   in_flight_.push_back(std::move(posted));
+  ++unfinished_;
   posted_.notify_one();
   return absl::OkStatus();
 }
@@ -179,6 +200,7 @@ void GlooControlLink::Fail(int peer, absl::Status why) {
     if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return;
     gone_[static_cast<size_t>(peer)] = why;
     if (first_failure_.ok()) first_failure_ = why;
+    drained_.notify_all();
     // Gloo may never fail a wait on a transfer under way to or from it.
     for (const Waiting& waiting : waiting_) {
       if (waiting.peer == peer) Abort(waiting);
@@ -292,6 +314,9 @@ void GlooControlLink::CompleteLoop() {
     } catch (const std::exception& error) {
       Fail(oldest.to, GoneStatus(names_[static_cast<size_t>(oldest.to)], error.what()));
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    --unfinished_;
+    drained_.notify_all();
   }
 }
 

@@ -32,10 +32,12 @@
 // Gloo's loop holds while it reads what arrived; Receive takes what the
 // threads have queued). The threads report a peer's failure, with its node and
 // host, on the engine's next Receive or Progress. A job world's control
-// context serves one link. Destruction stops the threads at once (pending
-// waits are aborted, messages still queued are dropped) and closes the
-// control connections, which the other nodes' links then report as this
-// node gone: end the job among the nodes before destroying their links.
+// context serves one link, which holds it alone. Destruction stops the
+// threads at once (pending waits are aborted; messages not yet written are
+// dropped: Flush first) and closes the control connections after what was
+// written (the context goes with the link), which the other nodes' links
+// then report as this node gone: end the job among the nodes before
+// destroying their links.
 #pragma once
 
 #include <array>
@@ -59,11 +61,11 @@ namespace collective::daemon::gloo {
 class GlooControlLink : public negotiation::ControlLink {
  public:
   // Starts the link on `control` (its rank this node, its other ranks the
-  // peers), which nothing else may use; `names` by node ("node 2 (host
-  // b)") name peers in errors.
+  // peers), which nothing else may use or hold; `names` by node ("node 2
+  // (host b)") name peers in errors.
   GlooControlLink(std::shared_ptr<::gloo::Context> control, std::vector<std::string> names);
-  // On the job world's control context.
-  explicit GlooControlLink(const JobWorld& world);
+  // On the job world's control context, which it takes.
+  explicit GlooControlLink(JobWorld& world);
   ~GlooControlLink() override;
   GlooControlLink(const GlooControlLink&) = delete;
   GlooControlLink& operator=(const GlooControlLink&) = delete;
@@ -80,6 +82,12 @@ class GlooControlLink : public negotiation::ControlLink {
   absl::Status Receive(negotiation::ControlTag tag, std::vector<Received>& out) override;
   // The first peer failure, if any (the completing thread completes sends).
   absl::Status Progress() override;
+
+  // Blocks until every message sent so far has left this node (Gloo wrote
+  // it to the connection), a peer is gone, or `deadline`: at the end of a
+  // job, before destruction, so that the last messages reach the nodes
+  // that are still up. Engine thread.
+  absl::Status Flush(Clock::time_point deadline);
 
   // When a message last came from `node`, or when the link was made if none
   // has.
@@ -107,13 +115,15 @@ class GlooControlLink : public negotiation::ControlLink {
   // false once the link stops or `peer` is gone. Throws what Gloo throws.
   bool Wait(size_t slot, ::gloo::transport::UnboundBuffer& buffer, int peer, bool send);
 
-  const std::shared_ptr<::gloo::Context> control_;
+  std::shared_ptr<::gloo::Context> control_;
   const std::vector<std::string> names_;
   const int node_;
   const int nodes_;
 
   mutable std::mutex mutex_;  // guards everything below but the threads
   std::condition_variable posted_;
+  std::condition_variable drained_;  // unfinished_ fell, or a peer is gone
+  size_t unfinished_ = 0;            // messages posted and not yet written
   bool stopping_ = false;
   std::deque<InFlight> in_flight_;  // in the order posted
   // By wait slot (a peer's receiving thread, then the completing thread): what

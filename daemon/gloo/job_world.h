@@ -7,11 +7,11 @@
 //
 // Formation blocks until every node has arrived and connected, or the
 // deadline passes: call Form on a thread of its own, never on the engine
-// thread. The JobWorld it returns is then handed to the engine; its
-// contexts are shared with the set groups (set_groups.h), the control link
-// (gloo_control_link.h) and the transport, and live as long as the last of
-// them. Any thread may read a JobWorld; only one thread at a time may create
-// contexts from it (its store and device are not to be raced on).
+// thread. The JobWorld it returns is then handed to the engine; its data
+// context is shared with the set groups (set_groups.h) and the transport,
+// and lives as long as the last of them; its control context goes to the
+// control link (gloo_control_link.h), which owns it alone. Any thread may read a JobWorld; only one
+// thread at a time may create contexts from it (its store and device are not to be raced on).
 #pragma once
 
 #include <chrono>
@@ -91,7 +91,11 @@ class JobWorld {
   const std::shared_ptr<::gloo::Context>& context() const { return data_; }
   // The context of control messages only (GlooControlLink), so that they
   // never queue behind data transfers; rank = node.
+  // Null once taken.
   const std::shared_ptr<::gloo::Context>& control() const { return control_; }
+  // Gives the control context to its one user, so that the connections
+  // close when that user is done with them.
+  std::shared_ptr<::gloo::Context> TakeControl() { return std::move(control_); }
   // The device every context of the job connects through (one event loop).
   const std::shared_ptr<::gloo::transport::Device>& device() const { return device_; }
   // The launcher's store, scoped to this job and generation: set groups

@@ -235,6 +235,35 @@ INSTANTIATE_TEST_SUITE_P(StayingNode, PeerLeavingTest, ::testing::Values(false, 
                            return param.param ? std::string("Sends") : std::string("Receives");
                          });
 
+// A job's end: what a node flushed before its link went reaches the others
+// before they see it go.
+TEST(GlooControlLinkTest, FlushedMessagesArriveBeforeTheNodeIsGone) {
+  Links links(2);
+  ASSERT_TRUE(links.ok());
+  const std::string large = Body(1, 2, 0, 8 << 20);
+  ASSERT_TRUE(links[1].Send(0, ControlTag::kDecisions, Message(large)).ok());
+  ASSERT_TRUE(links[1].Send(0, ControlTag::kDecisions, Message("last")).ok());
+  ASSERT_TRUE(links[1].Flush(Clock::now() + kWithin).ok());
+  links.Destroy(1);
+
+  std::vector<ControlLink::Received> received;
+  absl::Status status;
+  const Clock::time_point deadline = Clock::now() + kWithin;
+  while (status.ok() && Clock::now() < deadline) {
+    status = links[0].Receive(ControlTag::kDecisions, received);
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr("node 1 (host-b) is gone"));
+  ASSERT_EQ(received.size(), 2u);
+  google::protobuf::BytesValue parsed;
+  ASSERT_TRUE(parsed.ParseFromString(received[0].bytes));
+  EXPECT_TRUE(parsed.value() == large);
+  ASSERT_TRUE(parsed.ParseFromString(received[1].bytes));
+  EXPECT_EQ(parsed.value(), "last");
+  EXPECT_EQ(links[0].Flush(Clock::now()).code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(GlooControlLinkTest, DestructionWithTrafficInFlightIsPrompt) {
   constexpr int kNodes = 2;
   Links links(kNodes);
