@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -263,34 +264,40 @@ absl::Status HttpStore::Wait(const std::vector<std::string>& keys, Clock::time_p
                              std::vector<char>* last_value) {
   const Clock::time_point start = Clock::now();
   std::vector<std::string> missing = keys;
+  bool answered = false;  // by the server, during this wait
   Backoff backoff;
+  const auto timed_out = [&](absl::string_view last_failure) {
+    std::string text =
+        absl::StrCat("timed out after ", MillisText(Clock::now() - start),
+                     " waiting at the rendezvous server ", address_, " for keys of scope '",
+                     options_.scope, "': ", absl::StrJoin(missing, ", "), " not seen");
+    if (last_failure.empty()) return absl::DeadlineExceededError(text);
+    // Never answered: say so, as a server out of reach.
+    if (!answered) return absl::UnavailableError(absl::StrCat(text, "; ", last_failure));
+    return absl::DeadlineExceededError(absl::StrCat(text, " (last request: ", last_failure, ")"));
+  };
   for (;;) {
     std::vector<std::string> still_missing;
     for (size_t i = 0; i < missing.size(); ++i) {
-      std::string& key = missing[i];
-      absl::StatusOr<std::optional<std::vector<char>>> value = TryGet(key, deadline);
+      absl::StatusOr<std::optional<std::vector<char>>> value = TryGet(missing[i], deadline);
       if (!value.ok()) {
         if (!absl::IsUnavailable(value.status())) return value.status();
-        // The server stayed out of reach until the deadline.
-        still_missing.insert(still_missing.end(), missing.begin() + i, missing.end());
-        return absl::UnavailableError(
-            absl::StrCat(value.status().message(), "; keys still missing in scope '",
-                         options_.scope, "': ", absl::StrJoin(still_missing, ", ")));
+        // The deadline passed during this request.
+        still_missing.insert(still_missing.end(), std::make_move_iterator(missing.begin() + i),
+                             std::make_move_iterator(missing.end()));
+        missing = std::move(still_missing);
+        return timed_out(value.status().message());
       }
+      answered = true;
       if (!value->has_value()) {
-        still_missing.push_back(std::move(key));
+        still_missing.push_back(std::move(missing[i]));
       } else if (last_value != nullptr) {
         *last_value = std::move(**value);
       }
     }
     missing = std::move(still_missing);
     if (missing.empty()) return absl::OkStatus();
-    if (Clock::now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("timed out after ", MillisText(Clock::now() - start),
-                       " waiting at the rendezvous server ", address_, " for keys of scope '",
-                       options_.scope, "': ", absl::StrJoin(missing, ", "), " never appeared"));
-    }
+    if (Clock::now() >= deadline) return timed_out("");
     backoff.Pause(deadline);
   }
 }
