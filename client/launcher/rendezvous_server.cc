@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 
@@ -142,7 +143,7 @@ class RendezvousServer::Impl::Session : public std::enable_shared_from_this<Sess
                     absl::StrCat("the target is not /<scope>/<key>: ", View(request.target())));
     }
     if (parser_->is_done()) return Serve();
-    if (request[http::field::expect] == "100-continue") {
+    if (beast::iequals(request[http::field::expect], "100-continue")) {
       // curl and other clients wait for this before sending a large body.
       auto interim =
           std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);

@@ -218,7 +218,7 @@ TEST_F(HttpStoreTest, WaitTimeoutNamesTheMissingKeysAndTheAddress) {
   ASSERT_TRUE(store_->Set("here", Bytes("x"), Within(kPatience)).ok());
   const std::string address = absl::StrCat("127.0.0.1:", server_->port());
   const Clock::time_point start = Clock::now();
-  absl::Status status = store_->Wait({"here", "gone1", "gone2"}, Within(milliseconds(200)));
+  absl::Status status = store_->Wait({"here", "gone1", "gone2"}, Within(milliseconds(1000)));
   EXPECT_LT(Clock::now() - start, kPatience);
   EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << status;
   EXPECT_THAT(status.message(),
@@ -226,7 +226,7 @@ TEST_F(HttpStoreTest, WaitTimeoutNamesTheMissingKeysAndTheAddress) {
 
   // Through Gloo: a gloo::IoException that carries the same status.
   try {
-    store_->wait({"gone3"}, milliseconds(100));
+    store_->wait({"gone3"}, milliseconds(500));
     ADD_FAILURE() << "wait() returned without the key";
   } catch (const ::gloo::IoException& error) {
     const absl::Status thrown = StoreErrorStatus(error);
@@ -416,6 +416,14 @@ TEST_F(HttpStoreTest, AKeepAliveConnectionServesSeveralRequests) {
   const std::string answers = client.ReadToClose(&closed);
   EXPECT_TRUE(closed);
   EXPECT_THAT(answers, AllOf(StartsWith("HTTP/1.1 200"), HasSubstr("\r\n\r\nhi")));
+}
+
+TEST_F(HttpStoreTest, AClientThatExpects100ContinueGetsIt) {
+  EXPECT_THAT(AnswerTo(server_->port(),
+                       "PUT /global/k HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                       "Content-Length: 2\r\nConnection: close\r\n\r\nhi"),
+              StartsWith("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200"));
+  EXPECT_EQ(*store_->Get("k", Within(kPatience)), Bytes("hi"));
 }
 
 TEST(RendezvousServerTest, ConnectionsOverTheBoundAreClosed) {
