@@ -100,10 +100,21 @@ absl::Status DescribeFailure(::gloo::Context& context, const std::vector<int32_t
       }
     }
   }
+  // When the failure spread before this node looked, more connections are
+  // down: they are named too, the likeliest cause first.
+  std::vector<std::string> also;
+  for (const BrokenPair& pair : broken) {
+    if (&pair != cause) also.push_back(NodeOf(nodes, pair.rank));
+  }
   return absl::UnavailableError(absl::StrCat(
       LostByClose(cause->error) ? "the daemon of node " : "the connection to the daemon of node ",
       NodeOf(nodes, cause->rank), LostByClose(cause->error) ? " closed its connection" : " failed",
-      " (Gloo: ", cause->error, ")"));
+      " (Gloo: ", cause->error, ")",
+      also.empty()
+          ? ""
+          : absl::StrCat("; the connection", also.size() == 1 ? " to node " : "s to nodes ",
+                         absl::StrJoin(also, ", "), also.size() == 1 ? " is" : " are",
+                         " down too")));
 }
 
 void BreakContext(::gloo::Context& context) {

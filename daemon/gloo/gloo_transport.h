@@ -32,6 +32,9 @@
 // which makes the blocked Gloo calls return, and joins every thread. The
 // destructor does the same. A resident daemon's world breaks without the
 // daemon exiting, so this is the only way its memory becomes free again.
+//
+// Gloo writes to its sockets without MSG_NOSIGNAL: the process must ignore
+// SIGPIPE (daemon/main.cc does), or a node that leaves kills the others.
 #pragma once
 
 #include <chrono>

@@ -16,7 +16,8 @@
 namespace collective::daemon::gloo::testing {
 
 // `size` connected contexts, by rank; `timeout` is each context's default
-// operation timeout (Gloo's connect waits a multiple of it).
+// operation timeout (Gloo's connect waits a multiple of it). Ignores
+// SIGPIPE in the process, as the daemon does.
 std::vector<std::shared_ptr<::gloo::Context>> ConnectLocalContexts(
     int size, std::chrono::milliseconds timeout);
 
