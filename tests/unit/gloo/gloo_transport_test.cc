@@ -5,6 +5,7 @@
 #include "daemon/gloo/gloo_transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -50,8 +51,8 @@ struct World {
     const std::vector<int32_t> nodes(kNodes.begin(), kNodes.begin() + size);
     for (int rank = 0; rank < size; ++rank) {
       spans.push_back(testing::SpanOf(contexts[static_cast<size_t>(rank)], nodes));
-      transports.push_back(
-          std::make_unique<GlooTransport>(GlooTransportOptions{.timeout = timeout}));
+      transports.push_back(std::make_unique<GlooTransport>(
+          GlooTransportOptions{.timeout = timeout, .wake = [this] { ++wakes; }}));
     }
   }
   int size() const { return static_cast<int>(transports.size()); }
@@ -59,6 +60,7 @@ struct World {
   std::vector<std::shared_ptr<::gloo::Context>> contexts;
   std::vector<job::SetSpan> spans;
   std::vector<std::unique_ptr<GlooTransport>> transports;
+  std::atomic<int> wakes{0};  // transfers finished, as the workers told
 };
 
 // Tests every transfer until all completed (OK), one failed (its error),
@@ -175,6 +177,12 @@ TEST_P(GlooTransportTest, AllreduceOfEveryTypeAndOpEqualsTheKernels) {
     }
   }
   ASSERT_TRUE(WaitAll(pending).ok()) << WaitAll(pending);
+  // Each worker rings after it published its transfer's outcome.
+  const Clock::time_point deadline = Clock::now() + 10s;
+  while (world.wakes.load() < static_cast<int>(pending.size()) && Clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(world.wakes.load(), static_cast<int>(pending.size()));
   for (const Case& one : cases) {
     for (int rank = 0; rank < world.size(); ++rank) {
       EXPECT_EQ(collective::testing::CompareBitwise(one.dtype, one.expected.data(),
@@ -526,6 +534,35 @@ TEST(GlooTransportFailureTest, APeerWhoseContextIsDestroyedIsNamed) {
   const absl::Status failed = WaitOne(**later, 10s);
   EXPECT_NE(failed.message().find("broadcast across nodes failed"), std::string::npos) << failed;
   EXPECT_NE(failed.message().find("node 8"), std::string::npos) << failed;
+}
+
+TEST(GlooTransportFailureTest, APeerThatLeavesMidTransferIsNamed) {
+  constexpr auto kTimeout = 20s;
+  World world(3, kTimeout);
+  constexpr size_t kCount = 1 << 20;
+  std::vector<Bytes> data(3, Bytes(kCount * 4));
+  // Nodes 0 and 2 (job nodes 3 and 8) are in the allreduce, waiting for
+  // node 1; node 2 leaves.
+  std::vector<exec::Pending> pending;
+  for (int rank : {0, 2}) {
+    Start(pending,
+          world.transports[rank]->StartAllreduce(world.spans[rank], data[rank].data(), kCount,
+                                                 v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM));
+  }
+  EXPECT_EQ(WaitOne(*pending[1], 100ms).code(), absl::StatusCode::kDeadlineExceeded);
+  const Clock::time_point gone = Clock::now();
+  world.transports[2].reset();
+  world.spans[2].group.reset();
+  world.contexts[2].reset();
+  // Node 1 joins late.
+  Start(pending, world.transports[1]->StartAllreduce(world.spans[1], data[1].data(), kCount,
+                                                     v1::DATA_TYPE_FLOAT32, v1::REDUCE_OP_SUM));
+  for (size_t node : {size_t{0}, size_t{2}}) {
+    const absl::Status failed = WaitOne(*pending[node], kTimeout);
+    EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+    EXPECT_NE(failed.message().find("node 8"), std::string::npos) << failed;
+  }
+  EXPECT_LT(Clock::now() - gone, kTimeout / 2) << "the failure waited for the timeout";
 }
 
 TEST(GlooTransportFailureTest, AReceiveFromAPeerThatLeavesFailsNamingIt) {
