@@ -45,10 +45,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include <gloo/context.h>
-
 #include "absl/status/status.h"
 #include "daemon/exec/node_transport.h"
+
+namespace gloo {
+class Context;  // <gloo/context.h>: this header needs no Gloo
+}  // namespace gloo
 
 namespace collective::daemon::gloo {
 
