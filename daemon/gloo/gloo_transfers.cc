@@ -3,22 +3,21 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
-#include <gloo/reduce.h>
-#include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
 #include "common/dtype.h"
+#include "daemon/exec/reduce_kernels.h"
 
 namespace collective::daemon::gloo {
 namespace {
 
-using Buffer = std::unique_ptr<::gloo::transport::UnboundBuffer>;
+using ::gloo::transport::UnboundBuffer;
 
 // Slot prefixes of the transfers built here, clear of Gloo's own (0x01 to
 // 0x08) and of the probe in gloo_failures.cc (0x4f). A slot is the prefix,
@@ -28,47 +27,60 @@ constexpr uint8_t kAllgatherSlot = 0x41;
 constexpr uint8_t kGatherSlot = 0x42;
 constexpr uint8_t kExchangeSlot = 0x43;
 constexpr uint8_t kMessageSlot = 0x44;
+constexpr uint8_t kReduceSlot = 0x45;
+constexpr uint8_t kAllreduceSlot = 0x46;  // its reduce-scatter
+constexpr uint8_t kAllreduceGatherSlot = 0x47;
 
-// The piece of its block a reduce-scatter takes from each node at a time:
-// bounds its scratch memory to (nodes - 1) pieces. A multiple of every
-// element size.
+// The piece of a block a reduction takes from each node at a time (two in
+// flight per node): bounds its scratch memory to 2 (nodes - 1) pieces. A
+// multiple of every element size.
 constexpr uint64_t kSegmentBytes = uint64_t{1} << 20;
 
 uint64_t SlotOf(uint8_t prefix, uint32_t tag) { return ::gloo::Slot::build(prefix, tag); }
 
+// A buffer registered with the context's waits while it lives: declared
+// after what owns the buffer, so that it leaves the registry first.
+class Registration {
+ public:
+  Registration(BufferWaits* waits, UnboundBuffer* buffer) : waits_(waits), buffer_(buffer) {
+    if (waits_ != nullptr) waits_->Add(buffer_);
+  }
+  ~Registration() {
+    if (waits_ != nullptr) waits_->Remove(buffer_);
+  }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  BufferWaits* const waits_;
+  UnboundBuffer* const buffer_;
+};
+
+struct Buffer {
+  std::unique_ptr<UnboundBuffer> gloo;
+  std::unique_ptr<Registration> registration;  // after `gloo`: destroyed first
+
+  UnboundBuffer* operator->() const { return gloo.get(); }
+  explicit operator bool() const { return gloo != nullptr; }
+};
+
 // Gloo's buffers take a mutable pointer; those made for sending are only
 // read.
 Buffer Wrap(const GlooCall& call, const void* data, uint64_t bytes) {
-  return call.context->createUnboundBuffer(const_cast<void*>(data), bytes);
+  Buffer made{.gloo = call.context->createUnboundBuffer(const_cast<void*>(data), bytes)};
+  made.registration = std::make_unique<Registration>(call.waits, made.gloo.get());
+  return made;
 }
 
-void WaitSend(::gloo::transport::UnboundBuffer& buffer, const GlooCall& call) {
-  if (!buffer.waitSend(nullptr, call.timeout)) throw std::runtime_error("a send was abandoned");
+void WaitSend(const Buffer& buffer, const GlooCall& call) {
+  if (!buffer->waitSend(nullptr, call.timeout)) {
+    throw std::runtime_error("a send was abandoned: the context broke");
+  }
 }
 
-void WaitReceive(::gloo::transport::UnboundBuffer& buffer, const GlooCall& call) {
-  if (!buffer.waitRecv(nullptr, call.timeout)) throw std::runtime_error("a receive was abandoned");
-}
-
-// Runs `run` with a value of the unsigned type of `element` bytes: Gloo's
-// options learn the element size from their setters' type.
-template <typename Run>
-void WithElementType(size_t element, Run run) {
-  switch (element) {
-    case 1:
-      run(uint8_t{});
-      return;
-    case 2:
-      run(uint16_t{});
-      return;
-    case 4:
-      run(uint32_t{});
-      return;
-    case 8:
-      run(uint64_t{});
-      return;
-    default:
-      throw std::invalid_argument("an element of " + std::to_string(element) + " bytes");
+void WaitReceive(const Buffer& buffer, const GlooCall& call) {
+  if (!buffer->waitRecv(nullptr, call.timeout)) {
+    throw std::runtime_error("a receive was abandoned: the context broke");
   }
 }
 
@@ -80,8 +92,8 @@ std::vector<int> Everyone(const ::gloo::Context& context) {
   return ranks;
 }
 
-// This node's block of rows to each of `peers`, and each of `peers`' blocks
-// into place; then waits for all of it.
+// This node's block of rows to each of `send_to`, and the blocks of each of
+// `receive_from` into place; then waits for all of it.
 void MoveBlocks(const GlooCall& call, uint64_t slot, void* data, uint64_t row_bytes,
                 const std::vector<uint64_t>& rows, const std::vector<uint64_t>& displs,
                 const std::vector<int>& send_to, const std::vector<int>& receive_from) {
@@ -103,8 +115,101 @@ void MoveBlocks(const GlooCall& call, uint64_t slot, void* data, uint64_t row_by
     theirs.push_back(Wrap(call, base + displs[place] * row_bytes, rows[place] * row_bytes));
     theirs.back()->recv(peer, slot);
   }
-  for (Buffer& buffer : theirs) WaitReceive(*buffer, call);
-  for (size_t done = 0; done < sends; ++done) WaitSend(*mine, call);
+  for (const Buffer& buffer : theirs) WaitReceive(buffer, call);
+  for (size_t done = 0; done < sends; ++done) WaitSend(mine, call);
+}
+
+// Receives `bytes` from every other node in pieces of kSegmentBytes, two
+// pieces in flight per node, and for each piece in order folds the nodes'
+// pieces in rank order (this node's from `mine`) into `out` + the piece's
+// offset. Every other node sends its `bytes` with SendPieces on `slot`.
+void FoldPieces(const GlooCall& call, uint64_t slot, const std::byte* mine, uint64_t bytes,
+                const exec::ReduceSpec& spec, std::byte* out) {
+  const auto size = static_cast<size_t>(call.context->size);
+  const auto me = static_cast<size_t>(call.context->rank);
+  const size_t element = ElementSize(spec.dtype);
+  const uint64_t pieces = (bytes + kSegmentBytes - 1) / kSegmentBytes;
+  auto length = [&](uint64_t piece) {
+    return std::min(kSegmentBytes, bytes - piece * kSegmentBytes);
+  };
+  // Per node, two halves: piece k lands in half k % 2.
+  const uint64_t half = std::min(kSegmentBytes, bytes);
+  std::vector<std::vector<std::byte>> scratch(size);
+  std::vector<Buffer> incoming(size);
+  for (size_t peer = 0; peer < size; ++peer) {
+    if (peer == me || bytes == 0) continue;
+    scratch[peer].resize(2 * half);
+    incoming[peer] = Wrap(call, scratch[peer].data(), scratch[peer].size());
+  }
+  auto post = [&](uint64_t piece) {
+    for (size_t peer = 0; peer < size; ++peer) {
+      if (peer != me)
+        incoming[peer]->recv(static_cast<int>(peer), slot, (piece % 2) * half, length(piece));
+    }
+  };
+  for (uint64_t piece = 0; piece < std::min<uint64_t>(pieces, 2); ++piece) post(piece);
+  std::vector<const void*> inputs(size);
+  for (uint64_t piece = 0; piece < pieces; ++piece) {
+    const uint64_t at = piece * kSegmentBytes;
+    // A buffer counts its completed receives: one wait per node for the
+    // oldest piece (Gloo completes one connection's receives in order).
+    for (size_t peer = 0; peer < size; ++peer) {
+      if (peer != me) WaitReceive(incoming[peer], call);
+      inputs[peer] = peer == me ? mine + at : scratch[peer].data() + (piece % 2) * half;
+    }
+    exec::Reduce(spec, inputs, out + at, length(piece) / element);
+    if (piece + 2 < pieces) post(piece + 2);
+  }
+}
+
+// `bytes` at `data` to `peer` on `slot`, in the pieces FoldPieces expects;
+// returns once sent.
+void SendPieces(uint64_t slot, int peer, const std::byte* data, uint64_t bytes, Buffer& source,
+                size_t& sends) {
+  for (uint64_t at = 0; at < bytes; at += kSegmentBytes) {
+    source->send(peer, slot,
+                 static_cast<size_t>(data - static_cast<const std::byte*>(source->ptr)) + at,
+                 std::min(kSegmentBytes, bytes - at));
+    ++sends;
+  }
+}
+
+// The reduction of block i (`counts[i]` elements, blocks back to back) to
+// node i: every node sends each other node its block and folds its own
+// from every node's, then writes it at `into` (once its sends are done: it
+// may lie where they read).
+void ReduceBlocks(const GlooCall& call, uint64_t slot, void* data,
+                  const std::vector<uint64_t>& counts, const exec::ReduceSpec& spec,
+                  std::byte* into) {
+  const auto size = static_cast<size_t>(call.context->size);
+  const auto me = static_cast<size_t>(call.context->rank);
+  const size_t element = ElementSize(spec.dtype);
+  auto* bytes = static_cast<std::byte*>(data);
+  std::vector<uint64_t> offsets(size);
+  uint64_t total = 0;
+  for (size_t place = 0; place < size; ++place) {
+    offsets[place] = total;
+    total += counts[place] * element;
+  }
+  Buffer source;
+  size_t sends = 0;
+  if (total > 0 && size > 1) source = Wrap(call, data, total);
+  for (size_t peer = 0; peer < size; ++peer) {
+    if (peer == me) continue;
+    SendPieces(slot, static_cast<int>(peer), bytes + offsets[peer], counts[peer] * element, source,
+               sends);
+  }
+  const uint64_t mine = counts[me] * element;
+  std::vector<std::byte> result(mine);
+  FoldPieces(call, slot, bytes + offsets[me], mine, spec, result.data());
+  for (size_t done = 0; done < sends; ++done) WaitSend(source, call);
+  if (mine > 0) std::memcpy(into, result.data(), mine);
+}
+
+std::vector<uint64_t> Offsets(const std::vector<uint64_t>& counts) {
+  std::vector<uint64_t> offsets(counts.size());
+  std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), uint64_t{0});
+  return offsets;
 }
 
 uint64_t BytesOf(const std::vector<exec::RowBlock>& blocks, uint64_t row_bytes) {
@@ -150,96 +255,75 @@ void Unpack(const std::vector<std::byte>& packed, const std::vector<exec::RowBlo
 
 }  // namespace
 
-void Allreduce(const GlooCall& call, void* data, uint64_t count, size_t element,
-               const ElementReduction& reduce) {
-  if (count == 0 || call.context->size == 1) return;
-  WithElementType(element, [&](auto type) {
-    using T = decltype(type);
-    ::gloo::AllreduceOptions options(call.context);
-    options.setOutput(static_cast<T*>(data), count);
-    options.setReduceFunction(reduce);
-    options.setTag(call.tag);
-    options.setTimeout(call.timeout);
-    ::gloo::allreduce(options);
-  });
+void BufferWaits::Add(UnboundBuffer* buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  buffers_.push_back(buffer);
+  if (aborted_) {
+    buffer->abortWaitRecv();
+    buffer->abortWaitSend();
+  }
 }
 
-void Reduce(const GlooCall& call, void* data, uint64_t count, size_t element,
-            const ElementReduction& reduce, int root) {
+void BufferWaits::Remove(UnboundBuffer* buffer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  buffers_.erase(std::find(buffers_.begin(), buffers_.end(), buffer));
+}
+
+void BufferWaits::AbortAll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  aborted_ = true;
+  for (UnboundBuffer* buffer : buffers_) {
+    buffer->abortWaitRecv();
+    buffer->abortWaitSend();
+  }
+}
+
+void Allreduce(const GlooCall& call, void* data, uint64_t count, const exec::ReduceSpec& spec) {
+  const auto size = static_cast<uint64_t>(call.context->size);
+  if (count == 0 || size == 1) return;
+  // A reduce-scatter of near-equal blocks, each reduced in place, then an
+  // allgather of the blocks: every node sends 2 (n - 1) / n of the data, as
+  // a ring would, and the result is the kernels' fold in rank order.
+  std::vector<uint64_t> counts(size);
+  for (uint64_t place = 0; place < size; ++place) {
+    counts[place] = count / size + (place < count % size ? 1 : 0);
+  }
+  const std::vector<uint64_t> offsets = Offsets(counts);
+  const size_t element = ElementSize(spec.dtype);
+  auto* bytes = static_cast<std::byte*>(data);
+  const auto me = static_cast<size_t>(call.context->rank);
+  ReduceBlocks(call, SlotOf(kAllreduceSlot, call.tag), data, counts, spec,
+               bytes + offsets[me] * element);
+  const std::vector<int> others = Everyone(*call.context);
+  MoveBlocks(call, SlotOf(kAllreduceGatherSlot, call.tag), data, element, counts, offsets, others,
+             others);
+}
+
+void Reduce(const GlooCall& call, void* data, uint64_t count, const exec::ReduceSpec& spec,
+            int root) {
   if (count == 0 || call.context->size == 1) return;
-  // Gloo's ring writes partial results into every node's output: the
-  // others reduce into scratch, so that their data stays as it was.
-  std::vector<std::byte> scratch;
-  WithElementType(element, [&](auto type) {
-    using T = decltype(type);
-    ::gloo::ReduceOptions options(call.context);
-    if (call.context->rank == root) {
-      options.setOutput(static_cast<T*>(data), count);
-    } else {
-      scratch.resize(count * element);
-      options.setInput(static_cast<T*>(data), count);
-      options.setOutput(reinterpret_cast<T*>(scratch.data()), count);
-    }
-    options.setRoot(root);
-    options.setReduceFunction(reduce);
-    options.setTag(call.tag);
-    options.setTimeout(call.timeout);
-    ::gloo::reduce(options);
-  });
+  const uint64_t bytes = count * ElementSize(spec.dtype);
+  const uint64_t slot = SlotOf(kReduceSlot, call.tag);
+  auto* base = static_cast<std::byte*>(data);
+  if (call.context->rank != root) {
+    // Each node's part crosses the network once, to the root.
+    Buffer source = Wrap(call, data, bytes);
+    size_t sends = 0;
+    SendPieces(slot, root, base, bytes, source, sends);
+    for (size_t done = 0; done < sends; ++done) WaitSend(source, call);
+    return;
+  }
+  // The kernels write in place only over their first input: the root folds
+  // into a copy.
+  std::vector<std::byte> result(bytes);
+  FoldPieces(call, slot, base, bytes, spec, result.data());
+  std::memcpy(data, result.data(), bytes);
 }
 
 void ReduceScatter(const GlooCall& call, void* data, const std::vector<uint64_t>& counts,
                    const exec::ReduceSpec& spec) {
-  const ::gloo::Context& context = *call.context;
-  const auto size = static_cast<size_t>(context.size);
-  const auto me = static_cast<size_t>(context.rank);
-  const size_t element = ElementSize(spec.dtype);
-  auto* bytes = static_cast<std::byte*>(data);
-  std::vector<uint64_t> offsets(size);
-  uint64_t total = 0;
-  for (size_t place = 0; place < size; ++place) {
-    offsets[place] = total;
-    total += counts[place] * element;
-  }
-  const uint64_t slot = SlotOf(kReduceScatterSlot, call.tag);
-  // Every other node's block goes to it straight from `data`, in pieces.
-  Buffer source;
-  size_t sends = 0;
-  if (total > 0 && size > 1) source = Wrap(call, data, total);
-  for (size_t peer = 0; peer < size; ++peer) {
-    const uint64_t block = counts[peer] * element;
-    if (peer == me) continue;
-    for (uint64_t at = 0; at < block; at += kSegmentBytes) {
-      source->send(static_cast<int>(peer), slot, offsets[peer] + at,
-                   std::min(kSegmentBytes, block - at));
-      ++sends;
-    }
-  }
-  // This node's block from every node, piece by piece, folded in rank
-  // order into `result`: `data` still feeds the sends above.
-  const uint64_t mine = counts[me] * element;
-  std::vector<std::byte> result(mine);
-  std::vector<std::vector<std::byte>> scratch(size);
-  std::vector<Buffer> incoming(size);
-  for (size_t peer = 0; peer < size; ++peer) {
-    if (peer == me || mine == 0) continue;
-    scratch[peer].resize(std::min(kSegmentBytes, mine));
-    incoming[peer] = Wrap(call, scratch[peer].data(), scratch[peer].size());
-  }
-  std::vector<const void*> inputs(size);
-  for (uint64_t at = 0; at < mine; at += kSegmentBytes) {
-    const uint64_t piece = std::min(kSegmentBytes, mine - at);
-    for (size_t peer = 0; peer < size; ++peer) {
-      if (peer != me) incoming[peer]->recv(static_cast<int>(peer), slot, 0, piece);
-    }
-    for (size_t peer = 0; peer < size; ++peer) {
-      if (peer != me) WaitReceive(*incoming[peer], call);
-      inputs[peer] = peer == me ? bytes + offsets[me] + at : scratch[peer].data();
-    }
-    exec::Reduce(spec, inputs, result.data() + at, piece / element);
-  }
-  for (size_t done = 0; done < sends; ++done) WaitSend(*source, call);
-  if (mine > 0) std::memcpy(data, result.data(), mine);
+  ReduceBlocks(call, SlotOf(kReduceScatterSlot, call.tag), data, counts, spec,
+               static_cast<std::byte*>(data));
 }
 
 void Allgather(const GlooCall& call, void* data, uint64_t row_bytes,
@@ -253,10 +337,13 @@ void Allgather(const GlooCall& call, void* data, uint64_t row_bytes,
   }
   if (next == 0 || row_bytes == 0) return;
   if (back_to_back) {
+    // Gloo's ring, which waits on this buffer only.
     std::vector<size_t> bytes;
     for (uint64_t count : rows) bytes.push_back(count * row_bytes);
     ::gloo::AllgathervOptions options(call.context);
-    options.setOutput(static_cast<uint8_t*>(data), std::move(bytes));
+    std::unique_ptr<UnboundBuffer> out = call.context->createUnboundBuffer(data, next * row_bytes);
+    const Registration registered(call.waits, out.get());
+    options.setOutput<uint8_t>(std::move(out), std::move(bytes));
     options.setTag(call.tag);
     options.setTimeout(call.timeout);
     ::gloo::allgatherv(options);
@@ -279,8 +366,11 @@ void Gather(const GlooCall& call, void* data, uint64_t row_bytes, const std::vec
 
 void Broadcast(const GlooCall& call, void* data, uint64_t bytes, int root) {
   if (bytes == 0 || call.context->size == 1) return;
+  // Gloo's binomial tree, which waits on this buffer only.
   ::gloo::BroadcastOptions options(call.context);
-  options.setOutput(static_cast<uint8_t*>(data), bytes);
+  std::unique_ptr<UnboundBuffer> out = call.context->createUnboundBuffer(data, bytes);
+  const Registration registered(call.waits, out.get());
+  options.setOutput<uint8_t>(std::move(out));
   options.setRoot(root);
   options.setTag(call.tag);
   options.setTimeout(call.timeout);
@@ -324,12 +414,12 @@ void Exchange(const GlooCall& call, uint64_t row_bytes,
     }
   }
   for (size_t peer = 0; peer < size; ++peer) {
-    if (incoming[peer] == nullptr) continue;
-    WaitReceive(*incoming[peer], call);
+    if (!incoming[peer]) continue;
+    WaitReceive(incoming[peer], call);
     if (!unpacked[peer].empty()) Unpack(unpacked[peer], receive[peer], row_bytes);
   }
-  for (Buffer& buffer : outgoing) {
-    if (buffer != nullptr) WaitSend(*buffer, call);
+  for (const Buffer& buffer : outgoing) {
+    if (buffer) WaitSend(buffer, call);
   }
 }
 
@@ -357,7 +447,7 @@ void Send(const GlooCall& call, int peer, const void* data, uint64_t bytes, uint
   const size_t pieces = PostPieces(bytes, chunk_bytes, [&](uint64_t at, uint64_t piece) {
     buffer->send(peer, slot, at, piece);
   });
-  for (size_t done = 0; done < pieces; ++done) WaitSend(*buffer, call);
+  for (size_t done = 0; done < pieces; ++done) WaitSend(buffer, call);
 }
 
 void Receive(const GlooCall& call, int peer, void* data, uint64_t bytes, uint64_t chunk_bytes) {
@@ -367,7 +457,7 @@ void Receive(const GlooCall& call, int peer, void* data, uint64_t bytes, uint64_
   const size_t pieces = PostPieces(bytes, chunk_bytes, [&](uint64_t at, uint64_t piece) {
     buffer->recv(peer, slot, at, piece);
   });
-  for (size_t done = 0; done < pieces; ++done) WaitReceive(*buffer, call);
+  for (size_t done = 0; done < pieces; ++done) WaitReceive(buffer, call);
 }
 
 }  // namespace collective::daemon::gloo

@@ -5,29 +5,56 @@
 // status. Run on the transport's worker threads only: never on the engine
 // thread.
 //
-// Where this Gloo (0.5.0, git 2022-05-18) has the algorithm, the call uses
-// it: allreduce (ring), reduce (ring), broadcast (binomial tree), allgatherv
-// (ring) when the blocks lie back to back. The rest are built here from
-// Gloo's unbound buffers, each node sending straight to each other node:
-// reduce-scatter (Gloo's takes no custom reduction), gather with uneven
-// blocks (Gloo's gather has none), allgather with blocks at arbitrary rows,
-// the exchange of an alltoall (its blocks lie anywhere in memory) and
-// point-to-point messages.
+// Every buffer a call waits on is one of its own, registered with the
+// call's BufferWaits, because this Gloo (0.5.0, git 2022-05-18) fails the
+// pending operations of a connection that breaks but not the receive it
+// is reading into nor a send queued after the socket refused it: a wait on
+// those would only end at the timeout. So the transfers whose Gloo
+// algorithm waits on buffers of its own are built here from unbound
+// buffers, each node sending straight to each other node: allreduce (a
+// reduce-scatter, then an allgather), reduce, reduce-scatter (Gloo's
+// takes no custom reduction either), gather with uneven blocks (Gloo's has
+// none), allgather with blocks apart, the exchange of an alltoall (its
+// blocks lie anywhere in memory) and point-to-point messages. Gloo's own
+// algorithms run where they wait on the caller's buffers only: broadcast
+// (binomial tree) and allgatherv (ring, blocks back to back). Reductions
+// fold the nodes in rank order with the daemon's kernels
+// (exec/reduce_kernels.h), exactly as the local reduction folds ranks.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include "collective/v1/types.pb.h"
 #include "daemon/exec/node_transport.h"
 #include "daemon/exec/reduce_kernels.h"
-#include "daemon/gloo/gloo_reductions.h"
 
 namespace collective::daemon::gloo {
+
+// The buffers the calls on one context are waiting on, so that breaking
+// the context ends every wait (AbortAll), including those Gloo leaves
+// waiting. Any thread.
+class BufferWaits {
+ public:
+  void Add(::gloo::transport::UnboundBuffer* buffer);
+  void Remove(::gloo::transport::UnboundBuffer* buffer);
+  // Ends the waits of every buffer added, now or later: they return false.
+  // Call once the context's connections are closed (gloo_failures.h's
+  // BreakContext), so that no transfer touches a buffer once its call
+  // returned.
+  void AbortAll();
+
+ private:
+  std::mutex mutex_;
+  std::vector<::gloo::transport::UnboundBuffer*> buffers_;
+  bool aborted_ = false;
+};
 
 // What every call needs: the context, the tag that keeps its messages apart
 // from those of the other transfers in flight on the context (every node
@@ -36,18 +63,17 @@ struct GlooCall {
   std::shared_ptr<::gloo::Context> context;
   uint32_t tag = 0;
   std::chrono::milliseconds timeout{0};
+  BufferWaits* waits = nullptr;  // the context's; outlives the call
 };
 
 // data[i] = reduction over the nodes of their data[i], in place.
-void Allreduce(const GlooCall& call, void* data, uint64_t count, size_t element,
-               const ElementReduction& reduce);
+void Allreduce(const GlooCall& call, void* data, uint64_t count, const exec::ReduceSpec& spec);
 // The same, into the data of context rank `root` only; the others' data is
-// only read (they reduce through scratch memory).
-void Reduce(const GlooCall& call, void* data, uint64_t count, size_t element,
-            const ElementReduction& reduce, int root);
+// only read.
+void Reduce(const GlooCall& call, void* data, uint64_t count, const exec::ReduceSpec& spec,
+            int root);
 // The reduction over the nodes of `data`, of which rank i keeps `counts[i]`
-// elements (the i-th block) at the start of its `data`. Folds the nodes in
-// rank order with the kernels (`spec`), as the local reduction folds ranks.
+// elements (the i-th block) at the start of its `data`.
 void ReduceScatter(const GlooCall& call, void* data, const std::vector<uint64_t>& counts,
                    const exec::ReduceSpec& spec);
 // Every rank's block of rows, in place: rank i's `rows[i]` rows of

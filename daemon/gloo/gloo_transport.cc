@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "daemon/exec/reduce_kernels.h"
 #include "daemon/gloo/gloo_failures.h"
 #include "daemon/gloo/gloo_group.h"
-#include "daemon/gloo/gloo_reductions.h"
 #include "daemon/gloo/gloo_transfers.h"
 
 namespace collective::daemon::gloo {
@@ -75,6 +75,7 @@ class GlooTransport::Channel {
   ~Channel() { Stop(); }
 
   const std::shared_ptr<::gloo::Context>& context() const { return context_; }
+  BufferWaits& waits() { return waits_; }
   bool Idle() {
     std::lock_guard<std::mutex> lock(mutex_);
     return queue_.empty() && !running_;
@@ -84,7 +85,10 @@ class GlooTransport::Channel {
   void Enqueue(const char* what, Work work, std::shared_ptr<Completion> completion) {
     Job job{.what = what,
             .work = std::move(work),
-            .call = {.context = context_, .tag = next_tag_++, .timeout = options_.timeout},
+            .call = {.context = context_,
+                     .tag = next_tag_++,
+                     .timeout = options_.timeout,
+                     .waits = &waits_},
             .completion = std::move(completion)};
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(job));
@@ -117,7 +121,7 @@ class GlooTransport::Channel {
       }
       cause = cause_;
     }
-    if (first) BreakContext(*context_);
+    if (first) BreakAll();
     return Annotated(what, cause);
   }
 
@@ -128,7 +132,7 @@ class GlooTransport::Channel {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cause_.ok()) cause_ = why;
     }
-    BreakContext(*context_);
+    BreakAll();
   }
 
   // Runs what is queued (at once if the context broke), then joins the
@@ -149,6 +153,14 @@ class GlooTransport::Channel {
     GlooCall call;
     std::shared_ptr<Completion> completion;
   };
+
+  // Closes the context's connections, then ends the waits Gloo would leave
+  // waiting (gloo_transfers.h): once they return, nothing touches the
+  // buffers of their calls.
+  void BreakAll() {
+    BreakContext(*context_);
+    waits_.AbortAll();
+  }
 
   void Run() {
     for (;;) {
@@ -174,6 +186,7 @@ class GlooTransport::Channel {
   const std::vector<int32_t> nodes_;  // by context rank
   const GlooTransportOptions options_;
   uint32_t next_tag_ = 0;
+  BufferWaits waits_;
 
   std::mutex mutex_;
   std::condition_variable wake_worker_;
@@ -299,6 +312,13 @@ absl::StatusOr<exec::Pending> GlooTransport::Message(const job::SetSpan& span, i
 
 namespace {
 
+// What the kernels can combine (exec/reduce_kernels.h).
+absl::Status CheckReducible(v1::DataType dtype, v1::ReduceOp op) {
+  if (ElementSize(dtype) != 0 && exec::IsReducible(dtype, op)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot combine ", DataTypeName(dtype), " tensors with ", ReduceOpName(op), " across nodes"));
+}
+
 absl::Status CheckPlace(const job::SetSpan& span, int place, const char* what) {
   if (place >= 0 && place < span.size()) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -317,27 +337,22 @@ absl::Status CheckPerNode(const job::SetSpan& span, size_t size, const char* wha
 absl::StatusOr<exec::Pending> GlooTransport::StartAllreduce(const job::SetSpan& span, void* data,
                                                             uint64_t count, v1::DataType dtype,
                                                             v1::ReduceOp op) {
-  absl::StatusOr<ElementReduction> reduce = KernelReduction(dtype, op);
-  if (!reduce.ok()) return reduce.status();
-  const size_t element = ElementSize(dtype);
-  return Collective(span, "allreduce",
-                    [data, count, element, reduce = *std::move(reduce)](const GlooCall& call) {
-                      Allreduce(call, data, count, element, reduce);
-                    });
+  if (absl::Status checked = CheckReducible(dtype, op); !checked.ok()) return checked;
+  const exec::ReduceSpec spec{.dtype = dtype, .op = op};
+  return Collective(span, "allreduce", [data, count, spec](const GlooCall& call) {
+    Allreduce(call, data, count, spec);
+  });
 }
 
 absl::StatusOr<exec::Pending> GlooTransport::StartReduce(const job::SetSpan& span, void* data,
                                                          uint64_t count, v1::DataType dtype,
                                                          v1::ReduceOp op, int root) {
   if (absl::Status checked = CheckPlace(span, root, "reduce"); !checked.ok()) return checked;
-  absl::StatusOr<ElementReduction> reduce = KernelReduction(dtype, op);
-  if (!reduce.ok()) return reduce.status();
-  const size_t element = ElementSize(dtype);
-  return Collective(
-      span, "reduce",
-      [data, count, element, root, reduce = *std::move(reduce)](const GlooCall& call) {
-        Reduce(call, data, count, element, reduce, root);
-      });
+  if (absl::Status checked = CheckReducible(dtype, op); !checked.ok()) return checked;
+  const exec::ReduceSpec spec{.dtype = dtype, .op = op};
+  return Collective(span, "reduce", [data, count, spec, root](const GlooCall& call) {
+    Reduce(call, data, count, spec, root);
+  });
 }
 
 absl::StatusOr<exec::Pending> GlooTransport::StartReduceScatter(const job::SetSpan& span,
@@ -349,9 +364,7 @@ absl::StatusOr<exec::Pending> GlooTransport::StartReduceScatter(const job::SetSp
       !checked.ok()) {
     return checked;
   }
-  if (absl::StatusOr<ElementReduction> reduce = KernelReduction(dtype, op); !reduce.ok()) {
-    return reduce.status();
-  }
+  if (absl::Status checked = CheckReducible(dtype, op); !checked.ok()) return checked;
   const exec::ReduceSpec spec{.dtype = dtype, .op = op};
   return Collective(span, "reducescatter", [data, counts, spec](const GlooCall& call) {
     ReduceScatter(call, data, counts, spec);
