@@ -143,8 +143,9 @@ void FoldPieces(const GlooCall& call, uint64_t slot, const std::byte* mine, uint
   }
   auto post = [&](uint64_t piece) {
     for (size_t peer = 0; peer < size; ++peer) {
-      if (peer != me)
+      if (peer != me) {
         incoming[peer]->recv(static_cast<int>(peer), slot, (piece % 2) * half, length(piece));
+      }
     }
   };
   for (uint64_t piece = 0; piece < std::min<uint64_t>(pieces, 2); ++piece) post(piece);
@@ -162,8 +163,9 @@ void FoldPieces(const GlooCall& call, uint64_t slot, const std::byte* mine, uint
   }
 }
 
-// `bytes` at `data` to `peer` on `slot`, in the pieces FoldPieces expects;
-// returns once sent.
+// Posts the sends of `bytes` at `data` (within `source`) to `peer` on
+// `slot`, in the pieces FoldPieces expects, counting them in `sends`: the
+// caller waits for that many.
 void SendPieces(uint64_t slot, int peer, const std::byte* data, uint64_t bytes, Buffer& source,
                 size_t& sends) {
   for (uint64_t at = 0; at < bytes; at += kSegmentBytes) {

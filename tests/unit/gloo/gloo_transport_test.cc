@@ -193,6 +193,51 @@ TEST_P(GlooTransportTest, AllreduceOfEveryTypeAndOpEqualsTheKernels) {
   }
 }
 
+TEST_P(GlooTransportTest, ReductionsFoldTheNodesInRankOrderAsTheKernelsDo) {
+  World world(GetParam());
+  // Data whose reduction depends on the order of the nodes: products that
+  // round, and NaNs of different payloads (MIN and MAX keep the left one).
+  constexpr size_t kCount = 4099;
+  for (v1::DataType dtype : {v1::DATA_TYPE_FLOAT16, v1::DATA_TYPE_BFLOAT16, v1::DATA_TYPE_FLOAT32,
+                             v1::DATA_TYPE_FLOAT64}) {
+    for (v1::ReduceOp op : kOps) {
+      std::vector<Bytes> data;
+      for (int rank = 0; rank < world.size(); ++rank) {
+        Bytes node(kCount * ElementSize(dtype));
+        collective::testing::FillTestData(dtype, op, 77 + static_cast<uint64_t>(rank), node.data(),
+                                          kCount);
+        // A NaN with the node in its payload every 7th element.
+        for (size_t i = static_cast<size_t>(rank); i < kCount; i += 7) {
+          std::byte* at = node.data() + i * ElementSize(dtype);
+          std::memset(at, 0xff, ElementSize(dtype));
+          at[0] = static_cast<std::byte>(rank + 1);
+        }
+        data.push_back(std::move(node));
+      }
+      const Bytes expected = Reference(dtype, op, data, kCount);
+      std::vector<Bytes> reduced = data;
+      std::vector<exec::Pending> pending;
+      for (int rank = 0; rank < world.size(); ++rank) {
+        Start(pending, world.transports[rank]->StartAllreduce(world.spans[rank], data[rank].data(),
+                                                              kCount, dtype, op));
+        Start(pending, world.transports[rank]->StartReduce(world.spans[rank], reduced[rank].data(),
+                                                           kCount, dtype, op, world.size() - 1));
+      }
+      ASSERT_TRUE(WaitAll(pending).ok());
+      for (int rank = 0; rank < world.size(); ++rank) {
+        EXPECT_EQ(
+            collective::testing::CompareBitwise(dtype, expected.data(), data[rank].data(), kCount),
+            "")
+            << DataTypeName(dtype) << " " << ReduceOpName(op) << " allreduce, node " << rank;
+      }
+      EXPECT_EQ(collective::testing::CompareBitwise(dtype, expected.data(),
+                                                    reduced[world.size() - 1].data(), kCount),
+                "")
+          << DataTypeName(dtype) << " " << ReduceOpName(op) << " reduce";
+    }
+  }
+}
+
 TEST_P(GlooTransportTest, ReduceLeavesTheOthersDataAsItWas) {
   World world(GetParam());
   constexpr size_t kCount = 517;
