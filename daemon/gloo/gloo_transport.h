@@ -12,9 +12,10 @@
 //    collectives started) that keeps its messages apart from any other's.
 //  - Point-to-point messages (StartSend/StartReceive): their order differs
 //    between nodes, so they bypass the collectives' order: each runs on a
-//    thread of its own, on a slot made from its tag. (This Gloo's waits on
-//    an unbound buffer cannot poll: a wait that times out, even a zero
-//    timeout, fails the whole context.)
+//    thread of its own, on a slot made from its tag (two messages in
+//    flight between the same two nodes in the same direction must differ
+//    in tag). This Gloo's waits on an unbound buffer cannot poll: a wait
+//    that times out, even a zero timeout, fails the whole context.
 // A PendingTransfer's Test() only reads what its thread published.
 //
 // Failures. A lost connection, a timeout (`timeout` bounds every wait on a
@@ -22,8 +23,9 @@
 // that names the operation and the node ("allreduce across nodes failed:
 // the daemon of node 2 closed its connection (Gloo: ...)"), and breaks the
 // context: its connections close, so that the other nodes' transfers fail
-// too instead of waiting out their timeout, and every later transfer on it
-// fails with the same cause. Other contexts go on.
+// too instead of waiting out their timeout, every wait on it ends (even
+// those Gloo itself would leave waiting, gloo_transfers.h), and every later
+// transfer on it fails with the same cause. Other contexts go on.
 //
 // Memory. A transfer reads and writes the caller's buffers until it
 // completes, fails, or Abort returns; destroying its Pending does not stop
