@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <gloo/transport/unbound_buffer.h>
@@ -18,6 +19,11 @@ namespace {
 // A slot nothing is ever sent on: receiving there only asks a connection
 // whether it has failed (a failed one throws its stored error).
 constexpr uint8_t kProbeSlotPrefix = 0x4f;
+// The slot of goodbyes (clear of gloo_transfers.cc's).
+constexpr uint8_t kGoodbyeSlotPrefix = 0x4e;
+// Longer than any daemon lives, short enough for the clock's arithmetic: a
+// wait that timed out would fail the context.
+constexpr auto kForever = std::chrono::hours(24 * 365 * 10);
 
 // Gloo's text without the "[file:line] " its error macros put first.
 absl::string_view WithoutSource(absl::string_view text) {
@@ -69,63 +75,123 @@ bool LostByClose(absl::string_view error) {
 
 }  // namespace
 
-absl::Status DescribeFailure(::gloo::Context& context, const std::vector<int32_t>& nodes,
-                             absl::string_view error, std::chrono::milliseconds timeout) {
+ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<int32_t>& nodes,
+                               absl::string_view error, std::chrono::milliseconds timeout,
+                               const std::vector<int32_t>& goodbyes) {
   const absl::string_view text = WithoutSource(error);
-  if (absl::StrContains(text, "Timed out")) {
+  // Written by Gloo's event loop before it failed the connection the
+  // goodbye came on, which is how this thread got here.
+  for (int rank = 0; rank < context.size; ++rank) {
+    const int32_t lost =
+        rank < static_cast<int>(goodbyes.size()) ? goodbyes[static_cast<size_t>(rank)] : kNoGoodbye;
+    if (rank == context.rank || lost < 0 || lost >= context.size) continue;
+    if (lost == rank) {
+      return {absl::UnavailableError(absl::StrCat("the daemon of node ", NodeOf(nodes, rank),
+                                                  " left the job's world")),
+              rank};
+    }
+    return {absl::UnavailableError(absl::StrCat("the daemon of node ", NodeOf(nodes, lost),
+                                                " was lost (node ", NodeOf(nodes, rank),
+                                                " lost its connection to it)")),
+            lost};
+  }
+  // The wait that timed out throws "Timed out ..."; it fails the context's
+  // other operations (and the watcher's) with "Application timeout ...".
+  if (absl::StrContains(text, "Timed out") || absl::StrContains(text, "Application timeout")) {
     std::vector<std::string> others;
     for (int rank = 0; rank < context.size; ++rank) {
       if (rank != context.rank) others.push_back(NodeOf(nodes, rank));
     }
-    return absl::DeadlineExceededError(
-        absl::StrCat("no answer within ", timeout.count(), " ms from the daemon",
-                     others.size() == 1 ? " of node " : "s of nodes ", absl::StrJoin(others, ", "),
-                     " (Gloo: ", text, ")"));
+    return {absl::DeadlineExceededError(
+                absl::StrCat("no answer within ", timeout.count(), " ms from the daemon",
+                             others.size() == 1 ? " of node " : "s of nodes ",
+                             absl::StrJoin(others, ", "), " (Gloo: ", text, ")")),
+            -1};
   }
   std::vector<BrokenPair> broken = BrokenPairs(context);
-  if (broken.empty()) return absl::InternalError(absl::StrCat("Gloo failed: ", text));
-  // A node that failed first closes its connections; the nodes that then
-  // broke the context on purpose reset theirs (BreakContext). So a closed
-  // connection names the cause better than the one this call happened to
-  // wait on.
-  const BrokenPair* cause = &broken.front();
+  if (broken.empty()) return {absl::InternalError(absl::StrCat("Gloo failed: ", text)), -1};
+  // Without a goodbye: the connection whose failure this call saw, else
+  // one whose peer closed it, else the first that failed.
+  const BrokenPair* cause = nullptr;
   for (const BrokenPair& pair : broken) {
     if (pair.error == text) cause = &pair;
   }
-  if (!LostByClose(cause->error)) {
-    for (const BrokenPair& pair : broken) {
-      if (LostByClose(pair.error)) {
-        cause = &pair;
-        break;
-      }
-    }
+  for (const BrokenPair& pair : broken) {
+    if (cause == nullptr && LostByClose(pair.error)) cause = &pair;
   }
+  if (cause == nullptr) cause = &broken.front();
   // When the failure spread before this node looked, more connections are
   // down: they are named too, the likeliest cause first.
   std::vector<std::string> also;
   for (const BrokenPair& pair : broken) {
     if (&pair != cause) also.push_back(NodeOf(nodes, pair.rank));
   }
-  return absl::UnavailableError(absl::StrCat(
-      LostByClose(cause->error) ? "the daemon of node " : "the connection to the daemon of node ",
-      NodeOf(nodes, cause->rank), LostByClose(cause->error) ? " closed its connection" : " failed",
-      " (Gloo: ", cause->error, ")",
-      also.empty()
-          ? ""
-          : absl::StrCat("; the connection", also.size() == 1 ? " to node " : "s to nodes ",
-                         absl::StrJoin(also, ", "), also.size() == 1 ? " is" : " are",
-                         " down too")));
+  return {absl::UnavailableError(absl::StrCat(
+              LostByClose(cause->error) ? "the daemon of node "
+                                        : "the connection to the daemon of node ",
+              NodeOf(nodes, cause->rank),
+              LostByClose(cause->error) ? " closed its connection" : " failed",
+              " (Gloo: ", cause->error, ")",
+              also.empty()
+                  ? ""
+                  : absl::StrCat("; the connection", also.size() == 1 ? " to node " : "s to nodes ",
+                                 absl::StrJoin(also, ", "), also.size() == 1 ? " is" : " are",
+                                 " down too"))),
+          cause->rank};
+}
+
+std::optional<std::string> WatchContext(::gloo::Context& context, BufferWaits& waits,
+                                        std::vector<int32_t>& goodbyes) {
+  std::unique_ptr<::gloo::transport::UnboundBuffer> inbox;
+  try {
+    inbox = context.createUnboundBuffer(goodbyes.data(), goodbyes.size() * sizeof(int32_t));
+  } catch (const std::exception& error) {
+    return std::string(error.what());
+  }
+  waits.Add(inbox.get());
+  std::optional<std::string> seen;
+  try {
+    const uint64_t slot = ::gloo::Slot::build(kGoodbyeSlotPrefix, 0);
+    for (int rank = 0; rank < context.size; ++rank) {
+      if (rank != context.rank) {
+        inbox->recv(rank, slot, static_cast<size_t>(rank) * sizeof(int32_t), sizeof(int32_t));
+      }
+    }
+    // A failed connection fails this pending receive too.
+    if (inbox->waitRecv(nullptr, kForever)) seen = std::string();
+  } catch (const std::exception& error) {
+    seen = std::string(error.what());
+  }
+  waits.Remove(inbox.get());
+  return seen;
+}
+
+void SayGoodbye(::gloo::Context& context, int32_t lost) {
+  const uint64_t slot = ::gloo::Slot::build(kGoodbyeSlotPrefix, 0);
+  try {
+    // The peers' inboxes wait already: Gloo writes these at once (one that
+    // it cannot write goes with the connection).
+    int32_t said = lost;
+    std::unique_ptr<::gloo::transport::UnboundBuffer> outbox =
+        context.createUnboundBuffer(&said, sizeof(said));
+    for (int rank = 0; rank < context.size; ++rank) {
+      if (rank == context.rank) continue;
+      try {
+        outbox->send(rank, slot);
+      } catch (const std::exception&) {
+        // That connection failed already.
+      }
+    }
+  } catch (const std::exception&) {
+    // No transport: nobody to tell.
+  }
 }
 
 void BreakContext(::gloo::Context& context) {
-  try {
-    context.closeConnections();
-  } catch (const std::exception&) {
-    // A context whose transport never formed has nothing to close.
-  }
-  // Closing does not wake the calls waiting on the context; a receive that
-  // times out does: Gloo then fails every pending send and receive of every
-  // connection of the context. A zero timeout makes it time out at once.
+  // A receive that times out fails every pending send and receive of every
+  // connection of the context and closes them (gently: a goodbye written
+  // before still arrives, which a reset, closeConnections, would not
+  // ensure). A zero timeout makes it time out at once.
   try {
     std::byte unused{};
     std::unique_ptr<::gloo::transport::UnboundBuffer> buffer =

@@ -6,6 +6,7 @@
 #include <exception>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -70,7 +71,9 @@ class GlooTransport::Channel {
       : context_(std::move(context)),
         nodes_(std::move(nodes)),
         options_(options),
-        worker_([this] { Run(); }) {}
+        goodbyes_(static_cast<size_t>(context_->size), kNoGoodbye),
+        worker_([this] { Run(); }),
+        watcher_([this] { Watch(); }) {}
 
   ~Channel() { Stop(); }
 
@@ -111,18 +114,25 @@ class GlooTransport::Channel {
     } catch (...) {
       error = "an exception that is not a std::exception";
     }
+    return Annotated(what, Fail(error));
+  }
+
+  // The context's failure: the first one found describes it and breaks the
+  // context; the later ones get the same cause.
+  absl::Status Fail(const std::string& error) {
     absl::Status cause;
-    bool first = false;
+    int lost = -1;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (cause_.ok()) {
-        cause_ = DescribeFailure(*context_, nodes_, error, options_.timeout);
-        first = true;
-      }
+      if (!cause_.ok()) return cause_;
+      ContextFailure failure =
+          DescribeFailure(*context_, nodes_, error, options_.timeout, goodbyes_);
+      cause_ = failure.cause;
       cause = cause_;
+      lost = failure.lost >= 0 ? failure.lost : context_->rank;
     }
-    if (first) BreakAll();
-    return Annotated(what, cause);
+    BreakAll(lost);
+    return cause;
   }
 
   // Any thread: `why` becomes the cause unless the context already broke;
@@ -132,11 +142,11 @@ class GlooTransport::Channel {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cause_.ok()) cause_ = why;
     }
-    BreakAll();
+    BreakAll(context_->rank);
   }
 
   // Runs what is queued (at once if the context broke), then joins the
-  // worker.
+  // worker and the watcher.
   void Stop() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -144,6 +154,8 @@ class GlooTransport::Channel {
       wake_worker_.notify_one();
     }
     if (worker_.joinable()) worker_.join();
+    waits_.AbortAll();  // ends the watcher's wait
+    if (watcher_.joinable()) watcher_.join();
   }
 
  private:
@@ -154,12 +166,24 @@ class GlooTransport::Channel {
     std::shared_ptr<Completion> completion;
   };
 
-  // Closes the context's connections, then ends the waits Gloo would leave
-  // waiting (gloo_transfers.h): once they return, nothing touches the
-  // buffers of their calls.
-  void BreakAll() {
+  // Tells the peers which node was lost (`lost`), closes the context's
+  // connections, then ends the waits Gloo would leave waiting
+  // (gloo_transfers.h): once they return, nothing touches the buffers of
+  // their calls.
+  void BreakAll(int lost) {
+    SayGoodbye(*context_, lost);
     BreakContext(*context_);
     waits_.AbortAll();
+  }
+
+  // The watcher: fails the context as soon as a connection fails or a peer
+  // says goodbye, even with no transfer waiting on it.
+  void Watch() {
+    std::optional<std::string> seen = WatchContext(*context_, waits_, goodbyes_);
+    if (seen.has_value()) {
+      // Recorded for the transfers; nobody waits on the watcher itself.
+      Fail(seen->empty() ? "a peer broke the context" : *seen).IgnoreError();
+    }
   }
 
   void Run() {
@@ -194,8 +218,13 @@ class GlooTransport::Channel {
   bool running_ = false;
   bool stopping_ = false;
   absl::Status cause_;  // OK while the context works
+  // By context rank: what each peer said when it broke the context, as
+  // Gloo's event loop wrote it (WatchContext).
+  std::vector<int32_t> goodbyes_;
 
-  std::thread worker_;  // last: starts once the rest is built
+  // Last: they start once the rest is built.
+  std::thread worker_;
+  std::thread watcher_;
 };
 
 // The threads of point-to-point messages in flight, one each (see the
