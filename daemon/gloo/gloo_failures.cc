@@ -1,10 +1,12 @@
 #include "daemon/gloo/gloo_failures.h"
 
+#include <atomic>
 #include <cstddef>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
@@ -24,6 +26,9 @@ constexpr uint8_t kGoodbyeSlotPrefix = 0x4e;
 // Longer than any daemon lives, short enough for the clock's arithmetic: a
 // wait that timed out would fail the context.
 constexpr auto kForever = std::chrono::hours(24 * 365 * 10);
+// How long a lost connection waits for the others to show what they saw.
+constexpr auto kSettleTick = std::chrono::milliseconds(5);
+constexpr int kSettleTicks = 20;
 
 // Gloo's text without the "[file:line] " its error macros put first.
 absl::string_view WithoutSource(absl::string_view text) {
@@ -79,12 +84,31 @@ ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<int32
                                absl::string_view error, std::chrono::milliseconds timeout,
                                const std::vector<int32_t>& goodbyes) {
   const absl::string_view text = WithoutSource(error);
-  // Written by Gloo's event loop before it failed the connection the
-  // goodbye came on, which is how this thread got here.
-  for (int rank = 0; rank < context.size; ++rank) {
+  // Written by Gloo's event loop (a receive into `goodbyes`), read here
+  // without its lock: atomically, element by element.
+  auto said = [&](int rank) {
+    if (rank == context.rank || rank >= static_cast<int>(goodbyes.size())) return kNoGoodbye;
     const int32_t lost =
-        rank < static_cast<int>(goodbyes.size()) ? goodbyes[static_cast<size_t>(rank)] : kNoGoodbye;
-    if (rank == context.rank || lost < 0 || lost >= context.size) continue;
+        std::atomic_ref<int32_t>(const_cast<int32_t&>(goodbyes[static_cast<size_t>(rank)]))
+            .load(std::memory_order_acquire);
+    return lost >= 0 && lost < context.size ? lost : kNoGoodbye;
+  };
+  const bool timed_out =
+      absl::StrContains(text, "Timed out") || absl::StrContains(text, "Application timeout");
+  // A peer that breaks the context says why just before its connections
+  // close, and the loop may still be reading it; and when a node dies, its
+  // connections close one after the other. So a lost connection waits a
+  // moment for a goodbye, and for the other connections to show what they
+  // saw, before it names anyone. Only on the way to failing the context.
+  for (int tick = 0; !timed_out && tick < kSettleTicks; ++tick) {
+    bool heard = false;
+    for (int rank = 0; rank < context.size; ++rank) heard = heard || said(rank) != kNoGoodbye;
+    if (heard) break;
+    std::this_thread::sleep_for(kSettleTick);
+  }
+  for (int rank = 0; rank < context.size; ++rank) {
+    const int32_t lost = said(rank);
+    if (lost == kNoGoodbye) continue;
     if (lost == rank) {
       return {absl::UnavailableError(absl::StrCat("the daemon of node ", NodeOf(nodes, rank),
                                                   " left the job's world")),
@@ -97,7 +121,7 @@ ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<int32
   }
   // The wait that timed out throws "Timed out ..."; it fails the context's
   // other operations (and the watcher's) with "Application timeout ...".
-  if (absl::StrContains(text, "Timed out") || absl::StrContains(text, "Application timeout")) {
+  if (timed_out) {
     std::vector<std::string> others;
     for (int rank = 0; rank < context.size; ++rank) {
       if (rank != context.rank) others.push_back(NodeOf(nodes, rank));

@@ -330,7 +330,8 @@ absl::StatusOr<exec::Pending> GlooTransport::Message(const job::SetSpan& span, i
   auto completion = std::make_shared<Completion>();
   const GlooCall call{.context = (*channel)->context(),
                       .tag = static_cast<uint32_t>(tag),
-                      .timeout = options_.timeout};
+                      .timeout = options_.timeout,
+                      .waits = &(*channel)->waits()};
   messages_->Start(completion, [channel = *channel, call, what, work = std::move(work), completion,
                                 wake = options_.wake] {
     completion->Finish(channel->Execute(what, work, call));
