@@ -16,16 +16,21 @@
 //    flight between the same two nodes in the same direction must differ
 //    in tag). This Gloo's waits on an unbound buffer cannot poll: a wait
 //    that times out, even a zero timeout, fails the whole context.
-// A PendingTransfer's Test() only reads what its thread published.
+// A PendingTransfer's Test() only reads what its thread published. So a
+// context costs two threads (its worker and its watcher), and a message in
+// flight one more.
 //
 // Failures. A lost connection, a timeout (`timeout` bounds every wait on a
 // Gloo call) or any other Gloo exception fails the transfer with a status
 // that names the operation and the node ("allreduce across nodes failed:
 // the daemon of node 2 closed its connection (Gloo: ...)"), and breaks the
-// context: its connections close, so that the other nodes' transfers fail
-// too instead of waiting out their timeout, every wait on it ends (even
-// those Gloo itself would leave waiting, gloo_transfers.h), and every later
-// transfer on it fails with the same cause. Other contexts go on.
+// context: it tells the other nodes which node was lost (so that they all
+// name the same cause), closes its connections (so that their transfers
+// fail too instead of waiting out their timeout), ends every wait on it
+// (even those Gloo itself would leave waiting, gloo_transfers.h), and every
+// later transfer on it fails with the same cause. A watcher thread per
+// context notices a lost connection at once, even with nothing in flight.
+// Other contexts go on.
 //
 // Memory. A transfer reads and writes the caller's buffers until it
 // completes, fails, or Abort returns; destroying its Pending does not stop
