@@ -61,9 +61,10 @@ absl::Status Annotated(const char* what, const absl::Status& cause) {
 }  // namespace
 
 // One context: its worker thread, which runs the context's collectives in
-// start order, and the cause of its failure, shared with the message
-// threads on the same context. The queue and the cause are under mutex_;
-// the tag counter is the engine thread's.
+// start order; its watcher thread, which notices a failed connection or a
+// peer's goodbye; the buffers its calls wait on; and the cause of its
+// failure, shared with the message threads on the same context. The queue
+// and the cause are under mutex_; the tag counter is the engine thread's.
 class GlooTransport::Channel {
  public:
   Channel(std::shared_ptr<::gloo::Context> context, std::vector<int32_t> nodes,

@@ -1,7 +1,9 @@
 // The transport among a job's daemons over Gloo: the contexts of the job's
 // world (gloo/gloo_group.h: one per set's nodes) carry the transfers the
 // executor plans (exec/node_transport.h). One per job world; owned by
-// whoever owns that world.
+// whoever owns that world. A context serves one transport for its life:
+// the tags of its collectives count from the transport's first, and its
+// goodbyes travel on one slot.
 //
 // Threads. Gloo's calls block, and the engine thread must not: Start*
 // (engine thread only, like the seam's Test) only checks its arguments and
