@@ -82,6 +82,12 @@ absl::StatusOr<std::shared_ptr<ClientCore>> ClientCore::Connect(const ClientOpti
   request.set_client_version(COLLECTIVE_VERSION);
   request.set_timeline_path(options.timeline_file);
   request.set_timeline_mark_cycles(options.timeline_mark_cycles);
+  if (!options.rendezvous.empty()) {
+    v1::JobRendezvous& rendezvous = *request.mutable_rendezvous();
+    rendezvous.set_address(options.rendezvous);
+    rendezvous.set_node(options.node);
+    rendezvous.set_nodes(options.nodes);
+  }
   for (const std::vector<int>& ranks : options.static_process_sets) {
     v1::ProcessSet* set = request.add_static_process_sets();
     for (int rank : ranks) set->add_ranks(rank);

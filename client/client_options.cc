@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "collective/client.h"
+#include "common/status_macros.h"
 #include "common/timeline_path.h"
 
 namespace collective {
@@ -41,6 +42,57 @@ constexpr LauncherVariables kLaunchers[] = {
     {"HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", nullptr},
     {"MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr},  // MPICH's Hydra
 };
+
+// Launchers that name a rendezvous of resident daemons: (the store's
+// HOST:PORT, or its host with `port`; this node's place; how many nodes).
+struct RendezvousVariables {
+  const char* address;
+  const char* port;
+  const char* node;
+  const char* nodes;
+};
+constexpr RendezvousVariables kRendezvousLaunchers[] = {
+    {"COLLECTIVE_RENDEZVOUS", nullptr, "COLLECTIVE_NODE", "COLLECTIVE_NODES"},
+    {"HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_CROSS_RANK",
+     "HOROVOD_CROSS_SIZE"},
+};
+
+// The rendezvous, from the first launcher whose address variable is set.
+absl::Status ResolveRendezvous(ClientOptions& options) {
+  if (options.rendezvous.empty()) {
+    for (const RendezvousVariables& launcher : kRendezvousLaunchers) {
+      const char* address = Env(launcher.address);
+      if (address == nullptr) continue;
+      options.rendezvous = address;
+      if (launcher.port != nullptr) {
+        const char* port = Env(launcher.port);
+        if (port == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("environment variable ", launcher.address,
+                                                         " is set but ", launcher.port, " is not"));
+        }
+        options.rendezvous = absl::StrCat(address, ":", port);
+      }
+      for (auto [variable, out] :
+           {std::pair{launcher.node, &options.node}, std::pair{launcher.nodes, &options.nodes}}) {
+        if (*out >= 0) continue;
+        const char* value = Env(variable);
+        if (value == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("environment variable ", launcher.address,
+                                                         " is set but ", variable, " is not"));
+        }
+        RETURN_IF_ERROR(ParseInt(variable, value, out));
+      }
+      break;
+    }
+  }
+  if (options.rendezvous.empty()) return absl::OkStatus();
+  if (options.nodes < 1 || options.node < 0 || options.node >= options.nodes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ClientOptions: node ", options.node, " of ", options.nodes,
+        " is not a place among the job's nodes (a rendezvous needs both, node < nodes)"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -86,6 +138,7 @@ absl::Status ClientOptions::ResolveFromEnvironment() {
     int marks = 0;
     timeline_mark_cycles = cycles != nullptr && absl::SimpleAtoi(cycles, &marks) && marks != 0;
   }
+  RETURN_IF_ERROR(ResolveRendezvous(*this));
   if (local_rank >= 0 && local_size >= 1) return absl::OkStatus();
   if (local_rank >= 0 || local_size >= 1) {
     return absl::InvalidArgumentError(

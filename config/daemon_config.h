@@ -89,6 +89,10 @@ struct DaemonConfig {
   // Multi-node: whether to join the launcher's MPI world, and how often the
   // engine looks for messages of the other daemons while it waits for them.
   MultiNode multi_node = MultiNode::kAuto;
+  // Where the daemons of other nodes reach this one for the jobs they share
+  // (each job's world among resident daemons listens there); empty: the
+  // host name.
+  std::string node_address;
   uint32_t cycle_time_ms = 1;
   // A node whose daemon sends nothing for this long is taken for dead.
   double node_timeout_seconds = 30.0;

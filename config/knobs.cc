@@ -251,6 +251,16 @@ absl::Status CheckListenAddress(absl::string_view address) {
   return ParseHostPort(address).status();
 }
 
+// Empty (the host name), or a host name or IP address; whether this machine
+// has it is found out when a job's world binds it.
+absl::Status CheckNodeAddress(absl::string_view address) {
+  if (address.empty()) return absl::OkStatus();
+  if (address.find(':') != absl::string_view::npos && !absl::StartsWith(address, "[")) {
+    return absl::InvalidArgumentError("an IPv6 address goes in brackets, without a port");
+  }
+  return ParseHostPort(absl::StrCat(address, ":0")).status();
+}
+
 absl::Status CheckLogLevel(absl::string_view spec) {
   return collective::log::ParseLevelSpec(spec).status();
 }
@@ -397,6 +407,11 @@ std::vector<Knob> BuildTable() {
           Enum(COLLECTIVE_KNOB(multi_node), {{"auto", MultiNode::kAuto}, {"off", MultiNode::kOff}},
                "auto: when an MPI launcher (mpirun, srun) started the daemon, the daemons "
                "of the job form an MPI world, one per node; off: a world of one node."),
+          Text(COLLECTIVE_KNOB(node_address), KnobType::kString, CheckNodeAddress,
+               "host name, IP address ([IPv6]) or empty",
+               "Where the daemons of other nodes reach this one for the jobs they share "
+               "with it: each job's world among resident daemons (Gloo over TCP) listens "
+               "on a port of its own at this address. Empty: this machine's host name."),
           Unsigned<uint32_t>(COLLECTIVE_KNOB(cycle_time_ms), 1, 1000,
                              "How often, in milliseconds, the engine looks for the other "
                              "daemons' messages while it waits for them."),

@@ -4,7 +4,7 @@
 # chosen tests link:
 #   build-asan  AddressSanitizer + UndefinedBehaviorSanitizer: the unit tests
 #               of every layer up to the executor (the parsers, shared memory,
-#               negotiation, the collective ops)
+#               negotiation, the collective ops) and of the Gloo job worlds
 #   build-tsan  ThreadSanitizer: the threaded parts (thread pool, engine,
 #               runs across nodes, the client's submission outbox)
 # Any report fails its test. `make sanitize` runs both; README "Sanitizers
@@ -22,7 +22,8 @@ asan_tests=(half_test reduce_kernels_test config_test request_validator_test pro
   peer_process_test message_matcher_test remote_messages_test message_transfer_test
   bayesian_optimizer_test parameter_manager_test gpu_executor_test gpu_rooted_test
   elastic_world_test host_discovery_test rank_environment_test launcher_options_test
-  agent_protocol_test poll_set_test node_layout_test job_test)
+  agent_protocol_test poll_set_test node_layout_test job_test
+  gloo_transport_test gloo_control_link_test job_world_test)
 # Not gpu_engine_test: its test thread hands the engine fake device memory
 # and handles through a client segment it maps a second time in the same
 # process, an ordering TSan cannot see (it tracks the ring's atomics by

@@ -12,6 +12,9 @@
 namespace collective::daemon::engine {
 namespace {
 
+// How long a job's end waits for its last messages to leave this node.
+constexpr auto kFlushTimeout = std::chrono::seconds(1);
+
 // Node 0's check, with every rank's request.
 absl::Status CheckAcrossNodes(const negotiation::ReadyTensor& everyone) {
   return CheckReady(everyone, CheckScope::kAcrossNodes);
@@ -57,7 +60,10 @@ void AcrossNodes::End(v1::Totals& totals) {
     // What node 0 decided and ran reaches the other nodes, which may still
     // wait for it.
     if (world_ != nullptr && !world_->abandoned()) {
-      if (absl::Status sent = negotiator_->SendDecided(); !sent.ok()) {
+      absl::Status sent = negotiator_->SendDecided();
+      // A link whose messages go with it sends them before it goes.
+      if (sent.ok()) sent = negotiator_->link().Flush(Clock::now() + kFlushTimeout);
+      if (!sent.ok()) {
         log::Coord().warn("the last decisions of the job did not reach the other nodes: {}",
                           sent.message());
       }

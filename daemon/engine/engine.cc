@@ -209,17 +209,19 @@ void Engine::Dispatch(EngineEvent& event) {
 }
 
 bool Engine::PollWorld(Clock::time_point now) {
-  // An abandoned world gets no more MPI calls: they could progress
-  // transfers into memory the job no longer maps.
-  if (!world_.waits()) return false;
-  world_.LookForStopNotices(now);
-  if (world_.exchanging()) {
-    std::optional<absl::StatusOr<job::NodeLayout>> layout = world_.PollExchange();
-    if (!layout.has_value()) return false;
-    registrar_.Exchanged(std::move(*layout));
-    return true;
+  bool worked = registrar_.TakeFormedWorlds();
+  // An abandoned MPI world gets no more MPI calls: they could progress
+  // transfers into memory the job no longer maps (each run's PollOtherNodes
+  // knows its own world).
+  if (world_.waits()) {
+    world_.LookForStopNotices(now);
+    if (world_.exchanging()) {
+      std::optional<absl::StatusOr<job::NodeLayout>> layout = world_.PollExchange();
+      if (!layout.has_value()) return worked;
+      registrar_.Exchanged(std::move(*layout));
+      return true;
+    }
   }
-  bool worked = false;
   for (const auto& run : runs_) worked = run->PollOtherNodes(now) || worked;
   return worked;
 }
@@ -259,9 +261,8 @@ bool Engine::AnyUnsent() const {
 
 bool Engine::Spins(Clock::time_point now) const {
   if (runs_.empty() || world_.world().abandoned()) return false;
-  const bool owed =
-      !world_.single() && std::any_of(runs_.begin(), runs_.end(),
-                                      [](const auto& run) { return run->OwedByOtherNodes(); });
+  const bool owed = std::any_of(runs_.begin(), runs_.end(),
+                                [](const auto& run) { return run->OwedByOtherNodes(); });
   return spin_.Spins(now, owed);
 }
 
@@ -284,6 +285,11 @@ Clock::time_point Engine::NextTimer() const {
     if (world_.exchanging()) poll = now + std::chrono::milliseconds(config_.cycle_time_ms);
     for (const auto& run : runs_) poll = std::min(poll, run->NextPollOfOtherNodes(now));
     next = std::min(next, poll);
+  } else {
+    // Jobs with worlds of their own among resident daemons.
+    for (const auto& run : runs_) {
+      if (run->spans_nodes()) next = std::min(next, run->NextPollOfOtherNodes(now));
+    }
   }
   for (const auto& run : runs_) next = run->NextTimer(now, next);
   return next;

@@ -404,8 +404,16 @@ void JobRun::KeepPollingFast() {
 
 bool JobRun::PollOtherNodes(Clock::time_point now) {
   if (!across_.view().active() || world_->abandoned()) return false;
+  // The job ended here with nothing left to finish: the other daemons
+  // leaving its world is its end too, not a failure.
+  const bool settled = job_->ended() && !across_.view().unfinished();
+  if (settled && world_->broken()) return false;
   absl::StatusOr<AcrossNodes::Heard> heard = across_.Poll(now);
   if (!heard.ok()) {
+    if (settled) {
+      world_->Break(heard.status(), /*abandon=*/true);
+      return false;
+    }
     LostOtherNodes(heard.status());
     return true;
   }

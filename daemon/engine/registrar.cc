@@ -17,6 +17,15 @@
 namespace collective::daemon::engine {
 namespace {
 
+// Whether the job forms its own world through a rendezvous (its ranks named
+// one) rather than on the daemon's world.
+bool ThroughRendezvous(const job::Job& job) {
+  for (const auto& member : job.members()) {
+    if (member) return !member->rendezvous.empty();
+  }
+  return false;
+}
+
 std::string DescribeSets(const std::vector<std::vector<int32_t>>& sets) {
   if (sets.empty()) return "none";
   std::string text;
@@ -123,6 +132,19 @@ absl::Status Registrar::CheckAgainstRun(
     }
     if (member) break;
   }
+  const std::string rendezvous = request.has_rendezvous() ? request.rendezvous().address() : "";
+  for (const auto& member : job.members()) {
+    if (!member) continue;
+    if (member->rendezvous != rendezvous) {
+      auto named = [](const std::string& address) {
+        return address.empty() ? std::string("none") : absl::StrCat("'", address, "'");
+      };
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rendezvous mismatch for job '", job.id(), "': local rank ", member->local_rank,
+          " named ", named(member->rendezvous), ", this client names ", named(rendezvous)));
+    }
+    break;
+  }
   return absl::OkStatus();
 }
 
@@ -225,12 +247,13 @@ void Registrar::Register(std::shared_ptr<job::RegisterCall> call, Clock::time_po
   }
   absl::Status status = CheckRequest(request, job_id);
   JobRun* run = Find(job_id);
-  // On an MPI world of daemons, every job forms across the whole world: one
-  // at a time.
+  // On an MPI world of daemons, every job of that world forms across the
+  // whole world: one at a time. Jobs that form their own worlds through a
+  // rendezvous do not wait for them.
   JobRun* serving = nullptr;
-  if (!parts_.world.single()) {
+  if (!parts_.world.single() && !request.has_rendezvous()) {
     for (const auto& other : runs_) {
-      if (!other->done()) serving = other.get();
+      if (!other->done() && !ThroughRendezvous(other->job())) serving = other.get();
     }
   }
   if (status.ok() && run == nullptr && serving != nullptr && serving->job().id() != job_id &&
@@ -279,17 +302,28 @@ void Registrar::Register(std::shared_ptr<job::RegisterCall> call, Clock::time_po
                     request.local_rank(), call->peer().ToString(), (*client)->id);
   (*client)->registration = std::move(call);
   (*client)->static_process_sets = std::move(static_sets);
+  if (request.has_rendezvous()) {
+    (*client)->rendezvous = request.rendezvous().address();
+    (*client)->rendezvous_node = request.rendezvous().node();
+    (*client)->rendezvous_nodes = request.rendezvous().nodes();
+  }
   run->job().AddMember(std::move(*client));
   run->PublishTimelineState();
   if (run->job().complete()) Form(*run);
 }
 
 void Registrar::Form(JobRun& run) {
-  if (!parts_.world.broken().ok()) {
+  const job::ClientRecord& first = *run.job().member(0);
+  const bool rendezvous = !first.rendezvous.empty();
+  if (rendezvous && first.rendezvous_nodes > 1) {
+    FormThroughRendezvous(run, first);
+    return;
+  }
+  if (!rendezvous && !parts_.world.broken().ok()) {
     Abort(run, parts_.world.broken());
     return;
   }
-  if (parts_.world.single()) {
+  if (rendezvous || parts_.world.single()) {
     if (absl::Status formed =
             run.Form(job::NodeLayout::Single(run.job().local_size()), /*world=*/nullptr);
         !formed.ok()) {
@@ -302,6 +336,63 @@ void Registrar::Form(JobRun& run) {
     return;
   }
   exchanging_ = &run;
+}
+
+void Registrar::FormThroughRendezvous(JobRun& run, const job::ClientRecord& first) {
+  const job::Job& job = run.job();
+  const config::DaemonConfig& config = parts_.config;
+  // Every node counts the job's formations alike (a job that shuts down and
+  // initialises again forms again on every node).
+  const uint64_t generation = world_generations_[job.id()]++;
+  forming_worlds_.insert(job.sequence());
+  log::Coord().info(
+      "job '{}': all {} local ranks registered; forming its world as node {} of {} through "
+      "the rendezvous at {}",
+      job.id(), job.local_size(), first.rendezvous_node, first.rendezvous_nodes, first.rendezvous);
+  formations_.Start({.job_sequence = job.sequence(),
+                     .rendezvous = first.rendezvous,
+                     .world = {.job_id = job.id(),
+                               .generation = generation,
+                               .node = first.rendezvous_node,
+                               .nodes = first.rendezvous_nodes,
+                               // Stand-in nodes of one machine tell apart by their addresses.
+                               .host = config.node_address,
+                               .bind_address = config.node_address,
+                               .local_size = job.local_size(),
+                               .settings = absl::StrCat(
+                                   "fusion_threshold_bytes=", config.fusion_threshold_bytes,
+                                   " cross_node_chunk_bytes=", config.cross_node_chunk_bytes,
+                                   " response_cache_capacity=", config.response_cache_capacity,
+                                   " autotune=", config.autotune ? "on" : "off"),
+                               .deadline = job.formation_deadline(),
+                               .operation_timeout = std::chrono::ceil<std::chrono::milliseconds>(
+                                   std::chrono::duration<double>(config.node_timeout_seconds))}});
+}
+
+bool Registrar::TakeFormedWorlds() {
+  std::vector<GlooFormations::Done> done = formations_.Take();
+  for (GlooFormations::Done& formed : done) {
+    forming_worlds_.erase(formed.job_sequence);
+    JobRun* run = nullptr;
+    for (const auto& candidate : runs_) {
+      if (candidate->job().sequence() == formed.job_sequence) run = candidate.get();
+    }
+    // A run that went meanwhile leaves its world to close: the other nodes
+    // see this one leave.
+    if (run == nullptr || run->job().state() != job::JobState::kForming) continue;
+    if (!formed.formed.ok()) {
+      Abort(*run, formed.formed.status());
+      continue;
+    }
+    const job::NodeLayout layout = formed.formed->world->layout();
+    auto world = std::make_unique<GlooJobWorld>(
+        parts_.config, std::move(*formed.formed), [this] { return parts_.world.stopping(); },
+        parts_.wake);
+    if (absl::Status status = run->Form(layout, std::move(world)); !status.ok()) {
+      Abort(*run, status);
+    }
+  }
+  return !done.empty();
 }
 
 void Registrar::Exchanged(absl::StatusOr<job::NodeLayout> layout) {
@@ -401,7 +492,12 @@ void Registrar::RunTimers(Clock::time_point now) {
       it->call->Finish(late, {});
       it = waiting.erase(it);
     }
-    if (job.state() != job::JobState::kForming || now < job.formation_deadline()) continue;
+    // A world forming through a rendezvous fails by the deadline itself,
+    // naming the nodes that did not come.
+    if (job.state() != job::JobState::kForming || now < job.formation_deadline() ||
+        forming_worlds_.contains(job.sequence())) {
+      continue;
+    }
     const std::vector<int32_t> missing = job.MissingLocalRanks();
     const absl::Status late = absl::DeadlineExceededError(
         missing.empty()

@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "collective/v1/collective.pb.h"
+#include "daemon/engine/gloo_formations.h"
 #include "daemon/engine/job_run.h"
 #include "daemon/engine/shared_parts.h"
 #include "daemon/job/client_record.h"
@@ -29,7 +31,7 @@ using Runs = std::vector<std::unique_ptr<JobRun>>;
 
 class Registrar {
  public:
-  Registrar(SharedParts& parts, Runs& runs) : parts_(parts), runs_(runs) {}
+  Registrar(SharedParts& parts, Runs& runs) : parts_(parts), runs_(runs), formations_(parts.wake) {}
 
   // A new registration, or one that waited for an ended run of its job to
   // go; the job it forms must have formed by `deadline`.
@@ -42,6 +44,9 @@ class Registrar {
   void RunTimers(Clock::time_point now);
   // The exchange with the other nodes ended (on an MPI world of daemons).
   void Exchanged(absl::StatusOr<job::NodeLayout> layout);
+  // Jobs whose worlds among resident daemons formed (or could not) since
+  // the last look: they run, or fail. True if any did.
+  bool TakeFormedWorlds();
   // The daemon stops: registrations fail with `status`.
   void Shutdown(const absl::Status& status);
   // The run of the job `job_id` that has not ended here, if any.
@@ -57,9 +62,11 @@ class Registrar {
   absl::Status CheckBudgets(const v1::RegisterRequest& request, const std::string& job_id,
                             bool new_job) const;
   absl::StatusOr<std::unique_ptr<job::ClientRecord>> NewClient(const job::RegisterCall& call);
-  // Every local rank registered: form the job here (one node) or start the
-  // exchange with the other nodes.
+  // Every local rank registered: form the job here (one node), start
+  // forming its world through its rendezvous, or start the exchange with
+  // the other nodes of the MPI world.
   void Form(JobRun& run);
+  void FormThroughRendezvous(JobRun& run, const job::ClientRecord& first);
   // The run's job did not form: its registrations fail with `status`.
   void Abort(JobRun& run, const absl::Status& status);
   void Remove(JobRun& run);
@@ -69,7 +76,14 @@ class Registrar {
   absl::flat_hash_map<uint64_t, uint64_t> registrations_;  // call id -> client id
   uint64_t next_client_id_ = 1;
   uint64_t next_job_sequence_ = 1;
-  JobRun* exchanging_ = nullptr;  // the run forming across nodes
+  JobRun* exchanging_ = nullptr;  // the run forming across the MPI world
+  // Worlds among resident daemons, formed off the engine thread; by job
+  // sequence, the runs whose world is forming, and how many times each job
+  // id formed through a rendezvous here (the generation that keeps a
+  // re-formed job's keys apart from its earlier world's).
+  GlooFormations formations_;
+  absl::flat_hash_set<uint64_t> forming_worlds_;
+  absl::flat_hash_map<std::string, uint64_t> world_generations_;
 };
 
 }  // namespace collective::daemon::engine

@@ -87,7 +87,7 @@ class GlooControlLink : public negotiation::ControlLink {
   // it to the connection), a peer is gone, or `deadline`: at the end of a
   // job, before destruction, so that the last messages reach the nodes
   // that are still up. Engine thread.
-  absl::Status Flush(Clock::time_point deadline);
+  absl::Status Flush(Clock::time_point deadline) override;
 
   // When a message last came from `node`, or when the link was made if none
   // has.

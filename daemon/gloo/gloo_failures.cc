@@ -40,10 +40,9 @@ absl::string_view WithoutSource(absl::string_view text) {
   return text;
 }
 
-std::string NodeOf(const std::vector<int32_t>& nodes, int rank) {
-  return rank >= 0 && static_cast<size_t>(rank) < nodes.size()
-             ? absl::StrCat(nodes[static_cast<size_t>(rank)])
-             : absl::StrCat("at place ", rank);
+std::string NodeOf(const std::vector<std::string>& names, int rank) {
+  return rank >= 0 && static_cast<size_t>(rank) < names.size() ? names[static_cast<size_t>(rank)]
+                                                               : absl::StrCat("at place ", rank);
 }
 
 struct BrokenPair {
@@ -80,7 +79,7 @@ bool LostByClose(absl::string_view error) {
 
 }  // namespace
 
-ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<int32_t>& nodes,
+ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<std::string>& nodes,
                                absl::string_view error, std::chrono::milliseconds timeout,
                                const std::vector<int32_t>& goodbyes) {
   const absl::string_view text = WithoutSource(error);

@@ -36,12 +36,13 @@ struct ContextFailure {
 // Why the Gloo call that threw `error` on `context` failed, as a cause the
 // caller puts after "<operation> across nodes failed: ": the node a peer's
 // goodbye names (`goodbyes`, by context rank, as WatchContext received
-// them), else the node whose connection failed (`nodes` by context rank),
+// them), else the node whose connection failed (`names` by context rank:
+// "1 (host-b)"),
 // else the nodes that did not answer within `timeout`, else Gloo's own
 // text. Looks at the context's connections, so call it before
 // BreakContext. Unavailable for a lost node, DeadlineExceeded for a
 // timeout, Internal otherwise.
-ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<int32_t>& nodes,
+ContextFailure DescribeFailure(::gloo::Context& context, const std::vector<std::string>& names,
                                absl::string_view error, std::chrono::milliseconds timeout,
                                const std::vector<int32_t>& goodbyes);
 

@@ -78,6 +78,18 @@ class GlooTransport::Channel {
 
   ~Channel() { Stop(); }
 
+  // By context rank: "1 (host-b)", or "1" where the host is not known.
+  std::vector<std::string> Names() const {
+    std::vector<std::string> names;
+    for (const int32_t node : nodes_) {
+      const size_t at = static_cast<size_t>(node);
+      names.push_back(at < options_.hosts.size() && !options_.hosts[at].empty()
+                          ? absl::StrCat(node, " (", options_.hosts[at], ")")
+                          : absl::StrCat(node));
+    }
+    return names;
+  }
+
   const std::shared_ptr<::gloo::Context>& context() const { return context_; }
   BufferWaits& waits() { return waits_; }
   bool Idle() {
@@ -127,7 +139,7 @@ class GlooTransport::Channel {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!cause_.ok()) return cause_;
       ContextFailure failure =
-          DescribeFailure(*context_, nodes_, error, options_.timeout, goodbyes_);
+          DescribeFailure(*context_, Names(), error, options_.timeout, goodbyes_);
       cause_ = failure.cause;
       cause = cause_;
       lost = failure.lost >= 0 ? failure.lost : context_->rank;

@@ -73,6 +73,9 @@ struct GlooTransportOptions {
   // Called on a worker thread after a transfer completes or fails, so that
   // an engine sleeping on a doorbell looks again; may be empty.
   std::function<void()> wake;
+  // By job node, its host, so that errors say "node 1 (host-b)"; nodes
+  // without one are named by number alone.
+  std::vector<std::string> hosts;
 };
 
 class GlooTransport : public exec::NodeTransport {

@@ -47,8 +47,10 @@ absl::StatusOr<std::shared_ptr<const job::SetSpan>> SpanWithGroup(
   return std::shared_ptr<const job::SetSpan>(std::move(span));
 }
 
-SetGroups::SetGroups(JobWorld& world)
-    : world_(world), job_group_(std::make_shared<const GlooGroup>(world.context())) {}
+SetGroups::SetGroups(JobWorld& world, std::chrono::milliseconds timeout)
+    : world_(world),
+      timeout_(timeout),
+      job_group_(std::make_shared<const GlooGroup>(world.context())) {}
 
 absl::Status SetGroups::Add(const job::ProcessSet& set, Clock::time_point deadline) {
   const uint32_t creation = creations_[set.id]++;

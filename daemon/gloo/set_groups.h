@@ -6,12 +6,15 @@
 // transfer that uses it lets go.
 //
 // Creating a set's group blocks until the set's other nodes create it too:
-// the engine calls Add off its own thread (one thread for the job's sets),
-// for every set the job creates, on every node, in decision order (sets
-// with no member here included, so that the creation counts that scope the
-// rendezvous agree). Find and Remove may be called from any thread.
+// Add must be called for every set the job creates, on every node, in
+// decision order (sets with no member here included, so that the creation
+// counts that scope the rendezvous agree), on one thread. The engine calls
+// it on its own thread, as it calls the MPI world's MPI_Comm_create_group:
+// a set whose other nodes never come holds the engine for at most the
+// timeout. Find and Remove may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "daemon/exec/set_groups.h"
 #include "daemon/gloo/gloo_group.h"
 #include "daemon/gloo/job_world.h"
 #include "daemon/job/process_sets.h"
@@ -45,11 +49,11 @@ absl::StatusOr<std::shared_ptr<const job::SetSpan>> SpanWithGroup(
     JobWorld& world, const std::shared_ptr<const GlooGroup>& job_group, const job::ProcessSet& set,
     uint32_t creation, Clock::time_point deadline);
 
-class SetGroups {
+class SetGroups : public exec::SetGroups {
  public:
   // `world` outlives the SetGroups; the global set's group is its data
-  // context.
-  explicit SetGroups(JobWorld& world);
+  // context. `timeout`: how long Add(set) waits for the set's other nodes.
+  explicit SetGroups(JobWorld& world, std::chrono::milliseconds timeout = std::chrono::seconds(30));
   SetGroups(const SetGroups&) = delete;
   SetGroups& operator=(const SetGroups&) = delete;
 
@@ -57,15 +61,20 @@ class SetGroups {
   // group (blocking, see above). Nothing for other sets but counting the
   // creation.
   absl::Status Add(const job::ProcessSet& set, Clock::time_point deadline);
+  // The same within the timeout (exec::SetGroups).
+  absl::Status Add(const job::ProcessSet& set) override {
+    return Add(set, Clock::now() + timeout_);
+  }
   // Transfers still running keep the span (and its group) alive.
-  void Remove(int32_t id);
+  void Remove(int32_t id) override;
   // The span of a set that spans nodes and has members here; null otherwise.
-  std::shared_ptr<const job::SetSpan> Find(int32_t id) const;
+  std::shared_ptr<const job::SetSpan> Find(int32_t id) const override;
 
   const std::shared_ptr<const GlooGroup>& job_group() const { return job_group_; }
 
  private:
   JobWorld& world_;
+  const std::chrono::milliseconds timeout_;
   const std::shared_ptr<const GlooGroup> job_group_;
   std::map<int32_t, uint32_t> creations_;  // by set id; Add's thread only
   mutable std::mutex mutex_;               // guards spans_

@@ -32,6 +32,11 @@ struct ClientRecord {
   std::shared_ptr<RegisterCall> registration;
   // The static process sets it asked for, each as sorted ranks.
   std::vector<std::vector<int32_t>> static_process_sets;
+  // The rendezvous of resident daemons it named (HOST:PORT; empty: none),
+  // and its node's place among the job's nodes.
+  std::string rendezvous;
+  int32_t rendezvous_node = 0;
+  int32_t rendezvous_nodes = 1;
 
   std::unique_ptr<shm::ClientSegment> segment;
   uint64_t arena_bytes = 0;  // the segment's arena: what its requests may address

@@ -51,6 +51,10 @@ class ControlLink {
   virtual absl::Status Receive(ControlTag tag, std::vector<Received>& out) = 0;
   // Completes the sends the transport has finished with.
   virtual absl::Status Progress() = 0;
+  // At the job's end, before the link goes: waits until every message sent
+  // so far has left this node, a peer is gone, or `deadline`. A transport
+  // whose messages outlive the link (MPI's) has nothing to wait for.
+  virtual absl::Status Flush(Clock::time_point /*deadline*/) { return absl::OkStatus(); }
 
   // When a message last came from `node`, or when the link was made if none
   // has.

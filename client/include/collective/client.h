@@ -93,6 +93,16 @@ struct ClientOptions {
   // with $HOROVOD_TIMELINE_MARK_CYCLES (non-zero: mark the engine's cycles).
   std::string timeline_file;
   bool timeline_mark_cycles = false;
+  // Resident daemons (one per machine, started on their own): HOST:PORT of
+  // the rendezvous through which the daemons of the job's nodes form its
+  // world, and this node's place among them. Empty: $COLLECTIVE_RENDEZVOUS
+  // with $COLLECTIVE_NODE/$COLLECTIVE_NODES (collectiverun), else
+  // $HOROVOD_GLOO_RENDEZVOUS_ADDR:$HOROVOD_GLOO_RENDEZVOUS_PORT with
+  // $HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE (horovodrun --gloo), else none:
+  // the job spans the daemon's own world (mpirun's, or this node).
+  std::string rendezvous;
+  int node = -1;
+  int nodes = -1;
 
   // Fills every field left unset from the environment. Errors name the
   // variable and what is wrong with it.
