@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/rendezvous_protocol.h"
+#include "common/secrets_equal.h"
 
 namespace collective::launcher {
 namespace {
@@ -37,16 +38,6 @@ constexpr std::chrono::milliseconds kLinger{500};
 constexpr std::chrono::milliseconds kAcceptPause{50};
 
 absl::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
-
-// Compares in a time that depends only on the lengths.
-bool SameSecret(absl::string_view given, absl::string_view expected) {
-  if (given.size() != expected.size()) return false;
-  unsigned char difference = 0;
-  for (size_t i = 0; i < given.size(); ++i) {
-    difference |= static_cast<unsigned char>(given[i] ^ expected[i]);
-  }
-  return difference == 0;
-}
 
 // "/<scope>/<key>", both non-empty, neither with a '/': taken as they are,
 // never decoded (common/rendezvous_protocol.h).
@@ -132,7 +123,7 @@ class RendezvousServer::Impl::Session : public std::enable_shared_from_this<Sess
                                  " is not served: GET, PUT or DELETE"));
     }
     const std::string& secret = server_.options_.secret;
-    if (!secret.empty() && !SameSecret(View(request[rendezvous::kSecretHeader]), secret)) {
+    if (!secret.empty() && !SecretsEqual(View(request[rendezvous::kSecretHeader]), secret)) {
       return Refuse(http::status::forbidden,
                     absl::StrCat("missing or wrong ", rendezvous::kSecretHeader));
     }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/build_config.h"
 #include "common/logging.h"
+#include "common/secrets_equal.h"
 #include "common/status_macros.h"
 #include "daemon/engine/ready_check.h"
 #include "daemon/engine/world_link.h"
@@ -207,7 +208,7 @@ void JobRun::OnClientMessage(ClientMessageEvent& event, job::ClientRecord* clien
 void JobRun::Attach(const std::shared_ptr<job::SessionLink>& link, const job::PeerCredentials& peer,
                     const v1::Attach& attach, job::ClientRecord* client) {
   if (client == nullptr || job_->state() == job::JobState::kForming ||
-      !job::TokensEqual(client->session_token, attach.session_token()) ||
+      !SecretsEqual(client->session_token, attach.session_token()) ||
       client->peer.uid != peer.uid) {
     RefuseSession(*link, peer, attach.client_id());
     return;
