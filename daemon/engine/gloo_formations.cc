@@ -10,7 +10,8 @@
 namespace collective::daemon::engine {
 namespace {
 
-absl::StatusOr<FormedWorld> Form(const GlooFormations::Request& request) {
+absl::StatusOr<FormedWorld> Form(const GlooFormations::Request& request,
+                                 std::shared_ptr<const std::atomic<bool>> cancelled) {
   ASSIGN_OR_RETURN_WITH(const HostPort address, ParseHostPort(request.rendezvous),
                         "the job's rendezvous");
   const auto left =
@@ -20,7 +21,8 @@ absl::StatusOr<FormedWorld> Form(const GlooFormations::Request& request) {
       gloo::HttpStoreOptions{.host = address.host,
                              .port = address.port,
                              .scope = "collectived",
-                             .timeout = std::max(left, std::chrono::milliseconds(1))});
+                             .timeout = std::max(left, std::chrono::milliseconds(1)),
+                             .cancelled = std::move(cancelled)});
   ASSIGN_OR_RETURN(formed.world, gloo::JobWorld::Form(*formed.store, request.world));
   return formed;
 }
@@ -28,13 +30,14 @@ absl::StatusOr<FormedWorld> Form(const GlooFormations::Request& request) {
 }  // namespace
 
 GlooFormations::~GlooFormations() {
+  for (Running& running : threads_) running.cancelled->store(true);
   for (Running& running : threads_) running.thread.join();
 }
 
 void GlooFormations::Start(Request request) {
   Running& running = threads_.emplace_back();
   running.thread = std::thread([this, &running, request = std::move(request)] {
-    absl::StatusOr<FormedWorld> formed = Form(request);
+    absl::StatusOr<FormedWorld> formed = Form(request, running.cancelled);
     if (!formed.ok()) {
       formed = absl::Status(formed.status().code(),
                             absl::StrCat("job '", request.world.job_id,

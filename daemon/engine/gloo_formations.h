@@ -5,6 +5,7 @@
 // the engine takes what they formed (Take) when they wake it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -34,7 +35,9 @@ class GlooFormations {
 
   // `wake`: wakes the engine once a formation ended.
   explicit GlooFormations(std::function<void()> wake) : wake_(std::move(wake)) {}
-  // Waits for the formations still running (each ends by its deadline).
+  // Cancels the formations still waiting at their rendezvous (the daemon
+  // stops) and waits for their threads: a formation already connecting to
+  // the other nodes ends by its deadline.
   ~GlooFormations();
   GlooFormations(const GlooFormations&) = delete;
   GlooFormations& operator=(const GlooFormations&) = delete;
@@ -47,6 +50,7 @@ class GlooFormations {
   struct Running {
     std::thread thread;
     bool ended = false;  // guarded by mutex_
+    std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   };
 
   const std::function<void()> wake_;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/rendezvous_protocol.h"
+#include "common/status_macros.h"
 
 namespace collective::daemon::gloo {
 namespace {
@@ -184,6 +185,12 @@ absl::StatusOr<HttpStore::Response> HttpStore::Exchange(absl::string_view method
   return response;
 }
 
+absl::Status HttpStore::CheckCancelled() const {
+  if (options_.cancelled == nullptr || !options_.cancelled->load()) return absl::OkStatus();
+  return absl::CancelledError(
+      absl::StrCat("the wait at the rendezvous server ", address_, " was cancelled"));
+}
+
 absl::StatusOr<HttpStore::Response> HttpStore::Request(absl::string_view method,
                                                        absl::string_view key,
                                                        absl::Span<const char> body,
@@ -217,6 +224,7 @@ absl::StatusOr<HttpStore::Response> HttpStore::Request(absl::string_view method,
           absl::StrCat("the rendezvous server at ", address_, " did not serve ", method, " ",
                        target, " within ", MillisText(Clock::now() - start), "; last: ", failure));
     }
+    RETURN_IF_ERROR(CheckCancelled());
     backoff.Pause(deadline);
   }
 }
@@ -298,6 +306,7 @@ absl::Status HttpStore::Wait(const std::vector<std::string>& keys, Clock::time_p
     missing = std::move(still_missing);
     if (missing.empty()) return absl::OkStatus();
     if (Clock::now() >= deadline) return timed_out("");
+    RETURN_IF_ERROR(CheckCancelled());
     backoff.Pause(deadline);
   }
 }

@@ -14,9 +14,11 @@
 // back into a status.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +46,9 @@ struct HttpStoreOptions {
   std::chrono::milliseconds request_timeout = std::chrono::seconds(10);
   // The largest value a GET accepts.
   uint64_t max_value_bytes = uint64_t{64} << 20;
+  // When set and true, waits and retries end at once with CANCELLED (the
+  // daemon stops while a job's world forms).
+  std::shared_ptr<const std::atomic<bool>> cancelled;
 };
 
 class HttpStore : public ::gloo::rendezvous::Store {
@@ -92,6 +97,8 @@ class HttpStore : public ::gloo::rendezvous::Store {
   absl::Status Wait(const std::vector<std::string>& keys, Clock::time_point deadline,
                     std::vector<char>* last_value);
   std::string Target(absl::string_view key) const;
+  // CANCELLED once options_.cancelled says so.
+  absl::Status CheckCancelled() const;
   Clock::time_point DeadlineAfter(std::chrono::milliseconds timeout) const;
 
   HttpStoreOptions options_;

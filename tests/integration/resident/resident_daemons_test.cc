@@ -169,7 +169,11 @@ TEST(ResidentDaemonsTest, AKilledDaemonFailsItsJobNamingTheNodeAndTheOthersServe
   const absl::Duration bound = absl::Seconds(kNodeTimeoutSeconds) + absl::Seconds(10);
   for (int rank : {0, 2}) {
     const std::optional<int> exit = (*workers)[rank].Wait(killed + bound - absl::Now());
-    ASSERT_TRUE(exit.has_value()) << "rank " << rank << " got no error within " << bound;
+    ASSERT_TRUE(exit.has_value()) << "rank " << rank << " got no error within " << bound
+                                  << "; node 0's daemon said:\n"
+                                  << daemons->daemon(0).process().Stderr()
+                                  << "\nnode 2's daemon said:\n"
+                                  << daemons->daemon(2).process().Stderr();
     const std::string said = (*workers)[rank].Stdout();
     EXPECT_THAT(said, HasSubstr("error after "));
     // The node, and the host (each stand-in node's own loopback address).

@@ -11,6 +11,7 @@
 // context in scope "global" and saw it cleared by three DELETEs.
 #include "daemon/gloo/http_store.h"
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <future>
@@ -234,6 +235,23 @@ TEST_F(HttpStoreTest, WaitTimeoutNamesTheMissingKeysAndTheAddress) {
     EXPECT_THAT(thrown.message(), AllOf(HasSubstr(address), HasSubstr("gone3")));
     EXPECT_THAT(error.what(), HasSubstr("gone3"));
   }
+}
+
+// A daemon that stops cancels the waits of the worlds still forming: a wait
+// for a key that never comes ends long before its hour is up.
+TEST_F(HttpStoreTest, ACancelledWaitEndsAtOnce) {
+  auto cancelled = std::make_shared<std::atomic<bool>>(true);
+  HttpStoreOptions options = StoreAt(server_->port());
+  options.cancelled = cancelled;
+  HttpStore store(options);
+  const Clock::time_point start = Clock::now();
+  const absl::Status status = store.Wait({"never"}, Within(std::chrono::hours(1)));
+  EXPECT_LT(Clock::now() - start, kPatience);
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_THAT(status.message(), HasSubstr("was cancelled"));
+  // Not cancelled, the same store waits (and times out) as before.
+  cancelled->store(false);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(store.Wait({"never"}, Within(milliseconds(200)))));
 }
 
 TEST(HttpStoreUnreachableTest, AnAbsentServerIsNamedWithinTheDeadline) {
