@@ -36,7 +36,9 @@ absl::StatusOr<std::unique_ptr<exec::SetGroups>> GlooJobWorld::MakeSetGroups(
 }
 
 std::unique_ptr<negotiation::ControlLink> GlooJobWorld::MakeControlLink() {
-  return std::make_unique<gloo::GlooControlLink>(*world_);
+  auto link = std::make_unique<gloo::GlooControlLink>(*world_);
+  control_ = link.get();
+  return link;
 }
 
 absl::StatusOr<gpu::GlobalLayout> GlooJobWorld::ShareNcclLayout(
@@ -46,14 +48,17 @@ absl::StatusOr<gpu::GlobalLayout> GlooJobWorld::ShareNcclLayout(
       "yet: start the daemons under mpirun or srun for CUDA jobs that span nodes");
 }
 
-void GlooJobWorld::Break(const absl::Status& why, bool /*abandon*/) {
-  if (!broken_.ok()) return;
-  broken_ = why;
-  log::Coord().warn("the world of job '{}' broke: {}", world_->job_id(), why.message());
-  // The transport is not aborted here: its transfers with a node that is
-  // gone fail on their own as the connection drops (or by the node
-  // timeout), naming that node on every node, whereas an abort now would
-  // tell the others that this node left. The run's teardown aborts it.
+void GlooJobWorld::Break(const absl::Status& why, bool abandon) {
+  if (broken_.ok()) {
+    broken_ = why;
+    log::Coord().warn("the world of job '{}' broke: {}", world_->job_id(), why.message());
+  }
+  // Transfers that cannot finish stop now. When the control link lost a
+  // node, the goodbyes name that node, so that every node's transfers name
+  // the node that is gone rather than this one, which merely leaves.
+  if (!abandon) return;
+  lost_ = true;
+  transport_->Abort(std::string(why.message()), control_ ? control_->first_gone() : -1);
 }
 
 }  // namespace collective::daemon::engine

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "config/daemon_config.h"
 #include "daemon/engine/job_world.h"
+#include "daemon/gloo/gloo_control_link.h"
 #include "daemon/gloo/gloo_transport.h"
 #include "daemon/gloo/http_store.h"
 #include "daemon/gloo/job_world.h"
@@ -44,10 +45,12 @@ class GlooJobWorld : public JobWorld {
   std::unique_ptr<negotiation::ControlLink> MakeControlLink() override;
   absl::StatusOr<gpu::GlobalLayout> ShareNcclLayout(int local_devices,
                                                     const gpu::NewUniqueId& new_id) override;
-  // The transport's threads end when it aborts (at the latest in the
-  // destructor, before the run's segments go), so no transfer keeps the
-  // job's memory past the run: nothing is left to the process's exit.
+  // The transport's threads end when it aborts (when the world breaks, at
+  // the latest in the destructor, before the run's segments go), so no
+  // transfer keeps the job's memory past the run: nothing is left to the
+  // process's exit.
   bool abandoned() const override { return false; }
+  bool lost() const override { return lost_; }
   bool stopping() const override { return stopping_(); }
   bool broken() const override { return !broken_.ok(); }
   void Break(const absl::Status& why, bool abandon) override;
@@ -59,8 +62,12 @@ class GlooJobWorld : public JobWorld {
   std::unique_ptr<gloo::HttpStore> store_;
   std::unique_ptr<gloo::JobWorld> world_;
   std::unique_ptr<gloo::GlooTransport> transport_;
+  // The job's control link, owned by its negotiation (which goes before
+  // this world does): which node it lost first.
+  gloo::GlooControlLink* control_ = nullptr;
   const std::function<bool()> stopping_;
   absl::Status broken_;
+  bool lost_ = false;  // broken so that its transfers were aborted
 };
 
 }  // namespace collective::daemon::engine

@@ -320,10 +320,11 @@ void JobRun::Fail(const absl::Status& why, Origin origin) {
   // Across nodes, what node 0 decided (or decides before it hears of this)
   // for tensors every rank submitted still runs on every node, so that
   // their transfers pair up and MPI stays in step for the next job: only
-  // what is not decided fails now. Once MPI is abandoned (a node died),
-  // nothing decided can finish either.
+  // what is not decided fails now. Once the world is lost (a node died),
+  // nothing decided can finish either: not its transfers, nor the parts of
+  // small allreduces that node would have sent.
   FailUndecided(job_->failure());
-  if (world_ != nullptr && world_->abandoned()) AbandonDecided(job_->failure());
+  if (world_ != nullptr && world_->lost()) AbandonDecided(job_->failure());
   // NCCL kernels of work on the GPU may wait for a rank that will never
   // come: abort them rather than hang.
   if (gpu_.in_flight() > 0) gpu_.EndJob();

@@ -46,6 +46,9 @@ class JobWorld {
   // Transfers that did not finish may still own the job's memory: they are
   // left to the transport (an MPI world leaves them to the process's exit).
   virtual bool abandoned() const = 0;
+  // The world broke so that nothing decided can finish any more (a node is
+  // gone, or a transfer failed half done): what the job awaits fails now.
+  virtual bool lost() const = 0;
   // This daemon stops (the other nodes hear it with the job's end).
   virtual bool stopping() const = 0;
   // The world broke: the job cannot go on across nodes.

@@ -28,6 +28,8 @@ class MpiJobWorld : public JobWorld {
   absl::StatusOr<gpu::GlobalLayout> ShareNcclLayout(int local_devices,
                                                     const gpu::NewUniqueId& new_id) override;
   bool abandoned() const override { return link_.world().abandoned(); }
+  // MPI abandoned: nothing it was asked for can finish.
+  bool lost() const override { return abandoned(); }
   bool stopping() const override { return link_.stopping(); }
   bool broken() const override { return !link_.broken().ok(); }
   void Break(const absl::Status& why, bool abandon) override { link_.Break(why, abandon); }

@@ -183,6 +183,11 @@ absl::Status GlooControlLink::Progress() {
   return first_failure_;
 }
 
+int GlooControlLink::first_gone() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return first_gone_;
+}
+
 Clock::time_point GlooControlLink::last_heard(int node) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return last_heard_[static_cast<size_t>(node)];
@@ -199,7 +204,10 @@ void GlooControlLink::Fail(int peer, absl::Status why) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_ || !gone_[static_cast<size_t>(peer)].ok()) return;
     gone_[static_cast<size_t>(peer)] = why;
-    if (first_failure_.ok()) first_failure_ = why;
+    if (first_failure_.ok()) {
+      first_failure_ = why;
+      first_gone_ = peer;
+    }
     drained_.notify_all();
     // Gloo may never fail a wait on a transfer under way to or from it.
     for (const Waiting& waiting : waiting_) {

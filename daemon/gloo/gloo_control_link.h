@@ -82,6 +82,8 @@ class GlooControlLink : public negotiation::ControlLink {
   absl::Status Receive(negotiation::ControlTag tag, std::vector<Received>& out) override;
   // The first peer failure, if any (the completing thread completes sends).
   absl::Status Progress() override;
+  // The node whose loss was the first peer failure, or -1 while none is.
+  int first_gone() const;
 
   // Blocks until every message sent so far has left this node (Gloo wrote
   // it to the connection), a peer is gone, or `deadline`: at the end of a
@@ -141,6 +143,7 @@ class GlooControlLink : public negotiation::ControlLink {
   std::vector<Clock::time_point> last_heard_;
   std::vector<absl::Status> gone_;  // by node: why it is gone, or OK
   absl::Status first_failure_;
+  int first_gone_ = -1;  // the node of first_failure_
 
   std::vector<std::thread> threads_;  // started last, joined first
 };

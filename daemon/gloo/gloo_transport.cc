@@ -1,5 +1,6 @@
 #include "daemon/gloo/gloo_transport.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -150,12 +151,15 @@ class GlooTransport::Channel {
 
   // Any thread: `why` becomes the cause unless the context already broke;
   // then its blocked calls return.
-  void Break(const absl::Status& why) {
+  // `lost`: the job node that is gone (its place goes in the goodbyes), or
+  // -1: this node leaves.
+  void Break(const absl::Status& why, int lost = -1) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (cause_.ok()) cause_ = why;
     }
-    BreakAll(context_->rank);
+    const auto place = std::find(nodes_.begin(), nodes_.end(), lost);
+    BreakAll(place != nodes_.end() ? static_cast<int>(place - nodes_.begin()) : context_->rank);
   }
 
   // Runs what is queued (at once if the context broke), then joins the
@@ -281,9 +285,9 @@ GlooTransport::GlooTransport(GlooTransportOptions options)
 
 GlooTransport::~GlooTransport() { Abort("the job's world was torn down"); }
 
-void GlooTransport::Abort(const std::string& why) {
+void GlooTransport::Abort(const std::string& why, int lost) {
   if (aborted_.ok()) aborted_ = absl::AbortedError(why);
-  for (auto& [context, channel] : channels_) channel->Break(aborted_);
+  for (auto& [context, channel] : channels_) channel->Break(aborted_, lost);
   for (auto& [context, channel] : channels_) channel->Stop();
   messages_->JoinAll();
   channels_.clear();

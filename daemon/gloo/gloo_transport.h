@@ -92,7 +92,10 @@ class GlooTransport : public exec::NodeTransport {
   // this node leave), and returns once no thread of the transport touches
   // a caller's buffer any more. Later Start* calls fail. Engine thread (or
   // the owner, once the engine thread is gone).
-  void Abort(const std::string& why);
+  void Abort(const std::string& why) { Abort(why, -1); }
+  // The same because job node `lost` is gone: the goodbyes name that node
+  // rather than this one, so every node names the same cause (-1: none).
+  void Abort(const std::string& why, int lost);
 
   absl::StatusOr<exec::Pending> StartAllreduce(const job::SetSpan& span, void* data, uint64_t count,
                                                v1::DataType dtype, v1::ReduceOp op) override;
