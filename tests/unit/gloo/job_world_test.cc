@@ -5,6 +5,7 @@
 #include "daemon/gloo/job_world.h"
 
 #include <chrono>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <thread>
@@ -76,8 +77,22 @@ INSTANTIATE_TEST_SUITE_P(Nodes, JobWorldFormTest, ::testing::Values(1, 2, 3));
 TEST(JobWorldTest, FormsThroughAFileStore) {
   collective::testing::TemporaryDirectory directory("gloo");
   ASSERT_FALSE(directory.path().empty());
-  ::gloo::rendezvous::FileStore store(directory.path());
-  auto worlds = FormJob(store, "train/file", 3, 2);
+  // A store per node, as daemons of their own have: Gloo's FileStore is not
+  // safe to share between threads (it keeps its keys in a vector).
+  std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::unique_ptr<::gloo::rendezvous::FileStore>> stores;
+  for (int node = 0; node < 2; ++node) {
+    stores.push_back(std::make_unique<::gloo::rendezvous::FileStore>(directory.path()));
+  }
+  std::vector<absl::StatusOr<std::unique_ptr<JobWorld>>> worlds(2);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < 2; ++node) {
+    threads.emplace_back([&, node] {
+      worlds[node] = JobWorld::Form(*stores[node],
+                                    OptionsFor("train/file", 3, node, 2, std::chrono::seconds(20)));
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
   for (const auto& world : worlds) ASSERT_TRUE(world.ok()) << world.status();
   OnEveryNode(2, [&](int node) { EXPECT_EQ(SumOver((*worlds[node])->context(), node + 1), 3); });
   EXPECT_EQ((*worlds[1])->hosts(), (std::vector<std::string>{"host-a", "host-b"}));
