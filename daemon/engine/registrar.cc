@@ -17,13 +17,20 @@
 namespace collective::daemon::engine {
 namespace {
 
+// The member of lowest local rank, or null while none has registered: what
+// a forming job's members must agree on is compared with it.
+const job::ClientRecord* FirstMember(const job::Job& job) {
+  for (const auto& member : job.members()) {
+    if (member) return member.get();
+  }
+  return nullptr;
+}
+
 // Whether the job forms its own world through a rendezvous (its ranks named
 // one) rather than on the daemon's world.
 bool ThroughRendezvous(const job::Job& job) {
-  for (const auto& member : job.members()) {
-    if (member) return !member->rendezvous.empty();
-  }
-  return false;
+  const job::ClientRecord* first = FirstMember(job);
+  return first != nullptr && !first->rendezvous.empty();
 }
 
 std::string DescribeSets(const std::vector<std::vector<int32_t>>& sets) {
@@ -106,13 +113,7 @@ absl::Status Registrar::CheckAgainstRun(
         "job '", job.id(), "' is already running with all ", job.local_size(), " local ranks"));
   }
   if (request.local_size() != job.local_size()) {
-    const job::ClientRecord* first = nullptr;
-    for (const auto& member : job.members()) {
-      if (member) {
-        first = member.get();
-        break;
-      }
-    }
+    const job::ClientRecord* first = FirstMember(job);
     return absl::InvalidArgumentError(
         absl::StrCat("local_size mismatch for job '", job.id(), "': local rank ", first->local_rank,
                      " (pid ", first->peer.pid, ") registered with local_size ", job.local_size(),
@@ -133,17 +134,14 @@ absl::Status Registrar::CheckAgainstRun(
     if (member) break;
   }
   const std::string rendezvous = request.has_rendezvous() ? request.rendezvous().address() : "";
-  for (const auto& member : job.members()) {
-    if (!member) continue;
-    if (member->rendezvous != rendezvous) {
-      auto named = [](const std::string& address) {
-        return address.empty() ? std::string("none") : absl::StrCat("'", address, "'");
-      };
-      return absl::InvalidArgumentError(absl::StrCat(
-          "rendezvous mismatch for job '", job.id(), "': local rank ", member->local_rank,
-          " named ", named(member->rendezvous), ", this client names ", named(rendezvous)));
-    }
-    break;
+  if (const job::ClientRecord* first = FirstMember(job);
+      first != nullptr && first->rendezvous != rendezvous) {
+    auto named = [](const std::string& address) {
+      return address.empty() ? std::string("none") : absl::StrCat("'", address, "'");
+    };
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rendezvous mismatch for job '", job.id(), "': local rank ", first->local_rank, " named ",
+        named(first->rendezvous), ", this client names ", named(rendezvous)));
   }
   return absl::OkStatus();
 }
